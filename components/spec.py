@@ -1,0 +1,516 @@
+"""The typed description of one environment's inference platform (``PlatformSpec``).
+
+A stack file carries it under the ``inferplane:platform`` config key, the same YAML the ``pulumi`` CLI reads.
+Validation happens in two passes, and both collect every problem before raising:
+
+1. structure (pydantic): types, ranges, unknown keys (``extra="forbid"`` everywhere);
+2. meaning (:func:`check_platform`): references between sections and against the catalogs, e.g. a model's
+   ``max_context`` against what the model supports, a pool's accelerator against its instance type.
+
+Either pass raises :class:`SpecError`, whose issues carry the key path (``models[1].max_context``) so the CLI can
+name the stack file and the key. Nothing downstream ever sees a spec that failed either pass.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
+from components.catalog.accelerators import AcceleratorId
+from components.catalog.instances import tpu_topology_chips
+
+Environment = Literal["dev", "staging", "prod"]
+CapacityType = Literal["on_demand", "spot", "capacity_block"]
+WeightsDtype = Literal["bf16", "fp16", "fp8", "int4"]
+KvCacheDtype = Literal["auto", "bf16", "fp16", "fp8"]
+Engine = Literal["vllm", "triton"]
+AmiFamily = Literal["al2023", "bottlerocket"]
+EndpointAccess = Literal["private", "public_and_private"]
+ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3"]
+
+# RFC 1123 label: every name becomes part of Kubernetes and AWS resource names.
+_DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+Name = Annotated[str, Field(pattern=_DNS_LABEL, description="Lower-case RFC 1123 label, at most 40 characters.")]
+_AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+
+
+class _Spec(BaseModel):
+    """Base for every spec model: unknown keys are errors and values never change after validation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterSpec(_Spec):
+    """The EKS control plane."""
+
+    kubernetes_version: str = Field(
+        default="1.34", pattern=r"^1\.\d{2}$", description="EKS Kubernetes minor version, e.g. ``1.34``."
+    )
+    endpoint_access: EndpointAccess = Field(
+        default="private",
+        description="``private``: the API server is reachable only inside the VPC (prod). ``public_and_private``: "
+        "also from ``public_access_cidrs``.",
+    )
+    public_access_cidrs: tuple[str, ...] = Field(
+        default=(), description="CIDRs allowed to reach a public endpoint; required when the endpoint is public."
+    )
+    log_types: tuple[ControlPlaneLog, ...] = Field(
+        default=("api", "audit", "authenticator"), description="Control-plane log types sent to CloudWatch."
+    )
+    system_instance_type: str = Field(default="m7i.large", description="Instance type of the system node group.")
+    system_nodes: int = Field(default=2, ge=1, le=10, description="Nodes in the system node group (controllers).")
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a valid CIDR block: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> ClusterSpec:
+        if self.endpoint_access == "public_and_private" and not self.public_access_cidrs:
+            raise ValueError("a public endpoint needs an explicit public_access_cidrs allowlist")
+        if self.endpoint_access == "private" and self.public_access_cidrs:
+            raise ValueError("public_access_cidrs is set but endpoint_access is private")
+        return self
+
+
+class PoolSpec(_Spec):
+    """An accelerator node pool: an EKS managed node group, or a GKE TPU node pool."""
+
+    name: Name = Field(description="Pool name; model deployments refer to it.")
+    accelerator: AcceleratorId = Field(description="Catalog accelerator; must match the instance type.")
+    instance_type: str = Field(description="EC2 instance type or GKE machine type from the catalog.")
+    capacity_type: CapacityType = Field(default="on_demand", description="How the nodes are bought.")
+    capacity_reservation_id: str | None = Field(
+        default=None,
+        pattern=r"^cr-[0-9a-f]{8,17}$",
+        description="Capacity Block reservation (``cr-...``); required for ``capacity_block``.",
+    )
+    zone: str | None = Field(
+        default=None, description="Pin the pool to one zone (required for capacity blocks: the reservation's zone)."
+    )
+    efa: bool = Field(default=False, description="Attach EFA interfaces and a cluster placement group.")
+    disk_gib: int = Field(default=200, ge=50, le=16384, description="Encrypted gp3 root volume, GiB.")
+    ami_family: AmiFamily = Field(default="al2023", description="EKS accelerated AMI: AL2023 NVIDIA or Bottlerocket.")
+    min_nodes: int = Field(default=0, ge=0, description="Nodes kept even when no replica needs them.")
+    tpu_topology: str | None = Field(
+        default=None, pattern=r"^\d+x\d+$", description="GKE TPU slice topology (``2x4``); TPU pools only."
+    )
+
+
+class SpeculativeDecodingSpec(_Spec):
+    """Speculative decoding, passed to vLLM as ``--speculative-config`` JSON."""
+
+    method: SpeculativeMethod = Field(description="``ngram`` (prompt lookup), ``draft_model``, ``eagle``/``eagle3``.")
+    draft_model: str | None = Field(
+        default=None, description="Hugging Face repo of the draft or EAGLE head; required except for ``ngram``."
+    )
+    num_speculative_tokens: int = Field(default=3, ge=1, le=10, description="Tokens proposed per step.")
+    prompt_lookup_max: int | None = Field(default=None, ge=1, le=16, description="n-gram window (``ngram`` only).")
+
+    @model_validator(mode="after")
+    def _draft(self) -> SpeculativeDecodingSpec:
+        if self.method != "ngram" and not self.draft_model:
+            raise ValueError(f"method {self.method!r} needs draft_model")
+        if self.method == "ngram" and self.draft_model:
+            raise ValueError("method 'ngram' takes no draft_model")
+        if self.method != "ngram" and self.prompt_lookup_max is not None:
+            raise ValueError("prompt_lookup_max applies to method 'ngram' only")
+        return self
+
+
+class SloSpec(_Spec):
+    """Latency objectives at p95; alerts and engine batching budgets derive from them."""
+
+    ttft_p95_ms: int = Field(default=2000, gt=0, le=600_000, description="Time to first token, p95, milliseconds.")
+    itl_p95_ms: int = Field(default=100, gt=0, le=60_000, description="Inter-token latency, p95, milliseconds.")
+
+
+class ModelDeploymentSpec(_Spec):
+    """One served model: what it is, where it runs, how far it scales."""
+
+    name: Name = Field(description="Deployment name; also the served model name clients ask for.")
+    model: str | None = Field(default=None, description="Catalog model id (e.g. ``llama-3.3-70b``).")
+    architecture: ModelArchitecture | None = Field(
+        default=None, description="A custom model's architecture, instead of ``model``."
+    )
+    engine: Engine = Field(default="vllm", description="Serving engine: vLLM or Triton + TensorRT-LLM.")
+    pool: Name = Field(description="Name of the pool the replicas run on.")
+    weights_dtype: WeightsDtype = Field(default="bf16", description="Weight precision: bf16, fp16, fp8 or int4 (AWQ).")
+    weights_repo: str | None = Field(
+        default=None, description="Override the weights repository (an AWQ checkpoint for int4)."
+    )
+    kv_cache_dtype: KvCacheDtype = Field(
+        default="auto", description="KV-cache precision; ``auto`` is the model's 16-bit dtype, as in vLLM."
+    )
+    max_context: int = Field(gt=0, description="Longest sequence (prompt + output) served, tokens.")
+    concurrency: int = Field(gt=0, le=4096, description="Target concurrent sequences per replica at max_context.")
+    gpus_per_replica: int | None = Field(
+        default=None, ge=1, description="Force the tensor-parallel size; by default sizing picks the smallest fit."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.90, ge=0.5, le=0.93, description="Share of device memory the engine may take (never above 0.93)."
+    )
+    min_replicas: int = Field(default=1, ge=0, description="Replicas kept when idle (0 needs scale_to_zero).")
+    max_replicas: int = Field(default=1, ge=1, le=256, description="Replica ceiling for the autoscaler.")
+    scale_to_zero: bool = Field(default=False, description="Allow the autoscaler to remove every replica when idle.")
+    routing_tier: Name = Field(default="standard", description="Gateway tier that routes to this model.")
+    prefix_caching: bool = Field(default=True, description="Reuse KV blocks across requests sharing a prefix.")
+    chunked_prefill: bool = Field(default=True, description="Split long prompts so decodes keep flowing.")
+    speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
+    slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> ModelDeploymentSpec:
+        if (self.model is None) == (self.architecture is None):
+            raise ValueError("give exactly one of model (a catalog id) or architecture (a custom model)")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas {self.min_replicas} exceeds max_replicas {self.max_replicas}")
+        if self.min_replicas == 0 and not self.scale_to_zero:
+            raise ValueError("min_replicas 0 needs scale_to_zero: true")
+        return self
+
+    @property
+    def architecture_resolved(self) -> ModelArchitecture:
+        """The architecture, from the catalog or the custom block (valid after :func:`check_platform`)."""
+        if self.architecture is not None:
+            return self.architecture
+        assert self.model is not None  # guaranteed by _shape
+        return MODELS[self.model]
+
+    @property
+    def model_label(self) -> str:
+        """What to call the model in messages: the catalog id or the custom repository."""
+        return self.model or self.architecture_resolved.hf_repo
+
+
+class CacheSpec(_Spec):
+    """The gateway's response cache: an ElastiCache replication group."""
+
+    enabled: bool = Field(default=True, description="Create the cache.")
+    engine: Literal["valkey", "redis"] = Field(default="valkey", description="ElastiCache engine.")
+    node_type: str = Field(default="cache.r7g.large", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$", description="Node type.")
+    replicas: int = Field(default=2, ge=1, le=6, description="Cache nodes (primary plus replicas).")
+    semantic: bool = Field(default=True, description="Also serve near-duplicate prompts by embedding similarity.")
+    semantic_similarity_threshold: float = Field(default=0.95, gt=0.5, le=1.0, description="Cosine similarity.")
+    ttl_seconds: int = Field(default=3600, ge=1, description="Entry lifetime.")
+
+
+class RateLimitSpec(_Spec):
+    """Per API key limits; excess requests are answered with HTTP 429."""
+
+    requests_per_minute: int = Field(default=600, ge=1, description="Requests per key per minute.")
+    tokens_per_minute: int = Field(default=200_000, ge=1, description="Prompt + completion tokens per key per minute.")
+
+
+class RoutingTierSpec(_Spec):
+    """A gateway tier: the models it routes to, in order of preference."""
+
+    name: Name = Field(description="Tier name clients select.")
+    models: tuple[Name, ...] = Field(min_length=1, description="Deployments serving the tier, preferred first.")
+    fallback: tuple[Name, ...] = Field(default=(), description="Deployments tried when all of ``models`` fail.")
+
+
+class GatewaySpec(_Spec):
+    """The OpenAI-compatible front door."""
+
+    replicas: int = Field(default=2, ge=1, le=50, description="Gateway replicas.")
+    auth: Literal["api_key", "oidc"] = Field(default="api_key", description="How callers authenticate.")
+    rate_limit: RateLimitSpec = Field(default_factory=RateLimitSpec, description="Limits answered with 429.")
+    tiers: tuple[RoutingTierSpec, ...] = Field(
+        default=(), description="Routing tiers; by default one per ``routing_tier`` named by the models."
+    )
+
+
+class ObservabilitySpec(_Spec):
+    """Prometheus, alerting and dashboards."""
+
+    retention_days: int = Field(default=15, ge=1, le=365, description="Prometheus retention.")
+    storage_gib: int = Field(default=50, ge=10, description="Prometheus persistent volume.")
+    scrape_interval_seconds: int = Field(default=15, ge=5, le=120, description="Scrape interval.")
+    grafana: bool = Field(default=True, description="Install Grafana with the dashboards.")
+
+
+class LimitsSpec(_Spec):
+    """The environment's own ceilings, checked at preview time."""
+
+    max_total_gpus: int = Field(ge=1, description="Accelerators across all pools at max scale.")
+    max_hourly_cost_usd: float = Field(gt=0, description="On-demand USD per hour at max scale.")
+    allowed_accelerators: tuple[AcceleratorId, ...] = Field(min_length=1, description="Accelerators pools may use.")
+    max_context: int = Field(default=131072, gt=0, description="Longest max_context any deployment may serve.")
+    allow_spot: bool = Field(default=True, description="Whether pools may use spot capacity.")
+
+
+class GcpSpec(_Spec):
+    """Where GKE TPU pools live (only when a pool uses a GKE machine type)."""
+
+    project: str = Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id.")
+    region: str = Field(pattern=r"^[a-z]+-[a-z]+\d$", description="GCP region, e.g. ``us-west4``.")
+    zone: str = Field(pattern=r"^[a-z]+-[a-z]+\d-[a-z]$", description="Zone of the TPU node pools.")
+
+
+class PlatformSpec(_Spec):
+    """Everything one environment's inference platform is made of."""
+
+    environment: Environment = Field(description="dev, staging or prod; decides the secure defaults' strictness.")
+    region: str = Field(description="AWS region (from the stack's ``aws:region``).")
+    zones: tuple[str, ...] = Field(min_length=2, max_length=6, description="Availability zones for the VPC.")
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="The EKS control plane.")
+    pools: tuple[PoolSpec, ...] = Field(min_length=1, description="Accelerator node pools.")
+    models: tuple[ModelDeploymentSpec, ...] = Field(min_length=1, description="Served models.")
+    cache: CacheSpec = Field(default_factory=CacheSpec, description="Gateway cache.")
+    gateway: GatewaySpec = Field(default_factory=GatewaySpec, description="Gateway.")
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, description="Monitoring.")
+    limits: LimitsSpec = Field(description="Ceilings for this environment.")
+    gcp: GcpSpec | None = Field(default=None, description="GKE location, needed by TPU pools.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Tags added to every cloud resource.")
+
+    def pool(self, name: str) -> PoolSpec:
+        """The pool called ``name`` (valid after :func:`check_platform`)."""
+        return next(p for p in self.pools if p.name == name)
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem with a spec: where (``models[1].max_context``) and what."""
+
+    path: str
+    message: str
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; carries every issue found, not just the first."""
+
+    def __init__(self, issues: list[SpecIssue]) -> None:
+        self.issues = issues
+        super().__init__("; ".join(f"{i.path}: {i.message}" for i in issues))
+
+    def render(self, file: str, key: str = "inferplane:platform") -> str:
+        """One line per issue, naming the file and the full key path."""
+        lines = []
+        for issue in self.issues:
+            path = f"{key}.{issue.path}" if issue.path else key
+            lines.append(f"{file}: {path}: {issue.message}")
+        return "\n".join(lines)
+
+
+def _loc_to_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path
+
+
+def parse_platform(raw: Mapping[str, Any], region: str) -> PlatformSpec:
+    """Validate raw config into a :class:`PlatformSpec`, or raise :class:`SpecError` with every issue."""
+    if "region" in raw:
+        raise SpecError([SpecIssue("region", "set the region once, as aws:region, not inside the platform block")])
+    try:
+        spec = PlatformSpec.model_validate({**raw, "region": region})
+    except ValidationError as exc:
+        issues = []
+        for err in exc.errors():
+            # Pydantic reports model-validator errors at the model's location with a "Value error, " prefix.
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            issues.append(SpecIssue(_loc_to_path(loc), message))
+        raise SpecError(issues) from None
+    issues = check_platform(spec)
+    if issues:
+        raise SpecError(issues)
+    return spec
+
+
+def check_platform(spec: PlatformSpec) -> list[SpecIssue]:
+    """Cross-checks between sections and against the catalogs; returns every issue found."""
+    issues: list[SpecIssue] = []
+    add = issues.append
+
+    if not _AWS_REGION.match(spec.region):
+        add(SpecIssue("region", f"{spec.region!r} is not an AWS region name (from aws:region)"))
+    for i, zone in enumerate(spec.zones):
+        if not zone.startswith(spec.region) or len(zone) != len(spec.region) + 1:
+            add(SpecIssue(f"zones[{i}]", f"{zone!r} is not a zone of region {spec.region}"))
+    if len(set(spec.zones)) != len(spec.zones):
+        add(SpecIssue("zones", "zones repeat"))
+    if spec.environment == "prod" and len(spec.zones) < 3:
+        add(SpecIssue("zones", f"prod spreads over at least 3 zones, got {len(spec.zones)}"))
+
+    _check_pools(spec, add)
+    _check_models(spec, add)
+    _check_gateway(spec, add)
+    return issues
+
+
+def _check_pools(spec: PlatformSpec, add: Any) -> None:
+    seen: set[str] = set()
+    for i, pool in enumerate(spec.pools):
+        at = f"pools[{i}]"
+        if pool.name in seen:
+            add(SpecIssue(f"{at}.name", f"pool name {pool.name!r} is used twice"))
+        seen.add(pool.name)
+        if pool.accelerator not in spec.limits.allowed_accelerators:
+            allowed = ", ".join(spec.limits.allowed_accelerators)
+            add(SpecIssue(f"{at}.accelerator", f"{pool.accelerator} is not allowed in {spec.environment} ({allowed})"))
+        instance = INSTANCE_TYPES.get(pool.instance_type)
+        if instance is None:
+            add(SpecIssue(f"{at}.instance_type", f"unknown instance type {pool.instance_type!r}"))
+            continue
+        if instance.accelerator != pool.accelerator:
+            add(
+                SpecIssue(
+                    f"{at}.accelerator",
+                    f"{pool.instance_type} carries {instance.accelerator}, not {pool.accelerator}",
+                )
+            )
+        if pool.capacity_type == "spot" and not spec.limits.allow_spot:
+            add(SpecIssue(f"{at}.capacity_type", f"spot capacity is not allowed in {spec.environment}"))
+        if pool.capacity_type == "capacity_block":
+            if not instance.capacity_block:
+                add(SpecIssue(f"{at}.capacity_type", f"{pool.instance_type} is not sold as a capacity block"))
+            if pool.capacity_reservation_id is None:
+                add(SpecIssue(f"{at}.capacity_reservation_id", "a capacity block needs its reservation id (cr-...)"))
+            if pool.zone is None:
+                add(SpecIssue(f"{at}.zone", "a capacity block needs the reservation's zone"))
+        elif pool.capacity_reservation_id is not None:
+            add(SpecIssue(f"{at}.capacity_reservation_id", "only capacity_block pools take a reservation id"))
+        if pool.zone is not None and instance.cloud == "aws" and pool.zone not in spec.zones:
+            add(SpecIssue(f"{at}.zone", f"{pool.zone!r} is not one of the platform's zones"))
+        if pool.efa and not instance.supports_efa:
+            add(SpecIssue(f"{at}.efa", f"{pool.instance_type} does not support EFA"))
+        if pool.min_nodes > 0 and pool.capacity_type == "capacity_block":
+            add(SpecIssue(f"{at}.min_nodes", "capacity-block pools scale from 0 (the block ends on a schedule)"))
+        if instance.cloud == "gcp":
+            if spec.gcp is None:
+                add(SpecIssue(f"{at}.instance_type", f"{pool.instance_type} is a GKE machine type: add a gcp block"))
+            if pool.tpu_topology is None:
+                add(SpecIssue(f"{at}.tpu_topology", f"TPU pools need a topology, one of {instance.tpu_topologies}"))
+            elif pool.tpu_topology not in instance.tpu_topologies:
+                add(
+                    SpecIssue(
+                        f"{at}.tpu_topology",
+                        f"{pool.tpu_topology} is not a {pool.instance_type} topology ({', '.join(instance.tpu_topologies)})",
+                    )
+                )
+            if pool.capacity_type == "capacity_block" or pool.efa:
+                add(SpecIssue(f"{at}.capacity_type", "capacity blocks and EFA are EC2 features"))
+        elif pool.tpu_topology is not None:
+            add(SpecIssue(f"{at}.tpu_topology", "only GKE TPU pools take a topology"))
+
+
+def _check_models(spec: PlatformSpec, add: Any) -> None:
+    pools = {p.name: p for p in spec.pools}
+    seen: set[str] = set()
+    for i, deployment in enumerate(spec.models):
+        at = f"models[{i}]"
+        if deployment.name in seen:
+            add(SpecIssue(f"{at}.name", f"model name {deployment.name!r} is used twice"))
+        seen.add(deployment.name)
+        if deployment.model is not None and deployment.model not in MODELS:
+            add(SpecIssue(f"{at}.model", f"unknown model {deployment.model!r}; known: {', '.join(sorted(MODELS))}"))
+            continue
+        arch = deployment.architecture_resolved
+        if deployment.max_context > arch.max_context:
+            add(
+                SpecIssue(
+                    f"{at}.max_context",
+                    f"{deployment.max_context} exceeds the {arch.max_context} tokens {deployment.model_label} supports",
+                )
+            )
+        if deployment.max_context > spec.limits.max_context:
+            add(
+                SpecIssue(
+                    f"{at}.max_context",
+                    f"{deployment.max_context} exceeds this environment's limit of {spec.limits.max_context} tokens",
+                )
+            )
+        kv_16bit = {"bf16": "bf16", "fp16": "fp16"}.get(deployment.kv_cache_dtype)
+        compute_dtype = "fp16" if deployment.weights_dtype in ("fp16", "int4") else arch.native_dtype
+        if kv_16bit is not None and kv_16bit != compute_dtype:
+            add(
+                SpecIssue(
+                    f"{at}.kv_cache_dtype",
+                    f"a {kv_16bit} KV cache with {compute_dtype} activations is not supported; use auto or fp8",
+                )
+            )
+        if deployment.weights_dtype == "int4" and deployment.weights_repo is None:
+            add(SpecIssue(f"{at}.weights_repo", "int4 weights need an AWQ checkpoint: set weights_repo"))
+        pool = pools.get(deployment.pool)
+        if pool is None:
+            add(SpecIssue(f"{at}.pool", f"no pool named {deployment.pool!r} ({', '.join(pools)})"))
+            continue
+        instance = INSTANCE_TYPES.get(pool.instance_type)
+        if instance is None:
+            continue
+        accelerator = get_accelerator(instance.accelerator)
+        if deployment.gpus_per_replica is not None:
+            if deployment.gpus_per_replica > instance.accelerators_per_node:
+                add(
+                    SpecIssue(
+                        f"{at}.gpus_per_replica",
+                        f"{deployment.gpus_per_replica} GPUs per replica exceeds the "
+                        f"{instance.accelerators_per_node} per {pool.instance_type} node: "
+                        "tensor parallelism never crosses a node",
+                    )
+                )
+            elif instance.accelerators_per_node % deployment.gpus_per_replica:
+                add(
+                    SpecIssue(
+                        f"{at}.gpus_per_replica",
+                        f"{deployment.gpus_per_replica} does not divide the {instance.accelerators_per_node} "
+                        f"accelerators of a {pool.instance_type} node",
+                    )
+                )
+        if accelerator.vendor == "google":
+            chips = tpu_topology_chips(pool.tpu_topology) if pool.tpu_topology else instance.accelerators_per_node
+            if deployment.engine != "vllm":
+                add(SpecIssue(f"{at}.engine", "TPU pools serve with vLLM's TPU image; Triton TensorRT-LLM needs NVIDIA"))
+            if deployment.weights_dtype != "bf16" or deployment.kv_cache_dtype not in ("auto", "bf16"):
+                add(SpecIssue(f"{at}.weights_dtype", "TPU v5e serves bf16 weights and KV cache"))
+            if chips > instance.accelerators_per_node:
+                add(SpecIssue(f"{at}.pool", f"pool {pool.name!r} is a multi-host slice; serving needs one host"))
+        if deployment.engine == "triton" and deployment.speculative_decoding is not None:
+            add(
+                SpecIssue(
+                    f"{at}.speculative_decoding",
+                    "speculative decoding with Triton needs the BLS model and a draft engine; not supported",
+                )
+            )
+        if deployment.engine == "triton" and deployment.weights_dtype == "int4":
+            add(SpecIssue(f"{at}.weights_dtype", "int4 (AWQ) is served with vLLM; build TensorRT-LLM engines in fp8"))
+
+
+def _check_gateway(spec: PlatformSpec, add: Any) -> None:
+    names = {m.name for m in spec.models}
+    tier_names: set[str] = set()
+    for i, tier in enumerate(spec.gateway.tiers):
+        if tier.name in tier_names:
+            add(SpecIssue(f"gateway.tiers[{i}].name", f"tier {tier.name!r} is defined twice"))
+        tier_names.add(tier.name)
+        for field in ("models", "fallback"):
+            for j, name in enumerate(getattr(tier, field)):
+                if name not in names:
+                    add(SpecIssue(f"gateway.tiers[{i}].{field}[{j}]", f"no model deployment named {name!r}"))
+        overlap = set(tier.models) & set(tier.fallback)
+        if overlap:
+            add(SpecIssue(f"gateway.tiers[{i}].fallback", f"{', '.join(sorted(overlap))} is both primary and fallback"))
+    for i, deployment in enumerate(spec.models):
+        if spec.gateway.tiers and deployment.routing_tier not in tier_names:
+            add(SpecIssue(f"models[{i}].routing_tier", f"no gateway tier named {deployment.routing_tier!r}"))
