@@ -94,7 +94,7 @@ def weights_bytes(model: ModelArchitecture, dtype: WeightsDtype) -> int:
     quantized = body * BYTES_PER_PARAMETER[dtype]
     if dtype == "int4":
         quantized += body / AWQ_GROUP_SIZE * AWQ_GROUP_OVERHEAD_BYTES
-    return int(math.ceil(quantized)) + embedding * 2
+    return math.ceil(quantized) + embedding * 2
 
 
 def kv_element_bytes(model: ModelArchitecture, kv_dtype: KvCacheDtype, weights_dtype: WeightsDtype) -> int:
@@ -167,7 +167,9 @@ class SizingResult(BaseModel):
     kv_cache_bytes_per_token: int = Field(description="2 x layers x KV heads x head dim x bytes.")
     kv_cache_bytes_required: int = Field(description="Per token x context x concurrency.")
     kv_head_replication: float = Field(description="Cache growth when TP exceeds KV heads (1.0 otherwise).")
-    tensor_parallel_size: int = Field(description="Chosen TP (accelerators per replica); the largest tried if none fit.")
+    tensor_parallel_size: int = Field(
+        description="Chosen TP (accelerators per replica); the largest tried if none fit."
+    )
     usable_bytes: int = Field(description="TP x device memory x gpu_memory_utilization.")
     reserve_bytes: int = Field(description="Runtime reserve plus peak activations, whole replica.")
     kv_pool_bytes: int = Field(description="What is left for the KV cache (negative when weights do not fit).")
@@ -266,7 +268,7 @@ def _batched_tokens(request: SizingRequest, tp: int) -> int:
     flops_per_token = 2 * request.model.decode_parameters
     budget_seconds = request.itl_slo_ms / 1000
     tokens = budget_seconds * tp * _peak_tflops(request) * 1e12 * COMPUTE_EFFICIENCY / flops_per_token
-    power = 2 ** int(math.floor(math.log2(max(tokens, 1))))
+    power: int = 2 ** math.floor(math.log2(max(tokens, 1)))
     bounded = min(max(power, MIN_BATCHED_TOKENS), MAX_BATCHED_TOKENS)
     return max(bounded, request.concurrency)
 
@@ -316,7 +318,7 @@ def _decode_roofline(request: SizingRequest, ev: _Evaluation, weights: int) -> t
 
 
 def _fraction_floor(value: float, digits: int = 2) -> float:
-    scale = 10**digits
+    scale = 10.0**digits
     return math.floor(value * scale) / scale
 
 
@@ -364,7 +366,9 @@ def size(request: SizingRequest) -> SizingResult:
     weights_per_gpu = weights / chosen.tp
     reserve_per_gpu = chosen.reserve / chosen.tp
     free_after_weights = device - weights_per_gpu - reserve_per_gpu
-    kv_fraction = _fraction_floor(max(chosen.kv_pool, 0) / chosen.tp / free_after_weights) if free_after_weights > 0 else 0.0
+    kv_fraction = (
+        _fraction_floor(max(chosen.kv_pool, 0) / chosen.tp / free_after_weights) if free_after_weights > 0 else 0.0
+    )
 
     return SizingResult(
         model=request.model_label,
@@ -425,7 +429,9 @@ def _gib(value: float) -> str:
 
 
 def _misfit_reason(request: SizingRequest, ev: _Evaluation, weights: int) -> str:
-    where = f"{ev.tp} x {request.accelerator.id} (TP {ev.tp}, {_gib(ev.usable)} usable at {request.gpu_memory_utilization})"
+    where = (
+        f"{ev.tp} x {request.accelerator.id} (TP {ev.tp}, {_gib(ev.usable)} usable at {request.gpu_memory_utilization})"
+    )
     if weights + ev.reserve > ev.usable:
         return (
             f"{request.model_label} weights in {request.weights_dtype} take {_gib(weights)}, plus a "
@@ -451,11 +457,15 @@ def _alternatives(request: SizingRequest, largest: _Evaluation) -> list[str]:
         if request.weights_dtype in ("bf16", "fp16"):
             alt = _fits_with(request, weights_dtype="fp8")
             if alt.fits:
-                found.append(f"fp8 weights: fits at TP {alt.tensor_parallel_size} ({alt.max_concurrent_sequences} sequences)")
+                found.append(
+                    f"fp8 weights: fits at TP {alt.tensor_parallel_size} ({alt.max_concurrent_sequences} sequences)"
+                )
         if request.kv_cache_dtype != "fp8" and request.accelerator.vendor == "nvidia":
             alt = _fits_with(request, kv_cache_dtype="fp8")
             if alt.fits:
-                found.append(f"fp8 KV cache: fits at TP {alt.tensor_parallel_size} ({alt.max_concurrent_sequences} sequences)")
+                found.append(
+                    f"fp8 KV cache: fits at TP {alt.tensor_parallel_size} ({alt.max_concurrent_sequences} sequences)"
+                )
     if tp_fixed is not None and largest.tp < request.accelerators_per_node:
         alt = _fits_with(request, tensor_parallel_size=None)
         if alt.fits:
@@ -645,7 +655,8 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
     if cost_max is None:
         unpriced = sorted({p.instance_type for p in pools if p.node_hourly_usd is None})
         problems.append(
-            f"limits.max_hourly_cost_usd: no on-demand price for {', '.join(unpriced)}; the cost ceiling cannot be checked"
+            f"limits.max_hourly_cost_usd: no on-demand price for {', '.join(unpriced)}; "
+            "the cost ceiling cannot be checked"
         )
     elif cost_max > spec.limits.max_hourly_cost_usd:
         problems.append(

@@ -201,7 +201,9 @@ class CacheSpec(_Spec):
 
     enabled: bool = Field(default=True, description="Create the cache.")
     engine: Literal["valkey", "redis"] = Field(default="valkey", description="ElastiCache engine.")
-    node_type: str = Field(default="cache.r7g.large", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$", description="Node type.")
+    node_type: str = Field(
+        default="cache.r7g.large", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$", description="Node type."
+    )
     replicas: int = Field(default=2, ge=1, le=6, description="Cache nodes (primary plus replicas).")
     semantic: bool = Field(default=True, description="Also serve near-duplicate prompts by embedding similarity.")
     semantic_similarity_threshold: float = Field(default=0.95, gt=0.5, le=1.0, description="Cosine similarity.")
@@ -406,7 +408,8 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
                 add(
                     SpecIssue(
                         f"{at}.tpu_topology",
-                        f"{pool.tpu_topology} is not a {pool.instance_type} topology ({', '.join(instance.tpu_topologies)})",
+                        f"{pool.tpu_topology} is not a {pool.instance_type} topology "
+                        f"({', '.join(instance.tpu_topologies)})",
                     )
                 )
             if pool.capacity_type == "capacity_block" or pool.efa:
@@ -481,7 +484,9 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
         if accelerator.vendor == "google":
             chips = tpu_topology_chips(pool.tpu_topology) if pool.tpu_topology else instance.accelerators_per_node
             if deployment.engine != "vllm":
-                add(SpecIssue(f"{at}.engine", "TPU pools serve with vLLM's TPU image; Triton TensorRT-LLM needs NVIDIA"))
+                add(
+                    SpecIssue(f"{at}.engine", "TPU pools serve with vLLM's TPU image; Triton TensorRT-LLM needs NVIDIA")
+                )
             if deployment.weights_dtype != "bf16" or deployment.kv_cache_dtype not in ("auto", "bf16"):
                 add(SpecIssue(f"{at}.weights_dtype", "TPU v5e serves bf16 weights and KV cache"))
             if chips > instance.accelerators_per_node:

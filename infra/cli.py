@@ -80,7 +80,18 @@ def render_result(console: Console, result: SizingResult) -> None:
 def sizing_table(plan: PlatformSizing) -> Table:
     """The per-model sizing table the preview and ``size --stack`` print."""
     table = Table(title="Sizing", title_justify="left")
-    for column in ("model", "pool", "accelerator", "TP", "fits", "max seqs", "decode tok/s", "cold start", "$/h min", "$/h max"):
+    for column in (
+        "model",
+        "pool",
+        "accelerator",
+        "TP",
+        "fits",
+        "max seqs",
+        "decode tok/s",
+        "cold start",
+        "$/h min",
+        "$/h max",
+    ):
         table.add_column(column)
     for d in plan.deployments:
         r = d.result
@@ -107,8 +118,13 @@ def render_platform(console: Console, plan: PlatformSizing) -> None:
         pools.add_column(column)
     for p in plan.pools:
         pools.add_row(
-            p.name, p.instance_type, str(p.min_nodes), str(p.max_nodes), _usd(p.node_hourly_usd),
-            _usd(p.hourly_usd_min), _usd(p.hourly_usd_max),
+            p.name,
+            p.instance_type,
+            str(p.min_nodes),
+            str(p.max_nodes),
+            _usd(p.node_hourly_usd),
+            _usd(p.hourly_usd_min),
+            _usd(p.hourly_usd_max),
         )
     console.print(pools)
     console.print(
@@ -143,7 +159,9 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     nodes = instances_for(accelerator.id)
     per_node = nodes[0].accelerators_per_node if nodes else 1
     if args.context > model.max_context:
-        err.print(f"inferplane size: --context {args.context} exceeds the {model.max_context} tokens {args.model} supports")
+        err.print(
+            f"inferplane size: --context {args.context} exceeds the {model.max_context} tokens {args.model} supports"
+        )
         return EXIT_INVALID
     if not 0.5 <= args.gpu_memory_utilization <= 0.93:
         err.print("inferplane size: --gpu-memory-utilization must be within 0.5 and 0.93")
@@ -210,7 +228,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(str(exc), markup=False, highlight=False)
         return EXIT_INVALID
     return code
-
 
 
 if __name__ == "__main__":

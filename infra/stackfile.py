@@ -150,12 +150,16 @@ def load_stack(project_dir: Path, stack: str) -> Stack:
     if not isinstance(raw, dict):
         raise StackFileError(display, "a mapping describing the platform is required", key=PLATFORM_KEY)
     if any(isinstance(v, SecretValue) for v in _leaves(raw)):
-        raise StackFileError(display, "secrets do not belong in the platform spec; use their own keys", key=PLATFORM_KEY)
+        raise StackFileError(
+            display, "secrets do not belong in the platform spec; use their own keys", key=PLATFORM_KEY
+        )
     try:
         platform = parse_platform(raw, region)
     except SpecError as exc:
         raise InvalidSpecError(display, exc) from None
-    return Stack(project=project, name=stack, project_dir=project_dir, config_file=path, config=config, platform=platform)
+    return Stack(
+        project=project, name=stack, project_dir=project_dir, config_file=path, config=config, platform=platform
+    )
 
 
 def _leaves(value: Any) -> list[Any]:

@@ -27,7 +27,9 @@ class Accelerator(BaseModel):
 
     id: AcceleratorId = Field(description="Catalog identifier.")
     display_name: str = Field(description="Vendor name, as EC2 or GKE shows it.")
-    vendor: Literal["nvidia", "google"] = Field(description="Who makes it; decides the device plugin and resource name.")
+    vendor: Literal["nvidia", "google"] = Field(
+        description="Who makes it; decides the device plugin and resource name."
+    )
     memory_mib: int = Field(gt=0, description="Device memory as the cloud API reports it, in MiB.")
     memory_bandwidth_gbps: float = Field(gt=0, description="Peak device-memory bandwidth, GB/s (10^9 bytes/s).")
     bf16_dense_tflops: float = Field(gt=0, description="Peak dense BF16 tensor throughput, TFLOP/s.")
@@ -142,7 +144,9 @@ ACCELERATORS: dict[AcceleratorId, Accelerator] = {
             fp8_dense_tflops=None,
             interconnect="tpu-ici",
             interconnect_gbps=200,
-            source="cloud.google.com/tpu/docs/v5e (16 GiB HBM2, 819 GBps, 197 TFLOPs bf16, 1600 Gbps ICI), read 2026-11-29",
+            source=(
+                "cloud.google.com/tpu/docs/v5e (16 GiB HBM2, 819 GBps, 197 TFLOPs bf16, 1600 Gbps ICI), read 2026-11-29"
+            ),
         ),
     )
 }

@@ -52,7 +52,7 @@ class InstanceType(BaseModel):
         return self.memory_mib / 1024
 
 
-def _ec2(
+def _ec2(  # noqa: PLR0917 - one positional per table column keeps the rows readable
     name: str,
     accelerator: AcceleratorId,
     count: int,

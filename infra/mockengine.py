@@ -1,0 +1,226 @@
+"""Evaluating a Pulumi program in-process under Pulumi's mock engine, recording every registration.
+
+This is how inferplane previews a stack without the ``pulumi`` CLI, a backend or cloud credentials, and how the
+tests prove what components register. The program runs exactly as under ``pulumi preview``: the same
+``ComponentResource`` code, the same ``...Args`` classes, the same serialisation of inputs over the resource
+monitor protocol. Only the engine's answers (ids and output properties) are invented, by :class:`PlatformMocks`,
+so that dependent resources see plausible values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.settings import reset_options, set_root_resource
+from pulumi.runtime.stack import run_in_stack
+
+SECRET_PLACEHOLDER = "[secret]"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One resource the program registered, as the engine saw it."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str
+    provider: str
+    custom: bool
+    protect: bool
+    dependencies: tuple[str, ...]
+    inputs: Mapping[str, Any]
+    id: str | None = None
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _plain(value: Any) -> Any:
+    """Inputs as JSON-able data: secrets become ``[secret]``, unknowns ``None``, resource refs their URN."""
+    if rpc.is_rpc_secret(value):
+        return SECRET_PLACEHOLDER
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if not k.startswith("__")}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, pulumi.Resource):
+        return f"<ref:{type(value).__name__}>"
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """The SDK's mock monitor, also keeping what the engine would: parent, provider, dependencies, protect."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks) -> None:
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self.stack_outputs: dict[str, Any] = {}
+        self.stack_urn: str | None = None
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        if request.type == "pulumi:pulumi:Stack":
+            self.stack_urn = response.urn
+            return response
+        inputs = rpc.deserialize_properties(request.object)
+        state = self.resources[response.urn].state if response.urn in self.resources else {}
+        self.registrations.append(
+            Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                parent=request.parent,
+                provider=request.provider,
+                custom=bool(request.custom),
+                protect=bool(request.protect),
+                dependencies=tuple(request.dependencies),
+                inputs=_plain(inputs),
+                id=response.id or None,
+                outputs=_plain(state),
+            )
+        )
+        return response
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        if request.urn == self.stack_urn:
+            self.stack_outputs = _plain(rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)  # type: ignore[no-untyped-call]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one evaluation registered, in registration order, and the stack's outputs."""
+
+    registrations: tuple[Registration, ...]
+    outputs: Mapping[str, Any]
+
+    def of_type(self, type_token: str) -> list[Registration]:
+        """Registrations of one type token, in order."""
+        return [r for r in self.registrations if r.type == type_token]
+
+    def named(self, name: str) -> Registration:
+        """The one registration with this logical name."""
+        matches = [r for r in self.registrations if r.name == name]
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} registrations named {name!r}")
+        return matches[0]
+
+    def children_of(self, urn: str) -> list[Registration]:
+        """Direct children of a resource."""
+        return [r for r in self.registrations if r.parent == urn]
+
+
+def _config_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def evaluate(
+    program: Callable[[], None],
+    *,
+    mocks: pulumi_mocks.Mocks,
+    project: str = "inferplane",
+    stack: str = "test",
+    config: Mapping[str, Any] | None = None,
+    secret_keys: tuple[str, ...] = (),
+    preview: bool = True,
+) -> Evaluation:
+    """Run ``program`` under ``mocks`` on a fresh event loop and a reset runtime; return what it registered.
+
+    The runtime is reset before and after, so nothing leaks from one evaluation into the next.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    monitor = RecordingMonitor(mocks)
+    try:
+        reset_options()
+        set_all_config({k: _config_value(v) for k, v in (config or {}).items()}, list(secret_keys))
+        pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
+        # set_mocks makes a root stack for tests that build resources directly; the program gets its own, as
+        # under the CLI, so its exports land on the stack that run_in_stack finishes.
+        set_root_resource(None)  # type: ignore[arg-type]
+        loop.run_until_complete(run_in_stack(program))
+    finally:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+        asyncio.set_event_loop(None)
+        set_all_config({}, [])
+        reset_options()
+    return Evaluation(registrations=tuple(monitor.registrations), outputs=monitor.stack_outputs)
+
+
+MOCK_ACCOUNT_ID = "123456789012"
+"""AWS's documentation account id: plausible in ARNs, never a real account."""
+
+
+class PlatformMocks(pulumi_mocks.Mocks):
+    """Engine answers that look like a cloud's: ids, ARNs, endpoints, a kubeconfig.
+
+    Every resource echoes its inputs (as a provider's state does) plus the computed properties of its type. Types
+    without an entry get an id and an ARN-less echo. Add an entry when a component reads a computed output.
+    """
+
+    def __init__(self, region: str = "us-east-1") -> None:
+        self.region = region
+
+    def _arn(self, service: str, resource: str) -> str:
+        return f"arn:aws:{service}:{self.region}:{MOCK_ACCOUNT_ID}:{resource}"
+
+    def computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Computed output properties for one resource (camelCase, as providers return them)."""
+        physical = inputs.get("name") or name
+        if type_token == "aws:eks/cluster:Cluster":
+            endpoint = f"https://{abs(hash(name)) % 10**12:012X}.gr7.{self.region}.eks.amazonaws.com"
+            return {
+                "arn": self._arn("eks", f"cluster/{physical}"),
+                "endpoint": endpoint,
+                "certificateAuthority": {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMtbW9jay0tLS0tCg=="},
+                "identities": [{"oidcs": [{"issuer": f"https://oidc.eks.{self.region}.amazonaws.com/id/MOCK"}]}],
+                "vpcConfig": {
+                    **dict(inputs.get("vpcConfig") or {}),
+                    "clusterSecurityGroupId": f"sg-{name[:8]}0cluster",
+                },
+                "status": "ACTIVE",
+            }
+        if type_token == "aws:iam/role:Role":
+            return {"arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/{physical}", "uniqueId": f"AROA{name.upper()[:16]}"}
+        if type_token == "aws:kms/key:Key":
+            return {"arn": self._arn("kms", f"key/{name}-0000-0000"), "keyId": f"{name}-0000-0000"}
+        if type_token == "aws:ec2/launchTemplate:LaunchTemplate":
+            return {"arn": self._arn("ec2", f"launch-template/lt-{name}"), "latestVersion": 1}
+        if type_token.startswith("aws:ec2/"):
+            kind = type_token.rsplit(":", maxsplit=1)[-1].lower()
+            return {"arn": self._arn("ec2", f"{kind}/{name}")}
+        if type_token.startswith("aws:"):
+            service = type_token.split(":")[1].split("/", maxsplit=1)[0]
+            return {"arn": self._arn(service, f"{type_token.rsplit(':', maxsplit=1)[-1].lower()}/{physical}")}
+        return {}
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        outputs = {**args.inputs, **self.computed(args.typ, args.name, args.inputs)}
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {
+                "accountId": MOCK_ACCOUNT_ID,
+                "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:user/preview",
+                "userId": "AIDAPREVIEW",
+            }, None
+        if args.token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, None
+        if args.token == "aws:index/getRegion:getRegion":
+            return {"name": self.region, "region": self.region}, None
+        return {}, None

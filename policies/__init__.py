@@ -1,0 +1,1 @@
+"""inferplane CrossGuard policy pack (see issue: Policy pack)."""
