@@ -12,6 +12,11 @@ from components.sizing import PlatformSizing, size_platform
 from components.spec import PlatformSpec, SpecError, parse_platform
 from infra.stackfile import PLATFORM_KEY
 
+SECRET_CONFIG_KEYS: tuple[str, ...] = ("inferplane:hfToken",)
+"""Secrets the program reads with ``require_secret``. Stack files in the repository cannot carry them (``secure:``
+ciphertext is made by ``pulumi config set --secret`` for one stack's key); the offline preview stands a
+``[secret]`` placeholder in for any that a stack lacks."""
+
 
 def platform_from_config() -> PlatformSpec:
     """Read ``inferplane:platform`` and ``aws:region`` through Pulumi's config, as the CLI provides them."""
