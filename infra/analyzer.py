@@ -650,6 +650,7 @@ __all__ = [
     "PolicyPackProcess",
     "PolicyReport",
     "Violation",
+    "check_stack",
     "load_policy_pack_config",
     "parse_policy_pack_config",
     "policy_config_path",
@@ -657,3 +658,38 @@ __all__ = [
     "reconcile_config",
     "run_policy_pack",
 ]
+
+
+def check_stack(stack: str, project_dir: Path | None = None) -> PolicyReport:
+    """Evaluate a shipped stack's program under the mock engine, then run the pack with its environment's config.
+
+    This is ``pulumi preview --policy-pack policies --policy-pack-config policies/config/<env>.json`` without the
+    CLI: the program's registrations (inputs, options, dependencies) go to ``Analyze``, their outputs to
+    ``AnalyzeStack``.
+    """
+    from infra.mockengine import PlatformMocks, evaluate  # noqa: PLC0415 - the CLI imports this module; keep it light
+    from infra.program import SECRET_CONFIG_KEYS, main  # noqa: PLC0415
+    from infra.stackfile import SecretValue, find_project_dir, load_stack  # noqa: PLC0415
+
+    loaded = load_stack(project_dir or find_project_dir(), stack)
+    config: dict[str, Any] = {
+        key: SECRET_PLACEHOLDER if isinstance(value, SecretValue) else value for key, value in loaded.config.items()
+    }
+    for key in SECRET_CONFIG_KEYS:
+        config.setdefault(key, SECRET_PLACEHOLDER)
+    secret_keys = tuple(k for k, v in loaded.config.items() if isinstance(v, SecretValue)) + SECRET_CONFIG_KEYS
+    evaluation = evaluate(
+        main,
+        mocks=PlatformMocks(loaded.platform.region),
+        project=loaded.project,
+        stack=stack,
+        config=config,
+        secret_keys=secret_keys,
+    )
+    return run_policy_pack(
+        evaluation.registrations,
+        stack=stack,
+        environment=loaded.platform.environment,
+        project=loaded.project,
+        outputs={r.urn: r.outputs for r in evaluation.registrations},
+    )

@@ -14,8 +14,10 @@ from policies.base import (
     Resource,
     Severity,
     StackReport,
+    _Unknown,
     as_dict,
     as_list,
+    dig,
     known,
     of_type,
     resource_policy,
@@ -33,24 +35,33 @@ QUEUE_METRICS = ["vllm:num_requests_waiting", "nv_inference_pending_request_coun
 requests and TensorRT-LLM's ``request_type="waiting"`` series (Triton metrics docs)."""
 
 
-def targets(scaled_object: Resource, workload: Resource) -> bool:
-    """Whether a ScaledObject scales a workload: by name, by the deployment label, or by depending on it."""
-    ref = as_dict(scaled_object.get("spec", "scaleTargetRef"))
-    kind = ref.get("kind") or "Deployment"
+def targets(scaled_object: Resource, workload: Resource) -> bool | None:
+    """Whether a ScaledObject scales a workload (by depending on it, by name, or by the deployment label); None
+    when unknown values leave it open."""
     if workload.urn in scaled_object.dependencies:
         return True
-    if kind != workload.type.rsplit(":", maxsplit=1)[-1]:
+    ref = scaled_object.get("spec", "scaleTargetRef")
+    kind = dig(ref, "kind") or "Deployment"
+    if kind is not UNKNOWN and kind != workload.type.rsplit(":", maxsplit=1)[-1]:
         return False
-    if ref.get("name") == workload_name(workload):
+    name, theirs_name = dig(ref, "name"), workload.get("metadata", "name")
+    if isinstance(name, str) and name == theirs_name:
         return True
     mine = object_labels(workload).get(DEPLOYMENT_LABEL)
-    theirs = as_dict(scaled_object.get("metadata", "labels")).get(DEPLOYMENT_LABEL)
-    return isinstance(mine, str) and mine == theirs
+    theirs = dig(scaled_object.get("metadata", "labels"), DEPLOYMENT_LABEL)
+    if isinstance(mine, str) and mine == theirs:
+        return True
+    undecided = (kind, name, theirs_name, theirs, workload.get("metadata", "labels"))
+    return None if any(v is UNKNOWN for v in undecided) else False
 
 
-def scaled_object_for(workload: Resource, resources: list[Resource]) -> Resource | None:
-    """The ScaledObject that scales ``workload``, if any."""
-    return next((so for so in of_type(resources, T.SCALED_OBJECT) if targets(so, workload)), None)
+def scaled_object_for(workload: Resource, resources: list[Resource]) -> Resource | _Unknown | None:
+    """The ScaledObject that scales ``workload``: None if there is none, UNKNOWN if unknown values hide it."""
+    verdicts = [(so, targets(so, workload)) for so in of_type(resources, T.SCALED_OBJECT)]
+    match = next((so for so, verdict in verdicts if verdict), None)
+    if match is None and any(verdict is None for _, verdict in verdicts):
+        return UNKNOWN
+    return match
 
 
 def replica_bounds(scaled_object: Resource) -> tuple[Any, Any]:
@@ -118,6 +129,8 @@ def queue_trigger(resource: Resource, config: Config, report: Report) -> None:
 )
 def scaling_bounds(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: KEDA ScaledObject spec; Gatekeeper horizontalpodautoscaler; EKS Best Practices (cooldown)."""
+    if resource.get("spec") is UNKNOWN:
+        return
     spec = as_dict(resource.get("spec"))
     low, high = spec.get("minReplicaCount"), spec.get("maxReplicaCount")
     if not (known(low) and known(high)):
@@ -158,8 +171,10 @@ def scaled_gpus(resources: list[Resource], config: Config, report: StackReport) 
         if not per_replica:
             continue
         scaled = scaled_object_for(workload, resources)
-        if scaled is not None:
+        if isinstance(scaled, Resource):
             high: Any = replica_bounds(scaled)[1]
+        elif scaled is UNKNOWN:
+            continue
         else:
             replicas = workload.get("spec", "replicas")
             high = 1 if replicas is None else replicas

@@ -179,7 +179,9 @@ class PolicyMeta:
 
 
 def _config(meta: PolicyMeta, given: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {**meta.defaults(), **dict(given or {})}
+    """Schema defaults overlaid with the configured values (numbers normalised as in :func:`snapshot`)."""
+    configured: dict[str, Any] = snapshot(dict(given or {}))
+    return {**meta.defaults(), **configured}
 
 
 def _resource_from_args(args: ResourceValidationArgs) -> Resource:

@@ -92,7 +92,7 @@ def launch_template_volumes(resource: Resource, config: Config, report: Report) 
         return
     for index, mapping in enumerate(as_list(mappings)):
         ebs = as_dict(mapping).get("ebs")
-        if ebs is None:
+        if ebs is None or ebs is UNKNOWN or mapping is UNKNOWN:
             continue  # instance-store (NVMe) mappings have no EBS volume
         encrypted = as_dict(ebs).get("encrypted")
         if encrypted is UNKNOWN:

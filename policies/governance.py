@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from policies.base import (
-    UNKNOWN,
     AnyPolicy,
     Config,
     EnforcementLevel,
@@ -11,6 +10,7 @@ from policies.base import (
     Resource,
     Severity,
     as_dict,
+    known,
     resource_policy,
 )
 from policies.resource_types import STATEFUL, TAGGABLE
@@ -38,9 +38,10 @@ from policies.resource_types import STATEFUL, TAGGABLE
 def required_tags(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: Pulumi Best Practices resource-tagging; awsguard."""
     tags = resource.get("tags")
-    if tags is UNKNOWN:
+    default_tags = resource.provider_props.get("defaultTags")
+    if not (known(tags) and known(default_tags)):
         return
-    defaults = as_dict(as_dict(resource.provider_props.get("defaultTags")).get("tags"))
+    defaults = as_dict(as_dict(default_tags).get("tags"))
     present = set(as_dict(tags)) | set(defaults)
     missing = [key for key in config["requiredTags"] if key not in present]
     if missing:

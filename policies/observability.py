@@ -14,6 +14,7 @@ from policies.base import (
     StackReport,
     as_dict,
     as_list,
+    known,
     of_type,
     stack_policy,
 )
@@ -24,10 +25,12 @@ from policies.workloads import workload_name
 _PREEMPTION_NAME = re.compile(r"(?i)preempt|interrupt|reclaim")
 
 
-def preemption_alerts(resources: list[Resource]) -> list[str]:
-    """Names of alert rules labelled as preemption alerts (or named like one)."""
+def preemption_alerts(resources: list[Resource]) -> list[str] | None:
+    """Names of alert rules labelled as preemption alerts (or named like one); None when rules are unknown."""
     found: list[str] = []
     for rule_set in of_type(resources, T.PROMETHEUS_RULE):
+        if not known(rule_set.get("spec", "groups")):
+            return None
         for group in as_list(rule_set.get("spec", "groups")):
             for rule in as_list(as_dict(group).get("rules")):
                 alert = as_dict(rule).get("alert")
@@ -52,7 +55,7 @@ def preemption_alerts(resources: list[Resource]) -> list[str]:
 def preemption_alert(resources: list[Resource], config: Config, report: StackReport) -> None:
     """Anchor: EKS Best Practices AI/ML (observability of accelerated nodes)."""
     servers = [workload_name(w) for w in of_type(resources, T.DEPLOYMENT, T.STATEFUL_SET) if is_model_server(w)]
-    if servers and not preemption_alerts(resources):
+    if servers and preemption_alerts(resources) == []:
         report(
             f"no PrometheusRule alert is labelled {ALERT_KIND_LABEL}={PREEMPTION_ALERT}; model servers "
             f"{', '.join(servers)} run unwatched",

@@ -48,6 +48,7 @@ from policies.base import (
     StackReport,
     as_dict,
     as_list,
+    known,
     of_type,
     resource_policy,
     stack_policy,
@@ -228,8 +229,17 @@ def sizing_for(settings: ServingSettings) -> SizingResult | None:
     return size(request)
 
 
+def _decidable(resource: Resource) -> bool:
+    """Whether what the serving policies read is known: annotations, placement, and the engine's command, args and
+    resources (an env value computed from another resource's output does not matter)."""
+    spec = pod_spec(resource)
+    if not (known(object_annotations(resource)) and known(spec.get("nodeSelector")) and known(spec.get("containers"))):
+        return False
+    return all(known(c.get(k)) for _, c in containers(resource, init=False) for k in ("command", "args", "resources"))
+
+
 def _settings_or_report(resource: Resource, report: Report) -> ServingSettings | None:
-    if not is_model_server(resource):
+    if not is_model_server(resource) or not _decidable(resource):
         return None
     try:
         return serving_settings(resource)
@@ -443,8 +453,10 @@ def _role(resource: Resource) -> str | None:
 def minimum_replicas(workload: Resource, resources: list[Resource]) -> Any:
     """Replicas the workload never goes below: its ScaledObject's minimum, else spec.replicas (default 1)."""
     scaled = scaled_object_for(workload, resources)
-    if scaled is not None:
+    if isinstance(scaled, Resource):
         return replica_bounds(scaled)[0]
+    if scaled is UNKNOWN:
+        return UNKNOWN
     replicas = workload.get("spec", "replicas")
     return 1 if replicas is None else replicas
 
@@ -452,8 +464,10 @@ def minimum_replicas(workload: Resource, resources: list[Resource]) -> Any:
 def maximum_replicas(workload: Resource, resources: list[Resource]) -> Any:
     """Replicas the workload may reach: its ScaledObject's maximum, else spec.replicas (default 1)."""
     scaled = scaled_object_for(workload, resources)
-    if scaled is not None:
+    if isinstance(scaled, Resource):
         return replica_bounds(scaled)[1]
+    if scaled is UNKNOWN:
+        return UNKNOWN
     replicas = workload.get("spec", "replicas")
     return 1 if replicas is None else replicas
 
@@ -492,10 +506,13 @@ def min_replicas(resources: list[Resource], config: Config, report: StackReport)
             )
 
 
-def _selects_pod(pdb: Resource, workload: Resource) -> bool:
-    selector = as_dict(pdb.get("spec", "selector", "matchLabels"))
-    pod_labels = as_dict(workload.get("spec", "template", "metadata", "labels"))
-    return bool(selector) and all(pod_labels.get(k) == v for k, v in selector.items())
+def _selects_pod(pdb: Resource, workload: Resource) -> bool | None:
+    """Whether the budget's selector matches the workload's pods; None when either side is unknown."""
+    selector = pdb.get("spec", "selector", "matchLabels")
+    pod_labels = workload.get("spec", "template", "metadata", "labels")
+    if not (known(selector) and known(pod_labels)):
+        return None
+    return bool(selector) and all(as_dict(pod_labels).get(k) == v for k, v in as_dict(selector).items())
 
 
 @stack_policy(
@@ -517,7 +534,10 @@ def require_pdb(resources: list[Resource], config: Config, report: StackReport) 
         if not isinstance(high, int) or high <= 1:
             continue
         name = workload_name(workload)
-        pdb = next((b for b in budgets if _selects_pod(b, workload)), None)
+        verdicts = [(b, _selects_pod(b, workload)) for b in budgets]
+        pdb = next((b for b, verdict in verdicts if verdict), None)
+        if pdb is None and any(verdict is None for _, verdict in verdicts):
+            continue
         if pdb is None:
             report(f"{name} runs up to {high} replicas without a PodDisruptionBudget", workload.urn)
             continue
@@ -546,7 +566,7 @@ def require_pdb(resources: list[Resource], config: Config, report: StackReport) 
 def require_scaled_object(resources: list[Resource], config: Config, report: StackReport) -> None:
     """Anchor: EKS Best Practices AI/ML (autoscale inference on request metrics)."""
     for workload in of_type(resources, T.DEPLOYMENT, T.STATEFUL_SET):
-        if is_model_server(workload) and scaled_object_for(workload, resources) is None:
+        if is_model_server(workload) and scaled_object_for(workload, resources) is None:  # UNKNOWN: cannot tell
             report(f"{workload_name(workload)} has no ScaledObject", workload.urn)
 
 

@@ -67,7 +67,8 @@ def containers(resource: Resource, *, init: bool = True) -> Iterator[tuple[str, 
     kinds = ("containers", "initContainers") if init else ("containers",)
     for kind in kinds:
         for index, container in enumerate(as_list(spec.get(kind))):
-            yield f"{kind}[{index}]", as_dict(container)
+            if isinstance(container, dict):  # an unknown container is skipped, never judged
+                yield f"{kind}[{index}]", container
 
 
 def container_label(path: str, container: dict[str, Any]) -> str:
@@ -99,6 +100,12 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     return None
+
+
+def accelerators_known(resource: Resource) -> bool:
+    """Whether every main container's resources are known (so the accelerator count is known)."""
+    spec = pod_spec(resource)
+    return known(spec.get("containers")) and all(known(c.get("resources")) for _, c in containers(resource))
 
 
 def pod_accelerators(resource: Resource) -> dict[str, int]:
@@ -153,10 +160,11 @@ def require_resources(resource: Resource, config: Config, report: Report) -> Non
         res = container.get("resources")
         if res is UNKNOWN:
             continue
-        requests = as_dict(as_dict(res).get("requests"))
-        limits = as_dict(as_dict(res).get("limits"))
-        missing = [f"requests.{k}" for k in ("cpu", "memory") if k not in requests]
-        if "memory" not in limits:
+        requests, limits = as_dict(res).get("requests"), as_dict(res).get("limits")
+        missing = []
+        if requests is not UNKNOWN:
+            missing += [f"requests.{k}" for k in ("cpu", "memory") if k not in as_dict(requests)]
+        if limits is not UNKNOWN and "memory" not in as_dict(limits):
             missing.append("limits.memory")
         if missing:
             report(f"{container_label(path, container)} lacks resources {', '.join(missing)}")
@@ -286,7 +294,7 @@ def secret_refs(resource: Resource, config: Config, report: Report) -> None:
             if not isinstance(name, str) or not pattern.fullmatch(name):
                 continue
             source = as_dict(entry.get("valueFrom"))
-            if entry.get("value") is not None:
+            if entry.get("value") is not None and entry.get("value") is not UNKNOWN:
                 report(f"{container_label(path, container)} sets {name} as a literal value")
             elif source and "secretKeyRef" not in source:
                 report(f"{container_label(path, container)} reads {name} from {next(iter(source))}, not a Secret")
@@ -315,8 +323,10 @@ def secret_refs(resource: Resource, config: Config, report: Report) -> None:
 def integer_accelerators(resource: Resource, config: Config, report: Report) -> None:
     """Anchor: kubernetes.io 'Schedule GPUs' (extended resources are integers; limits required)."""
     for path, container in containers(resource):
-        res = as_dict(container.get("resources"))
-        limits, requests = as_dict(res.get("limits")), as_dict(res.get("requests"))
+        res = container.get("resources")
+        if not known(res):
+            continue
+        limits, requests = as_dict(as_dict(res).get("limits")), as_dict(as_dict(res).get("requests"))
         label = container_label(path, container)
         for name in ACCELERATOR_RESOURCES:
             limit, request = limits.get(name), requests.get(name)
@@ -372,9 +382,12 @@ def _selects(spec: dict[str, Any], keys: tuple[str, ...]) -> bool:
 def accelerator_placement(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: EKS Best Practices AI/ML (taints and tolerations, node selection)."""
     spec = pod_spec(resource)
-    if not known(spec.get("tolerations")) or not known(spec.get("nodeSelector")):
+    if not (known(spec.get("tolerations")) and known(spec.get("nodeSelector")) and known(spec.get("affinity"))):
         return
-    requested = pod_accelerators(resource)
+    if not accelerators_known(resource):
+        return
+    # Any request counts here, even a malformed one (integer-accelerators reports that): the pod wants the device.
+    requested = {name for _, c in containers(resource, init=False) for name in accelerators_requested(c)}
     if NVIDIA_GPU_RESOURCE in requested:
         if not _tolerates(spec, GPU_TAINT.key):
             report(f"requests {NVIDIA_GPU_RESOURCE} but does not tolerate the {GPU_TAINT.key} taint")
