@@ -165,3 +165,5 @@ def test_tpu_picks_the_smallest_host_that_fits(capsys: pytest.CaptureFixture[str
     assert out["tensor_parallel_size"] == 4  # 16 GiB of weights cannot fit one 16 GiB chip
     assert main(["size", "--model", "llama-3.1-8b", "--accelerator", "tpu-v5e", "--gpus", "2"]) == EXIT_INVALID
     assert capsys.readouterr().err.strip() == "inferplane size: no tpu-v5e host has 2 chips (1, 4, 8)"
+    assert main([*argv, "--weights-dtype", "fp8"]) == EXIT_INVALID
+    assert capsys.readouterr().err.strip() == "inferplane size: tpu-v5e serves bf16 weights and KV cache"
