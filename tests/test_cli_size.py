@@ -14,6 +14,7 @@ import yaml
 
 from infra.cli import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, main
 from tests.conftest import PROJECT_DIR
+from tests.test_spec import SEVENTY_B
 
 CONTRACT = {
     "weights_bytes",
@@ -106,15 +107,7 @@ def _project(tmp_path: Path, platform_edit: Any) -> Path:
 
 def test_invalid_stack_exits_2_naming_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def edit(config: dict[str, Any]) -> None:
-        config["inferplane:platform"]["models"][1] = {
-            "name": "llama-70b-long",
-            "model": "llama-3.3-70b",
-            "pool": "h100",
-            "max_context": 262144,
-            "concurrency": 8,
-            "min_replicas": 2,
-            "max_replicas": 2,
-        }
+        config["inferplane:platform"]["models"][1] = SEVENTY_B
 
     project = _project(tmp_path, edit)
     assert main(["size", "--stack", "prod", "--project-dir", str(project)]) == EXIT_INVALID
