@@ -157,7 +157,7 @@ def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
             labels=context,
             annotations={
                 "summary": f"{s.name}: time to first token p95 above its {inputs.slo.ttft_p95_ms} ms objective",
-                "description": "TTFT p95 is {{ $value | humanizeDuration }} over 5m. Requests queue or prefill "
+                "description": "TTFT p95 over 5m has been above the objective for 10m. Requests queue or prefill "
                 "is starved: check queue depth, replicas and KV-cache usage.",
             },
         )
@@ -172,7 +172,7 @@ def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
                 labels=context,
                 annotations={
                     "summary": f"{s.name}: inter-token latency p95 above its {inputs.slo.itl_p95_ms} ms objective",
-                    "description": "ITL p95 is {{ $value | humanizeDuration }} over 5m: the batch is too large "
+                    "description": "ITL p95 over 5m has been above the objective for 10m: the batch is too large "
                     "for the hardware or long prefills stall decodes.",
                 },
             )
@@ -185,8 +185,8 @@ def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
             labels=context,
             annotations={
                 "summary": f"{s.name}: KV cache above {KV_CACHE_ALERT_RATIO:.0%} on a replica",
-                "description": "KV-cache usage is {{ $value | humanizePercentage }}. New sequences will preempt "
-                "running ones; lower concurrency, use an fp8 KV cache or add replicas.",
+                "description": "New sequences will preempt running ones; lower concurrency, use an fp8 KV cache or "
+                "add replicas.",
             },
         )
     )
@@ -199,8 +199,8 @@ def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
                 labels=context,
                 annotations={
                     "summary": f"{s.name}: the engine is preempting sequences",
-                    "description": "{{ $value | humanize }} preemptions/s over 5m: the KV cache ran out and "
-                    "running sequences are being recomputed, which multiplies latency.",
+                    "description": "The KV cache ran out and running sequences are being recomputed, which "
+                    "multiplies their latency.",
                 },
             )
         )
@@ -218,8 +218,8 @@ def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
             labels={**context, "severity": "critical"},
             annotations={
                 "summary": f"{s.name}: requests queue at the replica ceiling ({inputs.max_replicas})",
-                "description": "{{ $value }} requests wait while the autoscaler sits at max_replicas: raise "
-                "max_replicas (and the pool's limits) or shed load.",
+                "description": "More requests wait than the autoscaler's target at max_replicas, and it sits "
+                "there: raise max_replicas (and the pool's limits) or shed load.",
             },
         )
     )

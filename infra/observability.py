@@ -10,6 +10,7 @@ namespace (:class:`ServingTarget`) and label their PodMonitor/ServiceMonitor wit
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,10 +20,10 @@ import pulumi_kubernetes as k8s
 from components.alerts import ModelAlertInputs, ServingRules, ServingRulesArgs
 from components.dashboards import ModelDashboardInputs, ServingDashboards, ServingDashboardsArgs
 from components.keda import Keda, KedaArgs, QueueDepthAutoscaler, QueueDepthAutoscalerArgs
-from components.metrics import SCRAPE_LABELS, ModelSeries
+from components.metrics import SCRAPE_LABELS, Engine, ModelSeries
 from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.sizing import PlatformSizing
-from components.spec import PlatformSpec
+from components.spec import PlatformSpec, SloSpec
 
 
 @dataclass(frozen=True)
@@ -103,19 +104,18 @@ def build_observability(
         )
         autoscalers[model.name] = autoscaler
         series = pulumi.Output.all(target.deployment, target.namespace).apply(
-            lambda v, name=model.name, engine=model.engine: ModelSeries(name, engine, v[1], v[0])
+            functools.partial(_series, model.name, model.engine)
         )
-        policy = autoscaler.policy
         alert_inputs.append(
             (
                 model.name,
                 series.apply(
-                    lambda s, m=model, p=policy, cold=deployment.result.cold_start_seconds: ModelAlertInputs(
-                        series=s,
-                        slo=m.slo,
-                        target_waiting_per_replica=p.target_waiting_per_replica,
-                        max_replicas=m.max_replicas,
-                        cold_start_seconds=cold,
+                    functools.partial(
+                        _alert_inputs,
+                        slo=model.slo,
+                        target=autoscaler.policy.target_waiting_per_replica,
+                        max_replicas=model.max_replicas,
+                        cold_start=deployment.result.cold_start_seconds,
                     )
                 ),
             )
@@ -124,8 +124,11 @@ def build_observability(
             (
                 model.name,
                 series.apply(
-                    lambda s, m=model, price=deployment.replica_hourly_usd: ModelDashboardInputs(
-                        series=s, ttft_slo_ms=m.slo.ttft_p95_ms, itl_slo_ms=m.slo.itl_p95_ms, replica_hourly_usd=price
+                    functools.partial(
+                        _dashboard_inputs,
+                        ttft_slo_ms=model.slo.ttft_p95_ms,
+                        itl_slo_ms=model.slo.itl_p95_ms,
+                        price=deployment.replica_hourly_usd,
                     )
                 ),
             )
@@ -143,6 +146,27 @@ def build_observability(
             ServingDashboardsArgs(namespace=monitoring.namespace, models=dashboard_inputs),
             opts=after_crds,
         )
-    return Observability(
-        keda=keda, monitoring=monitoring, rules=rules, dashboards=dashboards, autoscalers=autoscalers
+    return Observability(keda=keda, monitoring=monitoring, rules=rules, dashboards=dashboards, autoscalers=autoscalers)
+
+
+def _series(name: str, engine: Engine, values: list[str]) -> ModelSeries:
+    deployment, namespace = values
+    return ModelSeries(name, engine, namespace, deployment)
+
+
+def _alert_inputs(
+    series: ModelSeries, *, slo: SloSpec, target: int, max_replicas: int, cold_start: float
+) -> ModelAlertInputs:
+    return ModelAlertInputs(
+        series=series,
+        slo=slo,
+        target_waiting_per_replica=target,
+        max_replicas=max_replicas,
+        cold_start_seconds=cold_start,
     )
+
+
+def _dashboard_inputs(
+    series: ModelSeries, *, ttft_slo_ms: int, itl_slo_ms: int, price: float | None
+) -> ModelDashboardInputs:
+    return ModelDashboardInputs(series=series, ttft_slo_ms=ttft_slo_ms, itl_slo_ms=itl_slo_ms, replica_hourly_usd=price)

@@ -70,7 +70,9 @@ def test_scale_to_zero_above_a_minimum_sets_idle_replica_count_zero() -> None:
     policy = autoscaling_policy(
         sizing("prod", "llama-8b"), min_replicas=2, max_replicas=8, scale_to_zero=True, scrape_interval_seconds=15
     )
-    spec = scaled_object_spec(policy, ModelSeries("llama-8b", "triton", "models", "llama-8b-server"), prometheus_url=URL)
+    spec = scaled_object_spec(
+        policy, ModelSeries("llama-8b", "triton", "models", "llama-8b-server"), prometheus_url=URL
+    )
     assert spec["idleReplicaCount"] == 0 and spec["minReplicaCount"] == 2
     assert errors(scaled_object(spec)) == []
 
@@ -152,7 +154,7 @@ def test_the_crd_check_catches_a_broken_scaled_object() -> None:
     scrape=st.integers(min_value=5, max_value=120),
 )
 def test_every_policy_scales_on_queue_and_waits_out_the_cold_start(
-    cold_start: float, batch: int, min_replicas: int, extra: int, scale_to_zero: bool, scrape: int
+    *, cold_start: float, batch: int, min_replicas: int, extra: int, scale_to_zero: bool, scrape: int
 ) -> None:
     if min_replicas == 0:
         scale_to_zero = True
@@ -232,9 +234,10 @@ def test_component_registers_one_scaled_object_named_after_the_deployment() -> N
     }
     obj = integral({k: so.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")})
     assert errors(obj) == []
-    assert obj["spec"]["triggers"][0]["metadata"]["query"] == ModelSeries(
-        "llama-70b", "vllm", "models", "llama-70b-server"
-    ).queue_depth()
+    assert (
+        obj["spec"]["triggers"][0]["metadata"]["query"]
+        == ModelSeries("llama-70b", "vllm", "models", "llama-70b-server").queue_depth()
+    )
 
 
 def test_wake_query_adds_a_second_prometheus_trigger() -> None:
@@ -242,7 +245,10 @@ def test_wake_query_adds_a_second_prometheus_trigger() -> None:
 
     def program() -> None:
         QueueDepthAutoscaler(
-            "dev", _args(sizing=sizing("dev", "llama-8b"), min_replicas=0, max_replicas=1, scale_to_zero=True, wake_query=wake)
+            "dev",
+            _args(
+                sizing=sizing("dev", "llama-8b"), min_replicas=0, max_replicas=1, scale_to_zero=True, wake_query=wake
+            ),
         )
 
     so = evaluate(program, mocks=PlatformMocks(), stack="dev").named("dev-scaledobject")
