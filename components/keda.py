@@ -8,7 +8,7 @@ CPU or memory trigger.
 The numbers come from the sizing, not from guesses:
 
 * target waiting requests per replica = ``QUEUE_TARGET_FRACTION`` x the batch size the engine runs
-  (``SizingResult.vllm.max_num_seqs``, which equals ``trtllm.max_batch_size``), at least 1;
+  (``SizingResult.vllm.max_num_seqs`` or ``SizingResult.trtllm.max_batch_size``), at least 1;
 * scale down only after a stabilisation window of twice the cold start (``SizingResult.cold_start_seconds``), at
   least five minutes: a replica given back costs a full cold start to get again;
 * scale up at once (no stabilisation), doubling or adding four replicas per 15 s, whichever is more.
@@ -69,6 +69,7 @@ class AutoscalingPolicy(BaseModel):
 def autoscaling_policy(
     sizing: SizingResult,
     *,
+    engine: Engine,
     min_replicas: int,
     max_replicas: int,
     scale_to_zero: bool,
@@ -88,7 +89,8 @@ def autoscaling_policy(
                 f"({MAX_STABILIZATION_WINDOW_SECONDS}s); set min_replicas equal to max_replicas"
             )
         window = MAX_STABILIZATION_WINDOW_SECONDS
-    batch = sizing.vllm.max_num_seqs
+    # The batch the engine runs: vLLM --max-num-seqs, or TensorRT-LLM's max_batch_size.
+    batch = sizing.vllm.max_num_seqs if engine == "vllm" else sizing.trtllm.max_batch_size
     return AutoscalingPolicy(
         min_replicas=min_replicas,
         max_replicas=max_replicas,
@@ -300,6 +302,7 @@ def _validated_policy(name: str, args: QueueDepthAutoscalerArgs) -> AutoscalingP
         try:
             policy = autoscaling_policy(
                 args.sizing,
+                engine=args.engine,
                 min_replicas=args.min_replicas,
                 max_replicas=args.max_replicas,
                 scale_to_zero=args.scale_to_zero,

@@ -48,7 +48,9 @@ def scaled_object(spec: dict[str, Any], name: str = "llama-8b-server") -> dict[s
 
 def test_prod_70b_policy_follows_the_sizing() -> None:
     result = sizing("prod", "llama-70b")
-    policy = autoscaling_policy(result, min_replicas=2, max_replicas=8, scale_to_zero=False, scrape_interval_seconds=15)
+    policy = autoscaling_policy(
+        result, engine="vllm", min_replicas=2, max_replicas=8, scale_to_zero=False, scrape_interval_seconds=15
+    )
     assert result.vllm.max_num_seqs == 24
     assert policy.target_waiting_per_replica == 6  # a quarter of the 24-sequence batch
     assert policy.scale_down_window_seconds == max(300, 2 * int(-(-result.cold_start_seconds // 1)))
@@ -59,7 +61,12 @@ def test_prod_70b_policy_follows_the_sizing() -> None:
 
 def test_dev_scale_to_zero_uses_min_zero_and_no_idle_count() -> None:
     policy = autoscaling_policy(
-        sizing("dev", "llama-8b"), min_replicas=0, max_replicas=1, scale_to_zero=True, scrape_interval_seconds=15
+        sizing("dev", "llama-8b"),
+        engine="vllm",
+        min_replicas=0,
+        max_replicas=1,
+        scale_to_zero=True,
+        scrape_interval_seconds=15,
     )
     # idleReplicaCount must be below minReplicaCount: with a minimum of 0, KEDA itself scales to zero.
     assert (policy.min_replicas, policy.idle_replicas, policy.fallback_replicas) == (0, None, 1)
@@ -68,7 +75,12 @@ def test_dev_scale_to_zero_uses_min_zero_and_no_idle_count() -> None:
 
 def test_scale_to_zero_above_a_minimum_sets_idle_replica_count_zero() -> None:
     policy = autoscaling_policy(
-        sizing("prod", "llama-8b"), min_replicas=2, max_replicas=8, scale_to_zero=True, scrape_interval_seconds=15
+        sizing("prod", "llama-8b"),
+        engine="triton",
+        min_replicas=2,
+        max_replicas=8,
+        scale_to_zero=True,
+        scrape_interval_seconds=15,
     )
     spec = scaled_object_spec(
         policy, ModelSeries("llama-8b", "triton", "models", "llama-8b-server"), prometheus_url=URL
@@ -79,7 +91,9 @@ def test_scale_to_zero_above_a_minimum_sets_idle_replica_count_zero() -> None:
 
 def test_scaled_object_spec_is_exact_and_valid() -> None:
     result = sizing("prod", "llama-8b")
-    policy = autoscaling_policy(result, min_replicas=2, max_replicas=8, scale_to_zero=False, scrape_interval_seconds=15)
+    policy = autoscaling_policy(
+        result, engine="triton", min_replicas=2, max_replicas=8, scale_to_zero=False, scrape_interval_seconds=15
+    )
     series = ModelSeries("llama-8b", "triton", "models", "llama-8b-server")
     spec = scaled_object_spec(policy, series, prometheus_url=URL)
     window = policy.scale_down_window_seconds
@@ -130,7 +144,12 @@ def test_scaled_object_spec_is_exact_and_valid() -> None:
 
 def test_the_crd_check_catches_a_broken_scaled_object() -> None:
     policy = autoscaling_policy(
-        sizing("prod", "llama-8b"), min_replicas=2, max_replicas=8, scale_to_zero=False, scrape_interval_seconds=15
+        sizing("prod", "llama-8b"),
+        engine="triton",
+        min_replicas=2,
+        max_replicas=8,
+        scale_to_zero=False,
+        scrape_interval_seconds=15,
     )
     spec = scaled_object_spec(policy, ModelSeries("m", "vllm", "ns", "d"), prometheus_url=URL)
     spec["fallback"]["behavior"] = "sometimes"
@@ -165,6 +184,7 @@ def test_every_policy_scales_on_queue_and_waits_out_the_cold_start(
     max_replicas = max(1, min_replicas) + extra
     policy = autoscaling_policy(
         result,
+        engine="vllm",
         min_replicas=min_replicas,
         max_replicas=max_replicas,
         scale_to_zero=scale_to_zero,
@@ -187,6 +207,7 @@ def test_a_cold_start_beyond_an_hour_cannot_be_autoscaled_down() -> None:
     with pytest.raises(ValueError) as raised:
         autoscaling_policy(
             base.model_copy(update={"cold_start_seconds": 3600.0}),
+            engine="vllm",
             min_replicas=1,
             max_replicas=2,
             scale_to_zero=False,
