@@ -13,7 +13,8 @@ The numbers come from the sizing, not from guesses:
   least five minutes: a replica given back costs a full cold start to get again;
 * scale up at once (no stabilisation), doubling or adding four replicas per 15 s, whichever is more.
 
-KEDA reference: keda-docs ``content/docs/2.20/reference/scaledobject-spec.md`` and ``scalers/prometheus.md``.
+KEDA reference: keda-docs ``content/docs/2.22/reference/scaledobject-spec.md`` and ``scalers/prometheus.md``
+(facts.md 7.1); the spec is validated against the ScaledObject CRD in ``../shared/schemas/crds``.
 """
 
 from __future__ import annotations

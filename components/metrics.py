@@ -13,10 +13,12 @@ Versions the names are valid for:
   appends ``_total`` to counters in the exposition, so counters are queried with it. Every series carries
   ``model_name`` (the ``--served-model-name``) and ``engine``.
 * **Triton Inference Server 26.05 with the TensorRT-LLM backend** (``tensorrtllm_backend``
-  ``inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc``): gauges labelled ``model``,
-  ``version`` and a category label (``request_type``, ``kv_cache_block_type``). The time-to-first-response histogram
-  is Triton core's ``nv_inference_first_response_histogram_ms`` (Triton ``docs/user_guide/metrics.md``, opt-in with
-  ``--metrics-config histogram_latencies=true``). Triton exposes no inter-token latency and no preemption counter.
+  ``inflight_batcher_llm/src`` ``CustomMetricsReporter``): gauges labelled ``model``, ``version`` and a category label
+  (``request_type``, ``kv_cache_block_type``). The token-length histograms ``nv_llm_{input,output}_token_len`` are in
+  the same reporter in recent backends; the release that added them was not pinned down. The time-to-first-response
+  histogram is Triton core's ``nv_inference_first_response_histogram_ms`` (Triton ``docs/user_guide/metrics.md``,
+  opt-in with ``--metrics-config histogram_latencies=true``). Triton exposes no inter-token latency and no preemption
+  counter.
 * **dcgm-exporter 4.x** (``etc/default-counters.csv``; chart ``gpu-helm-charts/dcgm-exporter`` 4.8.2), with its
   Kubernetes mapping on (the chart's default ``DCGM_EXPORTER_KUBERNETES=true``), which labels each GPU's series with
   the ``namespace`` and ``pod`` using it.
@@ -109,7 +111,7 @@ KSM_HPA_MAX = "kube_horizontalpodautoscaler_spec_max_replicas"
 """Gauge: an HPA's ceiling."""
 KEDA_HPA_PREFIX = "keda-hpa-"
 """KEDA names the HPA it manages ``keda-hpa-<ScaledObject name>`` unless ``advanced.horizontalPodAutoscalerConfig.name``
-is set (keda ``pkg/scaling/resolver``, ``getHPAName``)."""
+is set (keda-docs ``reference/scaledobject-spec.md``, "Default: keda-hpa-{scaled-object-name}")."""
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
