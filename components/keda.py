@@ -32,7 +32,7 @@ from components.sizing import SizingResult
 
 KEDA_CHART = "keda"
 KEDA_CHART_VERSION = "2.20.2"
-"""kedacore/charts ``keda/Chart.yaml`` @2026-08-13: chart 2.20.2, app 2.20.2 (2026-07-31)."""
+"""kedacore/charts ``keda/Chart.yaml`` @2026-08-13 (1444d00): chart 2.20.2, app 2.20.2."""
 KEDA_REPOSITORY = "https://kedacore.github.io/charts"
 
 QUEUE_TARGET_FRACTION = 0.25
