@@ -22,18 +22,23 @@ from components.sizing import DeploymentSizing
 
 PREFIX = "inferplane.io/"
 
-COMPONENT_LABEL = f"{PREFIX}component"
-"""Label on every workload saying what part of the platform it is (one of :data:`ComponentRole`)."""
+COMPONENT_LABEL = "app.kubernetes.io/component"
+"""Label on every workload saying what part of the platform it is (one of :data:`ComponentRole`): the Kubernetes
+recommended label (kubernetes.io/docs/concepts/overview/working-with-objects/common-labels), as
+``components.model_server.labels_for`` sets it."""
+NAME_LABEL = "app.kubernetes.io/name"
+"""The workload's name (the spec's ``models[].name`` for a model server)."""
 
 ComponentRole = Literal["model-server", "gateway", "cache", "monitoring", "system"]
 MODEL_SERVER: ComponentRole = "model-server"
 GATEWAY: ComponentRole = "gateway"
 
-DEPLOYMENT_LABEL = f"{PREFIX}deployment"
-"""Label carrying the spec's model deployment name (``models[].name``), on the server and its autoscaler."""
+SERVED_MODEL_LABEL = f"{PREFIX}model"
+"""Label with the served model name (``--served-model-name``), on the model server and on its ScaledObject
+(``components.keda.QueueDepthAutoscaler`` sets it there)."""
 
-MODEL = f"{PREFIX}model"
-"""Catalog model id (``llama-3.3-70b``) or, for a custom architecture, its Hugging Face repository."""
+MODEL = f"{PREFIX}catalog-model"
+"""Annotation: catalog model id (``llama-3.3-70b``) or, for a custom architecture, its Hugging Face repository."""
 ENGINE = f"{PREFIX}engine"
 """``vllm`` or ``triton``."""
 ACCELERATOR = ACCELERATOR_LABEL
@@ -63,7 +68,8 @@ COLD_START_SECONDS = f"{PREFIX}cold-start-seconds"
 """Weights fetch plus engine start: how long a new replica takes on a fresh node."""
 
 ALERT_KIND_LABEL = f"{PREFIX}alert"
-"""Label on a PrometheusRule alert saying which platform risk it covers (one of :data:`AlertKind`)."""
+"""Label on a PrometheusRule alert saying which risk it covers (one of :data:`AlertKind`); alerts named like
+``InferplanePreemptions`` (``components.alerts``) are recognised without it."""
 AlertKind = Literal["preemption", "saturation", "latency", "errors"]
 PREEMPTION_ALERT: AlertKind = "preemption"
 

@@ -25,6 +25,7 @@ pack, so a pack that logs is heard.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -660,14 +661,20 @@ __all__ = [
 ]
 
 
-def check_stack(stack: str, project_dir: Path | None = None) -> PolicyReport:
-    """Evaluate a shipped stack's program under the mock engine, then run the pack with its environment's config.
+@dataclass(frozen=True)
+class StackPlan:
+    """A shipped stack's program evaluated under the mock engine: what ``pulumi preview`` would register."""
 
-    This is ``pulumi preview --policy-pack policies --policy-pack-config policies/config/<env>.json`` without the
-    CLI: the program's registrations (inputs, options, dependencies) go to ``Analyze``, their outputs to
-    ``AnalyzeStack``.
-    """
-    from infra.mockengine import PlatformMocks, evaluate  # noqa: PLC0415 - the CLI imports this module; keep it light
+    stack: str
+    project: str
+    environment: str
+    registrations: tuple[Any, ...]
+    outputs: Mapping[str, Mapping[str, Any]]
+
+
+def plan_stack(stack: str, project_dir: Path | None = None) -> StackPlan:
+    """Evaluate ``stacks/Pulumi.<stack>.yaml`` with the program under :class:`infra.mockengine.PlatformMocks`."""
+    from infra.mockengine import PlatformMocks, evaluate  # noqa: PLC0415 - keep importing this module light
     from infra.program import SECRET_CONFIG_KEYS, main  # noqa: PLC0415
     from infra.stackfile import SecretValue, find_project_dir, load_stack  # noqa: PLC0415
 
@@ -686,10 +693,64 @@ def check_stack(stack: str, project_dir: Path | None = None) -> PolicyReport:
         config=config,
         secret_keys=secret_keys,
     )
-    return run_policy_pack(
-        evaluation.registrations,
+    return StackPlan(
         stack=stack,
-        environment=loaded.platform.environment,
         project=loaded.project,
+        environment=loaded.platform.environment,
+        registrations=evaluation.registrations,
         outputs={r.urn: r.outputs for r in evaluation.registrations},
     )
+
+
+def check_stack(stack: str, project_dir: Path | None = None, pack: PolicyPackProcess | None = None) -> PolicyReport:
+    """``pulumi preview --policy-pack policies --policy-pack-config policies/config/<env>.json``, without the CLI.
+
+    The stack's program runs under the mock engine (:func:`plan_stack`); its registrations (inputs, options,
+    dependencies) go to ``Analyze``, their outputs to ``AnalyzeStack``. Pass a running ``pack`` to reuse it
+    (it is reconfigured for the stack's environment); otherwise one is started and stopped.
+    """
+    plan = plan_stack(stack, project_dir)
+    if pack is None:
+        return run_policy_pack(
+            plan.registrations,
+            stack=stack,
+            environment=plan.environment,
+            project=plan.project,
+            outputs=plan.outputs,
+        )
+    pack.configure(load_policy_pack_config(policy_config_path(plan.environment)))
+    return pack.evaluate(plan.registrations, plan.outputs)
+
+
+def policy_runner(project_dir: Path) -> Any:
+    """The offline preview's policy runner (``infra.preview.policy.PolicyRunner``) for ``project_dir``'s pack.
+
+    ``runner(resources, stack)`` starts ``<project_dir>/policies`` as the engine does, configures it with
+    ``policies/config/<environment>.json`` for the stack's environment, evaluates the plan's resources (inputs to
+    ``Analyze``, outputs to ``AnalyzeStack``), stops the pack, and answers with the preview's own
+    ``PolicyReport(policies, violations)``: every policy evaluated (not disabled) and every diagnostic.
+    """
+    pack_dir = project_dir / "policies"
+
+    def run(resources: Sequence[Any], stack: Any) -> Any:
+        # The preview's models live in infra.preview (a sibling package); import them where they are needed.
+        model = importlib.import_module("infra.preview.model")
+        seam = importlib.import_module("infra.preview.policy")
+        outputs = {r.urn: r.outputs for r in resources if getattr(r, "outputs", None)}
+        report = run_policy_pack(
+            resources,
+            stack=stack.name,
+            environment=stack.platform.environment,
+            project=stack.project,
+            pack_dir=pack_dir,
+            outputs=outputs,
+        )
+        return seam.PolicyReport(
+            policies=tuple(model.PolicyInfo(name=p.name, enforcement=p.enforcement) for p in report.evaluated),
+            violations=tuple(
+                model.Violation(policy=v.policy, enforcement=v.enforcement, urn=v.urn, message=v.message)
+                for v in report.violations
+            ),
+        )
+
+    return run

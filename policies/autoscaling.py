@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.annotations import DEPLOYMENT_LABEL
+from components.annotations import SERVED_MODEL_LABEL
 from policies.base import (
     UNKNOWN,
     AnyPolicy,
@@ -47,8 +47,8 @@ def targets(scaled_object: Resource, workload: Resource) -> bool | None:
     name, theirs_name = dig(ref, "name"), workload.get("metadata", "name")
     if isinstance(name, str) and name == theirs_name:
         return True
-    mine = object_labels(workload).get(DEPLOYMENT_LABEL)
-    theirs = dig(scaled_object.get("metadata", "labels"), DEPLOYMENT_LABEL)
+    mine = object_labels(workload).get(SERVED_MODEL_LABEL)
+    theirs = dig(scaled_object.get("metadata", "labels"), SERVED_MODEL_LABEL)
     if isinstance(mine, str) and mine == theirs:
         return True
     undecided = (kind, name, theirs_name, theirs, workload.get("metadata", "labels"))
@@ -74,8 +74,9 @@ def replica_bounds(scaled_object: Resource) -> tuple[Any, Any]:
 @resource_policy(
     name="keda-scaledobject-require-queue-trigger",
     description=(
-        "Model servers scale on queue depth, never on CPU or memory: a GPU-bound engine idles its CPU while requests "
-        "pile up, and its memory is preallocated, so resource triggers never fire when they should."
+        "Model servers scale on queue depth (a prometheus trigger on the engine's waiting requests), never on CPU or "
+        "memory: a GPU-bound engine idles its CPU while requests pile up, and its memory is preallocated, so "
+        "resource triggers never fire when they should."
     ),
     severity=Severity.HIGH,
     enforcement=EnforcementLevel.MANDATORY,
@@ -98,14 +99,19 @@ def queue_trigger(resource: Resource, config: Config, report: Report) -> None:
     if not triggers:
         report("spec.triggers is empty")
         return
+    on_queue = False
     for index, trigger in enumerate(as_list(triggers)):
         kind = as_dict(trigger).get("type")
         if kind in ("cpu", "memory"):
             report(f"spec.triggers[{index}] scales on {kind}")
-        elif kind == "prometheus":
-            query = as_dict(as_dict(trigger).get("metadata")).get("query")
-            if isinstance(query, str) and not any(m in query for m in config["queueMetrics"]):
-                report(f"spec.triggers[{index}] query uses none of {', '.join(config['queueMetrics'])}")
+        query = dig(trigger, "metadata", "query")
+        if not known(query) or kind is UNKNOWN:
+            return  # an unknown trigger may be the queue trigger
+        if kind == "prometheus" and isinstance(query, str) and any(m in query for m in config["queueMetrics"]):
+            on_queue = True
+    # Other prometheus triggers may sit beside it (a wake-from-zero trigger on the gateway's pending requests).
+    if not on_queue:
+        report(f"no prometheus trigger queries a queue metric ({', '.join(config['queueMetrics'])})")
 
 
 @resource_policy(

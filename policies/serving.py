@@ -16,6 +16,7 @@ from typing import Any
 
 from components.annotations import (
     COMPONENT_LABEL,
+    ENGINE,
     GATEWAY,
     MODEL,
     MODEL_SERVER,
@@ -78,10 +79,16 @@ def is_model_server(resource: Resource) -> bool:
 
 
 def engine_flags(resource: Resource) -> dict[str, str]:
-    """``--flag value`` and ``--flag=value`` pairs from the main containers' command and args (bare flags: "")."""
+    """``--flag value`` and ``--flag=value`` pairs from the main containers' command and args (bare flags: "").
+
+    The model is ``--model``, or the first positional of ``vllm serve <model>``: the ``vllm/vllm-openai`` image's
+    entrypoint is ``vllm serve``, so its container args start with the model.
+    """
     flags: dict[str, str] = {}
     for _, container in containers(resource, init=False):
-        tokens = [t for t in as_list(container.get("command")) + as_list(container.get("args")) if isinstance(t, str)]
+        command = [t for t in as_list(container.get("command")) if isinstance(t, str)]
+        args = [t for t in as_list(container.get("args")) if isinstance(t, str)]
+        tokens = command + args
         for index, token in enumerate(tokens):
             if not token.startswith("--"):
                 continue
@@ -91,13 +98,25 @@ def engine_flags(resource: Resource) -> dict[str, str]:
                 following = tokens[index + 1] if index + 1 < len(tokens) else ""
                 key, value = token[2:], "" if following.startswith("--") else following
             flags[key] = value
-            if key == "model" or (index > 0 and tokens[index - 1] == "serve"):
-                flags.setdefault("model", value)
-        if "serve" in tokens and tokens.index("serve") + 1 < len(tokens):
-            positional = tokens[tokens.index("serve") + 1]
-            if not positional.startswith("--"):
-                flags.setdefault("model", positional)
+        positional = tokens[tokens.index("serve") + 1 :] if "serve" in tokens else ([] if command else args)
+        if positional and not positional[0].startswith("-"):
+            flags.setdefault("model", positional[0])
     return flags
+
+
+def engine_of(resource: Resource) -> str | None:
+    """``vllm`` or ``triton``: the engine annotation, else the engine's image; None when neither says."""
+    engine = object_annotations(resource).get(ENGINE)
+    if engine in ("vllm", "triton"):
+        return str(engine)
+    for _, container in containers(resource, init=False):
+        image = container.get("image")
+        if isinstance(image, str):
+            if "tritonserver" in image:
+                return "triton"
+            if "vllm" in image:
+                return "vllm"
+    return None
 
 
 def _float(value: str | None) -> float | None:

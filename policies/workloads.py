@@ -231,38 +231,59 @@ def disallow_host_access(resource: Resource, config: Config, report: Report) -> 
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
+def _images(resource: Resource) -> Iterator[tuple[str, str]]:
+    for path, container in containers(resource):
+        image = container.get("image")
+        if isinstance(image, str):
+            yield container_label(path, container), image
+
+
 @resource_policy(
     name="kubernetes-workload-require-pinned-image",
     description=(
-        "Images must be pinned: a mutable tag (or none, meaning latest) changes the engine under a running "
-        "deployment, and where digests are required only a digest proves what runs."
+        "Images carry a version tag: no tag means latest, and latest (or any moving tag) changes the engine under a "
+        "running deployment at the next node replacement."
     ),
     severity=Severity.MEDIUM,
     enforcement=EnforcementLevel.MANDATORY,
     types=WORKLOADS,
-    config={
-        "requireDigest": {
-            "type": "boolean",
-            "default": False,
-            "description": "Require an @sha256 digest on every image.",
-        }
-    },
-    remediation="Pin images by version tag, and by @sha256 digest where this environment requires it.",
+    remediation="Pin images by version tag (the components pin them next to their release notes).",
 )
 def pinned_images(resource: Resource, config: Config, report: Report) -> None:
-    """Anchors: CKV_K8S_14/43; Kyverno disallow-latest-tag; Gatekeeper imagedigests."""
-    for path, container in containers(resource):
-        image = container.get("image")
-        if not isinstance(image, str):
-            continue
-        label = container_label(path, container)
+    """Anchors: CKV_K8S_14; Kyverno disallow-latest-tag; Gatekeeper disallowedtags."""
+    for label, image in _images(resource):
         if _DIGEST.search(image):
             continue
         last = image.rsplit("/", maxsplit=1)[-1]
         tag = last.split(":", maxsplit=1)[1] if ":" in last else None
         if tag is None or tag == "latest":
             report(f"{label} image {image} has no version tag")
-        elif config["requireDigest"]:
+
+
+@resource_policy(
+    name="kubernetes-workload-require-image-digest",
+    description=(
+        "Where required, images are pinned by digest: a tag can be re-pushed, only an @sha256 digest proves which "
+        "bytes run in production."
+    ),
+    severity=Severity.MEDIUM,
+    enforcement=EnforcementLevel.MANDATORY,
+    types=WORKLOADS,
+    config={
+        "required": {
+            "type": "boolean",
+            "default": False,
+            "description": "Require an @sha256 digest on every image.",
+        }
+    },
+    remediation="Append the image's @sha256 digest to its tag (image:tag@sha256:...).",
+)
+def image_digests(resource: Resource, config: Config, report: Report) -> None:
+    """Anchors: CKV_K8S_43; Gatekeeper imagedigests."""
+    if not config["required"]:
+        return
+    for label, image in _images(resource):
+        if not _DIGEST.search(image):
             report(f"{label} image {image} is not pinned by digest")
 
 
@@ -409,6 +430,7 @@ POLICIES: list[AnyPolicy] = [
     disallow_privileged,
     disallow_host_access,
     pinned_images,
+    image_digests,
     secret_refs,
     integer_accelerators,
     accelerator_placement,

@@ -14,12 +14,11 @@ from functools import cache
 from typing import Any
 
 from components.annotations import (
-    ALERT_KIND_LABEL,
     COMPONENT_LABEL,
-    DEPLOYMENT_LABEL,
     GATEWAY,
+    NAME_LABEL,
     MODEL_SERVER,
-    PREEMPTION_ALERT,
+    SERVED_MODEL_LABEL,
     serving_annotations,
 )
 from components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
@@ -64,18 +63,28 @@ def prod_llama() -> DeploymentSizing:
 
 
 def vllm_args(sizing: DeploymentSizing) -> list[str]:
-    """The engine arguments a vLLM server gets from its sizing."""
+    """The container args of ``vllm serve`` as the serving component writes them: the model first, then flags."""
     v = sizing.result.vllm
     return [
-        "--model",
         "meta-llama/Llama-3.3-70B-Instruct",
-        f"--tensor-parallel-size={v.tensor_parallel_size}",
-        f"--max-model-len={v.max_model_len}",
-        f"--max-num-seqs={v.max_num_seqs}",
-        f"--max-num-batched-tokens={v.max_num_batched_tokens}",
-        f"--gpu-memory-utilization={v.gpu_memory_utilization}",
-        f"--kv-cache-dtype={v.kv_cache_dtype}",
+        "--served-model-name",
+        sizing.name,
+        "--tensor-parallel-size",
+        str(v.tensor_parallel_size),
+        "--max-model-len",
+        str(v.max_model_len),
+        "--max-num-seqs",
+        str(v.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(v.max_num_batched_tokens),
+        "--gpu-memory-utilization",
+        f"{v.gpu_memory_utilization:g}",
+        "--kv-cache-dtype",
+        v.kv_cache_dtype,
+        "--dtype",
+        v.dtype,
         "--enable-prefix-caching",
+        "--enable-chunked-prefill",
     ]
 
 
@@ -87,7 +96,8 @@ def model_server(name: str = "llama-70b") -> Registration:
     """The prod model server Deployment."""
     sizing = prod_llama()
     gpus = sizing.gpus_per_replica
-    pod_labels = {"app": name, COMPONENT_LABEL: MODEL_SERVER, DEPLOYMENT_LABEL: name}
+    selector = {NAME_LABEL: name, COMPONENT_LABEL: MODEL_SERVER}
+    pod_labels = {**selector, SERVED_MODEL_LABEL: name, "app.kubernetes.io/part-of": "inferplane"}
     return registration(
         T.DEPLOYMENT,
         name,
@@ -95,11 +105,11 @@ def model_server(name: str = "llama-70b") -> Registration:
             "metadata": {
                 "name": name,
                 "namespace": "inference",
-                "labels": {COMPONENT_LABEL: MODEL_SERVER, DEPLOYMENT_LABEL: name},
+                "labels": pod_labels,
                 "annotations": serving_annotations(sizing),
             },
             "spec": {
-                "selector": {"matchLabels": {"app": name}},
+                "selector": {"matchLabels": selector},
                 "template": {
                     "metadata": {"labels": pod_labels},
                     "spec": {
@@ -218,9 +228,9 @@ def happy_plan() -> list[Registration]:
             {
                 "apiVersion": "keda.sh/v1alpha1",
                 "kind": "ScaledObject",
-                "metadata": {"name": "llama-70b", "labels": {DEPLOYMENT_LABEL: "llama-70b"}},
+                "metadata": {"name": "llama-70b", "labels": {SERVED_MODEL_LABEL: "llama-70b"}},
                 "spec": {
-                    "scaleTargetRef": {"name": "llama-70b"},
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama-70b"},
                     "minReplicaCount": 2,
                     "maxReplicaCount": 8,
                     "cooldownPeriod": 300,
@@ -230,9 +240,18 @@ def happy_plan() -> list[Registration]:
                             "metadata": {
                                 "serverAddress": "http://prometheus.monitoring:9090",
                                 "query": 'sum(vllm:num_requests_waiting{model_name="llama-70b"})',
-                                "threshold": "4",
+                                "threshold": "6",
                             },
-                        }
+                        },
+                        {
+                            "type": "prometheus",
+                            "name": "wake",
+                            "metadata": {
+                                "serverAddress": "http://prometheus.monitoring:9090",
+                                "query": 'sum(gateway_pending_requests{model="llama-70b"})',
+                                "threshold": "6",
+                            },
+                        },
                     ],
                 },
             },
@@ -240,7 +259,12 @@ def happy_plan() -> list[Registration]:
         registration(
             T.POD_DISRUPTION_BUDGET,
             "llama-70b-pdb",
-            {"spec": {"selector": {"matchLabels": {"app": "llama-70b"}}, "maxUnavailable": 1}},
+            {
+                "spec": {
+                    "selector": {"matchLabels": {NAME_LABEL: "llama-70b", COMPONENT_LABEL: MODEL_SERVER}},
+                    "maxUnavailable": 1,
+                }
+            },
         ),
         registration(
             T.DEPLOYMENT,
@@ -249,9 +273,9 @@ def happy_plan() -> list[Registration]:
                 "metadata": {"name": "gateway", "labels": {COMPONENT_LABEL: GATEWAY}},
                 "spec": {
                     "replicas": 3,
-                    "selector": {"matchLabels": {"app": "gateway"}},
+                    "selector": {"matchLabels": {NAME_LABEL: "gateway"}},
                     "template": {
-                        "metadata": {"labels": {"app": "gateway", COMPONENT_LABEL: GATEWAY}},
+                        "metadata": {"labels": {NAME_LABEL: "gateway", COMPONENT_LABEL: GATEWAY}},
                         "spec": {
                             "containers": [
                                 {
@@ -277,7 +301,7 @@ def happy_plan() -> list[Registration]:
         registration(
             T.POD_DISRUPTION_BUDGET,
             "gateway-pdb",
-            {"spec": {"selector": {"matchLabels": {"app": "gateway"}}, "maxUnavailable": 1}},
+            {"spec": {"selector": {"matchLabels": {NAME_LABEL: "gateway"}}, "maxUnavailable": 1}},
         ),
         registration(
             T.PROMETHEUS_RULE,
@@ -289,9 +313,9 @@ def happy_plan() -> list[Registration]:
                             "name": "inferplane",
                             "rules": [
                                 {
-                                    "alert": "AcceleratorNodeReclaimed",
-                                    "expr": "increase(node_reclaims_total[5m]) > 0",
-                                    "labels": {ALERT_KIND_LABEL: PREEMPTION_ALERT, "severity": "warning"},
+                                    "alert": "InferplanePreemptions",
+                                    "expr": 'sum(rate(vllm:num_preemptions_total{model_name="llama-70b"}[5m])) > 0',
+                                    "labels": {"severity": "warning", "model": "llama-70b", "namespace": "inference"},
                                 }
                             ],
                         }

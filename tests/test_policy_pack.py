@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pulumi.runtime import rpc
 
 from components.annotations import (
+    ENGINE,
     ENGINE_START_SECONDS,
     INSTANCE_TYPE,
     MODEL,
@@ -41,6 +42,7 @@ from policies.pack import POLICIES
 from policies.serving import serving_settings, sizing_for
 from tests.policy_plan import (
     DELETE,
+    DIGEST,
     at,
     changed,
     container,
@@ -202,6 +204,7 @@ RES = "kubernetes-workload-require-resources"
 PRIV = "kubernetes-workload-disallow-privileged"
 HOST = "kubernetes-workload-disallow-host-access"
 IMG = "kubernetes-workload-require-pinned-image"
+DIGEST_POLICY = "kubernetes-workload-require-image-digest"
 SECRET = "kubernetes-workload-require-secret-refs"
 INTGPU = "kubernetes-workload-require-integer-accelerators"
 PLACE = "kubernetes-workload-require-accelerator-placement"
@@ -219,6 +222,14 @@ KEDAGPU = "keda-scaledobject-limit-max-gpus"
 TOTAL = "compute-stack-limit-total-accelerators"
 COST = "cost-stack-limit-hourly-cost"
 ALERT = "monitoring-prometheusrule-require-preemption-alert"
+NO_QUEUE = (
+    "no prometheus trigger queries a queue metric (vllm:num_requests_waiting, nv_inference_pending_request_count, "
+    "nv_trt_llm_request_metrics)"
+)
+NO_ALERT = (
+    "no preemption alert covers model llama-70b (an alert named like *Preempt* or labelled "
+    "inferplane.io/alert=preemption, with labels.model=llama-70b)"
+)
 
 LLAMA = "llama-70b"
 
@@ -501,18 +512,20 @@ CASES = [
         "gateway",
         container("image", value="ghcr.io/inferplane/gateway:latest"),
         (IMG, "containers[0] (gateway) image ghcr.io/inferplane/gateway:latest has no version tag"),
+        (DIGEST_POLICY, "containers[0] (gateway) image ghcr.io/inferplane/gateway:latest is not pinned by digest"),
     ),
     _case(
         "untagged-image",
         "gateway",
         container("image", value="ghcr.io/inferplane/gateway"),
         (IMG, "containers[0] (gateway) image ghcr.io/inferplane/gateway has no version tag"),
+        (DIGEST_POLICY, "containers[0] (gateway) image ghcr.io/inferplane/gateway is not pinned by digest"),
     ),
     _case(
         "tag-without-digest",
         "gateway",
         container("image", value="ghcr.io/inferplane/gateway:0.1.0"),
-        (IMG, "containers[0] (gateway) image ghcr.io/inferplane/gateway:0.1.0 is not pinned by digest"),
+        (DIGEST_POLICY, "containers[0] (gateway) image ghcr.io/inferplane/gateway:0.1.0 is not pinned by digest"),
     ),
     _case(
         "literal-secret",
@@ -578,7 +591,7 @@ CASES = [
             FIT,
             "llama-3.3-70b (bf16) on 4 x h100-80gb does not fit: the KV cache for 24 sequences x 32768 tokens "
             "needs 120.0 GiB, but 4 x h100-80gb (TP 4, 192.0 GiB usable at 0.6) leaves 54.2 GiB after 131.4 GiB "
-            "of weights; it holds 10 such sequences",
+            "of weights; it holds 10 of them",
         ),
     ),
     _case(
@@ -619,7 +632,7 @@ CASES = [
             FIT,
             "llama-3.3-70b (bf16) on 4 x h100-80gb does not fit: the KV cache for 24 sequences x 262144 tokens "
             "needs 960.0 GiB, but 4 x h100-80gb (TP 4, 288.0 GiB usable at 0.9) leaves 150.2 GiB after 131.4 GiB "
-            "of weights; it holds 3 such sequences",
+            "of weights; it holds 3 of them",
         ),
     ),
     _case(
@@ -631,7 +644,7 @@ CASES = [
             FIT,
             "llama-3.3-70b (bf16) on 4 x h100-80gb does not fit: the KV cache for 24 sequences x 65536 tokens "
             "needs 240.0 GiB, but 4 x h100-80gb (TP 4, 288.0 GiB usable at 0.9) leaves 150.2 GiB after 131.4 GiB "
-            "of weights; it holds 15 such sequences",
+            "of weights; it holds 15 of them",
         ),
         (ITYPES, "p5.48xlarge carries h100-80gb, which is not allowed here (l4-24gb, a10g-24gb)"),
         (BOUNDS, "maxReplicaCount 8 exceeds this environment's ceiling of 4"),
@@ -727,16 +740,19 @@ CASES = [
         "llama-70b-scaler",
         at("spec", "triggers", value=[{"type": "cpu", "metadata": {"value": "70"}}]),
         (QUEUE, "spec.triggers[0] scales on cpu"),
+        (QUEUE, NO_QUEUE),
     ),
     _case(
         "wrong-metric",
         "llama-70b-scaler",
         at("spec", "triggers", 0, "metadata", "query", value="avg(vllm:gpu_cache_usage_perc)"),
-        (
-            QUEUE,
-            "spec.triggers[0] query uses none of vllm:num_requests_waiting, nv_inference_pending_request_count, "
-            "nv_trt_llm_request_metrics",
-        ),
+        (QUEUE, NO_QUEUE),
+    ),
+    _case(
+        "memory-beside-queue",
+        "llama-70b-scaler",
+        at("spec", "triggers", 1, value={"type": "memory", "metadata": {"value": "80"}}),
+        (QUEUE, "spec.triggers[1] scales on memory"),
     ),
     _case("no-triggers", "llama-70b-scaler", at("spec", "triggers", value=[]), (QUEUE, "spec.triggers is empty")),
     _case(
@@ -788,9 +804,24 @@ CASES = [
         "no-preemption-alert",
         "alerts",
         at("spec", "groups", 0, "rules", 0, value={"alert": "HighLatency"}),
-        (
-            ALERT,
-            "no PrometheusRule alert is labelled inferplane.io/alert=preemption; model servers llama-70b run unwatched",
+        (ALERT, NO_ALERT),
+    ),
+    _case(
+        "preemption-alert-for-another-model",
+        "alerts",
+        at("spec", "groups", 0, "rules", 0, value={"alert": "InferplanePreemptions", "labels": {"model": "x"}}),
+        (ALERT, NO_ALERT),
+    ),
+    _case(
+        "labelled-preemption-alert",
+        "alerts",
+        at(
+            "spec",
+            "groups",
+            0,
+            "rules",
+            0,
+            value={"alert": "KvCacheExhausted", "labels": {"model": "llama-70b", "inferplane.io/alert": "preemption"}},
         ),
     ),
 ]
@@ -807,6 +838,15 @@ def test_one_change_one_violation(pack: PolicyPackProcess, case: Case) -> None:
 def test_every_policy_has_a_violating_case() -> None:
     covered = {policy for param in CASES for policy, _ in param.values[0].expected}
     assert covered == {p.meta.name for p in POLICIES}
+
+
+def test_triton_servers_need_no_preemption_alert(pack: PolicyPackProcess) -> None:
+    """TensorRT-LLM exports no preemption counter, so there is nothing to alert on."""
+    plan = changed(happy_plan(), "alerts", at("spec", "groups", 0, "rules", value=[]))
+    assert [(v.policy, v.detail) for v in evaluate(pack, plan).violations] == [(ALERT, NO_ALERT)]
+    triton = f"nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3{DIGEST}"
+    plan = changed(plan, "llama-70b", _both(container("image", value=triton), _annotation(ENGINE, "triton")))
+    assert [v.policy for v in evaluate(pack, plan).violations] == []
 
 
 # --- a crafted misfit -----------------------------------------------------------------------------------------
@@ -931,3 +971,85 @@ def test_pack_process_is_gone_after_the_context() -> None:
         process = running.process
         assert process.poll() is None
     assert process.poll() is not None
+
+
+# --- shipped stacks, tokens, the annotation contract, a broken pack -------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_shipped_stack_passes_its_environments_mandatory_policies(pack: PolicyPackProcess, stack: str) -> None:
+    from infra.analyzer import check_stack
+
+    report = check_stack(stack, pack=pack)
+    assert len(report.evaluated) >= 25
+    assert report.mandatory == (), [v.message for v in report.mandatory]
+
+
+def test_type_tokens_are_the_sdks_tokens() -> None:
+    import pulumi_aws as aws
+    import pulumi_kubernetes as k8s
+
+    from policies.resource_types import TAGGABLE, T
+
+    classes = {
+        T.EKS_CLUSTER: aws.eks.Cluster,
+        T.EKS_NODE_GROUP: aws.eks.NodeGroup,
+        T.LAUNCH_TEMPLATE: aws.ec2.LaunchTemplate,
+        T.SECURITY_GROUP: aws.ec2.SecurityGroup,
+        T.ELASTICACHE_REPLICATION_GROUP: aws.elasticache.ReplicationGroup,
+        T.KMS_KEY: aws.kms.Key,
+        T.S3_BUCKET: aws.s3.Bucket,
+        T.S3_BUCKET_V2: aws.s3.BucketV2,
+        T.CLOUDWATCH_LOG_GROUP: aws.cloudwatch.LogGroup,
+        T.EBS_VOLUME: aws.ebs.Volume,
+        T.DEPLOYMENT: k8s.apps.v1.Deployment,
+        T.STATEFUL_SET: k8s.apps.v1.StatefulSet,
+        T.DAEMON_SET: k8s.apps.v1.DaemonSet,
+        T.JOB: k8s.batch.v1.Job,
+        T.POD_DISRUPTION_BUDGET: k8s.policy.v1.PodDisruptionBudget,
+        T.SERVICE: k8s.core.v1.Service,
+        T.PERSISTENT_VOLUME_CLAIM: k8s.core.v1.PersistentVolumeClaim,
+    }
+    for token, cls in classes.items():
+        assert cls.pulumi_type == token  # type: ignore[attr-defined]
+    assert aws.vpc.SecurityGroupIngressRule.pulumi_type == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"  # type: ignore[attr-defined]
+    # CustomResources are typed kubernetes:<apiVersion>:<kind>: register them and read the type the engine sees.
+    from infra.mockengine import PlatformMocks, evaluate
+
+    def program() -> None:
+        k8s.apiextensions.CustomResource("so", api_version="keda.sh/v1alpha1", kind="ScaledObject", spec={})
+        k8s.apiextensions.CustomResource("rule", api_version="monitoring.coreos.com/v1", kind="PrometheusRule")
+
+    registered = evaluate(program, mocks=PlatformMocks())
+    assert sorted(r.type for r in registered.registrations) == sorted([T.SCALED_OBJECT, T.PROMETHEUS_RULE])
+    for taggable in TAGGABLE:  # aws:<module>/<camel>:<Class> names pulumi_aws.<module>.<Class>
+        module, cls_name = taggable.split(":")[1].split("/")[0], taggable.split(":")[2]
+        assert getattr(getattr(aws, module), cls_name).pulumi_type == taggable
+
+
+def test_serving_annotations_round_trip_and_name_the_bad_key() -> None:
+    from components.annotations import AnnotationError, parse_serving_annotations
+    from tests.policy_plan import prod_llama
+
+    sizing = prod_llama()
+    parsed = parse_serving_annotations(serving_annotations(sizing))
+    assert parsed.model == "llama-3.3-70b"
+    assert parsed.tensor_parallel_size == sizing.gpus_per_replica
+    assert parsed.max_num_batched_tokens == sizing.result.max_num_batched_tokens
+    assert parsed.engine_start_seconds == sizing.result.engine_start_seconds
+    with pytest.raises(AnnotationError) as raised:
+        parse_serving_annotations({**serving_annotations(sizing), "inferplane.io/gpu-memory-utilization": "1.5"})
+    assert str(raised.value) == "inferplane.io/gpu-memory-utilization='1.5': Input should be less than or equal to 1"
+
+
+def test_a_pack_that_fails_to_start_is_reported_with_its_output(tmp_path: Any) -> None:
+    from infra.analyzer import PROJECT_DIR
+
+    (tmp_path / "PulumiPolicy.yaml").write_text(
+        f"runtime:\n  name: python\n  options:\n    virtualenv: {PROJECT_DIR / '.venv'}\n", encoding="utf-8"
+    )
+    (tmp_path / "__main__.py").write_text("raise RuntimeError('no policies today')\n", encoding="utf-8")
+    with pytest.raises(PolicyPackError) as raised, PolicyPackProcess.start(tmp_path):
+        pass
+    assert "could not read the policy pack's port (exit status 1)" in str(raised.value)
+    assert "no policies today" in str(raised.value)
