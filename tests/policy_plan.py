@@ -16,8 +16,8 @@ from typing import Any
 from components.annotations import (
     COMPONENT_LABEL,
     GATEWAY,
-    NAME_LABEL,
     MODEL_SERVER,
+    NAME_LABEL,
     SERVED_MODEL_LABEL,
     serving_annotations,
 )
