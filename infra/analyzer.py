@@ -541,8 +541,12 @@ def _read_port(process: subprocess.Popen[bytes], output: list[str]) -> int:
 
 
 def _drain(stream: Any, sink: list[str]) -> None:
-    for raw in iter(stream.readline, b""):
-        sink.append(raw.decode(errors="replace"))
+    """Copy a pipe into ``sink`` line by line until EOF (or until :func:`_stop` closes it)."""
+    try:
+        for raw in iter(stream.readline, b""):
+            sink.append(raw.decode(errors="replace"))
+    except (ValueError, OSError):
+        return
 
 
 def _handshake(channel: grpc.Channel, pack_dir: Path, engine_address: str) -> None:

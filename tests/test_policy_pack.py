@@ -1053,3 +1053,30 @@ def test_a_pack_that_fails_to_start_is_reported_with_its_output(tmp_path: Any) -
         pass
     assert "could not read the policy pack's port (exit status 1)" in str(raised.value)
     assert "no policies today" in str(raised.value)
+
+
+def test_policy_runner_answers_with_the_previews_report() -> None:
+    """The offline preview's seam (``infra.preview.policy.policy_runner_for``) gets the preview's own types back."""
+    model = pytest.importorskip("infra.preview.model", reason="infra/preview (the offline preview) is not merged here")
+    from infra.analyzer import PROJECT_DIR, policy_runner
+
+    stack = load_stack(PROJECT_DIR, "prod")
+    plan = changed(happy_plan(), "cluster-key", at("enableKeyRotation", value=False))
+    resources = [
+        model.PlanResource(
+            urn=r.urn,
+            type=r.type,
+            name=r.name,
+            parent=r.parent,
+            provider=r.provider,
+            inputs=dict(r.inputs),
+            dependencies=r.dependencies,
+            protect=r.protect,
+        )
+        for r in plan
+    ]
+    report = policy_runner(PROJECT_DIR)(resources, stack)
+    assert [(v.policy, v.enforcement, v.urn) for v in report.violations] == [
+        ("kms-key-enable-rotation", "mandatory", plan[0].urn)
+    ]
+    assert sorted(p.name for p in report.policies) == sorted(p.meta.name for p in POLICIES)
