@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.catalog import INSTANCE_TYPES, InstanceType, hourly_price
+from components.scheduling import POOL_LABEL
 from policies.base import (
     UNKNOWN,
     AnyPolicy,
@@ -24,7 +25,7 @@ from policies.base import (
     of_type,
     stack_policy,
 )
-from policies.eks import pool_instance_types
+from policies.eks import pool_instance_types as pool_instance_types_of
 from policies.resource_types import T
 
 
@@ -63,17 +64,33 @@ def _max_nodes(pool: Resource) -> Any:
     return pool.get("scalingConfig", "maxSize")
 
 
+def _pool_instance(pool: Resource, resources: list[Resource]) -> InstanceType | None:
+    types = pool_instance_types_of(pool) or [_launch_template_type(pool, resources)]
+    rows = [INSTANCE_TYPES[t] for t in types if isinstance(t, str) and t in INSTANCE_TYPES]
+    # Mixed-type node groups are costed at their largest type.
+    return max(rows, key=lambda r: (r.accelerators_per_node, hourly_price(r.cloud, r.name) or 0.0)) if rows else None
+
+
+def pool_instance_types(resources: list[Resource]) -> dict[str, InstanceType]:
+    """{pool label value: catalog instance type} for the accelerator pools whose type is known."""
+    found: dict[str, InstanceType] = {}
+    for pool in of_type(resources, T.EKS_NODE_GROUP, T.GKE_NODE_POOL):
+        labels = pool.get("labels") if pool.type == T.EKS_NODE_GROUP else pool.get("nodeConfig", "labels")
+        name = as_dict(labels).get(POOL_LABEL)
+        instance = _pool_instance(pool, resources)
+        if isinstance(name, str) and instance is not None:
+            found[name] = instance
+    return found
+
+
 def pools_at_max(resources: list[Resource]) -> list[PoolAtMax]:
     """Accelerator pools whose instance type and maximum size are known."""
     found: list[PoolAtMax] = []
     for pool in of_type(resources, T.EKS_NODE_GROUP, T.GKE_NODE_POOL):
-        types = pool_instance_types(pool) or [_launch_template_type(pool, resources)]
-        rows = [INSTANCE_TYPES[t] for t in types if isinstance(t, str) and t in INSTANCE_TYPES]
+        instance = _pool_instance(pool, resources)
         nodes = _max_nodes(pool)
-        if not rows or nodes is UNKNOWN or not isinstance(nodes, int):
+        if instance is None or nodes is UNKNOWN or not isinstance(nodes, int):
             continue
-        # Mixed-type node groups are costed at their largest type.
-        instance = max(rows, key=lambda r: (r.accelerators_per_node, hourly_price(r.cloud, r.name) or 0.0))
         found.append(PoolAtMax(pool, instance, nodes))
     return found
 

@@ -24,8 +24,16 @@ from components.annotations import (
     ServingAnnotations,
     parse_serving_annotations,
 )
-from components.catalog import ACCELERATORS, INSTANCE_TYPES, MODELS, Accelerator, ModelArchitecture, instances_for
-from components.scheduling import ACCELERATOR_LABEL, TPU_RESOURCE
+from components.catalog import (
+    ACCELERATORS,
+    INSTANCE_TYPES,
+    MODELS,
+    Accelerator,
+    InstanceType,
+    ModelArchitecture,
+    instances_for,
+)
+from components.scheduling import ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
 from components.sizing import (
     COMPUTE_EFFICIENCY,
     MAX_GPU_MEMORY_UTILIZATION,
@@ -54,6 +62,7 @@ from policies.base import (
     resource_policy,
     stack_policy,
 )
+from policies.cost import pool_instance_types
 from policies.resource_types import T
 from policies.workloads import (
     accelerators_requested,
@@ -161,20 +170,28 @@ def _model(ann: ServingAnnotations, flags: dict[str, str]) -> tuple[str | None, 
     return repo, None
 
 
-def serving_settings(resource: Resource) -> ServingSettings:
-    """Resolve a model server's settings; raises :class:`AnnotationError` when its annotations are malformed."""
+def serving_settings(resource: Resource, pool_instance: InstanceType | None = None) -> ServingSettings:
+    """Resolve a model server's settings; raises :class:`AnnotationError` when its annotations are malformed.
+
+    ``pool_instance`` is the instance type of the pool the pods select (known to stack policies): where the pods
+    actually land beats what the annotations declare.
+    """
     ann = parse_serving_annotations(object_annotations(resource))
     flags = engine_flags(resource)
     model_id, model = _model(ann, flags)
     requested = pod_accelerators(resource)
-    accelerator_id = ann.accelerator or as_dict(pod_spec(resource).get("nodeSelector")).get(ACCELERATOR_LABEL)
+    instance = pool_instance or INSTANCE_TYPES.get(ann.instance_type or "")
+    accelerator_id: Any = ann.accelerator or as_dict(pod_spec(resource).get("nodeSelector")).get(ACCELERATOR_LABEL)
+    if pool_instance is not None:
+        accelerator_id = pool_instance.accelerator
     if accelerator_id is None and TPU_RESOURCE in requested:
         accelerator_id = "tpu-v5e"
     accelerator = ACCELERATORS.get(accelerator_id) if isinstance(accelerator_id, str) else None  # type: ignore[call-overload]
-    instance = INSTANCE_TYPES.get(ann.instance_type or "")
     per_node = instance.accelerators_per_node if instance is not None else None
     if per_node is None and accelerator is not None:
-        per_node = max((i.accelerators_per_node for i in instances_for(accelerator.id)), default=None)
+        # A TPU pod takes its whole host, so its chips are the host's; a GPU node is at most the largest catalog one.
+        largest = max((i.accelerators_per_node for i in instances_for(accelerator.id)), default=None)
+        per_node = requested.get(TPU_RESOURCE) if accelerator.vendor == "google" else largest
 
     quantization = flags.get("quantization")
     weights: WeightsDtype = ann.weights_dtype or (
@@ -270,7 +287,7 @@ def _settings_or_report(resource: Resource, report: Report) -> ServingSettings |
 _TYPES = SERVER_TYPES
 
 
-@resource_policy(
+@stack_policy(
     name="inference-server-require-memory-fit",
     description=(
         "A model server's weights plus the KV cache for max-model-len x max-num-seqs, plus the runtime reserve, must "
@@ -279,22 +296,29 @@ _TYPES = SERVER_TYPES
     ),
     severity=Severity.CRITICAL,
     enforcement=EnforcementLevel.MANDATORY,
-    types=_TYPES,
     remediation="Follow the alternatives `inferplane size` prints: fp8 weights or KV cache, a larger GPU, more GPUs "
     "per replica, a shorter context or fewer sequences.",
 )
-def memory_fit(resource: Resource, config: Config, report: Report) -> None:
-    """Sizing's fit arithmetic (components.sizing) on the deployed settings."""
-    settings = _settings_or_report(resource, report)
-    if settings is None:
-        return
-    result = sizing_for(settings)
-    if result is None or result.fits:
-        return
-    report(
-        f"{result.model} ({settings.weights_dtype}) on {result.tensor_parallel_size} x {result.accelerator} does not "
-        f"fit: {result.reason}"
-    )
+def memory_fit(resources: list[Resource], config: Config, report: StackReport) -> None:
+    """Sizing's fit arithmetic (components.sizing) on the deployed settings, on the accelerator of the pool the pods
+    select (a stack policy, so it can look the pool's node group up; the serving annotations otherwise)."""
+    pools = pool_instance_types(resources)
+    for server in of_type(resources, *SERVER_TYPES):
+        if not is_model_server(server) or not _decidable(server):
+            continue
+        pool = as_dict(pod_spec(server).get("nodeSelector")).get(POOL_LABEL)
+        try:
+            settings = serving_settings(server, pools.get(pool) if isinstance(pool, str) else None)
+        except AnnotationError:
+            continue  # the resource policies report malformed annotations
+        result = sizing_for(settings)
+        if result is None or result.fits:
+            continue
+        report(
+            f"{result.model} ({settings.weights_dtype}) on {result.tensor_parallel_size} x {result.accelerator} does "
+            f"not fit: {result.reason}",
+            server.urn,
+        )
 
 
 @resource_policy(

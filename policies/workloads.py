@@ -407,8 +407,9 @@ def accelerator_placement(resource: Resource, config: Config, report: Report) ->
         return
     if not accelerators_known(resource):
         return
-    # Any request counts here, even a malformed one (integer-accelerators reports that): the pod wants the device.
-    requested = {name for _, c in containers(resource, init=False) for name in accelerators_requested(c)}
+    # Any container's request counts here (an init container that builds an engine needs the GPU node too), even a
+    # malformed one (integer-accelerators reports that): the pod wants the device.
+    requested = {name for _, c in containers(resource) for name in accelerators_requested(c)}
     if NVIDIA_GPU_RESOURCE in requested:
         if not _tolerates(spec, GPU_TAINT.key):
             report(f"requests {NVIDIA_GPU_RESOURCE} but does not tolerate the {GPU_TAINT.key} taint")

@@ -240,7 +240,10 @@ def _args(*replacements: tuple[str, str]) -> Edit:
     def edit(inputs: dict[str, Any]) -> None:
         args = inputs["spec"]["template"]["spec"]["containers"][0]["args"]
         for flag, value in replacements:
-            args[:] = [a for a in args if not a.startswith(f"{flag}=")] + [f"{flag}={value}"]
+            if flag in args:  # "--flag value" as the serving component writes it
+                args[args.index(flag) + 1] = value
+            else:
+                args[:] = [a for a in args if not a.startswith(f"{flag}=")] + [f"{flag}={value}"]
 
     return edit
 
@@ -363,6 +366,11 @@ CASES = [
         "h100",
         at("instanceTypes", value=["g6.48xlarge"]),
         (ITYPES, "g6.48xlarge carries l4-24gb, which is not allowed here (h100-80gb, h200-141gb, l40s-48gb)"),
+        (
+            FIT,
+            "llama-3.3-70b (bf16) on 4 x l4-24gb does not fit: llama-3.3-70b weights in bf16 take 131.4 GiB, plus a "
+            "6.4 GiB runtime reserve, more than 4 x l4-24gb (TP 4, 80.5 GiB usable at 0.9)",
+        ),
     ),
     _case(
         "spot",
@@ -694,8 +702,19 @@ CASES = [
                 "serving annotations do not parse: inferplane.io/tensor-parallel-size='four': Input should be a valid "
                 "integer, unable to parse string as an integer",
             )
-            for p in (FIT, GMU, TP, LEN, PROBE)
+            for p in (GMU, TP, LEN, PROBE)
         ],
+    ),
+    _case(
+        "unannotated-misfit-on-its-pool",
+        LLAMA,
+        _both(at("metadata", "annotations", value={}), _args(("--max-num-seqs", "64"))),
+        (
+            FIT,
+            "llama-3.3-70b (bf16) on 4 x h100-80gb does not fit: the KV cache for 64 sequences x 32768 tokens needs "
+            "320.0 GiB, but 4 x h100-80gb (TP 4, 288.0 GiB usable at 0.9) leaves 150.2 GiB after 131.4 GiB of weights; "
+            "it holds 30 of them",
+        ),
     ),
     # stack-wide
     _case(
