@@ -165,7 +165,8 @@ def _model(ann: ServingAnnotations, flags: dict[str, str]) -> tuple[str | None, 
         return ann.model, MODELS[ann.model]
     repo = flags.get("model") or ann.model
     for model_id, arch in MODELS.items():
-        if repo == arch.hf_repo:
+        # The engine may load from a local cache laid out by repository: /models/<org>/<name>.
+        if repo is not None and (repo == arch.hf_repo or repo.endswith(f"/{arch.hf_repo}")):
             return model_id, arch
     return repo, None
 

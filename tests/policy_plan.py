@@ -66,7 +66,7 @@ def vllm_args(sizing: DeploymentSizing) -> list[str]:
     """The container args of ``vllm serve`` as the serving component writes them: the model first, then flags."""
     v = sizing.result.vllm
     return [
-        "meta-llama/Llama-3.3-70B-Instruct",
+        "/models/meta-llama/Llama-3.3-70B-Instruct",  # the node-local model cache, laid out by repository
         "--served-model-name",
         sizing.name,
         "--tensor-parallel-size",
