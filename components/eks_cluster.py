@@ -196,11 +196,12 @@ def kubeconfig(
 class EksCluster(pulumi.ComponentResource):
     """An EKS cluster with encrypted secrets, audit logs, access entries, pinned add-ons and a system node group.
 
-    Children (``name`` = this component's name): ``{name}-cluster-role``, ``{name}-secrets-key`` (+ alias),
-    ``{name}-logs``, ``{name}-cluster``, ``{name}-admin-role`` with its access entry and admin policy association,
-    ``{name}-node-role`` (shared by every node group of the cluster), the add-ons ``{name}-<addon>``,
-    ``{name}-ebs-csi-role`` (Pod Identity), the system node group ``{name}-system`` with its launch template, and
-    ``{name}-k8s``, the Kubernetes provider.
+    Children (``name`` = this component's name): ``{name}-cluster-role`` (+ ``-cluster-policy``),
+    ``{name}-secrets-key`` (+ ``-alias``), ``{name}-logs``, ``{name}-cluster``, ``{name}-admin-role`` with its
+    access entry ``{name}-admin-entry`` and ``{name}-admin-policy``, ``{name}-node-role`` (shared by every node
+    group of the cluster, + ``{name}-node-<policy>``), the add-ons ``{name}-<addon>``, ``{name}-ebs-csi-role``
+    (Pod Identity, + ``-ebs-csi-policy``), the system node group ``{name}-system`` with its launch template
+    ``{name}-system-lt``, and ``{name}-k8s``, the Kubernetes provider.
 
     Attributes for dependants: :attr:`cluster_name` (plain), :attr:`kubernetes_version`, :attr:`cluster`,
     :attr:`node_role`, :attr:`k8s_provider`, :attr:`cluster_security_group_id`, :attr:`kubeconfig` (secret).
@@ -252,7 +253,10 @@ class EksCluster(pulumi.ComponentResource):
             opts=child,
         )
         aws.kms.Alias(
-            f"{name}-secrets-key", name=f"alias/eks/{args.cluster_name}-secrets", target_key_id=key.key_id, opts=child
+            f"{name}-secrets-key-alias",
+            name=f"alias/eks/{args.cluster_name}-secrets",
+            target_key_id=key.key_id,
+            opts=child,
         )
         # EKS writes to exactly this group; creating it first sets retention and tags instead of "never expire".
         log_group = aws.cloudwatch.LogGroup(
@@ -298,7 +302,7 @@ class EksCluster(pulumi.ComponentResource):
             opts=child,
         )
         admin_entry = aws.eks.AccessEntry(
-            f"{name}-admin",
+            f"{name}-admin-entry",
             cluster_name=self.cluster.name,
             principal_arn=self.admin_role.arn,
             type="STANDARD",
@@ -306,7 +310,7 @@ class EksCluster(pulumi.ComponentResource):
             opts=child,
         )
         admin_policy = aws.eks.AccessPolicyAssociation(
-            f"{name}-admin",
+            f"{name}-admin-policy",
             cluster_name=self.cluster.name,
             principal_arn=self.admin_role.arn,
             policy_arn=pulumi.Output.concat(
@@ -423,7 +427,7 @@ class EksCluster(pulumi.ComponentResource):
         node_policies: Sequence[aws.iam.RolePolicyAttachment],
     ) -> aws.eks.NodeGroup:
         launch_template = aws.ec2.LaunchTemplate(
-            f"{name}-system",
+            f"{name}-system-lt",
             description=f"System nodes of EKS cluster {args.cluster_name}",
             metadata_options=IMDS_V2_ONLY,
             block_device_mappings=[root_volume("/dev/xvda", 50)],

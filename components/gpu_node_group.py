@@ -212,6 +212,15 @@ def autoscaler_tags(cluster_name: str, labels: Mapping[str, str], gpus: int, efa
     return tags
 
 
+def _autoscaling_group_name(resources: Sequence[aws.eks.outputs.NodeGroupResource] | None) -> str:
+    """The Auto Scaling group EKS created for a managed node group (one per group)."""
+    groups = resources[0].autoscaling_groups if resources else None
+    name = groups[0].name if groups else None
+    if name is None:
+        raise ValueError("EKS reported no Auto Scaling group for the node group")
+    return name
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -319,11 +328,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ),
         )
 
-        asg_name = self.node_group.resources.apply(lambda resources: resources[0].autoscaling_groups[0].name)
+        asg_name = self.node_group.resources.apply(_autoscaling_group_name)
         for key, value in self.autoscaler_tags.items():
             aws.autoscaling.Tag(
                 f"{name}-asg-tag:{key}",
-                autoscaling_group_name=asg_name,  # type: ignore[arg-type]
+                autoscaling_group_name=asg_name,
                 tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -50,7 +50,7 @@ MAX_ZONES = 7
 
 def plan_subnets(cidr_block: str, zone_count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(private CIDRs, public CIDRs), one of each per zone: private /N+3 blocks, public /N+6 blocks in the last."""
-    vpc = ipaddress.ip_network(cidr_block)
+    vpc = ipaddress.IPv4Network(cidr_block)
     eighths = list(vpc.subnets(prefixlen_diff=3))
     private = tuple(str(block) for block in eighths[:zone_count])
     public = tuple(str(block) for block in list(eighths[-1].subnets(prefixlen_diff=3))[:zone_count])
@@ -78,12 +78,16 @@ def _check(args: NetworkArgs) -> list[tuple[str, str]]:
 class Network(pulumi.ComponentResource):
     """A VPC over ``zones`` with private node subnets, public load-balancer subnets, NAT and an S3 endpoint.
 
-    Children (``name`` = this component's name): ``{name}-vpc``, ``{name}-default-sg`` (the VPC's default security
-    group with every rule removed), ``{name}-igw``, per zone ``{name}-private-<zone>`` / ``{name}-public-<zone>``
-    subnets, ``{name}-public-rt`` with its default route and associations, NAT gateways with Elastic IPs
-    (``{name}-nat-<zone>``: per zone, or only in the first zone), one private route table per zone
-    (``{name}-private-rt-<zone>``) routing to its zone's NAT (or the shared one), and ``{name}-s3`` (gateway
-    endpoint on every private route table).
+    Children (``name`` = this component's name):
+
+    * ``{name}-vpc``; ``{name}-default-sg``, the VPC's default security group with every rule removed;
+    * ``{name}-igw``; ``{name}-public-rt`` with its default route ``{name}-public-default``;
+    * per zone: subnets ``{name}-private-<zone>`` and ``{name}-public-<zone>``, their route table associations
+      ``{name}-private-rta-<zone>`` / ``{name}-public-rta-<zone>``, a private route table
+      ``{name}-private-rt-<zone>`` whose default route ``{name}-private-default-<zone>`` leads to its zone's NAT;
+    * NAT gateways ``{name}-nat-<zone>`` with Elastic IPs ``{name}-nat-eip-<zone>``: per zone, or one in the
+      first zone shared by all;
+    * ``{name}-s3``, the S3 gateway endpoint on every private route table.
     """
 
     vpc: aws.ec2.Vpc
@@ -152,7 +156,7 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
             aws.ec2.RouteTableAssociation(
-                f"{name}-public-{zone}", subnet_id=public.id, route_table_id=public_rt.id, opts=child
+                f"{name}-public-rta-{zone}", subnet_id=public.id, route_table_id=public_rt.id, opts=child
             )
             private = aws.ec2.Subnet(
                 f"{name}-private-{zone}",
@@ -170,7 +174,7 @@ class Network(pulumi.ComponentResource):
         self.nat_gateways = []
         for zone in nat_zones:
             eip = aws.ec2.Eip(
-                f"{name}-nat-{zone}", domain="vpc", tags={**tags, "Name": f"{name}-nat-{zone}"}, opts=child
+                f"{name}-nat-eip-{zone}", domain="vpc", tags={**tags, "Name": f"{name}-nat-eip-{zone}"}, opts=child
             )
             self.nat_gateways.append(
                 aws.ec2.NatGateway(
@@ -199,7 +203,7 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
             aws.ec2.RouteTableAssociation(
-                f"{name}-private-{zone}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
+                f"{name}-private-rta-{zone}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
             )
             private_rts.append(rt)
 

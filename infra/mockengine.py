@@ -213,7 +213,11 @@ class PlatformMocks(pulumi_mocks.Mocks):
         if type_token == "aws:ec2/eip:Eip":
             return {"allocationId": f"eipalloc-{name}", "publicIp": "198.51.100.10"}
         if type_token == "aws:iam/role:Role":
-            return {"arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/{physical}", "uniqueId": f"AROA{name.upper()[:16]}"}
+            return {
+                "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/{physical}",
+                "uniqueId": f"AROA{name.upper()[:16]}",
+                "name": physical,
+            }
         if type_token == "aws:kms/key:Key":
             return {"arn": self._arn("kms", f"key/{name}-0000-0000"), "keyId": f"{name}-0000-0000"}
         if type_token == "aws:ec2/launchTemplate:LaunchTemplate":
