@@ -153,8 +153,9 @@ class NodeAddonsArgs:
 class NodeAddons(pulumi.ComponentResource):
     """Cluster Autoscaler, NVIDIA device plugin, DCGM exporter and (with EFA) the EFA device plugin.
 
-    Children (``name`` = this component's name): ``{name}-cluster-autoscaler-role`` with its inline policy and
-    ``{name}-cluster-autoscaler`` Pod Identity association, and the Helm releases ``{name}-cluster-autoscaler``,
+    Children (``name`` = this component's name): ``{name}-cluster-autoscaler-role`` with its inline policy
+    ``{name}-cluster-autoscaler-policy`` and Pod Identity association ``{name}-cluster-autoscaler-pod-identity``,
+    and the Helm releases ``{name}-cluster-autoscaler``,
     ``{name}-nvidia-device-plugin`` (unless every pool is Bottlerocket), ``{name}-dcgm-exporter`` and
     ``{name}-efa-device-plugin`` (only with EFA).
     """
@@ -180,6 +181,8 @@ class NodeAddons(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.releases = {}
         self._k8s_provider = cluster.k8s_provider
+        # Releases wait for somewhere to run and for cluster DNS; an atomic install would otherwise time out.
+        self._after: list[pulumi.Resource] = [cluster.system_node_group, cluster.addons["coredns"]]
 
         role = aws.iam.Role(
             f"{name}-cluster-autoscaler-role",
@@ -188,13 +191,13 @@ class NodeAddons(pulumi.ComponentResource):
             opts=child,
         )
         aws.iam.RolePolicy(
-            f"{name}-cluster-autoscaler",
+            f"{name}-cluster-autoscaler-policy",
             role=role.name,
             policy=cluster_autoscaler_policy(cluster.cluster_name),
             opts=child,
         )
         association = aws.eks.PodIdentityAssociation(
-            f"{name}-cluster-autoscaler",
+            f"{name}-cluster-autoscaler-pod-identity",
             cluster_name=cluster.cluster.name,
             namespace=NAMESPACE,
             service_account=CLUSTER_AUTOSCALER_SERVICE_ACCOUNT,
@@ -274,7 +277,9 @@ class NodeAddons(pulumi.ComponentResource):
             atomic=True,
             cleanup_on_fail=True,
             max_history=10,
-            opts=pulumi.ResourceOptions(parent=self, provider=self._k8s_provider, depends_on=list(depends_on)),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=self._k8s_provider, depends_on=[*self._after, *depends_on]
+            ),
         )
 
 

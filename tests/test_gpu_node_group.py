@@ -11,6 +11,7 @@ import pulumi
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pulumi.errors import InputPropertyErrorDetails
 
 from components.catalog import INSTANCE_TYPES
 from components.gpu_node_group import (
@@ -208,7 +209,7 @@ def test_efa_interfaces_follow_the_catalog(instance_type: str) -> None:
     assert result.named("gpu-nodes").inputs["subnetIds"] == ["subnet-a"]
 
 
-def _refusal(**changes: Any) -> list[dict[str, str]]:
+def _refusal(**changes: Any) -> list[InputPropertyErrorDetails]:
     with pytest.raises(pulumi.InputPropertiesError) as raised:
         _evaluate(**changes)
     assert str(raised.value).startswith("The input properties for GPU node group 'gpu' are invalid. ")

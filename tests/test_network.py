@@ -149,9 +149,9 @@ def test_refuses_bad_inputs(zones: tuple[str, ...], changes: dict[str, Any], mes
 
 @given(prefix=st.integers(min_value=16, max_value=20), zones=st.integers(min_value=2, max_value=7))
 def test_subnet_plan_is_disjoint_and_inside_the_vpc(prefix: int, zones: int) -> None:
-    vpc = ipaddress.ip_network(f"10.0.0.0/{prefix}")
+    vpc = ipaddress.IPv4Network(f"10.0.0.0/{prefix}")
     private, public = plan_subnets(str(vpc), zones)
-    blocks = [ipaddress.ip_network(c) for c in (*private, *public)]
+    blocks = [ipaddress.IPv4Network(c) for c in (*private, *public)]
     assert len(private) == len(public) == zones
     assert all(block.subnet_of(vpc) for block in blocks)
     assert all(not a.overlaps(b) for i, a in enumerate(blocks) for b in blocks[i + 1 :])
