@@ -287,7 +287,8 @@ class EksCluster(pulumi.ComponentResource):
             ),
             # The managed add-ons below replace the self-managed ones EKS would otherwise install unpinned.
             bootstrap_self_managed_addons=False,
-            # STANDARD: a cluster left behind stops being upgraded loudly instead of silently costing 6x.
+            # STANDARD: at the end of standard support EKS upgrades the control plane instead of moving it to
+            # extended support, billed at six times the hourly rate ($0.60 vs $0.10, EKS pricing page).
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy, log_group]),

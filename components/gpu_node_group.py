@@ -317,7 +317,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ),
             labels=self.labels,
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=GPU_TAINT.eks_effect)],
-            # One node at a time: a GPU node carries whole replicas, and MINIMAL-style surges double the bill.
+            # Replace one node at a time: each GPU node carries whole replicas of a model.
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             tags={**tags, **self.autoscaler_tags},

@@ -3,10 +3,12 @@ components emit is one the EKS API accepts (botocore's service model)."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from pathlib import Path
 from typing import get_args
 
-import botocore.session
+import botocore.session  # type: ignore[import-untyped]  # botocore ships no type hints
 import pytest
 
 from components.catalog import INSTANCE_TYPES
@@ -101,3 +103,23 @@ def test_enum_values_are_the_eks_apis(stacks: dict[str, Evaluation]) -> None:
         for r in result.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
     ]
     assert {r.inputs["accessScope"]["type"] for r in policies} <= _enum("AccessScopeType")
+
+
+def _taggable(type_token: str) -> bool:
+    """Whether the pulumi_aws resource class of a type token takes ``tags``."""
+    module, kind = type_token.split(":")[1].split("/", maxsplit=1)[0], type_token.rsplit(":", 1)[1]
+    cls = getattr(importlib.import_module(f"pulumi_aws.{module}"), kind)
+    return "tags" in inspect.signature(cls._internal_init).parameters
+
+
+def test_every_taggable_aws_child_carries_the_platform_tags(stacks: dict[str, Evaluation]) -> None:
+    for name, result in stacks.items():
+        spec = load_stack(PROJECT_DIR, name).platform
+        tags = {**spec.tags, "environment": spec.environment, "managed-by": "pulumi", "app": "inferplane"}
+        aws_types = {r.type for r in result.registrations if r.type.startswith("aws:")}
+        taggable = {t for t in aws_types if _taggable(t)}
+        assert {"aws:ec2/vpc:Vpc", "aws:eks/nodeGroup:NodeGroup", "aws:eks/addon:Addon"} <= taggable
+        assert "aws:ec2/route:Route" not in taggable
+        for registration in result.registrations:
+            if registration.type in taggable:
+                assert tags.items() <= registration.inputs["tags"].items(), registration.name
