@@ -9,11 +9,14 @@ What a node gets:
   of ``disk_gib`` (serving images are 10-20 GB; provisioned at 6000 IOPS / 500 MiB/s so image pulls are not what
   a cold start waits on), and instance tags on instances, volumes and interfaces;
 * the instance's local NVMe as the model cache. AL2023: a nodeadm ``NodeConfig`` MIME part with
-  ``spec.instance.localStorage.strategy: RAID0``, which stripes every instance-store disk and puts containerd's and
-  kubelet's directories on it (awslabs/amazon-eks-ami, nodeadm "Configuring local storage"), so a pod's
-  ``emptyDir`` cache for model weights lives on NVMe. Bottlerocket: ``apiclient ephemeral-storage init`` and
-  ``bind`` as bootstrap commands (bottlerocket.dev, "settings.bootstrap-commands"), which does the same. EKS merges
-  either with its own bootstrap configuration because the AMI type is EKS-provided;
+  ``spec.instance.localStorage.strategy: RAID0``, which stripes every instance-store disk (mounted at
+  ``/mnt/k8s-disks/0``) and moves containerd's and kubelet's directories onto it, so a pod's ``emptyDir`` model
+  cache lives on NVMe (the same part terraform-aws-eks's EFA/GPU examples pass as ``cloudinit_pre_nodeadm``).
+  Bottlerocket: the ``apiclient ephemeral-storage init`` / ``bind`` bootstrap commands, exactly what Karpenter
+  emits for Bottlerocket with ``instanceStorePolicy: RAID0`` (aws/karpenter-provider-aws, Bottlerocket bootstrap).
+  EKS merges either with its own bootstrap configuration because the AMI type is EKS-provided. Instance types
+  without instance storage get no user data. Sources are third-party code read 2026-11-29 (no AWS page was
+  reachable); they agree with one another;
 * the accelerated AMI: ``AL2023_x86_64_NVIDIA`` (driver installed, device plugin installed by
   :class:`~components.node_addons.NodeAddons`) or ``BOTTLEROCKET_x86_64_NVIDIA`` (driver and device plugin built in);
 * the taint :data:`~components.scheduling.GPU_TAINT` in EKS spelling and the pool, accelerator and AMI-family
@@ -21,12 +24,14 @@ What a node gets:
 * on-demand, spot or a Capacity Block (launch template market type ``capacity-block`` targeting the reservation,
   subnets of the reservation's zone only: docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html);
 * EFA on request: one EFA interface per network card (``efa`` on card 0, ``efa-only`` on the others, which need no
-  IP address) and a cluster placement group, in one zone;
+  IP address; both are EC2 ``NetworkInterfaceType`` values in botocore's ec2 model) and a cluster placement group,
+  in one zone;
 * scaling bounds from :class:`~components.sizing.PoolSizing` (desired = min; the cluster autoscaler owns it after
   creation) and the cluster-autoscaler tags: auto-discovery (``k8s.io/cluster-autoscaler/enabled`` and
   ``.../<cluster>``) and node templates for scale-from-zero (GPU count, labels, taint), set on the node group and,
-  because EKS does not copy node-group tags to the Auto Scaling group it creates, on that group too
-  (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/aws/README.md, "Auto-Discovery Setup").
+  because EKS does not copy node-group tags to the Auto Scaling group it creates (aws/containers-roadmap#608),
+  on that group too (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/aws/README.md, "Auto-Discovery
+  Setup", read 2026-11-29).
 """
 
 from __future__ import annotations

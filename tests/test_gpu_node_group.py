@@ -353,3 +353,17 @@ def test_builds_exactly_the_combinations_that_can_work(
 
 def test_pool_sizing_fixture_matches_the_model() -> None:
     assert isinstance(pool_sizing(), PoolSizing)
+
+
+def test_no_user_data_without_instance_storage() -> None:
+    without_nvme = INSTANCE_TYPES["g6e.xlarge"].model_copy(update={"local_nvme_gb": 0})
+    args = GpuNodeGroupArgs(cluster=None, **_args())  # type: ignore[arg-type]  # only the instance matters here
+    assert GpuNodeGroup._user_data(args, without_nvme) is None
+    assert GpuNodeGroup._user_data(args, INSTANCE_TYPES["g6e.xlarge"]) is not None
+
+
+def test_a_node_group_without_an_autoscaling_group_is_an_error() -> None:
+    from components.gpu_node_group import _autoscaling_group_name
+
+    with pytest.raises(ValueError, match="EKS reported no Auto Scaling group for the node group"):
+        _autoscaling_group_name([])
