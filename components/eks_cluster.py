@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -105,6 +106,9 @@ class EksClusterArgs:
     """``private``, or ``public_and_private`` with ``public_access_cidrs``."""
     public_access_cidrs: Sequence[str] = ()
     """Who may reach a public endpoint; required with ``public_and_private``, never ``0.0.0.0/0``."""
+    admin_principal_arns: Sequence[str] = ()
+    """IAM principals (role or user ARNs) that may assume the cluster-admin role. Empty trusts the account: any
+    of its principals whose own IAM policy allows ``sts:AssumeRole`` on the role."""
     log_types: Sequence[ControlPlaneLog] = REQUIRED_LOG_TYPES
     """Control-plane log types; must include api, audit and authenticator."""
     log_retention_days: int = 90
@@ -136,6 +140,9 @@ def _check(args: EksClusterArgs) -> list[tuple[str, str]]:
             continue
         if network.prefixlen == 0:
             errors.append((f"public_access_cidrs[{index}]", f"{cidr} opens the API endpoint to the whole internet"))
+    for index, arn in enumerate(args.admin_principal_arns):
+        if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/.+", arn):
+            errors.append((f"admin_principal_arns[{index}]", f"{arn!r} is not an IAM role or user ARN"))
     missing = [log for log in REQUIRED_LOG_TYPES if log not in args.log_types]
     if missing:
         errors.append(("log_types", f"control-plane logs must include {', '.join(missing)}"))
@@ -148,18 +155,30 @@ def _check(args: EksClusterArgs) -> list[tuple[str, str]]:
     return errors
 
 
-def account_trust_policy(partition: str, account_id: str) -> str:
-    """Trust the account itself: any of its IAM principals whose own policy allows ``sts:AssumeRole`` on the role."""
+def secrets_key_policy(key_arn: str) -> str:
+    """What the cluster role needs on the secrets key: envelope encryption and grant inspection."""
     return json.dumps(
         {
             "Version": "2012-10-17",
             "Statement": [
                 {
                     "Effect": "Allow",
-                    "Principal": {"AWS": f"arn:{partition}:iam::{account_id}:root"},
-                    "Action": "sts:AssumeRole",
+                    "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
+                    "Resource": key_arn,
                 }
             ],
+        }
+    )
+
+
+def admin_trust_policy(partition: str, account_id: str, principals: Sequence[str] = ()) -> str:
+    """Who may assume the admin role: ``principals`` when given, else the account itself (any of its IAM
+    principals whose own policy allows ``sts:AssumeRole`` on the role)."""
+    trusted: str | list[str] = list(principals) if principals else f"arn:{partition}:iam::{account_id}:root"
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"AWS": trusted}, "Action": "sts:AssumeRole"}],
         }
     )
 
@@ -196,7 +215,8 @@ def kubeconfig(
 class EksCluster(pulumi.ComponentResource):
     """An EKS cluster with encrypted secrets, audit logs, access entries, pinned add-ons and a system node group.
 
-    Children (``name`` = this component's name): ``{name}-cluster-role`` (+ ``-cluster-policy``),
+    Children (``name`` = this component's name): ``{name}-cluster-role`` (+ ``-cluster-policy``,
+    ``-cluster-encryption``),
     ``{name}-secrets-key`` (+ ``-alias``), ``{name}-logs``, ``{name}-cluster``, ``{name}-admin-role`` with its
     access entry ``{name}-admin-entry`` and ``{name}-admin-policy``, ``{name}-node-role`` (shared by every node
     group of the cluster, + ``{name}-node-<policy>``), the add-ons ``{name}-<addon>``, ``{name}-ebs-csi-role``
@@ -258,6 +278,13 @@ class EksCluster(pulumi.ComponentResource):
             target_key_id=key.key_id,
             opts=child,
         )
+        # The control plane uses the key through the cluster role (what terraform-aws-eks grants by default).
+        key_policy = aws.iam.RolePolicy(
+            f"{name}-cluster-encryption",
+            role=cluster_role.name,
+            policy=key.arn.apply(secrets_key_policy),
+            opts=child,
+        )
         # EKS writes to exactly this group; creating it first sets retention and tags instead of "never expire".
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs",
@@ -291,14 +318,16 @@ class EksCluster(pulumi.ComponentResource):
             # extended support, billed at six times the hourly rate ($0.60 vs $0.10, EKS pricing page).
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy, log_group]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy, key_policy, log_group]),
         )
         self.cluster_security_group_id = self.cluster.vpc_config.cluster_security_group_id
 
         self.admin_role = aws.iam.Role(
             f"{name}-admin-role",
-            description=f"Cluster administrators of {args.cluster_name}; assumable by IAM principals of the account",
-            assume_role_policy=pulumi.Output.all(partition, account).apply(lambda pa: account_trust_policy(*pa)),
+            description=f"Cluster administrators of {args.cluster_name}",
+            assume_role_policy=pulumi.Output.all(partition, account).apply(
+                lambda pa: admin_trust_policy(pa[0], pa[1], args.admin_principal_arns)
+            ),
             tags=tags,
             opts=child,
         )

@@ -40,6 +40,7 @@ def test_cluster_children_and_their_inputs() -> None:
         [
             ("aws:iam/role:Role", "eks-cluster-role"),
             ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "eks-cluster-policy"),
+            ("aws:iam/rolePolicy:RolePolicy", "eks-cluster-encryption"),
             ("aws:kms/key:Key", "eks-secrets-key"),
             ("aws:kms/alias:Alias", "eks-secrets-key-alias"),
             ("aws:cloudwatch/logGroup:LogGroup", "eks-logs"),
@@ -85,7 +86,16 @@ def test_cluster_children_and_their_inputs() -> None:
     assert cluster["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
     assert cluster["bootstrapSelfManagedAddons"] is False
     assert cluster["upgradePolicy"] == {"supportType": "STANDARD"}
-    assert {"eks-cluster-policy", "eks-logs"} <= _deps(result, "eks-cluster")
+    assert {"eks-cluster-policy", "eks-cluster-encryption", "eks-logs"} <= _deps(result, "eks-cluster")
+    encryption = result.named("eks-cluster-encryption").inputs
+    assert encryption["role"] == "eks-cluster-role"
+    assert json.loads(encryption["policy"])["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
+            "Resource": "arn:aws:kms:us-east-1:123456789012:key/eks-secrets-key-0000-0000",
+        }
+    ]
 
     key = next(r for r in children if r.type == "aws:kms/key:Key").inputs
     assert key["enableKeyRotation"] is True and key["deletionWindowInDays"] == 30
@@ -172,6 +182,13 @@ def test_prod_endpoint_is_private_only() -> None:
     assert "publicAccessCidrs" not in vpc
 
 
+def test_admin_role_can_trust_named_principals_only() -> None:
+    admins = ("arn:aws:iam::123456789012:role/platform-admins",)
+    result, _ = _evaluate(admin_principal_arns=admins)
+    trust = json.loads(result.named("eks-admin-role").inputs["assumeRolePolicy"])
+    assert trust["Statement"] == [{"Effect": "Allow", "Principal": {"AWS": list(admins)}, "Action": "sts:AssumeRole"}]
+
+
 def test_more_log_types_and_another_version() -> None:
     result, _ = _evaluate(
         kubernetes_version="1.35", log_types=("api", "audit", "authenticator", "scheduler"), system_nodes=3
@@ -215,6 +232,11 @@ def test_more_log_types_and_another_version() -> None:
         ({"subnet_ids": ["subnet-a"]}, "subnet_ids", "EKS needs subnets in at least 2 zones, got 1"),
         ({"system_nodes": 0}, "system_nodes", "between 1 and 10, got 0"),
         ({"log_retention_days": 0}, "log_retention_days", "must be at least 1"),
+        (
+            {"admin_principal_arns": ("arn:aws:iam::123456789012:group/admins",)},
+            "admin_principal_arns[0]",
+            "'arn:aws:iam::123456789012:group/admins' is not an IAM role or user ARN",
+        ),
     ],
 )
 def test_refuses(changes: dict[str, Any], path: str, reason: str) -> None:
