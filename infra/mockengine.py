@@ -194,8 +194,30 @@ class PlatformMocks(pulumi_mocks.Mocks):
                 },
                 "status": "ACTIVE",
             }
+        if type_token == "aws:eks/nodeGroup:NodeGroup":
+            group = inputs.get("nodeGroupName") or f"{inputs.get('nodeGroupNamePrefix') or ''}{name}"
+            return {
+                "arn": self._arn("eks", f"nodegroup/{inputs.get('clusterName')}/{group}/mock"),
+                "nodeGroupName": group,
+                "status": "ACTIVE",
+                "resources": [
+                    {"autoscalingGroups": [{"name": f"eks-{group}-mock"}], "remoteAccessSecurityGroupId": ""}
+                ],
+            }
+        if type_token == "aws:ec2/placementGroup:PlacementGroup":
+            return {
+                "arn": self._arn("ec2", f"placement-group/{physical}"),
+                "name": physical,
+                "placementGroupId": f"pg-{name}",
+            }
+        if type_token == "aws:ec2/eip:Eip":
+            return {"allocationId": f"eipalloc-{name}", "publicIp": "198.51.100.10"}
         if type_token == "aws:iam/role:Role":
-            return {"arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/{physical}", "uniqueId": f"AROA{name.upper()[:16]}"}
+            return {
+                "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/{physical}",
+                "uniqueId": f"AROA{name.upper()[:16]}",
+                "name": physical,
+            }
         if type_token == "aws:kms/key:Key":
             return {"arn": self._arn("kms", f"key/{name}-0000-0000"), "keyId": f"{name}-0000-0000"}
         if type_token == "aws:ec2/launchTemplate:LaunchTemplate":
@@ -218,9 +240,9 @@ class PlatformMocks(pulumi_mocks.Mocks):
                 "accountId": MOCK_ACCOUNT_ID,
                 "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:user/preview",
                 "userId": "AIDAPREVIEW",
-            }, None
+            }, []
         if args.token == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, None
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, []
         if args.token == "aws:index/getRegion:getRegion":
-            return {"name": self.region, "region": self.region}, None
-        return {}, None
+            return {"name": self.region, "region": self.region}, []
+        return {}, []
