@@ -10,6 +10,7 @@ so that dependent resources see plausible values.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -182,7 +183,9 @@ class PlatformMocks(pulumi_mocks.Mocks):
         """Computed output properties for one resource (camelCase, as providers return them)."""
         physical = inputs.get("name") or name
         if type_token == "aws:eks/cluster:Cluster":
-            endpoint = f"https://{abs(hash(name)) % 10**12:012X}.gr7.{self.region}.eks.amazonaws.com"
+            # hashlib, not hash(): str hashes change per process, and plans must be byte-identical across runs.
+            digest = hashlib.sha256(name.encode()).hexdigest()[:32].upper()
+            endpoint = f"https://{digest}.gr7.{self.region}.eks.amazonaws.com"
             return {
                 "arn": self._arn("eks", f"cluster/{physical}"),
                 "endpoint": endpoint,
