@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.config import set_all_config
@@ -53,6 +54,9 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, pulumi.Resource):
         return f"<ref:{type(value).__name__}>"
+    if isinstance(value, Unknown):
+        # Unknown during preview (a computed output the mocks did not supply); str() would print an address.
+        return None
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
