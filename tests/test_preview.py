@@ -169,14 +169,12 @@ def test_stacks_evaluated_in_one_process_do_not_leak_into_each_other() -> None:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_shipped_stack_previews_with_the_real_program_byte_identically(stack: str, tmp_path: Path) -> None:
     first, second = tmp_path / "first.json", tmp_path / "second.json"
-    out = io.StringIO()
     assert cli_main(["preview", "--stack", stack, "--project-dir", str(PROJECT_DIR), "--json", str(first)]) == 0
     assert cli_main(["preview", "--stack", stack, "--project-dir", str(PROJECT_DIR), "--json", str(second)]) == 0
     assert first.read_bytes() == second.read_bytes()
     plan = load_plan(first)
     assert plan.stack == stack and plan.project == "inferplane"
     assert plan.outputs["environment"] == shipped(stack)["config"]["inferplane:platform"]["environment"]
-    assert out.getvalue() == ""
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
