@@ -10,12 +10,14 @@ so that dependent resources see plausible values.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.config import set_all_config
@@ -52,6 +54,9 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, pulumi.Resource):
         return f"<ref:{type(value).__name__}>"
+    if isinstance(value, Unknown):
+        # Unknown during preview (a computed output the mocks did not supply); str() would print an address.
+        return None
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
@@ -182,7 +187,9 @@ class PlatformMocks(pulumi_mocks.Mocks):
         """Computed output properties for one resource (camelCase, as providers return them)."""
         physical = inputs.get("name") or name
         if type_token == "aws:eks/cluster:Cluster":
-            endpoint = f"https://{abs(hash(name)) % 10**12:012X}.gr7.{self.region}.eks.amazonaws.com"
+            # hashlib, not hash(): str hashes change per process, and plans must be byte-identical across runs.
+            digest = hashlib.sha256(name.encode()).hexdigest()[:32].upper()
+            endpoint = f"https://{digest}.gr7.{self.region}.eks.amazonaws.com"
             return {
                 "arn": self._arn("eks", f"cluster/{physical}"),
                 "endpoint": endpoint,

@@ -8,7 +8,7 @@ import inspect
 from pathlib import Path
 from typing import get_args
 
-import botocore.session  # type: ignore[import-untyped]  # botocore ships no type hints
+import botocore.session  # botocore ships no type hints
 import pytest
 
 from components.catalog import INSTANCE_TYPES
