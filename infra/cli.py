@@ -201,6 +201,13 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_OK if result.fits else EXIT_REFUSED
 
 
+def _preview(args: argparse.Namespace, out: Console, err: Console) -> int:
+    # Imported here: the preview engine renders with this module's sizing tables and exit codes.
+    from infra.preview.command import preview_command  # noqa: PLC0415
+
+    return preview_command(args, out, err)
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -226,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
     size_cmd.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     size_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     size_cmd.set_defaults(handler=lambda a, o, e: _size_stack(a, o, e) if a.stack else _size_model(a, o, e))
+
+    preview_cmd = sub.add_parser("preview", help="the offline plan of one stack: tree, sizing, cost, policies, diff")
+    preview_cmd.add_argument("--stack", required=True, help="evaluate stacks/Pulumi.<stack>.yaml")
+    preview_cmd.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")
+    preview_cmd.add_argument("--json", metavar="FILE", help="write the plan (byte-identical for the same inputs)")
+    preview_cmd.add_argument("--against", metavar="OLD.json", help="diff against a plan written earlier with --json")
+    preview_cmd.add_argument("--markdown", metavar="FILE", help="write the pull-request comment (Markdown)")
+    preview_cmd.set_defaults(handler=_preview)
     return parser
 
 

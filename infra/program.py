@@ -10,6 +10,7 @@ import pulumi
 
 from components.sizing import PlatformSizing, size_platform
 from components.spec import PlatformSpec, SpecError, parse_platform
+from infra.aws_foundation import build_aws_foundation, platform_tags
 from infra.stackfile import PLATFORM_KEY
 
 SECRET_CONFIG_KEYS: tuple[str, ...] = ("inferplane:hfToken",)
@@ -36,6 +37,11 @@ def build(spec: PlatformSpec) -> PlatformSizing:
         raise pulumi.RunError("the plan is refused:\n" + "\n".join(plan.problems))
     pulumi.export("environment", spec.environment)
     pulumi.export("sizing", plan.model_dump(mode="json"))
+    aws_foundation = build_aws_foundation(spec, plan, platform_tags(spec))
+    pulumi.export("clusterName", aws_foundation.cluster.cluster.name)
+    pulumi.export(
+        "gpuNodeGroups", {pool: group.node_group.node_group_name for pool, group in aws_foundation.node_groups.items()}
+    )
     return plan
 
 
