@@ -270,7 +270,8 @@ class EksCluster(pulumi.ComponentResource):
             enable_key_rotation=True,
             deletion_window_in_days=30,
             tags=tags,
-            opts=child,
+            # Deleting this key makes every secret in the cluster unreadable: prod protects it from `pulumi destroy`.
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.environment == "prod")),
         )
         aws.kms.Alias(
             f"{name}-secrets-key-alias",

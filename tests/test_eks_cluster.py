@@ -180,6 +180,10 @@ def test_prod_endpoint_is_private_only() -> None:
     assert vpc["endpointPrivateAccess"] is True
     assert vpc["endpointPublicAccess"] is False
     assert "publicAccessCidrs" not in vpc
+    # Deleting the secrets key makes every secret unreadable: prod protects it, dev does not.
+    assert result.named("eks-secrets-key").protect is True
+    dev, _ = _evaluate()
+    assert dev.named("eks-secrets-key").protect is False
 
 
 def test_admin_role_can_trust_named_principals_only() -> None:

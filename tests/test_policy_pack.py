@@ -995,22 +995,13 @@ def test_pack_process_is_gone_after_the_context() -> None:
 # --- shipped stacks, tokens, the annotation contract, a broken pack -------------------------------------------
 
 
-KNOWN_SHIPPED_VIOLATIONS: dict[str, list[tuple[str, str]]] = {
-    "dev": [],
-    "staging": [],
-    # The EKS component does not protect its secrets-encryption KMS key in prod (the cache component protects its
-    # key); deleting it makes every Secret in etcd unreadable. Reported to the lead; empty once the key is protected.
-    "prod": [("pulumi-resource-require-protect", "eks-secrets-key")],
-}
-
-
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_shipped_stack_passes_its_environments_mandatory_policies(pack: PolicyPackProcess, stack: str) -> None:
     from infra.analyzer import check_stack
 
     report = check_stack(stack, pack=pack)
     assert len(report.evaluated) >= 25
-    assert [(v.policy, v.urn.rsplit("::", 1)[-1]) for v in report.mandatory] == KNOWN_SHIPPED_VIOLATIONS[stack]
+    assert [(v.policy, v.urn.rsplit("::", 1)[-1]) for v in report.mandatory] == []
 
 
 def test_type_tokens_are_the_sdks_tokens() -> None:

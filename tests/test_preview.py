@@ -59,6 +59,10 @@ def run_cli(
     policy_runner: PolicyRunner | None = None,
 ) -> tuple[int, str, str]:
     """``inferplane preview ...`` with the fixture program; (exit code, stdout, stderr)."""
+    if policy_runner is None and program is fixture_program:
+        # The fixture is a deliberately bare toy that the pack rightly refuses; the pack is exercised through the
+        # real program in the tests that pass ``program=``.
+        policy_runner = no_policies
     out = Console(file=io.StringIO(), width=200, force_terminal=False)
     err = Console(file=io.StringIO(), width=200, force_terminal=False)
     args = build_parser().parse_args(argv)
@@ -189,10 +193,11 @@ def test_every_shipped_stack_previews_with_the_fixture_program(stack: str, tmp_p
 
 
 def test_the_plan_file_is_byte_identical_across_processes(tmp_path: Path) -> None:
-    """Separate interpreters with different hash seeds write the same bytes (no hash(), no addresses, no time)."""
+    """Separate interpreters with different hash seeds write the same bytes (no hash(), no addresses, no time),
+    for the real program with the policy pack's verdicts."""
     script = (
         "import sys; from pathlib import Path; from infra.cli import build_parser; "
-        "from infra.preview.command import preview_command; from tests.preview_fixture import program; "
+        "from infra.preview.command import preview_command; from infra.program import main as program; "
         "from rich.console import Console; import io; "
         "args = build_parser().parse_args(['preview', '--stack', 'prod', '--json', sys.argv[1]]); "
         "c = Console(file=io.StringIO()); sys.exit(preview_command(args, c, c, program=program))"
@@ -536,19 +541,18 @@ def test_a_mandatory_violation_exits_1_and_an_advisory_one_passes(tmp_path: Path
     assert "(0 mandatory): passed" in stdout
 
 
-def test_the_policy_seam_is_empty_without_a_pack_and_refuses_a_pack_it_cannot_run(tmp_path: Path) -> None:
+def test_the_policy_seam_is_empty_without_a_pack_and_refuses_a_pack_it_cannot_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project = make_project(tmp_path)
     assert policy_runner_for(project) is no_policies
     (project / "policies").mkdir()
     (project / "policies" / "PulumiPolicy.yaml").write_text("runtime: python\n", encoding="utf-8")
-    if _analyzer_exists():
-        pytest.skip("infra.analyzer exists: the pack is run by it (tested with the pack)")
+    assert policy_runner_for(project) is not no_policies  # infra.analyzer runs the pack
+    # A pack whose driver cannot be imported is an error, never a silent pass (None in sys.modules fails import).
+    monkeypatch.setitem(sys.modules, "infra.analyzer", None)
     with pytest.raises(PolicySetupError, match=r"policies/PulumiPolicy.yaml exists but infra.analyzer cannot be"):
         policy_runner_for(project)
-
-
-def _analyzer_exists() -> bool:
-    return (PROJECT_DIR / "infra" / "analyzer.py").is_file()
 
 
 # --- markdown --------------------------------------------------------------------------------------------------
