@@ -35,8 +35,9 @@ from infra.preflight.registry import ApiCall, CheckSpec
 ClientFor = Callable[[ApiCall], BaseClient]
 """Hands out the client a registered call is made with (tests route single calls to stubbed clients)."""
 
-# Error codes IAM (or the service's authorizer) answers a call the principal may not make with.
-_DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException"})
+# Error codes IAM (or the service's authorizer) answers a call the principal may not make with; a bare HTTP 403
+# whose body botocore cannot parse surfaces as code "403".
+_DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException", "403"})
 # Codes meaning the credentials themselves were refused: no check can run.
 _BAD_CREDENTIALS = frozenset(
     {
@@ -137,7 +138,8 @@ class AwsCaller:
         except ClientError as exc:
             error = exc.response.get("Error", {})
             code = str(error.get("Code", "Unknown"))
-            message = str(error.get("Message", "")).strip() or "no message"
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            message = _one_line(str(error.get("Message", "")), status)
             if code in _BAD_CREDENTIALS:
                 raise PreflightError(f"AWS refused the credentials ({code}: {message})") from None
             if code in _DENIED:
@@ -147,6 +149,14 @@ class AwsCaller:
             raise CallFailedError(api, code, message) from None
         except BotoCoreError as exc:
             raise CallFailedError(api, type(exc).__name__, str(exc)) from None
+
+
+def _one_line(message: str, status: object) -> str:
+    """A service message fit for one report line: an HTML error page (a proxy, an emulator) becomes its status."""
+    text = " ".join(message.split())
+    if not text or text.lower().startswith(("<!doctype", "<html")):
+        return f"HTTP {status} without an AWS error body"
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def boto3_client_for(region: str, session: boto3.Session | None = None) -> ClientFor:
