@@ -155,7 +155,7 @@ def _one_line(message: str, status: object) -> str:
     """A service message fit for one report line: an HTML error page (a proxy, an emulator) becomes its status."""
     text = " ".join(message.split())
     if not text or text.lower().startswith(("<!doctype", "<html")):
-        return f"HTTP {status} without an AWS error body"
+        return f"HTTP {status}, no AWS error body"
     return text if len(text) <= 200 else text[:197] + "..."
 
 

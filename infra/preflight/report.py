@@ -21,7 +21,6 @@ def render_report(console: Console, report: Report, stack: str) -> None:
         f"Preflight of stack {escape(stack)} ({report.environment}) in {report.region}, {who}, "
         f"horizon {report.horizon_hours:g} h"
     )
-    titles = {spec.id: spec.title for spec in CHECKS}
     table = Table(show_header=True, title_justify="left")
     for column in ("check", "subject", "status", "detail"):
         table.add_column(column)
@@ -39,7 +38,7 @@ def render_report(console: Console, report: Report, stack: str) -> None:
         console.print(f"skipped: pool {escape(pool.pool)} ({pool.instance_type}): {escape(pool.reason)}")
     unchecked = sorted({spec.id for spec in CHECKS} - {f.check for f in report.findings})
     if unchecked:
-        console.print("nothing to check: " + ", ".join(f"{c} ({titles[c].lower()})" for c in unchecked))
+        console.print(f"nothing to check in this stack: {', '.join(unchecked)}")
     verdict = "[green]ready[/green]" if report.ok else "[red]not ready[/red]"
     console.print(f"{verdict}: {report.count('pass')} pass, {report.count('warn')} warn, {report.count('fail')} fail")
 
