@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -697,6 +698,23 @@ def test_no_credentials_abort_with_one_line() -> None:
     # conftest removed every credential source; nothing is sent anywhere.
     spec = platform("prod")
     with pytest.raises(PreflightError, match=r"^no usable AWS credentials \(Unable to locate credentials\); "):
+        run_preflight(spec, size_platform(spec), AwsCaller(boto3_client_for(REGION)), now=NOW)
+
+
+def test_a_missing_profile_aborts_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    spec = platform("prod")
+    with pytest.raises(PreflightError, match=r"^AWS profile problem: The config profile \(nope\) could not be found$"):
+        run_preflight(spec, size_platform(spec), AwsCaller(boto3_client_for(REGION)), now=NOW)
+
+
+def test_an_unreachable_endpoint_aborts_with_one_line(fake_credentials: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    spec = platform("prod")
+    with pytest.raises(PreflightError, match=rf"^cannot reach AWS for sts:GetCallerIdentity: .*127\.0\.0\.1:{port}"):
         run_preflight(spec, size_platform(spec), AwsCaller(boto3_client_for(REGION)), now=NOW)
 
 

@@ -160,16 +160,22 @@ def _one_line(message: str, status: object) -> str:
 
 
 def boto3_client_for(region: str, session: boto3.Session | None = None) -> ClientFor:
-    """Real clients, one per service, in ``region``, with bounded retries and timeouts."""
-    session = session or boto3.Session()
+    """Real clients, one per service, in ``region``, with bounded retries and timeouts.
+
+    The default session is made on first use, inside :meth:`AwsCaller.call`, so that a broken profile
+    (``AWS_PROFILE`` naming none) becomes a :class:`PreflightError` like any other credential problem.
+    """
     config = Config(
         region_name=region, retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30
     )
+    sessions: list[boto3.Session] = [session] if session is not None else []
     clients: dict[str, BaseClient] = {}
 
     def client_for(api: ApiCall) -> BaseClient:
+        if not sessions:
+            sessions.append(boto3.Session())
         if api.service not in clients:
-            clients[api.service] = session.client(api.service, config=config)  # type: ignore[call-overload]
+            clients[api.service] = sessions[0].client(api.service, config=config)  # type: ignore[call-overload]
         return clients[api.service]
 
     return client_for
