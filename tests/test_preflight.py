@@ -142,7 +142,7 @@ def seed_parameter(name: str, value: str) -> None:
 
 
 def stubbed(service: str) -> tuple[BaseClient, Stubber]:
-    client = boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
+    client = boto3.client(service, region_name=REGION)
     stubber = Stubber(client)
     stubber.activate()
     return client, stubber

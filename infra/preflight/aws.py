@@ -175,7 +175,7 @@ def boto3_client_for(region: str, session: boto3.Session | None = None) -> Clien
         if not sessions:
             sessions.append(boto3.Session())
         if api.service not in clients:
-            clients[api.service] = sessions[0].client(api.service, config=config)  # type: ignore[call-overload]
+            clients[api.service] = sessions[0].client(api.service, config=config)
         return clients[api.service]
 
     return client_for

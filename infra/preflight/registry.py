@@ -40,7 +40,7 @@ class ApiCall:
     @property
     def method(self) -> str:
         """The boto3 client method, e.g. ``get_service_quota``."""
-        return xform_name(self.operation)
+        return str(xform_name(self.operation))
 
 
 # "No permissions are required to perform this operation" (STS API reference, GetCallerIdentity).
