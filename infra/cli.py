@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import get_args
 
@@ -19,8 +20,18 @@ from rich.table import Table
 
 from components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
 from components.sizing import GIB, PlatformSizing, SizingRequest, SizingResult, size, size_platform
-from components.spec import KvCacheDtype, WeightsDtype
-from infra.stackfile import InvalidSpecError, StackFileError, find_project_dir, load_stack
+from components.spec import KvCacheDtype, SpecError, WeightsDtype, parse_platform
+from infra.preflight import (
+    AwsCaller,
+    PreflightError,
+    boto3_client_for,
+    iam_policy,
+    partition_for,
+    render_report,
+    report_json,
+    run_preflight,
+)
+from infra.stackfile import PLATFORM_KEY, InvalidSpecError, StackFileError, find_project_dir, load_stack
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -208,6 +219,42 @@ def _preview(args: argparse.Namespace, out: Console, err: Console) -> int:
     return preview_command(args, out, err)
 
 
+def _preflight(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.print_iam_policy:
+        out.print_json(data=iam_policy(partition_for(args.region or "")))
+        return EXIT_OK
+    if not args.stack:
+        err.print("inferplane preflight: give --stack S, or --print-iam-policy")
+        return EXIT_INVALID
+    project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
+    stack = load_stack(project_dir, args.stack)
+    spec = stack.platform
+    if args.region and args.region != spec.region:
+        # As if aws:region were set to R: the spec is validated again, so its zones must belong to R.
+        try:
+            spec = parse_platform(stack.config[PLATFORM_KEY], args.region)
+        except SpecError as exc:
+            raise InvalidSpecError(stack.display_file, exc) from None
+    caller = AwsCaller(boto3_client_for(spec.region))
+    try:
+        report = run_preflight(spec, size_platform(spec), caller, horizon=timedelta(hours=args.horizon_hours))
+    except PreflightError as exc:
+        err.print(f"inferplane preflight: {exc}", markup=False, highlight=False)
+        return EXIT_FAILED
+    if args.json:
+        out.print_json(report_json(report, args.stack))
+    else:
+        render_report(out, report, args.stack)
+    return EXIT_OK if report.ok else EXIT_REFUSED
+
+
+def _positive_hours(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of hours")
+    return value
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -241,6 +288,30 @@ def build_parser() -> argparse.ArgumentParser:
     preview_cmd.add_argument("--against", metavar="OLD.json", help="diff against a plan written earlier with --json")
     preview_cmd.add_argument("--markdown", metavar="FILE", help="write the pull-request comment (Markdown)")
     preview_cmd.set_defaults(handler=_preview)
+
+    preflight = sub.add_parser(
+        "preflight",
+        help="check the AWS account before pulumi up: zones, GPU facts, vCPU quota, capacity blocks, AMI, version",
+        description="Check the AWS account a stack deploys to, with the caller's credentials (boto3's usual chain; "
+        "AWS_ENDPOINT_URL is honoured). Exit 0: every check passed or warned; 1: a check failed; 2: the stack is "
+        "invalid; 3: nothing could be checked (no credentials, no endpoint).",
+    )
+    preflight.add_argument("--stack", help="check stacks/Pulumi.<stack>.yaml")
+    preflight.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")
+    preflight.add_argument(
+        "--region", help="check as if the stack's aws:region were REGION (its zones must then be in REGION)"
+    )
+    preflight.add_argument(
+        "--horizon-hours",
+        type=_positive_hours,
+        default=24.0,
+        help="capacity blocks and standard support must last at least this long from now (default 24)",
+    )
+    preflight.add_argument("--json", action="store_true", help="print one JSON object")
+    preflight.add_argument(
+        "--print-iam-policy", action="store_true", help="print the read-only IAM policy the checks need, and exit"
+    )
+    preflight.set_defaults(handler=_preflight)
     return parser
 
 
