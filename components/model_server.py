@@ -1,0 +1,369 @@
+"""What every model server shares: placement, fitted resources, probes from sizing, pod security, weights cache.
+
+``VllmService`` and ``TritonTrtLlmService`` build their pods from these pieces, so both engines agree on how a
+replica lands on its pool, how much of the node it may take, how long it may take to start and how it is locked
+down. Nothing here recomputes an engine setting: those come from :mod:`components.sizing`.
+
+Model weights (decision, see README "Model servers"): an S3 model bucket, synced by an init container onto the
+node's local NVMe (the instance store backs the kubelet's ephemeral storage, so an ``emptyDir`` lives on it), is
+the primary source; the Hugging Face hub is the fallback when no bucket is configured. ``emptyDir`` rather than a
+``hostPath`` keeps the pods inside the Pod Security "restricted" profile (``hostPath`` is refused even by
+"baseline"); the price is one S3 sync per new pod, which sizing already counts in ``cold_start_seconds`` (S3 at
+1 GB/s in-region), while container restarts keep the directory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
+from components.metrics import SCRAPE_LABELS
+from components.scheduling import (
+    GKE_TPU_ACCELERATOR_LABEL,
+    GKE_TPU_TOPOLOGY_LABEL,
+    GKE_TPU_V5E_ACCELERATOR,
+    GPU_TAINT,
+    NVIDIA_GPU_RESOURCE,
+    POOL_LABEL,
+    TPU_RESOURCE,
+    TPU_TAINT,
+)
+from components.sizing import DeploymentSizing
+
+GIB = 1024**3
+MIB = 1024**2
+
+AWS_CLI_IMAGE = "amazon/aws-cli:2.37.5"
+"""Syncs weights and engines between S3 and node-local disk. Docker Hub ``amazon/aws-cli`` tags follow the AWS
+CLI v2 release (2.37.5, seen pinned with its digest in public deployment code, 2026-11-29); entrypoint ``aws``."""
+
+HF_TOKEN_SECRET_KEY = "token"
+"""Key of the Hugging Face token inside the Kubernetes Secret the composition creates."""
+
+MODELS_MOUNT = "/models"
+"""Node-local weights (and engines); an ``emptyDir`` on the instance-store NVMe."""
+
+HOME_MOUNT = "/home/inferplane"
+"""Writable home for non-root engines: vLLM, torch.compile, Triton-lang and FlashInfer caches live under ``$HOME``."""
+
+RUN_AS_USER = 1000
+"""Numeric non-root uid: the vLLM and AWS CLI images declare no ``USER`` (they run as root by default), so
+``runAsNonRoot`` needs an explicit numeric uid; every path they write is redirected to a mounted volume."""
+
+STARTUP_PERIOD_SECONDS = 10
+STARTUP_BUDGET_FACTOR = 1.5
+STARTUP_BUDGET_MARGIN_SECONDS = 60
+"""The startup probe allows 1.5 x sizing's ``engine_start_seconds`` + 60 s. The estimate divides the weights by an
+average 2 GB/s load rate and adds a fixed warm-up; a slow NVMe, a cold page cache or a longer CUDA-graph capture
+stretches both, and a probe that fires early restarts the load from scratch (the crash loop this prevents).
+Init containers (the S3 sync) run before probes start, so the fetch is not part of this budget."""
+
+PRE_STOP_SLEEP_SECONDS = 15
+"""Endpoints and the gateway stop routing to a terminating pod asynchronously; sleeping first avoids new requests
+arriving after the engine began to shut down."""
+
+MIN_DRAIN_SECONDS = 30
+MAX_DRAIN_SECONDS = 300
+"""In-flight requests get the time one full-length generation takes at sizing's decode step, within bounds."""
+
+SYSTEM_RESERVED_CPU_MILLI = 1000
+SYSTEM_RESERVED_CPU_SHARE = 0.04
+SYSTEM_RESERVED_MEMORY_BYTES = 2 * GIB
+SYSTEM_RESERVED_MEMORY_SHARE = 0.06
+"""Per node, kept for the kubelet's kube-reserved (EKS AL2023: 255 MiB + 11 MiB per pod of max-pods), the eviction
+threshold and the node daemons (CNI, kube-proxy, device plugin, DCGM exporter, node exporter, log shipper)."""
+
+SHM_MAX_BYTES = 16 * GIB
+"""NCCL and vLLM's custom all-reduce use /dev/shm between tensor-parallel ranks; a quarter of the pod's memory,
+at most 16 GiB, is what NVIDIA's and vLLM's container guides pass as ``--shm-size``."""
+
+WEIGHTS_DISK_FACTOR = 1.15
+SCRATCH_DISK_BYTES = 20 * GIB
+"""The weights ``emptyDir`` holds the checkpoint plus tokenizer and config files; scratch covers caches and logs."""
+
+
+def ceil_to(value: float, step: int) -> int:
+    """``value`` rounded up to a multiple of ``step``."""
+    return int(math.ceil(value / step) * step)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a deployment's replicas run: its pool, node type and accelerator (from the catalog)."""
+
+    pool: str
+    instance: InstanceType
+    accelerator: Accelerator
+    tpu_topology: str | None
+
+    @property
+    def is_tpu(self) -> bool:
+        """TPU pools are GKE node pools with Google's labels and taint."""
+        return self.accelerator.vendor == "google"
+
+    @staticmethod
+    def of(sizing: DeploymentSizing, tpu_topology: str | None) -> Placement:
+        """The placement sizing chose for one deployment."""
+        instance = get_instance_type(sizing.instance_type)
+        return Placement(
+            pool=sizing.pool,
+            instance=instance,
+            accelerator=ACCELERATORS[instance.accelerator],
+            tpu_topology=tpu_topology,
+        )
+
+
+def accelerator_resources(placement: Placement, sizing: DeploymentSizing) -> dict[str, str]:
+    """The device request: ``nvidia.com/gpu`` = tensor parallel size, or ``google.com/tpu`` = the host's chips."""
+    if placement.is_tpu:
+        return {TPU_RESOURCE: str(placement.instance.accelerators_per_node)}
+    return {NVIDIA_GPU_RESOURCE: str(sizing.result.tensor_parallel_size)}
+
+
+@dataclass(frozen=True)
+class FittedResources:
+    """CPU and memory one replica may take of its node, proportional to its share of the accelerators."""
+
+    cpu_milli: int
+    memory_bytes: int
+    shm_bytes: int
+    ephemeral_bytes: int
+    weights_volume_bytes: int
+
+    def requirements(self, accelerators: Mapping[str, str]) -> k8s.core.v1.ResourceRequirementsArgs:
+        """Requests and limits: memory is guaranteed (limit = request), CPU is not capped (no CFS throttling
+        of the tokenizer and scheduler threads), accelerators are whole devices."""
+        memory = f"{self.memory_bytes // MIB}Mi"
+        ephemeral = f"{self.ephemeral_bytes // GIB}Gi"
+        return k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": f"{self.cpu_milli}m", "memory": memory, "ephemeral-storage": ephemeral, **accelerators},
+            limits={"memory": memory, "ephemeral-storage": ephemeral, **accelerators},
+        )
+
+
+def fit_resources(placement: Placement, accelerators_per_replica: int, weights_bytes: int) -> FittedResources:
+    """The node's allocatable CPU and memory (after the system reserve), shared in proportion to accelerators."""
+    instance = placement.instance
+    share = accelerators_per_replica / instance.accelerators_per_node
+    cpu_node = instance.vcpus * 1000
+    cpu_free = cpu_node - SYSTEM_RESERVED_CPU_MILLI - cpu_node * SYSTEM_RESERVED_CPU_SHARE
+    memory_node = instance.memory_mib * MIB
+    memory_free = memory_node - SYSTEM_RESERVED_MEMORY_BYTES - memory_node * SYSTEM_RESERVED_MEMORY_SHARE
+    cpu = int(cpu_free * share // 100 * 100)
+    memory = int(memory_free * share // MIB * MIB)
+    weights_volume = ceil_to(weights_bytes * WEIGHTS_DISK_FACTOR, GIB)
+    return FittedResources(
+        cpu_milli=cpu,
+        memory_bytes=memory,
+        shm_bytes=min(SHM_MAX_BYTES, memory // 4 // GIB * GIB),
+        ephemeral_bytes=weights_volume + SCRATCH_DISK_BYTES,
+        weights_volume_bytes=weights_volume,
+    )
+
+
+def startup_failure_threshold(engine_start_seconds: float) -> int:
+    """Startup-probe failures allowed so that failureThreshold x period covers the engine start with margin."""
+    budget = engine_start_seconds * STARTUP_BUDGET_FACTOR + STARTUP_BUDGET_MARGIN_SECONDS
+    return math.ceil(budget / STARTUP_PERIOD_SECONDS)
+
+
+def drain_seconds(context_tokens: int, decode_step_ms: float) -> int:
+    """How long in-flight requests may take to finish: one full-length generation, within bounds."""
+    longest = context_tokens * decode_step_ms / 1000
+    return int(min(max(math.ceil(longest), MIN_DRAIN_SECONDS), MAX_DRAIN_SECONDS))
+
+
+def probes(
+    path: str, port: str, engine_start_seconds: float
+) -> tuple[k8s.core.v1.ProbeArgs, k8s.core.v1.ProbeArgs, k8s.core.v1.ProbeArgs]:
+    """(startup, readiness, liveness) on an HTTP health path.
+
+    Liveness is the gentlest (5 failures 30 s apart): a busy engine answers health checks late, and killing it
+    throws away minutes of loading; readiness reacts in 15 s so traffic leaves a sick replica quickly.
+    """
+    get = k8s.core.v1.HTTPGetActionArgs(path=path, port=port)
+    startup = k8s.core.v1.ProbeArgs(
+        http_get=get,
+        period_seconds=STARTUP_PERIOD_SECONDS,
+        timeout_seconds=5,
+        failure_threshold=startup_failure_threshold(engine_start_seconds),
+    )
+    readiness = k8s.core.v1.ProbeArgs(http_get=get, period_seconds=5, timeout_seconds=5, failure_threshold=3)
+    liveness = k8s.core.v1.ProbeArgs(http_get=get, period_seconds=30, timeout_seconds=10, failure_threshold=5)
+    return startup, readiness, liveness
+
+
+def container_security(*, non_root: bool) -> k8s.core.v1.SecurityContextArgs:
+    """No privilege escalation, every capability dropped, the runtime's default seccomp profile."""
+    return k8s.core.v1.SecurityContextArgs(
+        allow_privilege_escalation=False,
+        privileged=False,
+        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+        run_as_non_root=True if non_root else None,
+        run_as_user=RUN_AS_USER if non_root else None,
+        run_as_group=RUN_AS_USER if non_root else None,
+    )
+
+
+def pod_security(*, non_root: bool) -> k8s.core.v1.PodSecurityContextArgs:
+    """Pod-level defaults; ``fsGroup`` makes the mounted volumes writable by the non-root uid."""
+    return k8s.core.v1.PodSecurityContextArgs(
+        run_as_non_root=True if non_root else None,
+        run_as_user=RUN_AS_USER if non_root else None,
+        run_as_group=RUN_AS_USER if non_root else None,
+        fs_group=RUN_AS_USER if non_root else None,
+        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+    )
+
+
+def node_selector(placement: Placement) -> dict[str, str]:
+    """GPU pools: the pool label inferplane's node groups set. TPU pools: GKE's own accelerator/topology labels."""
+    if placement.is_tpu:
+        assert placement.tpu_topology is not None  # check_platform requires it for TPU pools
+        return {GKE_TPU_ACCELERATOR_LABEL: GKE_TPU_V5E_ACCELERATOR, GKE_TPU_TOPOLOGY_LABEL: placement.tpu_topology}
+    return {POOL_LABEL: placement.pool}
+
+
+def tolerations(placement: Placement) -> list[k8s.core.v1.TolerationArgs]:
+    """Tolerate exactly the pool's accelerator taint."""
+    taint = TPU_TAINT if placement.is_tpu else GPU_TAINT
+    return [
+        k8s.core.v1.TolerationArgs(key=taint.key, operator="Equal", value=taint.value, effect=taint.kubernetes_effect)
+    ]
+
+
+def zone_spread(selector: Mapping[str, str]) -> list[k8s.core.v1.TopologySpreadConstraintArgs]:
+    """Replicas spread evenly over zones (a zone outage takes at most its share of capacity)."""
+    return [
+        k8s.core.v1.TopologySpreadConstraintArgs(
+            max_skew=1,
+            topology_key="topology.kubernetes.io/zone",
+            when_unsatisfiable="DoNotSchedule",
+            label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
+        )
+    ]
+
+
+def memory_volume(name: str, size_bytes: int) -> k8s.core.v1.VolumeArgs:
+    """A memory-backed ``emptyDir`` (``/dev/shm``)."""
+    return k8s.core.v1.VolumeArgs(
+        name=name, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="Memory", size_limit=f"{size_bytes // GIB}Gi")
+    )
+
+
+def disk_volume(name: str, size_bytes: int) -> k8s.core.v1.VolumeArgs:
+    """An ``emptyDir`` on the node's ephemeral storage (the instance-store NVMe on GPU nodes)."""
+    return k8s.core.v1.VolumeArgs(
+        name=name, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit=f"{ceil_to(size_bytes, GIB) // GIB}Gi")
+    )
+
+
+def s3_sync_container(
+    name: str, source: pulumi.Input[str], target: pulumi.Input[str], volume: str, *, include: tuple[str, ...] = ()
+) -> k8s.core.v1.ContainerArgs:
+    """A container copying between S3 and a mounted volume (``aws s3 sync`` skips unchanged files).
+
+    ``include`` limits the copy to matching names (``--exclude '*' --include ...``).
+    """
+    filters: list[pulumi.Input[str]] = []
+    if include:
+        filters = ["--exclude", "*"]
+        for pattern in include:
+            filters += ["--include", pattern]
+    return k8s.core.v1.ContainerArgs(
+        name=name,
+        image=AWS_CLI_IMAGE,
+        args=["s3", "sync", "--only-show-errors", *filters, source, target],
+        env=[k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp")],
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name=volume, mount_path=MODELS_MOUNT),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        ],
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": "1", "memory": "1Gi"}, limits={"memory": "2Gi"}
+        ),
+        security_context=container_security(non_root=True),
+    )
+
+
+def hf_token_env(secret_name: pulumi.Input[str]) -> k8s.core.v1.EnvVarArgs:
+    """``HF_TOKEN`` read from the Kubernetes Secret, never inline."""
+    return k8s.core.v1.EnvVarArgs(
+        name="HF_TOKEN",
+        value_from=k8s.core.v1.EnvVarSourceArgs(
+            secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=HF_TOKEN_SECRET_KEY)
+        ),
+    )
+
+
+def pod_monitor(
+    name: str,
+    namespace: pulumi.Input[str],
+    selector: Mapping[str, str],
+    port: str,
+    labels: Mapping[str, str],
+    interval_seconds: int,
+    opts: pulumi.ResourceOptions,
+) -> k8s.apiextensions.CustomResource:
+    """A Prometheus Operator PodMonitor scraping ``/metrics`` on ``port``, labelled for the monitoring stack."""
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version="monitoring.coreos.com/v1",
+        kind="PodMonitor",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels={**labels, **SCRAPE_LABELS}),
+        spec={
+            "selector": {"matchLabels": dict(selector)},
+            "podMetricsEndpoints": [{"port": port, "path": "/metrics", "interval": f"{interval_seconds}s"}],
+        },
+        opts=opts,
+    )
+
+
+def disruption_budget(
+    name: str,
+    namespace: pulumi.Input[str],
+    selector: Mapping[str, str],
+    labels: Mapping[str, str],
+    opts: pulumi.ResourceOptions,
+) -> k8s.policy.v1.PodDisruptionBudget:
+    """At most one replica voluntarily disrupted at a time (node drains, upgrades)."""
+    return k8s.policy.v1.PodDisruptionBudget(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=dict(labels)),
+        spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+            max_unavailable=1,
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
+        ),
+        opts=opts,
+    )
+
+
+def service_account(
+    name: str,
+    namespace: pulumi.Input[str],
+    labels: Mapping[str, str],
+    role_arn: pulumi.Input[str] | None,
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.ServiceAccount:
+    """The pods' own identity (never ``default``); with ``role_arn`` it reads the model bucket through IRSA."""
+    annotations = {"eks.amazonaws.com/role-arn": role_arn} if role_arn is not None else None
+    return k8s.core.v1.ServiceAccount(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=name, namespace=namespace, labels=dict(labels), annotations=annotations
+        ),
+        automount_service_account_token=False,
+        opts=opts,
+    )
+
+
+def labels_for(name: str, component: str, tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(selector labels, all labels): the selector never changes, the rest adds the stack's tags."""
+    selector = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component}
+    return selector, {**tags, **selector, "app.kubernetes.io/part-of": "inferplane"}

@@ -1,0 +1,315 @@
+"""Triton model repository for TensorRT-LLM's in-flight batcher, generated from typed models.
+
+A small typed mirror of the fields of Triton's ``inference.ModelConfig`` protobuf (``model_config.proto``) that
+inferplane emits, rendered to protobuf text format (``config.pbtxt``). ``tests/test_triton_config.py`` parses every
+rendered file with Triton's own ``model_config_pb2`` (shipped by ``tritonclient``).
+
+The repository is NVIDIA's ``inflight_batcher_llm`` layout (TensorRT-LLM ``triton_backend/all_models/
+inflight_batcher_llm``, read 2026-11-29): ``ensemble`` chains ``preprocessing`` (tokenizer, Python backend),
+``tensorrt_llm`` (the ``tensorrtllm`` backend) and ``postprocessing`` (detokenizer). The tensor names below are that
+template's interface: the Python models' ``model.py`` (taken from the image's ``/app/all_models``) read them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from components.sizing import TrtLlmSettings
+
+DataType = Literal[
+    "TYPE_BOOL", "TYPE_UINT8", "TYPE_INT32", "TYPE_INT64", "TYPE_UINT64", "TYPE_FP16", "TYPE_FP32", "TYPE_STRING"
+]
+"""``inference.DataType`` values used here."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tensor(_Model):
+    """``ModelInput`` / ``ModelOutput``."""
+
+    name: str
+    data_type: DataType
+    dims: tuple[int, ...] = Field(description="Shape without the batch dimension; -1 is variable.")
+    optional: bool = Field(default=False, description="Inputs only: the request may omit it.")
+    reshape: tuple[int, ...] | None = Field(default=None, description="``reshape { shape: [...] }``.")
+    allow_ragged_batch: bool = Field(default=False, description="Inputs only: batch without padding.")
+
+
+class InstanceGroup(_Model):
+    """``ModelInstanceGroup``."""
+
+    count: int = Field(ge=1)
+    kind: Literal["KIND_CPU", "KIND_GPU", "KIND_MODEL"]
+
+
+class EnsembleStep(_Model):
+    """``ModelEnsembling.Step``: which tensors feed a composing model and where its outputs go."""
+
+    model_name: str
+    model_version: int = -1
+    input_map: Mapping[str, str] = Field(description="Composing model input -> ensemble tensor.")
+    output_map: Mapping[str, str] = Field(description="Composing model output -> ensemble tensor.")
+
+
+class DynamicBatching(_Model):
+    """``ModelDynamicBatching`` (the fields used)."""
+
+    max_queue_delay_microseconds: int = Field(default=0, ge=0)
+
+
+class ModelConfig(_Model):
+    """``inference.ModelConfig``: the fields inferplane sets."""
+
+    name: str
+    backend: str | None = None
+    platform: str | None = None
+    max_batch_size: int = Field(ge=0)
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    dynamic_batching: DynamicBatching | None = None
+    ensemble_steps: tuple[EnsembleStep, ...] = ()
+    instance_group: tuple[InstanceGroup, ...] = ()
+    decoupled: bool | None = Field(default=None, description="``model_transaction_policy { decoupled }``.")
+    parameters: Mapping[str, str] = Field(default_factory=dict, description="``parameters`` string values.")
+
+
+def _string(value: str) -> str:
+    """A protobuf text-format string literal (JSON escapes are valid text-format escapes for these values)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def _tensor(tensor: Tensor, indent: str) -> list[str]:
+    inner = indent + "  "
+    lines = [
+        f"{indent}{{",
+        f"{inner}name: {_string(tensor.name)}",
+        f"{inner}data_type: {tensor.data_type}",
+        f"{inner}dims: [ {', '.join(str(d) for d in tensor.dims)} ]",
+    ]
+    if tensor.optional:
+        lines.append(f"{inner}optional: true")
+    if tensor.allow_ragged_batch:
+        lines.append(f"{inner}allow_ragged_batch: true")
+    if tensor.reshape is not None:
+        lines.append(f"{inner}reshape: {{ shape: [ {', '.join(str(d) for d in tensor.reshape)} ] }}")
+    lines.append(f"{indent}}}")
+    return lines
+
+
+def _tensor_list(field: str, tensors: tuple[Tensor, ...]) -> list[str]:
+    lines = [f"{field} ["]
+    for i, tensor in enumerate(tensors):
+        block = _tensor(tensor, "  ")
+        if i < len(tensors) - 1:
+            block[-1] += ","
+        lines += block
+    lines.append("]")
+    return lines
+
+
+def render(config: ModelConfig) -> str:
+    """``config.pbtxt`` for one model, in protobuf text format."""
+    lines = [f"name: {_string(config.name)}"]
+    if config.backend is not None:
+        lines.append(f"backend: {_string(config.backend)}")
+    if config.platform is not None:
+        lines.append(f"platform: {_string(config.platform)}")
+    lines.append(f"max_batch_size: {config.max_batch_size}")
+    if config.decoupled is not None:
+        lines.append(f"model_transaction_policy {{ decoupled: {str(config.decoupled).lower()} }}")
+    if config.dynamic_batching is not None:
+        delay = config.dynamic_batching.max_queue_delay_microseconds
+        lines.append(f"dynamic_batching {{ max_queue_delay_microseconds: {delay} }}")
+    lines += _tensor_list("input", config.inputs)
+    lines += _tensor_list("output", config.outputs)
+    if config.ensemble_steps:
+        lines.append("ensemble_scheduling {")
+        for step in config.ensemble_steps:
+            lines += [
+                "  step {",
+                f"    model_name: {_string(step.model_name)}",
+                f"    model_version: {step.model_version}",
+            ]
+            for key, value in step.input_map.items():
+                lines.append(f"    input_map {{ key: {_string(key)} value: {_string(value)} }}")
+            for key, value in step.output_map.items():
+                lines.append(f"    output_map {{ key: {_string(key)} value: {_string(value)} }}")
+            lines.append("  }")
+        lines.append("}")
+    for group in config.instance_group:
+        lines.append(f"instance_group {{ count: {group.count} kind: {group.kind} }}")
+    for key, value in config.parameters.items():
+        lines.append(f"parameters {{ key: {_string(key)} value: {{ string_value: {_string(value)} }} }}")
+    return "\n".join(lines) + "\n"
+
+
+ENSEMBLE = "ensemble"
+PREPROCESSING = "preprocessing"
+TENSORRT_LLM = "tensorrt_llm"
+POSTPROCESSING = "postprocessing"
+MODELS = (ENSEMBLE, PREPROCESSING, TENSORRT_LLM, POSTPROCESSING)
+"""The repository's models; clients call ``ensemble`` (``/v2/models/ensemble/generate_stream``)."""
+
+PROCESSING_INSTANCES = 5
+"""Tokenizer / detokenizer instances: NVIDIA's guide finds about 5 keeps them off the critical path."""
+
+BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
+"""Admit a request only when its whole KV cache is guaranteed: no mid-generation eviction. Sizing already fits
+``max_batch_size`` sequences of full length, so this costs no throughput at the planned concurrency."""
+
+TRTLLM_WORKER_PATH = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
+"""Orchestrator mode (TP > 1): the backend spawns one executor worker per rank from this binary."""
+
+
+def _scalar(name: str, data_type: DataType, *, optional: bool = False) -> Tensor:
+    """A per-request scalar the ``tensorrtllm`` backend reads without the trailing dimension."""
+    return Tensor(name=name, data_type=data_type, dims=(1,), optional=optional, reshape=())
+
+
+def model_repository(
+    trtllm: TrtLlmSettings, *, engine_dir: str, tokenizer_dir: str, max_queue_delay_microseconds: int = 0
+) -> dict[str, ModelConfig]:
+    """The four models' configs from sizing's TensorRT-LLM settings (nothing recomputed)."""
+    batch = trtllm.max_batch_size
+    preprocessing = ModelConfig(
+        name=PREPROCESSING,
+        backend="python",
+        max_batch_size=batch,
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=max_queue_delay_microseconds),
+        inputs=(
+            Tensor(name="QUERY", data_type="TYPE_STRING", dims=(1,)),
+            Tensor(name="REQUEST_OUTPUT_LEN", data_type="TYPE_INT32", dims=(1,)),
+            Tensor(name="BAD_WORDS_DICT", data_type="TYPE_STRING", dims=(-1,), optional=True),
+            Tensor(name="STOP_WORDS_DICT", data_type="TYPE_STRING", dims=(-1,), optional=True),
+            Tensor(name="END_ID", data_type="TYPE_INT32", dims=(1,), optional=True),
+            Tensor(name="PAD_ID", data_type="TYPE_INT32", dims=(1,), optional=True),
+        ),
+        outputs=(
+            Tensor(name="INPUT_ID", data_type="TYPE_INT32", dims=(-1,)),
+            Tensor(name="REQUEST_INPUT_LEN", data_type="TYPE_INT32", dims=(1,)),
+            Tensor(name="DECODER_INPUT_ID", data_type="TYPE_INT32", dims=(-1,)),
+            Tensor(name="REQUEST_DECODER_INPUT_LEN", data_type="TYPE_INT32", dims=(1,)),
+            Tensor(name="BAD_WORDS_IDS", data_type="TYPE_INT32", dims=(2, -1)),
+            Tensor(name="STOP_WORDS_IDS", data_type="TYPE_INT32", dims=(2, -1)),
+            Tensor(name="EMBEDDING_BIAS", data_type="TYPE_FP32", dims=(-1,)),
+            Tensor(name="REQUEST_OUTPUT_LEN", data_type="TYPE_INT32", dims=(-1,)),
+            Tensor(name="OUT_END_ID", data_type="TYPE_INT32", dims=(1,)),
+            Tensor(name="OUT_PAD_ID", data_type="TYPE_INT32", dims=(1,)),
+            Tensor(name="OUT_PROMPT_TABLE_EXTRA_IDS", data_type="TYPE_UINT64", dims=(-1,)),
+        ),
+        instance_group=(InstanceGroup(count=PROCESSING_INSTANCES, kind="KIND_CPU"),),
+        parameters={"tokenizer_dir": tokenizer_dir, "add_special_tokens": "true"},
+    )
+    parameters = {
+        "gpt_model_type": "inflight_fused_batching",
+        "gpt_model_path": engine_dir,
+        "max_beam_width": "1",
+        "batch_scheduler_policy": BATCH_SCHEDULER_POLICY,
+        "kv_cache_free_gpu_mem_fraction": f"{trtllm.kv_cache_free_gpu_mem_fraction:g}",
+        "enable_kv_cache_reuse": str(trtllm.enable_kv_cache_reuse).lower(),
+        "enable_chunked_context": str(trtllm.enable_chunked_context).lower(),
+        "exclude_input_in_output": "true",
+    }
+    if trtllm.tensor_parallel > 1:
+        parameters["worker_path"] = TRTLLM_WORKER_PATH
+    tensorrt_llm = ModelConfig(
+        name=TENSORRT_LLM,
+        backend="tensorrtllm",
+        max_batch_size=batch,
+        decoupled=True,
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=max_queue_delay_microseconds),
+        inputs=(
+            # Requests of different lengths batch without padding.
+            Tensor(name="input_ids", data_type="TYPE_INT32", dims=(-1,), allow_ragged_batch=True),
+            _scalar("input_lengths", "TYPE_INT32"),
+            _scalar("request_output_len", "TYPE_INT32"),
+            _scalar("end_id", "TYPE_INT32", optional=True),
+            _scalar("pad_id", "TYPE_INT32", optional=True),
+            Tensor(name="stop_words_list", data_type="TYPE_INT32", dims=(2, -1), optional=True),
+            Tensor(name="bad_words_list", data_type="TYPE_INT32", dims=(2, -1), optional=True),
+            _scalar("streaming", "TYPE_BOOL", optional=True),
+        ),
+        outputs=(
+            Tensor(name="output_ids", data_type="TYPE_INT32", dims=(-1, -1)),
+            Tensor(name="sequence_length", data_type="TYPE_INT32", dims=(-1,)),
+        ),
+        # The backend places its own executor on the GPUs; Triton's instance is a CPU-side handle.
+        instance_group=(InstanceGroup(count=1, kind="KIND_CPU"),),
+        parameters=parameters,
+    )
+    postprocessing = ModelConfig(
+        name=POSTPROCESSING,
+        backend="python",
+        max_batch_size=batch,
+        dynamic_batching=DynamicBatching(),
+        inputs=(
+            Tensor(name="TOKENS_BATCH", data_type="TYPE_INT32", dims=(-1, -1)),
+            Tensor(name="SEQUENCE_LENGTH", data_type="TYPE_INT32", dims=(-1,)),
+        ),
+        outputs=(Tensor(name="OUTPUT", data_type="TYPE_STRING", dims=(-1,)),),
+        instance_group=(InstanceGroup(count=PROCESSING_INSTANCES, kind="KIND_CPU"),),
+        parameters={"tokenizer_dir": tokenizer_dir, "skip_special_tokens": "true"},
+    )
+    ensemble = ModelConfig(
+        name=ENSEMBLE,
+        platform="ensemble",
+        max_batch_size=batch,
+        inputs=(
+            Tensor(name="text_input", data_type="TYPE_STRING", dims=(1,)),
+            Tensor(name="max_tokens", data_type="TYPE_INT32", dims=(1,)),
+            Tensor(name="bad_words", data_type="TYPE_STRING", dims=(-1,), optional=True),
+            Tensor(name="stop_words", data_type="TYPE_STRING", dims=(-1,), optional=True),
+            Tensor(name="end_id", data_type="TYPE_INT32", dims=(1,), optional=True),
+            Tensor(name="pad_id", data_type="TYPE_INT32", dims=(1,), optional=True),
+            Tensor(name="stream", data_type="TYPE_BOOL", dims=(1,), optional=True),
+        ),
+        outputs=(Tensor(name="text_output", data_type="TYPE_STRING", dims=(-1,)),),
+        ensemble_steps=(
+            EnsembleStep(
+                model_name=PREPROCESSING,
+                input_map={
+                    "QUERY": "text_input",
+                    "REQUEST_OUTPUT_LEN": "max_tokens",
+                    "BAD_WORDS_DICT": "bad_words",
+                    "STOP_WORDS_DICT": "stop_words",
+                    "END_ID": "end_id",
+                    "PAD_ID": "pad_id",
+                },
+                output_map={
+                    "INPUT_ID": "_INPUT_ID",
+                    "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
+                    "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
+                    "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
+                    "BAD_WORDS_IDS": "_BAD_WORDS_IDS",
+                    "OUT_END_ID": "_PREPROCESSOR_END_ID",
+                    "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID",
+                },
+            ),
+            EnsembleStep(
+                model_name=TENSORRT_LLM,
+                input_map={
+                    "input_ids": "_INPUT_ID",
+                    "input_lengths": "_REQUEST_INPUT_LEN",
+                    "request_output_len": "_REQUEST_OUTPUT_LEN",
+                    "end_id": "_PREPROCESSOR_END_ID",
+                    "pad_id": "_PREPROCESSOR_PAD_ID",
+                    "stop_words_list": "_STOP_WORDS_IDS",
+                    "bad_words_list": "_BAD_WORDS_IDS",
+                    "streaming": "stream",
+                },
+                output_map={"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"},
+            ),
+            EnsembleStep(
+                model_name=POSTPROCESSING,
+                input_map={"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
+                output_map={"OUTPUT": "text_output"},
+            ),
+        ),
+    )
+    return {config.name: config for config in (ensemble, preprocessing, tensorrt_llm, postprocessing)}

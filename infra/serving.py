@@ -1,0 +1,141 @@
+"""The model servers of a stack: one ``VllmService`` or ``TritonTrtLlmService`` per deployment of the spec.
+
+Each deployment's objects go to the cluster of its pool (EKS for GPU pools, GKE for TPU pools), through the
+Kubernetes provider the caller maps the pool to. Per cluster this also creates the serving namespace (Pod Security
+admission enforced) and the Secret holding the Hugging Face token, which pods read through ``secretKeyRef`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import model_server as ms
+from components.catalog import get_instance_type
+from components.sizing import PlatformSizing
+from components.spec import PlatformSpec
+from components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
+from components.vllm_service import VllmService, VllmServiceArgs
+
+SERVING_NAMESPACE = "inference"
+"""Namespace of the model servers in every cluster (the gateway and KEDA look for them here)."""
+
+HF_TOKEN_SECRET = "hf-token"
+
+POD_SECURITY_LEVEL = {"aws": "restricted", "gcp": "baseline"}
+"""Pod Security admission per cluster: GPU pods meet "restricted" (non-root, no privilege escalation, capabilities
+dropped, RuntimeDefault seccomp). The TPU image runs as root (TPU device access as non-root is unverified), so the
+GKE namespace enforces "baseline", which still refuses privileged pods, host namespaces and hostPath."""
+
+ModelServer = VllmService | TritonTrtLlmService
+
+
+def build_model_servers(
+    spec: PlatformSpec,
+    plan: PlatformSizing,
+    providers_by_pool: Mapping[str, pulumi.ProviderResource],
+    *,
+    hf_token: pulumi.Input[str],
+    model_cache_uri: pulumi.Input[str] | None = None,
+    model_cache_role_arn: pulumi.Input[str] | None = None,
+) -> dict[str, ModelServer]:
+    """One model server per deployment, keyed by deployment name, on the cluster of its pool.
+
+    ``hf_token`` is the stack's secret (``pulumi.Config("inferplane").require_secret("hfToken")``);
+    ``model_cache_uri`` (``s3://bucket/prefix/``) and ``model_cache_role_arn`` point GPU pools at the S3 model cache
+    (required for Triton deployments; vLLM falls back to the Hugging Face hub without it).
+    """
+    missing = sorted({d.pool for d in plan.deployments} - set(providers_by_pool))
+    if missing:
+        raise pulumi.InputPropertiesError(
+            "every pool that serves a model needs a Kubernetes provider",
+            errors=[{"property_path": f"providers_by_pool.{pool}", "reason": "no provider"} for pool in missing],
+        )
+    tags = dict(spec.tags)
+    clusters: dict[int, tuple[k8s.core.v1.Namespace, k8s.core.v1.Secret]] = {}
+    names_used: set[str] = set()
+    servers: dict[str, ModelServer] = {}
+    for deployment, sizing in zip(spec.models, plan.deployments, strict=True):
+        provider = providers_by_pool[sizing.pool]
+        cloud = get_instance_type(sizing.instance_type).cloud
+        if id(provider) not in clusters:
+            cluster = "eks" if cloud == "aws" else "gke"
+            prefix = cluster if cluster not in names_used else f"{cluster}-{len(names_used)}"
+            names_used.add(prefix)
+            clusters[id(provider)] = _cluster_objects(prefix, cloud, provider, hf_token, tags)
+        namespace, secret = clusters[id(provider)]
+        opts = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, secret])
+        pool = spec.pool(sizing.pool)
+        if deployment.engine == "vllm":
+            servers[deployment.name] = VllmService(
+                deployment.name,
+                VllmServiceArgs(
+                    deployment=deployment,
+                    sizing=sizing,
+                    environment=spec.environment,
+                    namespace=namespace.metadata.name,
+                    hf_token_secret_name=secret.metadata.name,
+                    tpu_topology=pool.tpu_topology,
+                    model_cache_uri=model_cache_uri if cloud == "aws" else None,
+                    model_cache_role_arn=model_cache_role_arn if cloud == "aws" else None,
+                    scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+                    labels=tags,
+                ),
+                opts,
+            )
+        else:
+            servers[deployment.name] = TritonTrtLlmService(
+                deployment.name,
+                TritonTrtLlmServiceArgs(
+                    deployment=deployment,
+                    sizing=sizing,
+                    environment=spec.environment,
+                    namespace=namespace.metadata.name,
+                    hf_token_secret_name=secret.metadata.name,
+                    model_cache_uri=model_cache_uri,
+                    model_cache_role_arn=model_cache_role_arn,
+                    scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+                    labels=tags,
+                ),
+                opts,
+            )
+    return servers
+
+
+def _cluster_objects(
+    prefix: str,
+    cloud: str,
+    provider: pulumi.ProviderResource,
+    hf_token: pulumi.Input[str],
+    tags: Mapping[str, str],
+) -> tuple[k8s.core.v1.Namespace, k8s.core.v1.Secret]:
+    """The serving namespace and the Hugging Face token Secret in one cluster."""
+    opts = pulumi.ResourceOptions(provider=provider)
+    level = POD_SECURITY_LEVEL[cloud]
+    namespace = k8s.core.v1.Namespace(
+        f"{prefix}-serving-namespace",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=SERVING_NAMESPACE,
+            labels={
+                **tags,
+                "app.kubernetes.io/part-of": "inferplane",
+                "pod-security.kubernetes.io/enforce": level,
+                "pod-security.kubernetes.io/warn": "restricted",
+            },
+        ),
+        opts=opts,
+    )
+    secret = k8s.core.v1.Secret(
+        f"{prefix}-hf-token",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=HF_TOKEN_SECRET,
+            namespace=namespace.metadata.name,
+            labels={**tags, "app.kubernetes.io/part-of": "inferplane"},
+        ),
+        type="Opaque",
+        string_data={ms.HF_TOKEN_SECRET_KEY: pulumi.Output.secret(hf_token)},
+        opts=opts,
+    )
+    return namespace, secret
