@@ -307,6 +307,7 @@ def pod_monitor(
     namespace: pulumi.Input[str],
     selector: Mapping[str, str],
     port: str,
+    *,
     labels: Mapping[str, str],
     interval_seconds: int,
     opts: pulumi.ResourceOptions,

@@ -52,7 +52,7 @@ CONFIG_MOUNT = "/config"
 
 
 def engine_fingerprint(trtllm: TrtLlmSettings, repo: str) -> str:
-    """Ten hex digits identifying an engine: the image (TensorRT-LLM version), the checkpoint and every build setting."""
+    """Ten hex digits naming an engine: the image (TensorRT-LLM version), the checkpoint and every build setting."""
     payload = json.dumps({"image": TRITON_IMAGE, "repo": repo, "settings": trtllm.model_dump()}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:10]
 
@@ -370,7 +370,13 @@ class TritonTrtLlmService(pulumi.ComponentResource):
         if deployment.max_replicas > 1:
             ms.disruption_budget(f"{name}-pdb", args.namespace, selector, labels, child)
         ms.pod_monitor(
-            f"{name}-monitor", args.namespace, selector, "metrics", labels, args.scrape_interval_seconds, child
+            f"{name}-monitor",
+            args.namespace,
+            selector,
+            "metrics",
+            labels=labels,
+            interval_seconds=args.scrape_interval_seconds,
+            opts=child,
         )
 
         self.deployment_name = self._deployment.metadata.name

@@ -247,7 +247,15 @@ class VllmService(pulumi.ComponentResource):
         )
         if deployment.max_replicas > 1:
             ms.disruption_budget(f"{name}-pdb", args.namespace, selector, labels, child)
-        ms.pod_monitor(f"{name}-monitor", args.namespace, selector, "http", labels, args.scrape_interval_seconds, child)
+        ms.pod_monitor(
+            f"{name}-monitor",
+            args.namespace,
+            selector,
+            "http",
+            labels=labels,
+            interval_seconds=args.scrape_interval_seconds,
+            opts=child,
+        )
 
         self.deployment_name = self._deployment.metadata.name
         self.namespace = self._deployment.metadata.namespace

@@ -1,0 +1,71 @@
+"""Evaluating the model servers of a stack (or a spec) under the mock engine, with one provider per cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.catalog import get_instance_type
+from components.sizing import size_platform
+from components.spec import PlatformSpec, parse_platform
+from infra.mockengine import Evaluation, PlatformMocks, Registration, evaluate
+from infra.serving import build_model_servers
+from infra.stackfile import find_project_dir, load_stack
+
+HF_TOKEN = "hf_TESTtokenVALUE0123456789"
+"""A recognisable fake token: it must never appear in any registered input."""
+
+MODEL_CACHE = "s3://inferplane-models-123456789012/hf/"
+
+
+def stack_spec(stack: str) -> PlatformSpec:
+    """The validated spec of a shipped stack."""
+    return load_stack(find_project_dir(), stack).platform
+
+
+def spec_from(raw: Mapping[str, Any], region: str = "us-east-1") -> PlatformSpec:
+    """A spec from a raw platform block."""
+    return parse_platform(raw, region)
+
+
+def evaluate_servers(spec: PlatformSpec, *, model_cache: str | None = MODEL_CACHE, stack: str = "test") -> Evaluation:
+    """Run :func:`build_model_servers` for ``spec`` with an EKS and a GKE provider."""
+    plan = size_platform(spec)
+
+    def program() -> None:
+        eks = k8s.Provider("eks", kubeconfig="{}")
+        gke = k8s.Provider("gke", kubeconfig="{}")
+        providers: dict[str, pulumi.ProviderResource] = {
+            pool.name: gke if get_instance_type(pool.instance_type).cloud == "gcp" else eks for pool in spec.pools
+        }
+        servers = build_model_servers(
+            spec,
+            plan,
+            providers,
+            hf_token=pulumi.Output.secret(HF_TOKEN),
+            model_cache_uri=model_cache,
+            model_cache_role_arn="arn:aws:iam::123456789012:role/model-cache" if model_cache else None,
+        )
+        for name, server in servers.items():
+            pulumi.export(f"{name}-deployment", server.deployment_name)
+            pulumi.export(f"{name}-namespace", server.namespace)
+            pulumi.export(f"{name}-service", server.service_name)
+
+    return evaluate(program, mocks=PlatformMocks(spec.region), stack=stack)
+
+
+def kubernetes_objects(evaluation: Evaluation) -> list[Registration]:
+    """Registrations of Kubernetes objects (not providers or components)."""
+    return [r for r in evaluation.registrations if r.type.startswith("kubernetes:") and r.custom and "providers" not in r.type]
+
+
+def container(registration: Registration, name: str) -> dict[str, Any]:
+    """A (main or init) container of a Deployment or Job registration."""
+    pod = registration.inputs["spec"]["template"]["spec"]
+    for candidate in [*pod.get("initContainers", []), *pod["containers"]]:
+        if candidate["name"] == name:
+            return dict(candidate)
+    raise KeyError(name)
