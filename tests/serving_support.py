@@ -59,7 +59,11 @@ def evaluate_servers(spec: PlatformSpec, *, model_cache: str | None = MODEL_CACH
 
 def kubernetes_objects(evaluation: Evaluation) -> list[Registration]:
     """Registrations of Kubernetes objects (not providers or components)."""
-    return [r for r in evaluation.registrations if r.type.startswith("kubernetes:") and r.custom and "providers" not in r.type]
+    return [
+        r
+        for r in evaluation.registrations
+        if r.type.startswith("kubernetes:") and r.custom and "providers" not in r.type
+    ]
 
 
 def container(registration: Registration, name: str) -> dict[str, Any]:

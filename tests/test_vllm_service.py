@@ -1,4 +1,4 @@
-"""VllmService: engine flags exactly as sizing derives them, accepted by the pinned vLLM, probes and GPUs from sizing."""
+"""VllmService: flags exactly as sizing derives them, accepted by the pinned vLLM; probes and GPUs from sizing."""
 
 from __future__ import annotations
 
@@ -199,8 +199,9 @@ def test_gpu_limit_is_tp_and_startup_budget_covers_engine_start(stack: str) -> N
         assert budget >= sizing.result.engine_start_seconds * 1.5 + 60
         assert budget < sizing.result.engine_start_seconds * 1.5 + 60 + startup["periodSeconds"]
         liveness = main["livenessProbe"]
-        assert liveness["failureThreshold"] * liveness["periodSeconds"] > main["readinessProbe"]["failureThreshold"] * (
-            main["readinessProbe"]["periodSeconds"]
+        assert (
+            liveness["failureThreshold"] * liveness["periodSeconds"]
+            > main["readinessProbe"]["failureThreshold"] * (main["readinessProbe"]["periodSeconds"])
         )
         # Memory is guaranteed and within the node; CPU is requested, not capped.
         assert main["resources"]["limits"]["memory"] == main["resources"]["requests"]["memory"]
@@ -269,7 +270,9 @@ def test_pod_security_drain_and_rollout() -> None:
     assert pod["terminationGracePeriodSeconds"] == 15 + 300 + 15
     assert vllm["lifecycle"] == {"preStop": {"sleep": {"seconds": 15}}}
     assert pod["nodeSelector"] == {"inferplane.io/pool": "h100"}
-    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ]
     assert pod["topologySpreadConstraints"] == [
         {
             "maxSkew": 1,
@@ -366,8 +369,11 @@ def _all_stack_arg_lists() -> list[tuple[str, list[str]]]:
 def test_every_shipped_argument_list_is_accepted_by_the_pinned_vllm() -> None:
     cli = vllm_cli.load(vllm_definitions())
     assert cli.version == "0.32.0"
-    arg_lists = _all_stack_arg_lists() + [("custom", _vllm_args(spec_from(CUSTOM), "llama-8b-awq"))]
-    arg_lists.append(("custom", _vllm_args(spec_from(CUSTOM), "llama-70b-fp8")))
+    arg_lists = [
+        *_all_stack_arg_lists(),
+        ("custom", _vllm_args(spec_from(CUSTOM), "llama-8b-awq")),
+        ("custom", _vllm_args(spec_from(CUSTOM), "llama-70b-fp8")),
+    ]
     assert len(arg_lists) == 6
     for where, args in arg_lists:
         assert vllm_cli.check(cli, args) == [], where
@@ -385,7 +391,9 @@ def test_the_checker_refuses_what_vllm_would() -> None:
     assert vllm_cli.check(cli, ["m", "--enable-chunked-prefil"]) == [
         "--enable-chunked-prefil: not an argument of vLLM 0.32.0"
     ]
-    assert vllm_cli.check(cli, ["m", "--tensor-parallel-size", "two"]) == ["--tensor-parallel-size: 'two' is not an integer"]
+    assert vllm_cli.check(cli, ["m", "--tensor-parallel-size", "two"]) == [
+        "--tensor-parallel-size: 'two' is not an integer"
+    ]
     assert vllm_cli.check(cli, ["m", "--speculative-config", json.dumps({"method": "medusa2"})])[0].startswith(
         "--speculative-config: method='medusa2' is not one of"
     )
@@ -416,7 +424,7 @@ def test_the_checker_refuses_what_vllm_would() -> None:
         ]
     ),
 )
-def test_every_settings_combination_renders_accepted_flags(
+def test_every_settings_combination_renders_accepted_flags(  # noqa: PLR0917 - one parameter per strategy
     tp: int,
     context: int,
     seqs: int,
@@ -442,5 +450,7 @@ def test_every_settings_combination_renders_accepted_flags(
         enable_prefix_caching=prefix,
         enable_chunked_prefill=chunked,
     )
-    args = vllm_args(settings_, model="org/m", served_model_name="m", speculative=speculative, shutdown_timeout_seconds=30)
+    args = vllm_args(
+        settings_, model="org/m", served_model_name="m", speculative=speculative, shutdown_timeout_seconds=30
+    )
     assert vllm_cli.check(cli, args) == []

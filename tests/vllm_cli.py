@@ -164,9 +164,7 @@ def _read_engine_args(cli: VllmCli, path: Path) -> None:
     for node in ast.walk(function):
         if not (isinstance(node, ast.Call) and _name(node.func) == "add_argument"):
             continue
-        names = tuple(
-            a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")
-        )
+        names = tuple(str(a.value) for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-"))
         if not names:
             continue
         explicit = {k.arg: k.value for k in node.keywords if k.arg is not None}

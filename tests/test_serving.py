@@ -1,0 +1,170 @@
+"""Every stack's model servers: schema-valid objects, secrets only through secretKeyRef, a namespace per cluster."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]  # kubernetes-validate depends on it; no stubs installed
+import kubernetes_validate
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+import yaml
+from kubernetes_validate import utils as kv_utils
+
+from components.model_server import HF_TOKEN_SECRET_KEY
+from components.sizing import size_platform
+from infra.mockengine import SECRET_PLACEHOLDER, PlatformMocks, Registration, evaluate
+from infra.serving import build_model_servers
+from tests.conftest import crd_dir
+from tests.serving_support import HF_TOKEN, evaluate_servers, kubernetes_objects, stack_spec
+
+STACKS = ["dev", "staging", "prod"]
+
+
+def _integral(value: Any) -> Any:
+    """The engine's property values carry numbers as doubles; Kubernetes' schemas want integers where they are."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def _manifest(registration: Registration) -> dict[str, Any]:
+    manifest: dict[str, Any] = _integral(dict(registration.inputs))
+    if manifest.get("kind") == "Secret" and manifest.get("stringData") == SECRET_PLACEHOLDER:
+        # pulumi-kubernetes marks the whole of stringData secret; the recording shows only the placeholder.
+        manifest["stringData"] = {HF_TOKEN_SECRET_KEY: "redacted"}
+    return manifest
+
+
+def kubernetes_schema_version(cluster_version: str) -> str:
+    """kubernetes-validate's schema set for the cluster's minor version; no silent fallback to an older one."""
+    wanted = f"{cluster_version}.0"
+    if wanted not in kv_utils.all_versions():
+        pytest.fail(f"kubernetes-validate {kubernetes_validate.__version__} ships no schemas for {cluster_version}")
+    return wanted
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_object_validates_strictly_against_the_clusters_kubernetes(stack: str) -> None:
+    spec = stack_spec(stack)
+    version = kubernetes_schema_version(spec.cluster.kubernetes_version)
+    objects = [r for r in kubernetes_objects(evaluate_servers(spec)) if "monitoring.coreos.com" not in r.type]
+    assert objects
+    for registration in objects:
+        assert kubernetes_validate.validate(_manifest(registration), version, strict=True) == version[:-2], (
+            registration.name
+        )
+
+
+def test_strict_validation_catches_a_misspelt_field() -> None:
+    version = kubernetes_schema_version("1.34")
+    deployment = evaluate_servers(stack_spec("dev")).named("llama-8b-deployment")
+    manifest = _manifest(deployment)
+    manifest["spec"]["template"]["spec"]["containers"][0]["startupProbes"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def _crd_schema(kind_file: str) -> dict[str, Any]:
+    document = yaml.safe_load((crd_dir() / kind_file).read_text())
+    version = next(v for v in document["spec"]["versions"] if v["name"] == "v1")
+    return _closed(version["schema"]["openAPIV3Schema"])
+
+
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+    """Structural schemas prune unknown fields silently; closing them turns a misspelt field into an error."""
+    schema = dict(schema)
+    if "properties" in schema and "additionalProperties" not in schema:
+        if not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema["additionalProperties"] = False
+        schema["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            schema[key] = _closed(schema[key])
+    return schema
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_pod_monitors_validate_against_the_prometheus_operator_crd(stack: str) -> None:
+    schema = _crd_schema("monitoring.coreos.com_podmonitors.yaml")
+    monitors = evaluate_servers(stack_spec(stack)).of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
+    assert len(monitors) == len(stack_spec(stack).models)
+    for monitor in monitors:
+        manifest = _manifest(monitor)
+        jsonschema.validate(manifest, schema)
+        assert manifest["metadata"]["labels"]["inferplane.io/scrape"] == "true"
+    bad = _manifest(monitors[0])
+    bad["spec"]["podMetricsEndpoints"][0]["paths"] = "/metrics"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_token_reaches_pods_only_through_secret_key_ref(stack: str) -> None:
+    evaluation = evaluate_servers(stack_spec(stack))
+    everything = json.dumps([dict(r.inputs) for r in evaluation.registrations]) + json.dumps(dict(evaluation.outputs))
+    assert HF_TOKEN not in everything
+    secrets = evaluation.of_type("kubernetes:core/v1:Secret")
+    assert [s.inputs["stringData"] for s in secrets] == ["[secret]"] * len(secrets)
+    for registration in evaluation.registrations:
+        for env in _env_vars(registration.inputs):
+            if env["name"] == "HF_TOKEN":
+                assert env == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+            assert "value" not in env or "hf_" not in str(env["value"])
+
+
+def _env_vars(value: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "env" and isinstance(item, list):
+                found += item
+            else:
+                found += _env_vars(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += _env_vars(item)
+    return found
+
+
+def test_one_namespace_and_secret_per_cluster() -> None:
+    evaluation = evaluate_servers(stack_spec("staging"))
+    namespaces = evaluation.of_type("kubernetes:core/v1:Namespace")
+    # Registration order is the engine's; compare as sets. A provider reference ends in the provider's id.
+    assert {(n.name, n.provider.rsplit("::", 1)[-1]) for n in namespaces} == {
+        ("eks-serving-namespace", "eks-id"),
+        ("gke-serving-namespace", "gke-id"),
+    }
+    levels = {n.name: n.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] for n in namespaces}
+    assert levels == {"eks-serving-namespace": "restricted", "gke-serving-namespace": "baseline"}
+    assert {s.name for s in evaluation.of_type("kubernetes:core/v1:Secret")} == {"eks-hf-token", "gke-hf-token"}
+    assert evaluation.named("qwen-7b-deployment").provider.rsplit("::", 1)[-1] == "gke-id"
+    assert evaluation.named("llama-8b-deployment").provider.rsplit("::", 1)[-1] == "eks-id"
+
+
+def test_every_deployment_gets_its_engine() -> None:
+    evaluation = evaluate_servers(stack_spec("prod"))
+    components = {r.name: r.type for r in evaluation.registrations if r.type.startswith("inferplane:")}
+    assert components == {
+        "llama-70b": "inferplane:index:VllmService",
+        "llama-8b": "inferplane:index:TritonTrtLlmService",
+    }
+
+
+def test_a_pool_without_a_provider_is_refused() -> None:
+    spec = stack_spec("staging")
+    plan = size_platform(spec)
+
+    def program() -> None:
+        eks = k8s.Provider("eks", kubeconfig="{}")
+        build_model_servers(spec, plan, {"l40s": eks}, hf_token=pulumi.Output.secret(HF_TOKEN))
+
+    with pytest.raises(pulumi.InputPropertiesError) as caught:
+        evaluate(program, mocks=PlatformMocks())
+    assert caught.value.errors == [{"property_path": "providers_by_pool.tpu-v5e", "reason": "no provider"}]
