@@ -6,8 +6,9 @@ rendered file with Triton's own ``model_config_pb2`` (shipped by ``tritonclient`
 
 The repository is NVIDIA's ``inflight_batcher_llm`` layout (TensorRT-LLM ``triton_backend/all_models/
 inflight_batcher_llm``, read 2026-11-29): ``ensemble`` chains ``preprocessing`` (tokenizer, Python backend),
-``tensorrt_llm`` (the ``tensorrtllm`` backend) and ``postprocessing`` (detokenizer). The tensor names below are that
-template's interface: the Python models' ``model.py`` (taken from the image's ``/app/all_models``) read them.
+``tensorrt_llm`` (the ``tensorrtllm`` backend) and ``postprocessing`` (detokenizer). The tensor and parameter names below are
+that template's interface: the Python models' ``model.py`` (taken from the image's ``/app/all_models``) look up
+``tokenizer_dir`` and ``multimodal_model_path`` and the configs of every tensor they produce when they load.
 """
 
 from __future__ import annotations
@@ -164,7 +165,8 @@ BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
 ``max_batch_size`` sequences of full length, so this costs no throughput at the planned concurrency."""
 
 TRTLLM_WORKER_PATH = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
-"""Orchestrator mode (TP > 1): the backend spawns one executor worker per rank from this binary."""
+"""Orchestrator mode (TP > 1): the backend spawns one executor worker per rank from this binary, named by the
+``executor_worker_path`` parameter (the older ``worker_path`` is refused by current backends)."""
 
 
 def _scalar(name: str, data_type: DataType, *, optional: bool = False) -> Tensor:
@@ -187,6 +189,9 @@ def model_repository(
             Tensor(name="REQUEST_OUTPUT_LEN", data_type="TYPE_INT32", dims=(1,)),
             Tensor(name="BAD_WORDS_DICT", data_type="TYPE_STRING", dims=(-1,), optional=True),
             Tensor(name="STOP_WORDS_DICT", data_type="TYPE_STRING", dims=(-1,), optional=True),
+            # model.py reads the configs of these two at start-up, so they must be declared.
+            Tensor(name="EMBEDDING_BIAS_WORDS", data_type="TYPE_STRING", dims=(-1,), optional=True),
+            Tensor(name="EMBEDDING_BIAS_WEIGHTS", data_type="TYPE_FP32", dims=(-1,), optional=True),
             Tensor(name="END_ID", data_type="TYPE_INT32", dims=(1,), optional=True),
             Tensor(name="PAD_ID", data_type="TYPE_INT32", dims=(1,), optional=True),
         ),
@@ -202,9 +207,13 @@ def model_repository(
             Tensor(name="OUT_END_ID", data_type="TYPE_INT32", dims=(1,)),
             Tensor(name="OUT_PAD_ID", data_type="TYPE_INT32", dims=(1,)),
             Tensor(name="OUT_PROMPT_TABLE_EXTRA_IDS", data_type="TYPE_UINT64", dims=(-1,)),
+            # Multimodal outputs: unused by text models, but model.py resolves their dtypes at start-up.
+            Tensor(name="PIXEL_VALUES", data_type="TYPE_FP16", dims=(-1, -1, -1, -1)),
+            Tensor(name="IMAGE_SIZES", data_type="TYPE_INT64", dims=(-1, 2)),
         ),
         instance_group=(InstanceGroup(count=PROCESSING_INSTANCES, kind="KIND_CPU"),),
-        parameters={"tokenizer_dir": tokenizer_dir, "add_special_tokens": "true"},
+        # model.py indexes multimodal_model_path unconditionally; empty means a text-only model.
+        parameters={"tokenizer_dir": tokenizer_dir, "add_special_tokens": "true", "multimodal_model_path": ""},
     )
     parameters = {
         "gpt_model_type": "inflight_fused_batching",
@@ -217,7 +226,7 @@ def model_repository(
         "exclude_input_in_output": "true",
     }
     if trtllm.tensor_parallel > 1:
-        parameters["worker_path"] = TRTLLM_WORKER_PATH
+        parameters["executor_worker_path"] = TRTLLM_WORKER_PATH
     tensorrt_llm = ModelConfig(
         name=TENSORRT_LLM,
         backend="tensorrtllm",

@@ -152,7 +152,16 @@ def test_tensorrt_llm_config_carries_the_runtime_settings() -> None:
         "enable_chunked_context": "true",
         "exclude_input_in_output": "true",
     }
-    assert config["preprocessing"].parameters["tokenizer_dir"] == "/models/tokenizer"
+    # What the image's preprocessing model.py reads while loading (TensorRT-LLM inflight_batcher_llm, 2026-11-29).
+    preprocessing = config["preprocessing"]
+    assert {"tokenizer_dir", "multimodal_model_path"} <= set(preprocessing.parameters)
+    assert preprocessing.parameters["tokenizer_dir"] == "/models/tokenizer"
+    assert {"EMBEDDING_BIAS_WORDS", "EMBEDDING_BIAS_WEIGHTS"} <= {t.name for t in preprocessing.inputs}
+    assert {
+        "INPUT_ID", "DECODER_INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_DECODER_INPUT_LEN", "BAD_WORDS_IDS",
+        "STOP_WORDS_IDS", "OUT_END_ID", "OUT_PAD_ID", "OUT_PROMPT_TABLE_EXTRA_IDS", "PIXEL_VALUES", "IMAGE_SIZES",
+    } <= {t.name for t in preprocessing.outputs}  # fmt: skip
+    assert config["postprocessing"].parameters["tokenizer_dir"] == "/models/tokenizer"
     assert [s.model_name for s in config["ensemble"].ensemble_steps] == [
         "preprocessing",
         "tensorrt_llm",
@@ -216,3 +225,12 @@ def test_triton_without_a_model_cache_is_refused() -> None:
             "reason": "TensorRT-LLM engines are built once into the model cache: give an s3:// prefix",
         }
     ]
+
+
+def test_tensor_parallel_engines_run_in_orchestrator_mode() -> None:
+    sizing = next(d for d in size_platform(stack_spec("prod")).deployments if d.engine == "triton")
+    tp2 = sizing.result.trtllm.model_copy(update={"tensor_parallel": 2})
+    parameters = model_repository(tp2, engine_dir="/e", tokenizer_dir="/t")["tensorrt_llm"].parameters
+    assert parameters["executor_worker_path"] == "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
+    single = model_repository(sizing.result.trtllm, engine_dir="/e", tokenizer_dir="/t")["tensorrt_llm"].parameters
+    assert "executor_worker_path" not in single
