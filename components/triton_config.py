@@ -6,9 +6,10 @@ rendered file with Triton's own ``model_config_pb2`` (shipped by ``tritonclient`
 
 The repository is NVIDIA's ``inflight_batcher_llm`` layout (TensorRT-LLM ``triton_backend/all_models/
 inflight_batcher_llm``, read 2026-11-29): ``ensemble`` chains ``preprocessing`` (tokenizer, Python backend),
-``tensorrt_llm`` (the ``tensorrtllm`` backend) and ``postprocessing`` (detokenizer). The tensor and parameter names below are
-that template's interface: the Python models' ``model.py`` (taken from the image's ``/app/all_models``) look up
-``tokenizer_dir`` and ``multimodal_model_path`` and the configs of every tensor they produce when they load.
+``tensorrt_llm`` (the ``tensorrtllm`` backend) and ``postprocessing`` (detokenizer). The tensor and parameter
+names below are that template's interface: the Python models' ``model.py`` (taken from the image's
+``/app/all_models``) look up ``tokenizer_dir``, ``multimodal_model_path`` and the configs of every tensor they
+produce when they load.
 """
 
 from __future__ import annotations

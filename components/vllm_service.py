@@ -144,13 +144,11 @@ class VllmService(pulumi.ComponentResource):
         selector, labels = ms.labels_for(deployment.name, "model-server", args.labels)
         child = pulumi.ResourceOptions(parent=self)
 
-        account = ms.service_account(
-            f"{name}-sa", args.namespace, labels, args.model_cache_role_arn if not placement.is_tpu else None, child
-        )
+        account = ms.service_account(f"{name}-sa", args.namespace, labels, args.model_cache_role_arn, child)
         resources = ms.fit_resources(placement, settings.tensor_parallel_size, sizing.result.weights_bytes)
         drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
         repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
-        from_cache = args.model_cache_uri is not None and not placement.is_tpu
+        from_cache = args.model_cache_uri is not None
         model = f"{ms.MODELS_MOUNT}/{repo}" if from_cache else repo
 
         env = [
@@ -290,6 +288,8 @@ def _validate(args: VllmServiceArgs) -> None:
         add("tpu_topology", f"pool {sizing.pool!r} is a TPU pool: give its slice topology")
     if not placement.is_tpu and args.tpu_topology is not None:
         add("tpu_topology", f"pool {sizing.pool!r} is not a TPU pool")
+    if placement.is_tpu and args.model_cache_uri is not None:
+        add("model_cache_uri", "the S3 cache is read through IRSA on EKS; TPU pools on GKE read the Hugging Face hub")
     if args.scrape_interval_seconds <= 0:
         add("scrape_interval_seconds", "must be positive")
     if errors:

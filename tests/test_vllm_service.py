@@ -454,3 +454,32 @@ def test_every_settings_combination_renders_accepted_flags(  # noqa: PLR0917 - o
         settings_, model="org/m", served_model_name="m", speculative=speculative, shutdown_timeout_seconds=30
     )
     assert vllm_cli.check(cli, args) == []
+
+
+def test_a_tpu_pool_refuses_the_s3_cache() -> None:
+    spec = stack_spec("staging")
+    sizing = next(d for d in size_platform(spec).deployments if d.name == "qwen-7b")
+    deployment = next(d for d in spec.models if d.name == "qwen-7b")
+
+    def program() -> None:
+        VllmService(
+            "qwen-7b",
+            VllmServiceArgs(
+                deployment=deployment,
+                sizing=sizing,
+                environment="staging",
+                namespace="inference",
+                hf_token_secret_name="hf-token",
+                model_cache_uri="s3://bucket/models/",
+            ),
+        )
+
+    with pytest.raises(pulumi.InputPropertiesError) as caught:
+        evaluate(program, mocks=PlatformMocks())
+    assert caught.value.errors == [
+        {"property_path": "tpu_topology", "reason": "pool 'tpu-v5e' is a TPU pool: give its slice topology"},
+        {
+            "property_path": "model_cache_uri",
+            "reason": "the S3 cache is read through IRSA on EKS; TPU pools on GKE read the Hugging Face hub",
+        },
+    ]
