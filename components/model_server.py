@@ -179,22 +179,23 @@ def drain_seconds(context_tokens: int, decode_step_ms: float) -> int:
 
 
 def probes(
-    path: str, port: str, engine_start_seconds: float
+    ready_path: str, port: str, engine_start_seconds: float, *, live_path: str | None = None
 ) -> tuple[k8s.core.v1.ProbeArgs, k8s.core.v1.ProbeArgs, k8s.core.v1.ProbeArgs]:
-    """(startup, readiness, liveness) on an HTTP health path.
+    """(startup, readiness, liveness): startup and readiness on ``ready_path``, liveness on ``live_path``.
 
     Liveness is the gentlest (5 failures 30 s apart): a busy engine answers health checks late, and killing it
     throws away minutes of loading; readiness reacts in 15 s so traffic leaves a sick replica quickly.
     """
-    get = k8s.core.v1.HTTPGetActionArgs(path=path, port=port)
+    ready = k8s.core.v1.HTTPGetActionArgs(path=ready_path, port=port)
+    live = k8s.core.v1.HTTPGetActionArgs(path=live_path or ready_path, port=port)
     startup = k8s.core.v1.ProbeArgs(
-        http_get=get,
+        http_get=ready,
         period_seconds=STARTUP_PERIOD_SECONDS,
         timeout_seconds=5,
         failure_threshold=startup_failure_threshold(engine_start_seconds),
     )
-    readiness = k8s.core.v1.ProbeArgs(http_get=get, period_seconds=5, timeout_seconds=5, failure_threshold=3)
-    liveness = k8s.core.v1.ProbeArgs(http_get=get, period_seconds=30, timeout_seconds=10, failure_threshold=5)
+    readiness = k8s.core.v1.ProbeArgs(http_get=ready, period_seconds=5, timeout_seconds=5, failure_threshold=3)
+    liveness = k8s.core.v1.ProbeArgs(http_get=live, period_seconds=30, timeout_seconds=10, failure_threshold=5)
     return startup, readiness, liveness
 
 
@@ -279,6 +280,7 @@ def s3_sync_container(
     return k8s.core.v1.ContainerArgs(
         name=name,
         image=AWS_CLI_IMAGE,
+        command=["aws"],
         args=["s3", "sync", "--only-show-errors", *filters, source, target],
         env=[k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp")],
         volume_mounts=[

@@ -253,8 +253,9 @@ class TritonTrtLlmService(pulumi.ComponentResource):
         )
 
         drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
-        startup, readiness, _ = ms.probes(READY_PATH, "http", sizing.result.engine_start_seconds)
-        _, _, liveness = ms.probes(LIVE_PATH, "http", sizing.result.engine_start_seconds)
+        startup, readiness, liveness = ms.probes(
+            READY_PATH, "http", sizing.result.engine_start_seconds, live_path=LIVE_PATH
+        )
         server = k8s.core.v1.ContainerArgs(
             name="triton",
             image=TRITON_IMAGE,

@@ -26,7 +26,11 @@ VLLM_VERSION = "0.32.0"
 ``config/*.py`` and ``entrypoints/launchers/cli_args.py``."""
 
 VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
-"""Docker Hub ``vllm/vllm-openai``; ``ENTRYPOINT ["vllm", "serve"]``, so container args start with the model."""
+"""Docker Hub ``vllm/vllm-openai``; its ``ENTRYPOINT ["vllm", "serve"]`` takes the model first."""
+
+VLLM_COMMAND = ("vllm", "serve")
+"""Set explicitly: images before ~v0.10 used ``python3 -m vllm.entrypoints.openai.api_server`` (which wants
+``--model``), and the TPU image's entrypoint is not documented; ``vllm serve`` is the CLI in both images."""
 
 VLLM_TPU_IMAGE = f"vllm/vllm-tpu:v{VLLM_VERSION}"
 """Docker Hub ``vllm/vllm-tpu`` (tags ``v<vllm version>``, e.g. ``v0.27.0`` in Google's TPU recipes); same
@@ -170,6 +174,7 @@ class VllmService(pulumi.ComponentResource):
         container = k8s.core.v1.ContainerArgs(
             name="vllm",
             image=VLLM_TPU_IMAGE if placement.is_tpu else VLLM_IMAGE,
+            command=list(VLLM_COMMAND),
             args=vllm_args(
                 settings,
                 model=model,

@@ -127,6 +127,7 @@ def test_staging_qwen_on_tpu_flags_image_and_placement() -> None:
         *_tail(65),
     ]  # fmt: skip
     assert vllm["image"] == VLLM_TPU_IMAGE == "vllm/vllm-tpu:v0.32.0"
+    assert vllm["command"] == ["vllm", "serve"]
     assert vllm["resources"]["limits"]["google.com/tpu"] == "4"
     assert "nvidia.com/gpu" not in vllm["resources"]["limits"]
     pod = deployment.inputs["spec"]["template"]["spec"]
@@ -224,6 +225,7 @@ def test_weights_come_from_the_s3_cache_offline() -> None:
     deployment = evaluate_servers(stack_spec("prod")).named("llama-70b-deployment")
     fetch = container(deployment, "fetch-weights")
     assert fetch["image"] == ms.AWS_CLI_IMAGE
+    assert fetch["command"] == ["aws"]
     assert fetch["args"] == [
         "s3",
         "sync",
@@ -256,6 +258,7 @@ def test_pod_security_drain_and_rollout() -> None:
     pod = spec["template"]["spec"]
     vllm = container(deployment, "vllm")
     assert vllm["image"] == VLLM_IMAGE == "vllm/vllm-openai:v0.32.0"
+    assert vllm["command"] == ["vllm", "serve"]
     assert vllm["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "privileged": False,
