@@ -166,6 +166,19 @@ def fit_resources(placement: Placement, accelerators_per_replica: int, weights_b
     )
 
 
+def progress_deadline_seconds(cold_start_seconds: float) -> int:
+    """How long a rollout may go without progress before Kubernetes marks it failed: three cold starts, 10 min at
+    least (the S3 sync, the load and the warm-up of a surge replica, with room for a node to be added first)."""
+    return max(600, int(cold_start_seconds * 3))
+
+
+def rollout_timeouts(cold_start_seconds: float) -> pulumi.CustomTimeouts:
+    """Pulumi waits for a rollout past Kubernetes' own deadline (its default of 10 min is shorter for large
+    models), so a failed rollout is reported by Kubernetes' condition, not by Pulumi giving up first."""
+    limit = f"{progress_deadline_seconds(cold_start_seconds) + 300}s"
+    return pulumi.CustomTimeouts(create=limit, update=limit)
+
+
 def startup_failure_threshold(engine_start_seconds: float) -> int:
     """Startup-probe failures allowed so that failureThreshold x period covers the engine start with margin."""
     budget = engine_start_seconds * STARTUP_BUDGET_FACTOR + STARTUP_BUDGET_MARGIN_SECONDS

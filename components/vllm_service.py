@@ -232,11 +232,15 @@ class VllmService(pulumi.ComponentResource):
                     type="RollingUpdate",
                     rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
                 ),
-                progress_deadline_seconds=max(600, int(sizing.result.cold_start_seconds * 3)),
+                progress_deadline_seconds=ms.progress_deadline_seconds(sizing.result.cold_start_seconds),
                 template=k8s.core.v1.PodTemplateSpecArgs(metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels), spec=pod),
             ),
             # KEDA owns the replica count once the ScaledObject exists; Pulumi only sets the initial one.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=["spec.replicas"],
+                custom_timeouts=ms.rollout_timeouts(sizing.result.cold_start_seconds),
+            ),
         )
         self._service = k8s.core.v1.Service(
             f"{name}-service",

@@ -287,6 +287,8 @@ def test_pod_security_drain_and_rollout() -> None:
         }
     ]
     assert spec["replicas"] == 2
+    # Three cold starts (sizing: 141.1 s S3 sync + 130.6 s engine start) before Kubernetes calls it stuck.
+    assert spec["progressDeadlineSeconds"] == 815
     assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     # Not prod: no zone spread.
     dev = evaluate_servers(stack_spec("dev")).named("llama-8b-deployment")
