@@ -108,7 +108,9 @@ def test_pod_monitors_validate_against_the_prometheus_operator_crd(stack: str) -
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_token_reaches_pods_only_through_secret_key_ref(stack: str) -> None:
     evaluation = evaluate_servers(stack_spec(stack))
-    everything = json.dumps([dict(r.inputs) for r in evaluation.registrations]) + json.dumps(dict(evaluation.outputs))
+    everything = json.dumps(
+        [[dict(r.inputs), dict(r.outputs)] for r in evaluation.registrations] + [dict(evaluation.outputs)]
+    )
     assert HF_TOKEN not in everything
     secrets = evaluation.of_type("kubernetes:core/v1:Secret")
     assert [s.inputs["stringData"] for s in secrets] == ["[secret]"] * len(secrets)
@@ -168,3 +170,30 @@ def test_a_pool_without_a_provider_is_refused() -> None:
     with pytest.raises(pulumi.InputPropertiesError) as caught:
         evaluate(program, mocks=PlatformMocks())
     assert caught.value.errors == [{"property_path": "providers_by_pool.tpu-v5e", "reason": "no provider"}]
+
+
+def test_the_intended_program_call_keeps_the_config_secret_secret() -> None:
+    """What ``infra/program.py`` will do once the clusters exist: the token from stack config, as a secret."""
+    spec = stack_spec("dev")
+    plan = size_platform(spec)
+
+    def program() -> None:
+        eks = k8s.Provider("eks", kubeconfig="{}")
+        build_model_servers(
+            spec,
+            plan,
+            {pool.name: eks for pool in spec.pools},
+            hf_token=pulumi.Config("inferplane").require_secret("hfToken"),
+            model_cache_uri=None,
+        )
+
+    evaluation = evaluate(
+        program,
+        mocks=PlatformMocks(),
+        config={"inferplane:hfToken": HF_TOKEN},
+        secret_keys=("inferplane:hfToken",),
+    )
+    assert HF_TOKEN not in json.dumps([dict(r.inputs) for r in evaluation.registrations])
+    assert evaluation.named("eks-hf-token").inputs["stringData"] == SECRET_PLACEHOLDER
+    env = _env_vars(evaluation.named("llama-8b-deployment").inputs)
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in env
