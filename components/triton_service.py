@@ -267,6 +267,8 @@ class TritonTrtLlmService(pulumi.ComponentResource):
                 f"--metrics-port={METRICS_PORT}",
                 "--allow-metrics=true",
                 "--allow-gpu-metrics=true",
+                # Time to first token: the ensemble's first-response histogram (components.metrics) is opt-in.
+                "--metrics-config=histogram_latencies=true",
                 # In-flight requests finish before the server exits on SIGTERM.
                 f"--exit-timeout-secs={drain}",
             ],

@@ -115,6 +115,7 @@ def test_job_and_deployment_of_prod_triton() -> None:
         "--metrics-port=8002",
         "--allow-metrics=true",
         "--allow-gpu-metrics=true",
+        "--metrics-config=histogram_latencies=true",
         "--exit-timeout-secs=278",
     ]
     assert [p["containerPort"] for p in triton["ports"]] == [8000, 8001, 8002]
