@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]  # kubernetes-validate depends on it; no stubs installed
+import jsonschema
 import kubernetes_validate
 import pulumi
 import pulumi_kubernetes as k8s
@@ -18,24 +18,15 @@ from components.sizing import size_platform
 from infra.mockengine import SECRET_PLACEHOLDER, PlatformMocks, Registration, evaluate
 from infra.serving import build_model_servers
 from tests.conftest import crd_dir
+from tests.crds import errors as crd_errors
+from tests.crds import integral
 from tests.serving_support import HF_TOKEN, evaluate_servers, kubernetes_objects, stack_spec
 
 STACKS = ["dev", "staging", "prod"]
 
 
-def _integral(value: Any) -> Any:
-    """The engine's property values carry numbers as doubles; Kubernetes' schemas want integers where they are."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
-    return value
-
-
 def _manifest(registration: Registration) -> dict[str, Any]:
-    manifest: dict[str, Any] = _integral(dict(registration.inputs))
+    manifest: dict[str, Any] = integral(dict(registration.inputs))
     if manifest.get("kind") == "Secret" and manifest.get("stringData") == SECRET_PLACEHOLDER:
         # pulumi-kubernetes marks the whole of stringData secret; the recording shows only the placeholder.
         manifest["stringData"] = {HF_TOKEN_SECRET_KEY: "redacted"}
@@ -97,12 +88,13 @@ def test_pod_monitors_validate_against_the_prometheus_operator_crd(stack: str) -
     assert len(monitors) == len(stack_spec(stack).models)
     for monitor in monitors:
         manifest = _manifest(monitor)
-        jsonschema.validate(manifest, schema)
+        assert crd_errors(manifest) == []
+        jsonschema.Draft7Validator(schema).validate(manifest)
         assert manifest["metadata"]["labels"]["inferplane.io/scrape"] == "true"
     bad = _manifest(monitors[0])
     bad["spec"]["podMetricsEndpoints"][0]["paths"] = "/metrics"
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, schema)
+        jsonschema.Draft7Validator(schema).validate(bad)
 
 
 @pytest.mark.parametrize("stack", STACKS)
