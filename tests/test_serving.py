@@ -15,6 +15,7 @@ from kubernetes_validate import utils as kv_utils
 
 from components.model_server import HF_TOKEN_SECRET_KEY
 from components.sizing import size_platform
+from infra.aws_foundation import build_aws_foundation, platform_tags
 from infra.mockengine import SECRET_PLACEHOLDER, PlatformMocks, Registration, evaluate
 from infra.serving import build_model_servers
 from tests.conftest import crd_dir
@@ -189,3 +190,32 @@ def test_the_intended_program_call_keeps_the_config_secret_secret() -> None:
     assert evaluation.named("eks-hf-token").inputs["stringData"] == SECRET_PLACEHOLDER
     env = _env_vars(evaluation.named("llama-8b-deployment").inputs)
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in env
+
+
+def test_on_the_aws_foundation_every_object_goes_through_the_eks_clusters_provider() -> None:
+    """The intended wiring for EKS pools: the provider the foundation's EksCluster builds."""
+    spec = stack_spec("prod")
+    plan = size_platform(spec)
+
+    def program() -> None:
+        foundation = build_aws_foundation(spec, plan, platform_tags(spec))
+        build_model_servers(
+            spec,
+            plan,
+            {pool.name: foundation.k8s_provider for pool in spec.pools},
+            hf_token=pulumi.Config("inferplane").require_secret("hfToken"),
+            model_cache_uri="s3://inferplane-models/hf/",
+        )
+
+    evaluation = evaluate(
+        program,
+        mocks=PlatformMocks(spec.region),
+        stack="prod",
+        config={"inferplane:hfToken": HF_TOKEN},
+        secret_keys=("inferplane:hfToken",),
+    )
+    [provider] = evaluation.of_type("pulumi:providers:kubernetes")
+    objects = kubernetes_objects(evaluation)
+    served = [r for r in objects if r.type in ("kubernetes:apps/v1:Deployment", "kubernetes:batch/v1:Job")]
+    assert {r.name for r in served} == {"llama-70b-deployment", "llama-8b-deployment", "llama-8b-engine-build"}
+    assert {r.provider for r in objects} == {f"{provider.urn}::{provider.id}"}
