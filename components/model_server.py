@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.annotations import COMPONENT_LABEL, MODEL_SERVER, NAME_LABEL, SERVED_MODEL_LABEL
 from components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
 from components.metrics import SCRAPE_LABELS
 from components.scheduling import (
@@ -379,7 +380,10 @@ def service_account(
     )
 
 
-def labels_for(name: str, component: str, tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(selector labels, all labels): the selector never changes, the rest adds the stack's tags."""
-    selector = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component}
-    return selector, {**tags, **selector, "app.kubernetes.io/part-of": "inferplane"}
+def labels_for(name: str, tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(selector labels, all labels) of a model server (the contract in :mod:`components.annotations`).
+
+    The selector never changes; the rest adds the served model name and the stack's tags.
+    """
+    selector = {NAME_LABEL: name, COMPONENT_LABEL: MODEL_SERVER}
+    return selector, {**tags, **selector, SERVED_MODEL_LABEL: name, "app.kubernetes.io/part-of": "inferplane"}

@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from components import model_server as ms
 from components import triton_config as tc
+from components.annotations import COMPONENT_LABEL, serving_annotations
 from components.sizing import DeploymentSizing, TrtLlmSettings
 from components.spec import Environment, ModelDeploymentSpec
 
@@ -156,7 +157,7 @@ class TritonTrtLlmService(pulumi.ComponentResource):
         deployment, sizing = args.deployment, args.sizing
         trtllm = sizing.result.trtllm
         placement = ms.Placement.of(sizing, None)
-        selector, labels = ms.labels_for(deployment.name, "model-server", args.labels)
+        selector, labels = ms.labels_for(deployment.name, args.labels)
         child = pulumi.ResourceOptions(parent=self)
         repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
         fingerprint = engine_fingerprint(trtllm, repo)
@@ -216,9 +217,7 @@ class TritonTrtLlmService(pulumi.ComponentResource):
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=2,
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(
-                        labels={**labels, "app.kubernetes.io/component": "engine-build"}
-                    ),
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels={**labels, COMPONENT_LABEL: "engine-build"}),
                     spec=k8s.core.v1.PodSpecArgs(
                         restart_policy="Never",
                         service_account_name=account.metadata.name,
@@ -340,7 +339,13 @@ class TritonTrtLlmService(pulumi.ComponentResource):
         )
         self._deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=deployment.name, namespace=args.namespace, labels=labels),
+            # What the policy pack and humans read back: model, engine, placement, sizing (components.annotations).
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=deployment.name,
+                namespace=args.namespace,
+                labels=labels,
+                annotations=serving_annotations(sizing),
+            ),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=deployment.min_replicas,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),

@@ -17,6 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import model_server as ms
+from components.annotations import serving_annotations
 from components.sizing import DeploymentSizing, VllmSettings
 from components.spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
 
@@ -145,7 +146,7 @@ class VllmService(pulumi.ComponentResource):
         deployment, sizing = args.deployment, args.sizing
         settings = sizing.result.vllm
         placement = ms.Placement.of(sizing, args.tpu_topology)
-        selector, labels = ms.labels_for(deployment.name, "model-server", args.labels)
+        selector, labels = ms.labels_for(deployment.name, args.labels)
         child = pulumi.ResourceOptions(parent=self)
 
         account = ms.service_account(f"{name}-sa", args.namespace, labels, args.model_cache_role_arn, child)
@@ -222,7 +223,13 @@ class VllmService(pulumi.ComponentResource):
         )
         self._deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=deployment.name, namespace=args.namespace, labels=labels),
+            # What the policy pack and humans read back: model, engine, placement, sizing (components.annotations).
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=deployment.name,
+                namespace=args.namespace,
+                labels=labels,
+                annotations=serving_annotations(sizing),
+            ),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=deployment.min_replicas,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),

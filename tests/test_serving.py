@@ -15,8 +15,10 @@ from kubernetes_validate import utils as kv_utils
 
 from components.model_server import HF_TOKEN_SECRET_KEY
 from components.sizing import size_platform
+from infra.analyzer import PolicyPackProcess, load_policy_pack_config, policy_config_path
 from infra.aws_foundation import build_aws_foundation, platform_tags
 from infra.mockengine import SECRET_PLACEHOLDER, PlatformMocks, Registration, evaluate
+from infra.observability import ServingTarget, build_observability
 from infra.serving import build_model_servers
 from tests.conftest import crd_dir
 from tests.crds import errors as crd_errors
@@ -219,3 +221,37 @@ def test_on_the_aws_foundation_every_object_goes_through_the_eks_clusters_provid
     served = [r for r in objects if r.type in ("kubernetes:apps/v1:Deployment", "kubernetes:batch/v1:Job")]
     assert {r.name for r in served} == {"llama-70b-deployment", "llama-8b-deployment", "llama-8b-engine-build"}
     assert {r.provider for r in objects} == {f"{provider.urn}::{provider.id}"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_policy_pack_passes_the_model_servers_with_their_autoscalers(stack: str) -> None:
+    """The servers as the pack sees them: with the observability stack's ScaledObjects and alert rules beside them
+    (what the program will compose), no mandatory policy is violated. Image digests are advisory and left to the
+    release process (no registry is reachable here to read them)."""
+    spec = stack_spec(stack)
+    plan = size_platform(spec)
+
+    def program() -> None:
+        provider = k8s.Provider("eks", kubeconfig="{}")
+        servers = build_model_servers(
+            spec,
+            plan,
+            {pool.name: provider for pool in spec.pools},
+            hf_token=pulumi.Config("inferplane").require_secret("hfToken"),
+            model_cache_uri="s3://inferplane-models/hf/",
+        )
+        targets = {n: ServingTarget(deployment=s.deployment_name, namespace=s.namespace) for n, s in servers.items()}
+        build_observability(spec, plan, provider, targets)
+
+    evaluation = evaluate(
+        program,
+        mocks=PlatformMocks(spec.region),
+        stack=stack,
+        config={"inferplane:hfToken": HF_TOKEN},
+        secret_keys=("inferplane:hfToken",),
+    )
+    with PolicyPackProcess.start(stack=stack) as pack:
+        pack.configure(load_policy_pack_config(policy_config_path(spec.environment)))
+        report = pack.evaluate(list(evaluation.registrations))
+    assert report.mandatory == ()
+    assert {v.policy for v in report.violations} <= {"kubernetes-workload-require-image-digest"}

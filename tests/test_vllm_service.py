@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components import model_server as ms
+from components.annotations import serving_annotations
 from components.sizing import VllmSettings, size_platform
 from components.spec import PlatformSpec, SpeculativeDecodingSpec
 from components.vllm_service import VLLM_IMAGE, VLLM_TPU_IMAGE, VllmService, VllmServiceArgs, vllm_args
@@ -488,3 +489,20 @@ def test_a_tpu_pool_refuses_the_s3_cache() -> None:
             "reason": "the S3 cache is read through IRSA on EKS; TPU pools on GKE read the Hugging Face hub",
         },
     ]
+
+
+def test_the_deployment_carries_the_serving_contract() -> None:
+    """Labels and annotations of components.annotations, read back by the policy pack and dashboards."""
+    spec = stack_spec("prod")
+    sizing = next(d for d in size_platform(spec).deployments if d.name == "llama-70b")
+    metadata = evaluate_servers(spec).named("llama-70b-deployment").inputs["metadata"]
+    assert metadata["annotations"] == serving_annotations(sizing)
+    assert metadata["annotations"]["inferplane.io/tensor-parallel-size"] == "4"
+    assert metadata["labels"] == {
+        "team": "ml-platform",
+        "cost-center": "ml-prod",
+        "app.kubernetes.io/name": "llama-70b",
+        "app.kubernetes.io/component": "model-server",
+        "inferplane.io/model": "llama-70b",
+        "app.kubernetes.io/part-of": "inferplane",
+    }
