@@ -5,7 +5,7 @@ The model servers are built elsewhere; they hand over, per deployment of the spe
 namespace (:class:`ServingTarget`) and label their PodMonitor/ServiceMonitor with
 :data:`components.metrics.SCRAPE_LABELS`. Called from the program after the servers exist::
 
-    observability = build_observability(spec, plan, k8s_provider, targets)
+    observability = build_observability(spec, plan, {"eks": eks_provider, "gke": gke_provider}, targets)
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from components.alerts import ModelAlertInputs, ServingRules, ServingRulesArgs
 from components.dashboards import ModelDashboardInputs, ServingDashboards, ServingDashboardsArgs
@@ -24,6 +23,9 @@ from components.metrics import SCRAPE_LABELS, Engine, ModelSeries
 from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.sizing import PlatformSizing
 from components.spec import PlatformSpec, SloSpec
+
+PRIMARY_CLUSTER = "eks"
+"""The cluster whose monitoring keeps the unprefixed names (``keda``, ``monitoring``...)."""
 
 
 @dataclass(frozen=True)
@@ -37,116 +39,141 @@ class ServingTarget:
     wake_query: str | None = None
     """PromQL above zero when requests wait outside the engine (scale-from-zero deployments; see
     :class:`components.keda.QueueDepthAutoscalerArgs`)."""
+    cluster: str = PRIMARY_CLUSTER
+    """Which cluster serves it (a key of ``providers``): KEDA and Prometheus run beside the servers they scale."""
 
 
 @dataclass(frozen=True)
-class Observability:
-    """What :func:`build_observability` made."""
+class ClusterObservability:
+    """What :func:`build_observability` made on one cluster."""
 
     keda: Keda
     monitoring: MonitoringStack
     rules: ServingRules
     dashboards: ServingDashboards | None
+
+
+@dataclass(frozen=True)
+class Observability:
+    """What :func:`build_observability` made, per cluster, and the autoscaler of every deployment."""
+
+    clusters: Mapping[str, ClusterObservability]
     autoscalers: Mapping[str, QueueDepthAutoscaler]
+
+    @property
+    def primary(self) -> ClusterObservability:
+        """The primary (EKS) cluster's stack."""
+        return self.clusters[PRIMARY_CLUSTER]
 
 
 def build_observability(
     spec: PlatformSpec,
     plan: PlatformSizing,
-    provider: k8s.Provider | None,
+    providers: Mapping[str, pulumi.ProviderResource | None],
     targets: Mapping[str, ServingTarget],
 ) -> Observability:
-    """KEDA, the monitoring stack, rules, dashboards (when Grafana is on) and one autoscaler per deployment.
+    """Per cluster that serves models: KEDA, the monitoring stack, rules and dashboards (when Grafana is on); and one
+    autoscaler per deployment, on its own cluster.
 
-    ``targets`` maps every deployment name of ``spec.models`` to its server; a missing or unknown name is refused
-    before anything is declared.
+    ``targets`` maps every deployment name of ``spec.models`` to its server, ``providers`` every cluster a target
+    names to its Kubernetes provider; a missing or unknown name is refused before anything is declared.
     """
     names = [m.name for m in spec.models]
     problems = [f"models: no serving target for deployment {n!r}" for n in names if n not in targets]
     problems += [f"targets: {n!r} is not a model deployment of the spec" for n in targets if n not in names]
+    problems += [
+        f"targets: {n!r} is served on cluster {t.cluster!r}, which has no provider"
+        for n, t in targets.items()
+        if t.cluster not in providers
+    ]
     if problems:
         raise pulumi.RunError("observability cannot be built:\n" + "\n".join(problems))
 
-    opts = pulumi.ResourceOptions(providers=[provider] if provider is not None else None)
-    keda = Keda("keda", KedaArgs(), opts=opts)
-    monitoring = MonitoringStack(
-        "monitoring",
-        MonitoringStackArgs(observability=spec.observability, environment=spec.environment),
-        opts=opts,
-    )
     sizing = {d.name: d for d in plan.deployments}
-    after_crds = pulumi.ResourceOptions(
-        providers=[provider] if provider is not None else None, depends_on=[keda, monitoring]
-    )
-
+    clusters: dict[str, ClusterObservability] = {}
     autoscalers: dict[str, QueueDepthAutoscaler] = {}
-    alert_inputs: list[tuple[str, pulumi.Input[ModelAlertInputs]]] = []
-    dashboard_inputs: list[tuple[str, pulumi.Input[ModelDashboardInputs]]] = []
-    for model in spec.models:
-        target = targets[model.name]
-        deployment = sizing[model.name]
-        autoscaler = QueueDepthAutoscaler(
-            f"{model.name}-autoscaler",
-            QueueDepthAutoscalerArgs(
-                served_model_name=model.name,
-                engine=model.engine,
-                deployment_name=target.deployment,
-                namespace=target.namespace,
-                sizing=deployment.result,
-                min_replicas=model.min_replicas,
-                max_replicas=model.max_replicas,
-                scale_to_zero=model.scale_to_zero,
-                prometheus_url=monitoring.prometheus_url,
-                scrape_interval_seconds=spec.observability.scrape_interval_seconds,
-                wake_query=target.wake_query,
-            ),
-            opts=after_crds,
+    for cluster in sorted({t.cluster for t in targets.values()}, key=lambda c: (c != PRIMARY_CLUSTER, c)):
+        provider = providers[cluster]
+        served = [m for m in spec.models if targets[m.name].cluster == cluster]
+        prefix = "" if cluster == PRIMARY_CLUSTER else f"{cluster}-"
+        opts = pulumi.ResourceOptions(providers=[provider] if provider is not None else None)
+        keda = Keda(f"{prefix}keda", KedaArgs(), opts=opts)
+        monitoring = MonitoringStack(
+            f"{prefix}monitoring",
+            MonitoringStackArgs(observability=spec.observability, environment=spec.environment),
+            opts=opts,
         )
-        autoscalers[model.name] = autoscaler
-        series = pulumi.Output.all(target.deployment, target.namespace).apply(
-            functools.partial(_series, model.name, model.engine)
+        after_crds = pulumi.ResourceOptions(
+            providers=[provider] if provider is not None else None, depends_on=[keda, monitoring]
         )
-        alert_inputs.append(
-            (
-                model.name,
-                series.apply(
-                    functools.partial(
-                        _alert_inputs,
-                        slo=model.slo,
-                        target=autoscaler.policy.target_waiting_per_replica,
-                        max_replicas=model.max_replicas,
-                        cold_start=deployment.result.cold_start_seconds,
-                    )
+        alert_inputs: list[tuple[str, pulumi.Input[ModelAlertInputs]]] = []
+        dashboard_inputs: list[tuple[str, pulumi.Input[ModelDashboardInputs]]] = []
+        for model in served:
+            target = targets[model.name]
+            deployment = sizing[model.name]
+            autoscaler = QueueDepthAutoscaler(
+                f"{model.name}-autoscaler",
+                QueueDepthAutoscalerArgs(
+                    served_model_name=model.name,
+                    engine=model.engine,
+                    deployment_name=target.deployment,
+                    namespace=target.namespace,
+                    sizing=deployment.result,
+                    min_replicas=model.min_replicas,
+                    max_replicas=model.max_replicas,
+                    scale_to_zero=model.scale_to_zero,
+                    prometheus_url=monitoring.prometheus_url,
+                    scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+                    wake_query=target.wake_query,
                 ),
+                opts=after_crds,
             )
-        )
-        dashboard_inputs.append(
-            (
-                model.name,
-                series.apply(
-                    functools.partial(
-                        _dashboard_inputs,
-                        ttft_slo_ms=model.slo.ttft_p95_ms,
-                        itl_slo_ms=model.slo.itl_p95_ms,
-                        price=deployment.replica_hourly_usd,
-                    )
-                ),
+            autoscalers[model.name] = autoscaler
+            series = pulumi.Output.all(target.deployment, target.namespace).apply(
+                functools.partial(_series, model.name, model.engine)
             )
-        )
+            alert_inputs.append(
+                (
+                    model.name,
+                    series.apply(
+                        functools.partial(
+                            _alert_inputs,
+                            slo=model.slo,
+                            target=autoscaler.policy.target_waiting_per_replica,
+                            max_replicas=model.max_replicas,
+                            cold_start=deployment.result.cold_start_seconds,
+                        )
+                    ),
+                )
+            )
+            dashboard_inputs.append(
+                (
+                    model.name,
+                    series.apply(
+                        functools.partial(
+                            _dashboard_inputs,
+                            ttft_slo_ms=model.slo.ttft_p95_ms,
+                            itl_slo_ms=model.slo.itl_p95_ms,
+                            price=deployment.replica_hourly_usd,
+                        )
+                    ),
+                )
+            )
 
-    rules = ServingRules(
-        "serving-rules",
-        ServingRulesArgs(namespace=monitoring.namespace, models=alert_inputs, labels=dict(SCRAPE_LABELS)),
-        opts=after_crds,
-    )
-    dashboards = None
-    if spec.observability.grafana:
-        dashboards = ServingDashboards(
-            "serving-dashboards",
-            ServingDashboardsArgs(namespace=monitoring.namespace, models=dashboard_inputs),
+        rules = ServingRules(
+            f"{prefix}serving-rules",
+            ServingRulesArgs(namespace=monitoring.namespace, models=alert_inputs, labels=dict(SCRAPE_LABELS)),
             opts=after_crds,
         )
-    return Observability(keda=keda, monitoring=monitoring, rules=rules, dashboards=dashboards, autoscalers=autoscalers)
+        dashboards = None
+        if spec.observability.grafana:
+            dashboards = ServingDashboards(
+                f"{prefix}serving-dashboards",
+                ServingDashboardsArgs(namespace=monitoring.namespace, models=dashboard_inputs),
+                opts=after_crds,
+            )
+        clusters[cluster] = ClusterObservability(keda=keda, monitoring=monitoring, rules=rules, dashboards=dashboards)
+    return Observability(clusters=clusters, autoscalers=autoscalers)
 
 
 def _series(name: str, engine: Engine, values: list[str]) -> ModelSeries:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
@@ -34,7 +35,7 @@ def build(spec: PlatformSpec, serving: dict[str, ServingTarget] | None = None) -
     plan = size_platform(spec)
 
     def program() -> None:
-        build_observability(spec, plan, None, targets(spec) if serving is None else serving)
+        build_observability(spec, plan, {"eks": None}, targets(spec) if serving is None else serving)
 
     return evaluate(program, mocks=PlatformMocks(spec.region), stack=spec.environment)
 
@@ -130,9 +131,47 @@ def test_no_dashboards_without_grafana() -> None:
 def test_missing_and_unknown_targets_are_refused_before_anything_is_declared() -> None:
     spec = platform("prod")
     with pytest.raises(pulumi.RunError) as raised:
-        build(spec, {"llama-70b": ServingTarget("a", "b"), "mistral": ServingTarget("c", "d")})
+        build(
+            spec,
+            {
+                "llama-70b": ServingTarget("a", "b", cluster="gke"),
+                "mistral": ServingTarget("c", "d"),
+            },
+        )
     assert str(raised.value) == (
         "observability cannot be built:\n"
         "models: no serving target for deployment 'llama-8b'\n"
-        "targets: 'mistral' is not a model deployment of the spec"
+        "targets: 'mistral' is not a model deployment of the spec\n"
+        "targets: 'llama-70b' is served on cluster 'gke', which has no provider"
     )
+
+
+def test_each_cluster_gets_its_own_keda_and_monitoring_beside_its_servers() -> None:
+    spec = platform("staging")  # llama-8b on EKS (Triton), qwen-7b on a GKE TPU pool
+    plan = size_platform(spec)
+    serving = {
+        "llama-8b": ServingTarget("llama-8b", "inference"),
+        "qwen-7b": ServingTarget("qwen-7b", "inference", cluster="gke"),
+    }
+
+    def program() -> None:
+        eks = k8s.Provider("eks-k8s", kubeconfig="{}")
+        gke = k8s.Provider("gke-k8s", kubeconfig="{}")
+        build_observability(spec, plan, {"eks": eks, "gke": gke}, serving)
+
+    result = evaluate(program, mocks=PlatformMocks(spec.region), stack="staging")
+    eks_provider = result.named("eks-k8s")
+    gke_provider = result.named("gke-k8s")
+
+    def provider_of(name: str) -> str:
+        return result.named(name).provider.rsplit("::", 1)[0]
+
+    for name in ("keda-chart", "monitoring-chart", "llama-8b-autoscaler-scaledobject"):
+        assert provider_of(name) == eks_provider.urn
+    for name in ("gke-keda-chart", "gke-monitoring-chart", "qwen-7b-autoscaler-scaledobject"):
+        assert provider_of(name) == gke_provider.urn
+    rules = {r.name: r for r in result.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")}
+    eks_rules = json.dumps([r.inputs for n, r in rules.items() if not n.startswith("gke-")])
+    gke_rules = json.dumps([r.inputs for n, r in rules.items() if n.startswith("gke-")])
+    assert "llama-8b" in eks_rules and "qwen-7b" not in eks_rules
+    assert "qwen-7b" in gke_rules and "llama-8b" not in gke_rules

@@ -241,7 +241,7 @@ def test_the_policy_pack_passes_the_model_servers_with_their_autoscalers(stack: 
             model_cache_uri="s3://inferplane-models/hf/",
         )
         targets = {n: ServingTarget(deployment=s.deployment_name, namespace=s.namespace) for n, s in servers.items()}
-        build_observability(spec, plan, provider, targets)
+        build_observability(spec, plan, {"eks": provider}, targets)
 
     evaluation = evaluate(
         program,
