@@ -10,6 +10,7 @@ import pulumi
 
 from components.sizing import PlatformSizing, size_platform
 from components.spec import PlatformSpec, SpecError, parse_platform
+from infra.gke_foundation import build_gke_foundation
 from infra.stackfile import PLATFORM_KEY
 
 SECRET_CONFIG_KEYS: tuple[str, ...] = ("inferplane:hfToken",)
@@ -36,6 +37,7 @@ def build(spec: PlatformSpec) -> PlatformSizing:
         raise pulumi.RunError("the plan is refused:\n" + "\n".join(plan.problems))
     pulumi.export("environment", spec.environment)
     pulumi.export("sizing", plan.model_dump(mode="json"))
+    build_gke_foundation(spec, plan, spec.tags)
     return plan
 
 
