@@ -90,9 +90,7 @@ def validate(name: str, args: RedisCacheArgs) -> list[pulumi.InputPropertyErrorD
     if not 1 <= args.nodes <= MAX_NODES:
         errors.append(_error("nodes", f"{args.nodes}: a replication group has 1 to {MAX_NODES} nodes"))
     elif args.environment == "prod" and args.nodes < 2:
-        errors.append(
-            _error("nodes", f"prod needs at least 2 nodes (multi-AZ automatic failover), got {args.nodes}")
-        )
+        errors.append(_error("nodes", f"prod needs at least 2 nodes (multi-AZ automatic failover), got {args.nodes}"))
     if not args.allowed_security_group_ids:
         errors.append(_error("allowed_security_group_ids", "no security group is admitted: nothing could connect"))
     return errors

@@ -210,7 +210,7 @@ class PlatformMocks(pulumi_mocks.Mocks):
             return {"arn": self._arn("ec2", f"{kind}/{name}")}
         if type_token == "aws:elasticache/replicationGroup:ReplicationGroup":
             group = inputs.get("replicationGroupId") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
-            area, direction, number = (self.region.split("-") + ["", "", ""])[:3]
+            area, direction, number = [*self.region.split("-"), "", "", ""][:3]
             suffix = f"abc123.{area}{direction[:1]}{number}.cache.amazonaws.com"  # us-east-1 -> use1
             return {
                 "arn": self._arn("elasticache", f"replicationgroup:{group}"),
