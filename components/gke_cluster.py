@@ -193,10 +193,12 @@ class GkeCluster(pulumi.ComponentResource):
     """The service account node pools run as."""
 
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("inferplane:index:GkeCluster", name, None, opts)
+        # Refuse before registering anything: bad input leaves nothing half-declared.
         errors = validate(name, args)
         if errors:
             raise pulumi.InputPropertiesError(f"GkeCluster {name!r} has invalid inputs", errors=errors)
+
+        super().__init__("inferplane:index:GkeCluster", name, None, opts)
 
         prod = args.environment == "prod"
         self.project = args.project

@@ -111,10 +111,12 @@ class RedisCache(pulumi.ComponentResource):
     """The AUTH token, always secret."""
 
     def __init__(self, name: str, args: RedisCacheArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("inferplane:index:RedisCache", name, None, opts)
+        # Refuse before registering anything: bad input leaves nothing half-declared.
         errors = validate(name, args)
         if errors:
             raise pulumi.InputPropertiesError(f"RedisCache {name!r} has invalid inputs", errors=errors)
+
+        super().__init__("inferplane:index:RedisCache", name, None, opts)
 
         prod = args.environment == "prod"
         multi_az = args.nodes >= 2

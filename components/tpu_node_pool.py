@@ -149,10 +149,12 @@ class TpuNodePool(pulumi.ComponentResource):
     """The node labels a workload selects to land on this pool."""
 
     def __init__(self, name: str, args: TpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("inferplane:index:TpuNodePool", name, None, opts)
+        # Refuse before registering anything: bad input leaves nothing half-declared.
         errors = validate(args)
         if errors:
             raise pulumi.InputPropertiesError(f"TpuNodePool {name!r} has invalid inputs", errors=errors)
+
+        super().__init__("inferplane:index:TpuNodePool", name, None, opts)
 
         cluster = args.cluster
         instance = INSTANCE_TYPES[args.machine_type]

@@ -208,6 +208,10 @@ class PlatformMocks(pulumi_mocks.Mocks):
         if type_token.startswith("aws:ec2/"):
             kind = type_token.rsplit(":", maxsplit=1)[-1].lower()
             return {"arn": self._arn("ec2", f"{kind}/{name}")}
+        if type_token == "aws:elasticache/subnetGroup:SubnetGroup":
+            # Autonamed like Pulumi does, lower-cased as ElastiCache stores subnet group names.
+            group_name = inputs.get("name") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
+            return {"arn": self._arn("elasticache", f"subnetgroup:{group_name}"), "name": group_name}
         if type_token == "aws:elasticache/replicationGroup:ReplicationGroup":
             group = inputs.get("replicationGroupId") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
             area, direction, number = [*self.region.split("-"), "", "", ""][:3]
