@@ -255,7 +255,8 @@ class GkeCluster(pulumi.ComponentResource):
             purpose="ENCRYPT_DECRYPT",
             rotation_period=KEY_ROTATION_PERIOD,
             labels=labels,
-            opts=child,
+            # Losing the key loses every Secret in etcd: guarded like the cluster itself.
+            opts=pulumi.ResourceOptions(parent=self, protect=prod),
         )
         project_number = gcp.organizations.get_project_output(
             project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
@@ -341,7 +342,7 @@ class GkeCluster(pulumi.ComponentResource):
                 service_account=self.node_service_account_email,
                 labels=labels,
             ),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount"]),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initial_node_count"]),
         )
 
         ca_certificate = self.cluster.master_auth.apply(lambda auth: auth.cluster_ca_certificate or "")

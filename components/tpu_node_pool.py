@@ -183,7 +183,7 @@ class TpuNodePool(pulumi.ComponentResource):
         management = gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True)
         # initial_node_count only seeds creation (changing it replaces the pool); the autoscaler owns the count
         # afterwards, so later sizing changes move the autoscaling bounds instead.
-        keep_count = pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount"])
+        keep_count = pulumi.ResourceOptions(parent=self, ignore_changes=["initial_node_count"])
 
         if not shape.multi_host:
             self.node_pools = [

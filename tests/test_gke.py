@@ -87,6 +87,7 @@ def test_cluster_children_and_inputs_outside_prod() -> None:
     )
     cluster = result.named("gke-cluster")
     assert cluster.protect is False
+    assert result.named("gke-secrets").protect is False
     assert dict(cluster.inputs) == {
         "project": PROJECT,
         "location": "us-west4-a",
@@ -198,6 +199,7 @@ def test_prod_cluster_is_regional_private_stable_and_protected() -> None:
 
     cluster = result.named("gke-cluster")
     assert cluster.protect is True
+    assert result.named("gke-secrets").protect is True
     assert cluster.inputs["location"] == "us-west4"
     assert cluster.inputs["privateClusterConfig"] == {"enablePrivateNodes": True, "enablePrivateEndpoint": True}
     assert cluster.inputs["masterAuthorizedNetworksConfig"] == {"cidrBlocks": [], "gcpPublicCidrsAccessEnabled": False}

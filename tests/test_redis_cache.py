@@ -6,10 +6,10 @@ import dataclasses
 import gzip
 import json
 from collections.abc import Callable
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import botocore
 import pulumi
 import pytest
 
@@ -196,7 +196,7 @@ def test_cache_refuses_bad_inputs(name: str, changes: dict[str, Any], path: str,
 
 
 def elasticache_model() -> dict[str, Any]:
-    path = Path(botocore.__file__).parent / "data" / "elasticache" / "2015-02-02" / "service-2.json.gz"
+    path = files("botocore") / "data" / "elasticache" / "2015-02-02" / "service-2.json.gz"
     model: dict[str, Any] = json.loads(gzip.decompress(path.read_bytes()))
     return model
 
