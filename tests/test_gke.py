@@ -423,7 +423,8 @@ def test_tpu_pool_refuses_bad_inputs(changes: dict[str, Any], path: str, reason:
     ],
 )
 def test_hosts_per_slice_match_googles_table(machine_type: str, topology: str, hosts: int) -> None:
-    # cloud.google.com/tpu/docs/v5e: v5litepod-16 (4x4) is 4 VMs ... v5litepod-256 (16x16) is 64 VMs.
+    # GKE's mapping (facts.md section 4): v5litepod-16 = 4x4 on 4 ct5lp-hightpu-4t VMs ... -256 = 16x16 on 64 VMs.
+    # (The TPU docs' "hosts" column counts 8-chip physical hosts; GKE nodes are 4-chip VMs.)
     shape = slice_shape(machine_type, topology)
     assert shape.hosts == hosts
     assert shape.multi_host is (hosts > 1)

@@ -53,12 +53,7 @@ def test_staging_builds_the_gke_cluster_and_its_tpu_pool() -> None:
         ]
     )
     provider = result.named("gcp")
-    assert dict(provider.inputs) | {"version": None} == {
-        "project": "inferplane-staging",
-        "region": "us-west4",
-        "zone": "us-west4-a",
-        "version": None,
-    }
+    assert dict(provider.inputs) == {"project": "inferplane-staging", "region": "us-west4", "zone": "us-west4-a"}
     # Every GCP resource goes through the explicit provider, none through ambient config.
     provider_ref = f"{provider.urn}::{provider.id}"
     for registration in result.registrations:
