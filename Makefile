@@ -18,7 +18,7 @@ install: $(VENV)/.installed
 
 ## preview: the offline plan of the dev stack (STACK=prod for another)
 preview: install
-	$(BIN)/inferplane size --stack $(STACK)
+	$(BIN)/inferplane preview --stack $(STACK)
 
 ## test: lint, type check and the whole suite (in parallel)
 test: lint typecheck unit

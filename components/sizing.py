@@ -441,7 +441,7 @@ def _misfit_reason(request: SizingRequest, ev: _Evaluation, weights: int) -> str
     return (
         f"the KV cache for {request.concurrency} sequences x {request.context} tokens needs {_gib(needed)}, "
         f"but {where} leaves {_gib(ev.kv_pool)} after {_gib(weights)} of weights; "
-        f"it holds {ev.max_sequences} such sequences"
+        f"it holds {ev.max_sequences} of them"
     )
 
 
@@ -452,21 +452,20 @@ def _fits_with(request: SizingRequest, **changes: object) -> SizingResult:
 def _alternatives(request: SizingRequest, largest: _Evaluation) -> list[str]:
     """Concrete changes that fit, each checked by sizing again."""
     found: list[str] = []
-    tp_fixed = request.tensor_parallel_size
-    if request.accelerator.supports_fp8 or request.accelerator.vendor == "nvidia":
-        if request.weights_dtype in ("bf16", "fp16"):
-            alt = _fits_with(request, weights_dtype="fp8")
-            if alt.fits:
-                found.append(
-                    f"fp8 weights: fits at TP {alt.tensor_parallel_size} ({alt.max_concurrent_sequences} sequences)"
-                )
-        if request.kv_cache_dtype != "fp8" and request.accelerator.vendor == "nvidia":
-            alt = _fits_with(request, kv_cache_dtype="fp8")
-            if alt.fits:
-                found.append(
-                    f"fp8 KV cache: fits at TP {alt.tensor_parallel_size} ({alt.max_concurrent_sequences} sequences)"
-                )
-    if tp_fixed is not None and largest.tp < request.accelerators_per_node:
+
+    def offer(label: str, alt: SizingResult) -> bool:
+        if alt.fits:
+            found.append(f"{label}: fits at TP {alt.tensor_parallel_size} ({alt.max_concurrent_sequences} sequences)")
+        return alt.fits
+
+    # NVIDIA GPUs serve fp8 (natively on Ada/Hopper, weight-only Marlin kernels on Ampere); TPU v5e does not.
+    if request.accelerator.vendor == "nvidia":
+        sixteen_bit = request.weights_dtype in ("bf16", "fp16")
+        fp8_weights = sixteen_bit and offer("fp8 weights", _fits_with(request, weights_dtype="fp8"))
+        fp8_kv = request.kv_cache_dtype != "fp8" and offer("fp8 KV cache", _fits_with(request, kv_cache_dtype="fp8"))
+        if sixteen_bit and request.kv_cache_dtype != "fp8" and not (fp8_weights or fp8_kv):
+            offer("fp8 weights and KV cache", _fits_with(request, weights_dtype="fp8", kv_cache_dtype="fp8"))
+    if request.tensor_parallel_size is not None and largest.tp < request.accelerators_per_node:
         alt = _fits_with(request, tensor_parallel_size=None)
         if alt.fits:
             found.append(f"more GPUs per replica: fits at TP {alt.tensor_parallel_size}")
@@ -483,7 +482,10 @@ def _alternatives(request: SizingRequest, largest: _Evaluation) -> list[str]:
             tensor_parallel_size=None,
         )
         if alt.fits:
-            found.append(f"a larger GPU: {other.id} fits at TP {alt.tensor_parallel_size} ({nodes[0].name})")
+            tp = alt.tensor_parallel_size
+            # The smallest node type that holds one replica, not the largest the sizing tried.
+            smallest = min((n for n in nodes if n.accelerators_per_node % tp == 0), key=lambda n: n.vcpus)
+            found.append(f"a larger GPU: {other.id} fits at TP {tp} ({smallest.name})")
             break
     if largest.kv_pool > 0:
         per_sequence_token = largest.kv_effective_per_token * request.concurrency

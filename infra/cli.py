@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -156,36 +157,55 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     except KeyError as exc:
         err.print(f"inferplane size: {exc.args[0]}")
         return EXIT_INVALID
-    nodes = instances_for(accelerator.id)
-    per_node = nodes[0].accelerators_per_node if nodes else 1
     if args.context > model.max_context:
         err.print(
             f"inferplane size: --context {args.context} exceeds the {model.max_context} tokens {args.model} supports"
         )
         return EXIT_INVALID
+    if accelerator.vendor == "google" and (args.weights_dtype != "bf16" or args.kv_cache_dtype not in ("auto", "bf16")):
+        err.print(f"inferplane size: {accelerator.id} serves bf16 weights and KV cache")
+        return EXIT_INVALID
     if not 0.5 <= args.gpu_memory_utilization <= 0.93:
         err.print("inferplane size: --gpu-memory-utilization must be within 0.5 and 0.93")
         return EXIT_INVALID
-    result = size(
-        SizingRequest(
-            model=model,
-            model_label=args.model,
-            accelerator=accelerator,
-            accelerators_per_node=per_node,
-            weights_dtype=args.weights_dtype,
-            kv_cache_dtype=args.kv_cache_dtype,
-            context=args.context,
-            concurrency=args.concurrency,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            tensor_parallel_size=args.gpus,
-            whole_node=accelerator.vendor == "google",
-        )
+    request = SizingRequest(
+        model=model,
+        model_label=args.model,
+        accelerator=accelerator,
+        accelerators_per_node=instances_for(accelerator.id)[0].accelerators_per_node,
+        weights_dtype=args.weights_dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        context=args.context,
+        concurrency=args.concurrency,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.gpus,
     )
+    if accelerator.vendor == "google":
+        # A TPU pod takes every chip of its host, so the host size is the choice: the smallest that fits.
+        hosts = sorted({n.accelerators_per_node for n in instances_for(accelerator.id)})
+        if args.gpus is not None and args.gpus not in hosts:
+            err.print(f"inferplane size: no {accelerator.id} host has {args.gpus} chips ({', '.join(map(str, hosts))})")
+            return EXIT_INVALID
+        tried = [
+            size(replace(request, accelerators_per_node=chips, tensor_parallel_size=chips, whole_node=True))
+            for chips in hosts
+            if args.gpus in (None, chips)
+        ]
+        result = next((r for r in tried if r.fits), tried[-1])
+    else:
+        result = size(request)
     if args.json:
         out.print_json(json.dumps(result.model_dump(mode="json"), sort_keys=True))
     else:
         render_result(out, result)
     return EXIT_OK if result.fits else EXIT_REFUSED
+
+
+def _preview(args: argparse.Namespace, out: Console, err: Console) -> int:
+    # Imported here: the preview engine renders with this module's sizing tables and exit codes.
+    from infra.preview.command import preview_command  # noqa: PLC0415
+
+    return preview_command(args, out, err)
 
 
 def _positive(text: str) -> int:
@@ -213,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
     size_cmd.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     size_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     size_cmd.set_defaults(handler=lambda a, o, e: _size_stack(a, o, e) if a.stack else _size_model(a, o, e))
+
+    preview_cmd = sub.add_parser("preview", help="the offline plan of one stack: tree, sizing, cost, policies, diff")
+    preview_cmd.add_argument("--stack", required=True, help="evaluate stacks/Pulumi.<stack>.yaml")
+    preview_cmd.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")
+    preview_cmd.add_argument("--json", metavar="FILE", help="write the plan (byte-identical for the same inputs)")
+    preview_cmd.add_argument("--against", metavar="OLD.json", help="diff against a plan written earlier with --json")
+    preview_cmd.add_argument("--markdown", metavar="FILE", help="write the pull-request comment (Markdown)")
+    preview_cmd.set_defaults(handler=_preview)
     return parser
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.config import set_all_config
@@ -53,6 +54,9 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, pulumi.Resource):
         return f"<ref:{type(value).__name__}>"
+    if isinstance(value, Unknown):
+        # Unknown during preview (a computed output the mocks did not supply); str() would print an address.
+        return None
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
@@ -187,7 +191,9 @@ class PlatformMocks(pulumi_mocks.Mocks):
         """Computed output properties for one resource (camelCase, as providers return them)."""
         physical = inputs.get("name") or name
         if type_token == "aws:eks/cluster:Cluster":
-            endpoint = f"https://{abs(hash(name)) % 10**12:012X}.gr7.{self.region}.eks.amazonaws.com"
+            # hashlib, not hash(): str hashes change per process, and plans must be byte-identical across runs.
+            digest = hashlib.sha256(name.encode()).hexdigest()[:32].upper()
+            endpoint = f"https://{digest}.gr7.{self.region}.eks.amazonaws.com"
             return {
                 "arn": self._arn("eks", f"cluster/{physical}"),
                 "endpoint": endpoint,
@@ -199,8 +205,30 @@ class PlatformMocks(pulumi_mocks.Mocks):
                 },
                 "status": "ACTIVE",
             }
+        if type_token == "aws:eks/nodeGroup:NodeGroup":
+            group = inputs.get("nodeGroupName") or f"{inputs.get('nodeGroupNamePrefix') or ''}{name}"
+            return {
+                "arn": self._arn("eks", f"nodegroup/{inputs.get('clusterName')}/{group}/mock"),
+                "nodeGroupName": group,
+                "status": "ACTIVE",
+                "resources": [
+                    {"autoscalingGroups": [{"name": f"eks-{group}-mock"}], "remoteAccessSecurityGroupId": ""}
+                ],
+            }
+        if type_token == "aws:ec2/placementGroup:PlacementGroup":
+            return {
+                "arn": self._arn("ec2", f"placement-group/{physical}"),
+                "name": physical,
+                "placementGroupId": f"pg-{name}",
+            }
+        if type_token == "aws:ec2/eip:Eip":
+            return {"allocationId": f"eipalloc-{name}", "publicIp": "198.51.100.10"}
         if type_token == "aws:iam/role:Role":
-            return {"arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/{physical}", "uniqueId": f"AROA{name.upper()[:16]}"}
+            return {
+                "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/{physical}",
+                "uniqueId": f"AROA{name.upper()[:16]}",
+                "name": physical,
+            }
         if type_token == "aws:kms/key:Key":
             return {"arn": self._arn("kms", f"key/{name}-0000-0000"), "keyId": f"{name}-0000-0000"}
         if type_token == "aws:ec2/launchTemplate:LaunchTemplate":
@@ -272,13 +300,12 @@ class PlatformMocks(pulumi_mocks.Mocks):
                 "accountId": MOCK_ACCOUNT_ID,
                 "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:user/preview",
                 "userId": "AIDAPREVIEW",
-            }, None
+            }, []
         if args.token == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, None
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, []
         if args.token == "aws:index/getRegion:getRegion":
-            return {"name": self.region, "region": self.region}, None
+            return {"name": self.region, "region": self.region}, []
         if args.token == "gcp:organizations/getProject:getProject":
             project = args.args.get("projectId") or MOCK_GCP_PROJECT
-            # An empty failure list: the SDK iterates it (None, as the lines above return, raises TypeError).
             return {"projectId": project, "number": MOCK_GCP_PROJECT_NUMBER, "name": project}, []
-        return {}, None
+        return {}, []

@@ -10,6 +10,7 @@ import pulumi
 
 from components.sizing import PlatformSizing, size_platform
 from components.spec import PlatformSpec, SpecError, parse_platform
+from infra.aws_foundation import build_aws_foundation, platform_tags
 from infra.gke_foundation import build_gke_foundation
 from infra.stackfile import PLATFORM_KEY
 
@@ -37,7 +38,12 @@ def build(spec: PlatformSpec) -> PlatformSizing:
         raise pulumi.RunError("the plan is refused:\n" + "\n".join(plan.problems))
     pulumi.export("environment", spec.environment)
     pulumi.export("sizing", plan.model_dump(mode="json"))
-    build_gke_foundation(spec, plan, spec.tags)
+    aws_foundation = build_aws_foundation(spec, plan, platform_tags(spec))
+    pulumi.export("clusterName", aws_foundation.cluster.cluster.name)
+    pulumi.export(
+        "gpuNodeGroups", {pool: group.node_group.node_group_name for pool, group in aws_foundation.node_groups.items()}
+    )
+    build_gke_foundation(spec, plan, platform_tags(spec))
     return plan
 
 

@@ -68,7 +68,15 @@ def test_staging_builds_the_gke_cluster_and_its_tpu_pool() -> None:
         {"cidrBlock": "198.51.100.0/24", "displayName": "allowlist-0"}
     ]
     assert cluster.inputs["workloadIdentityConfig"] == {"workloadPool": "inferplane-staging.svc.id.goog"}
-    assert cluster.inputs["resourceLabels"] == {"team": "ml-platform", "cost-center": "ml-staging"}
+    # platform_tags(spec): the spec's tags plus environment, managed-by and app, as on the AWS side.
+    platform_labels = {
+        "team": "ml-platform",
+        "cost-center": "ml-staging",
+        "environment": "staging",
+        "managed-by": "pulumi",
+        "app": "inferplane",
+    }
+    assert cluster.inputs["resourceLabels"] == platform_labels
 
     (sizing,) = [p for p in plan.pools if p.name == "tpu-v5e"]
     pool = result.named("tpu-v5e-nodes")
@@ -81,11 +89,7 @@ def test_staging_builds_the_gke_cluster_and_its_tpu_pool() -> None:
     assert pool.inputs["nodeConfig"]["machineType"] == "ct5lp-hightpu-4t"
     assert pool.inputs["nodeConfig"]["labels"]["cloud.google.com/gke-tpu-topology"] == "2x2"
     assert pool.inputs["nodeConfig"]["labels"]["inferplane.io/pool"] == "tpu-v5e"
-    assert pool.inputs["nodeConfig"]["resourceLabels"] == {
-        "team": "ml-platform",
-        "cost-center": "ml-staging",
-        "inferplane-pool": "tpu-v5e",
-    }
+    assert pool.inputs["nodeConfig"]["resourceLabels"] == {**platform_labels, "inferplane-pool": "tpu-v5e"}
     assert pool.inputs["nodeConfig"]["spot"] is False
     assert "placementPolicy" not in pool.inputs
 

@@ -124,7 +124,7 @@ ACCELERATORS: dict[AcceleratorId, Accelerator] = {
         ),
         Accelerator(
             id="a100-80gb",
-            display_name="NVIDIA A100 (80 GB)",
+            display_name="NVIDIA A100",
             vendor="nvidia",
             memory_mib=81920,
             memory_bandwidth_gbps=2039,

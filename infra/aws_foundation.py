@@ -1,0 +1,108 @@
+"""The AWS half of a stack: network, EKS cluster, one GPU node group per EC2 pool, node add-ons.
+
+GKE TPU pools (instance types of cloud ``gcp``) are left to the GKE composition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.catalog import get_instance_type
+from components.eks_cluster import EksCluster, EksClusterArgs
+from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from components.network import Network, NetworkArgs
+from components.node_addons import NodeAddons, NodeAddonsArgs
+from components.sizing import PlatformSizing
+from components.spec import PlatformSpec
+
+LOG_RETENTION_DAYS = {"dev": 14, "staging": 30, "prod": 365}
+"""Control-plane log retention by environment: prod keeps a year of audit trail."""
+
+
+@dataclass(frozen=True)
+class AwsFoundation:
+    """What the AWS foundation built, for the components that come after it."""
+
+    network: Network
+    cluster: EksCluster
+    node_groups: Mapping[str, GpuNodeGroup]
+    """GPU node groups by pool name (EC2 pools only)."""
+    addons: NodeAddons
+    k8s_provider: k8s.Provider
+    """The cluster's single Kubernetes provider; pass it to every Kubernetes component."""
+
+
+def platform_tags(spec: PlatformSpec) -> dict[str, str]:
+    """The spec's tags plus the environment and the tool that manages the resource."""
+    return {**spec.tags, "environment": spec.environment, "managed-by": "pulumi", "app": "inferplane"}
+
+
+def cluster_name_for(stack: str) -> str:
+    """The EKS cluster's name for a stack."""
+    return f"inferplane-{stack}"
+
+
+def build_aws_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping[str, str]) -> AwsFoundation:
+    """Declare the network, cluster, GPU node groups and node add-ons ``spec`` asks for, sized by ``plan``."""
+    cluster_name = cluster_name_for(pulumi.get_stack())
+    network = Network(
+        "network",
+        NetworkArgs(
+            cluster_name=cluster_name,
+            zones=spec.zones,
+            # One NAT per zone in prod (a zone outage cannot strand the others); one shared elsewhere.
+            nat_per_zone=spec.environment == "prod",
+            tags=tags,
+        ),
+    )
+    cluster = EksCluster(
+        "eks",
+        EksClusterArgs(
+            cluster_name=cluster_name,
+            environment=spec.environment,
+            region=spec.region,
+            subnet_ids=network.private_subnet_ids,
+            kubernetes_version=spec.cluster.kubernetes_version,
+            endpoint_access=spec.cluster.endpoint_access,
+            public_access_cidrs=spec.cluster.public_access_cidrs,
+            log_types=spec.cluster.log_types,
+            log_retention_days=LOG_RETENTION_DAYS[spec.environment],
+            system_instance_type=spec.cluster.system_instance_type,
+            system_nodes=spec.cluster.system_nodes,
+            tags=tags,
+        ),
+    )
+    sizing = {pool.name: pool for pool in plan.pools}
+    node_groups: dict[str, GpuNodeGroup] = {}
+    for pool in spec.pools:
+        if get_instance_type(pool.instance_type).cloud != "aws":
+            continue
+        node_groups[pool.name] = GpuNodeGroup(
+            f"gpu-{pool.name}",
+            GpuNodeGroupArgs(
+                cluster=cluster,
+                pool_name=pool.name,
+                accelerator=pool.accelerator,
+                instance_type=pool.instance_type,
+                sizing=sizing[pool.name],
+                subnet_ids_by_zone=network.private_subnet_ids_by_zone,
+                gpus_per_replica=[d.gpus_per_replica for d in plan.deployments if d.pool == pool.name],
+                capacity_type=pool.capacity_type,
+                capacity_reservation_id=pool.capacity_reservation_id,
+                zone=pool.zone,
+                efa=pool.efa,
+                disk_gib=pool.disk_gib,
+                ami_family=pool.ami_family,
+                tags=tags,
+            ),
+        )
+    addons = NodeAddons(
+        "node-addons", NodeAddonsArgs(cluster=cluster, region=spec.region, node_groups=list(node_groups.values()))
+    )
+    return AwsFoundation(
+        network=network, cluster=cluster, node_groups=node_groups, addons=addons, k8s_provider=cluster.k8s_provider
+    )

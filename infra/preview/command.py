@@ -1,0 +1,135 @@
+"""``inferplane preview``: evaluate one stack offline, print the plan, write it, diff it, and exit with a verdict.
+
+Exit codes: 0 fine; 1 the plan is refused (a model that does not fit, a limit exceeded) or a mandatory policy is
+violated; 2 the configuration is invalid (the message names the file and the key); 3 the program failed (the
+traceback is trimmed to the project's own frames).
+"""
+
+from __future__ import annotations
+
+import argparse
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn
+
+from infra.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED, render_platform
+from infra.preview.diff import PlanDiff, creation_diff, diff_plans
+from infra.preview.engine import PreviewResult, run_preview, size_stack
+from infra.preview.markdown import render_markdown
+from infra.preview.model import PlanFileError, load_plan
+from infra.preview.policy import PolicyRunner, PolicySetupError, policy_runner_for
+from infra.preview.render import render_preview
+from infra.program import main as program_main
+from infra.stackfile import find_project_dir, load_stack
+
+_TOOL_FILES = ("infra/mockengine.py", "infra/preview/")
+"""The preview's own machinery: not the program, so left out of a failed program's traceback."""
+
+
+def project_frames(exc: BaseException, project_dir: Path) -> list[traceback.FrameSummary]:
+    """The frames of ``exc``'s traceback in the project's own code (not the SDK, the venv or the preview tool)."""
+    root = project_dir.resolve()
+    kept: list[traceback.FrameSummary] = []
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = Path(frame.filename).resolve()
+        if not path.is_relative_to(root):
+            continue
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith((".venv/", "venv/")) or "site-packages" in relative:
+            continue
+        if relative.startswith(_TOOL_FILES):
+            continue
+        kept.append(frame)
+    return kept
+
+
+def format_program_error(exc: BaseException, project_dir: Path) -> str:
+    """The program's failure as a traceback of the project's own frames, then the exception."""
+    frames = project_frames(exc, project_dir)
+    root = project_dir.resolve()
+    lines = ["the program failed:"]
+    if frames:
+        lines.append("Traceback (project frames only, most recent call last):")
+        for frame in frames:
+            where = Path(frame.filename).resolve().relative_to(root).as_posix()
+            lines.append(f'  File "{where}", line {frame.lineno}, in {frame.name}')
+            if frame.line:
+                lines.append(f"    {frame.line}")
+    lines.extend(line.rstrip("\n") for line in traceback.format_exception_only(exc))
+    return "\n".join(lines)
+
+
+@contextmanager
+def progress(err: Console) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr naming the current step; silent off a terminal (CI logs stay clean)."""
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), console=err, transient=True, disable=not err.is_terminal
+    ) as bar:
+        task = bar.add_task("reading the stack")
+
+        def step(description: str) -> None:
+            bar.update(task, description=description)
+
+        yield step
+
+
+def preview_command(
+    args: argparse.Namespace,
+    out: Console,
+    err: Console,
+    *,
+    program: Callable[[], None] = program_main,
+    policy_runner: PolicyRunner | None = None,
+) -> int:
+    """Run ``inferplane preview`` with parsed ``args``; returns the exit code.
+
+    Stack-file errors propagate (the CLI maps them to exit 2 with the file and the key).
+    """
+    project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
+    old_plan = None
+    if args.against:
+        try:
+            old_plan = load_plan(Path(args.against))
+        except PlanFileError as exc:
+            err.print(f"inferplane preview: --against {exc}", markup=False, highlight=False)
+            return EXIT_INVALID
+    stack = load_stack(project_dir, args.stack)
+    sizing = size_stack(stack)
+    if not sizing.ok:
+        render_platform(out, sizing)
+        err.print(f"inferplane preview: the plan of {stack.name} is refused; nothing was evaluated")
+        return EXIT_REFUSED
+    try:
+        runner = policy_runner or policy_runner_for(project_dir)
+    except PolicySetupError as exc:
+        err.print(f"inferplane preview: {exc}", markup=False, highlight=False)
+        return EXIT_FAILED
+    try:
+        with progress(err) as step:
+            result: PreviewResult = run_preview(stack, sizing, program=program, policy_runner=runner, on_step=step)
+    except Exception as exc:  # the program may raise anything; report it as the CLI would, trimmed
+        err.print(format_program_error(exc, project_dir), markup=False, highlight=False)
+        return EXIT_FAILED
+    plan = result.plan
+    diff: PlanDiff = creation_diff(plan) if old_plan is None else diff_plans(old_plan, plan)
+    render_preview(
+        out,
+        plan,
+        result.sizing,
+        diff=diff if old_plan is not None else None,
+        against=args.against,
+        notes=result.notes,
+    )
+    if args.json:
+        Path(args.json).write_text(plan.to_json(), encoding="utf-8")
+    if args.markdown:
+        markdown = render_markdown(plan, diff, against=args.against, notes=result.notes)
+        Path(args.markdown).write_text(markdown, encoding="utf-8")
+    if plan.mandatory_violations:
+        err.print(f"inferplane preview: {len(plan.mandatory_violations)} mandatory policy violations")
+        return EXIT_REFUSED
+    return EXIT_OK

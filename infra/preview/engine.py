@@ -1,0 +1,159 @@
+"""Evaluating one stack offline: the stack's config as the ``pulumi`` CLI would set it, the real program under the
+mock engine, then the plan.
+
+Every evaluation runs on a fresh event loop and a reset Pulumi runtime (:func:`infra.mockengine.evaluate`), so
+stacks evaluated one after another in the same process do not see each other's config, resources or exports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.sizing import PlatformSizing, size_platform
+from infra.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
+from infra.preview.model import Cost, Plan, PlanResource, plain_mapping, stack_urn, tree_order
+from infra.preview.policy import PolicyReport, PolicyRunner, no_policies
+from infra.program import SECRET_CONFIG_KEYS
+from infra.program import main as program_main
+from infra.stackfile import REGION_KEY, SecretValue, Stack
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """The config the program sees, which keys are secret, and notes for the reader about placeholders."""
+
+    values: Mapping[str, Any]
+    secret_keys: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def _redact(value: Any) -> tuple[Any, bool]:
+    """``value`` with every ``secure:`` leaf replaced by the placeholder, and whether there was one."""
+    if isinstance(value, SecretValue):
+        return SECRET_PLACEHOLDER, True
+    if isinstance(value, dict):
+        pairs = {k: _redact(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in pairs.items()}, any(s for _, s in pairs.values())
+    if isinstance(value, list):
+        items = [_redact(v) for v in value]
+        return [v for v, _ in items], any(s for _, s in items)
+    return value, False
+
+
+def evaluation_config(stack: Stack) -> EvaluationConfig:
+    """The stack's config as the CLI hands it to the program.
+
+    ``secure:`` values cannot be decrypted offline (no passphrase or KMS key is at hand): each becomes the
+    ``[secret]`` placeholder and its key is marked secret, as the CLI marks it, so the program's
+    ``require_secret`` gets a secret ``Output``. Secrets the program requires that the stack lacks
+    (``infra.program.SECRET_CONFIG_KEYS``) get the same placeholder, with a note saying so.
+    """
+    values: dict[str, Any] = {}
+    secret_keys: list[str] = []
+    notes: list[str] = []
+    for key in sorted(stack.config):
+        value, secret = _redact(stack.config[key])
+        values[key] = value
+        if secret:
+            secret_keys.append(key)
+    for key in SECRET_CONFIG_KEYS:
+        if key not in values:
+            values[key] = SECRET_PLACEHOLDER
+            secret_keys.append(key)
+            notes.append(
+                f"{key} is not set in {stack.display_file}; a {SECRET_PLACEHOLDER} placeholder stands in for it "
+                f"(set it with: pulumi config set --secret {key} ... --stack {stack.name})"
+            )
+    return EvaluationConfig(values=values, secret_keys=tuple(secret_keys), notes=tuple(notes))
+
+
+def plan_resources(evaluation: Evaluation, project: str, stack: str) -> tuple[PlanResource, ...]:
+    """The registrations as plan resources, in tree order."""
+    resources = [_plan_resource(r) for r in evaluation.registrations]
+    return tuple(tree_order(resources, stack_urn(project, stack)))
+
+
+def _plan_resource(registration: Registration) -> PlanResource:
+    return PlanResource(
+        urn=registration.urn,
+        type=registration.type,
+        name=registration.name,
+        parent=registration.parent,
+        provider=registration.provider,
+        inputs=plain_mapping(registration.inputs),
+        dependencies=tuple(sorted(set(registration.dependencies))),
+        protect=registration.protect,
+        custom=registration.custom,
+        outputs=plain_mapping(registration.outputs),
+    )
+
+
+@dataclass(frozen=True)
+class PreviewResult:
+    """One stack's preview: the plan, the sizing it was built from, and notes about placeholders."""
+
+    plan: Plan
+    sizing: PlatformSizing
+    notes: tuple[str, ...]
+
+
+def run_preview(
+    stack: Stack,
+    sizing: PlatformSizing,
+    *,
+    program: Callable[[], None] = program_main,
+    policy_runner: PolicyRunner = no_policies,
+    on_step: Callable[[str], None] | None = None,
+) -> PreviewResult:
+    """Evaluate ``program`` with ``stack``'s config under the mock engine, run the policies, build the plan.
+
+    Exceptions the program raises propagate unchanged (the command trims their tracebacks).
+    """
+    step = on_step or (lambda _: None)
+    config = evaluation_config(stack)
+    step(f"evaluating the program for {stack.name}")
+    region = stack.config.get(REGION_KEY)
+    evaluation = evaluate(
+        program,
+        mocks=PlatformMocks(region if isinstance(region, str) else "us-east-1"),
+        project=stack.project,
+        stack=stack.name,
+        config=config.values,
+        secret_keys=config.secret_keys,
+    )
+    resources = plan_resources(evaluation, stack.project, stack.name)
+    step(f"running policies on {len(resources)} resources")
+    report = policy_runner(resources, stack)
+    plan = build_plan(
+        stack.project, stack.name, resources=resources, outputs=evaluation.outputs, sizing=sizing, report=report
+    )
+    return PreviewResult(plan=plan, sizing=sizing, notes=config.notes)
+
+
+def build_plan(
+    project: str,
+    stack: str,
+    *,
+    resources: Sequence[PlanResource],
+    outputs: Mapping[str, Any],
+    sizing: PlatformSizing,
+    report: PolicyReport,
+) -> Plan:
+    """Assemble the plan; policies and violations are sorted so the file does not depend on the pack's order."""
+    return Plan(
+        project=project,
+        stack=stack,
+        resources=tuple(resources),
+        outputs=plain_mapping(outputs),
+        sizing=sizing.model_dump(mode="json"),
+        cost=Cost.from_sizing(sizing),
+        policies=tuple(sorted(report.policies, key=lambda p: p.name)),
+        violations=tuple(sorted(report.violations, key=lambda v: (v.policy, v.urn, v.message))),
+    )
+
+
+def size_stack(stack: Stack) -> PlatformSizing:
+    """The sizing the program itself computes (``infra.program.build`` calls the same function)."""
+    return size_platform(stack.platform)

@@ -1,0 +1,70 @@
+"""The seam between the preview and a policy pack.
+
+A :class:`PolicyRunner` is any callable that takes the plan's resources and the stack and returns every policy it
+evaluated plus the violations it found. The preview puts both lists in the plan, prints them, and exits 1 on a
+mandatory violation. Without ``policies/PulumiPolicy.yaml`` there is no pack and :func:`no_policies` answers with
+two empty lists. With one, :func:`policy_runner_for` asks ``infra.analyzer`` (the CrossGuard pack driven over
+Pulumi's Analyzer gRPC protocol) for the runner: that module exposes ``policy_runner(project_dir) -> PolicyRunner``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from infra.preview.model import PlanResource, PolicyInfo, Violation
+from infra.stackfile import Stack
+
+POLICY_PACK_FILE = Path("policies") / "PulumiPolicy.yaml"
+"""Where a CrossGuard pack declares itself, relative to the project directory."""
+
+ANALYZER_MODULE = "infra.analyzer"
+"""The module that runs the pack; it exposes ``policy_runner(project_dir: Path) -> PolicyRunner``."""
+
+
+@dataclass(frozen=True)
+class PolicyReport:
+    """What a policy run found: every policy evaluated, and each violation."""
+
+    policies: tuple[PolicyInfo, ...] = ()
+    violations: tuple[Violation, ...] = ()
+
+
+class PolicyRunner(Protocol):
+    """Evaluates a policy pack against one stack's resources."""
+
+    def __call__(self, resources: Sequence[PlanResource], stack: Stack) -> PolicyReport:
+        """Every policy evaluated and every violation, for ``resources`` of ``stack``."""
+        ...
+
+
+class PolicySetupError(Exception):
+    """A policy pack exists but cannot be run."""
+
+
+def no_policies(resources: Sequence[PlanResource], stack: Stack) -> PolicyReport:
+    """The runner when the project has no policy pack: nothing evaluated, nothing violated."""
+    return PolicyReport()
+
+
+def policy_runner_for(project_dir: Path) -> PolicyRunner:
+    """The project's runner: :func:`no_policies` without a pack, else the one ``infra.analyzer`` provides.
+
+    A pack that exists but cannot be run is an error, never a silent pass.
+    """
+    if not (project_dir / POLICY_PACK_FILE).is_file():
+        return no_policies
+    try:
+        module = importlib.import_module(ANALYZER_MODULE)
+    except ImportError as exc:
+        raise PolicySetupError(
+            f"{POLICY_PACK_FILE} exists but {ANALYZER_MODULE} cannot be imported to run it: {exc}"
+        ) from None
+    factory = getattr(module, "policy_runner", None)
+    if not callable(factory):
+        raise PolicySetupError(f"{ANALYZER_MODULE} has no policy_runner(project_dir) to run {POLICY_PACK_FILE}")
+    runner: PolicyRunner = factory(project_dir)
+    return runner
