@@ -259,3 +259,33 @@ def test_a_disabled_cache_builds_nothing() -> None:
     result = evaluate(program, mocks=PlatformMocks(spec.region), stack="staging")
     assert built == [None]
     assert result.registrations == ()
+
+
+def test_build_cache_composes_with_the_aws_foundation() -> None:
+    """The call infra.program.build will make once the cache is wired: the foundation's VPC, private subnets and
+    EKS cluster security group."""
+    from components.sizing import size_platform
+    from infra.aws_foundation import build_aws_foundation, platform_tags
+
+    spec = load_stack(PROJECT_DIR, "staging").platform
+
+    def program() -> None:
+        tags = platform_tags(spec)
+        aws_foundation = build_aws_foundation(spec, size_platform(spec), tags)
+        build_cache(
+            spec,
+            tags,
+            vpc_id=aws_foundation.network.vpc.id,
+            subnet_ids=aws_foundation.network.private_subnet_ids,
+            allowed_security_group_ids=[aws_foundation.cluster.cluster_security_group_id],
+        )
+
+    result = evaluate(program, mocks=PlatformMocks(spec.region), stack="staging")
+    eks = result.of_type("aws:eks/cluster:Cluster")[0]
+    private_subnets = sorted(r.id for r in result.of_type("aws:ec2/subnet:Subnet") if "private" in r.name)
+    assert len(private_subnets) == len(spec.zones)
+    assert sorted(result.named("inferplane-staging-cache-subnets").inputs["subnetIds"]) == private_subnets
+    assert result.named("inferplane-staging-cache-sg").inputs["vpcId"] == result.of_type("aws:ec2/vpc:Vpc")[0].id
+    rule = result.named("inferplane-staging-cache-from-0").inputs
+    assert rule["referencedSecurityGroupId"] == eks.outputs["vpcConfig"]["clusterSecurityGroupId"]
+    assert rule["fromPort"] == rule["toPort"] == REDIS_PORT
