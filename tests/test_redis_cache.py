@@ -282,7 +282,7 @@ def test_build_cache_composes_with_the_aws_foundation() -> None:
 
     result = evaluate(program, mocks=PlatformMocks(spec.region), stack="staging")
     eks = result.of_type("aws:eks/cluster:Cluster")[0]
-    private_subnets = sorted(r.id for r in result.of_type("aws:ec2/subnet:Subnet") if "private" in r.name)
+    private_subnets = sorted(str(r.id) for r in result.of_type("aws:ec2/subnet:Subnet") if "private" in r.name)
     assert len(private_subnets) == len(spec.zones)
     assert sorted(result.named("inferplane-staging-cache-subnets").inputs["subnetIds"]) == private_subnets
     assert result.named("inferplane-staging-cache-sg").inputs["vpcId"] == result.of_type("aws:ec2/vpc:Vpc")[0].id
