@@ -39,6 +39,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from components.awscommon import InputErrors, raise_input_errors
 from components.gcp_labels import label_problems
 from components.spec import Environment
 
@@ -99,46 +100,42 @@ class GkeClusterArgs:
     """GCP resource labels for every labelled child (lowercase; see :mod:`components.gcp_labels`)."""
 
 
-def _error(path: str, reason: str) -> pulumi.InputPropertyErrorDetails:
-    return {"property_path": path, "reason": reason}
-
-
-def _networks(args: GkeClusterArgs, errors: list[pulumi.InputPropertyErrorDetails]) -> None:
+def _networks(args: GkeClusterArgs, errors: InputErrors) -> None:
     ranges: dict[str, ipaddress.IPv4Network] = {}
     for field_name in ("node_cidr", "pod_cidr", "service_cidr"):
         value = getattr(args, field_name)
         try:
             ranges[field_name] = ipaddress.IPv4Network(value, strict=True)
         except ValueError as exc:
-            errors.append(_error(field_name, f"{value!r} is not an IPv4 CIDR block: {exc}"))
+            errors.append((field_name, f"{value!r} is not an IPv4 CIDR block: {exc}"))
     names = list(ranges)
     for i, first in enumerate(names):
         for second in names[i + 1 :]:
             if ranges[first].overlaps(ranges[second]):
-                errors.append(_error(second, f"{ranges[second]} overlaps {first} {ranges[first]}"))
+                errors.append((second, f"{ranges[second]} overlaps {first} {ranges[first]}"))
     for i, cidr in enumerate(args.master_authorized_cidrs):
         try:
             network = ipaddress.ip_network(cidr, strict=True)
         except ValueError as exc:
-            errors.append(_error(f"master_authorized_cidrs[{i}]", f"{cidr!r} is not a CIDR block: {exc}"))
+            errors.append((f"master_authorized_cidrs[{i}]", f"{cidr!r} is not a CIDR block: {exc}"))
             continue
         if network.prefixlen == 0:
-            errors.append(_error(f"master_authorized_cidrs[{i}]", f"{cidr} opens the control plane to everyone"))
+            errors.append((f"master_authorized_cidrs[{i}]", f"{cidr} opens the control plane to everyone"))
 
 
-def validate(name: str, args: GkeClusterArgs) -> list[pulumi.InputPropertyErrorDetails]:
+def validate(name: str, args: GkeClusterArgs) -> InputErrors:
     """Every problem with ``args``, each naming its field; empty when the cluster can be built."""
-    errors: list[pulumi.InputPropertyErrorDetails] = []
+    errors: InputErrors = []
     if not _NAME.match(name):
-        errors.append(_error("name", f"{name!r}: lowercase letters, digits and '-', 2-24 characters (node account id)"))
+        errors.append(("name", f"{name!r}: lowercase letters, digits and '-', 2-24 characters (node account id)"))
     if not args.zone.startswith(f"{args.region}-"):
-        errors.append(_error("zone", f"{args.zone!r} is not a zone of region {args.region}"))
+        errors.append(("zone", f"{args.zone!r} is not a zone of region {args.region}"))
     if args.environment == "prod" and not args.private_endpoint:
-        errors.append(_error("private_endpoint", "prod clusters serve the control plane on a private endpoint only"))
+        errors.append(("private_endpoint", "prod clusters serve the control plane on a private endpoint only"))
     if not args.private_endpoint and not args.master_authorized_cidrs:
-        errors.append(_error("master_authorized_cidrs", "a public endpoint needs an explicit CIDR allowlist"))
+        errors.append(("master_authorized_cidrs", "a public endpoint needs an explicit CIDR allowlist"))
     _networks(args, errors)
-    errors += [_error("labels", problem) for problem in label_problems(args.labels)]
+    errors += [("labels", problem) for problem in label_problems(args.labels)]
     return errors
 
 
@@ -194,9 +191,7 @@ class GkeCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         # Refuse before registering anything: bad input leaves nothing half-declared.
-        errors = validate(name, args)
-        if errors:
-            raise pulumi.InputPropertiesError(f"GkeCluster {name!r} has invalid inputs", errors=errors)
+        raise_input_errors(f"The input properties for GKE cluster {name!r} are invalid.", validate(name, args))
 
         super().__init__("inferplane:index:GkeCluster", name, None, opts)
 

@@ -29,6 +29,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_random as random
 
+from components.awscommon import InputErrors, raise_input_errors
 from components.spec import Environment
 
 CacheEngine = Literal["valkey", "redis"]
@@ -72,27 +73,23 @@ class RedisCacheArgs:
     """Tags for every taggable child."""
 
 
-def _error(path: str, reason: str) -> pulumi.InputPropertyErrorDetails:
-    return {"property_path": path, "reason": reason}
-
-
-def validate(name: str, args: RedisCacheArgs) -> list[pulumi.InputPropertyErrorDetails]:
+def validate(name: str, args: RedisCacheArgs) -> InputErrors:
     """Every problem with ``args``, each naming its field; empty when the cache can be built."""
-    errors: list[pulumi.InputPropertyErrorDetails] = []
+    errors: InputErrors = []
     if not _NAME.match(name):
-        errors.append(_error("name", f"{name!r}: lowercase letters, digits and single '-', 2-29 characters"))
+        errors.append(("name", f"{name!r}: lowercase letters, digits and single '-', 2-29 characters"))
     if args.engine not in ENGINE_VERSIONS:
-        errors.append(_error("engine", f"{args.engine!r} is not an ElastiCache engine (valkey, redis)"))
+        errors.append(("engine", f"{args.engine!r} is not an ElastiCache engine (valkey, redis)"))
     if not _NODE_TYPE.match(args.node_type):
-        errors.append(_error("node_type", f"{args.node_type!r} is not a cache node type (cache.<family>.<size>)"))
+        errors.append(("node_type", f"{args.node_type!r} is not a cache node type (cache.<family>.<size>)"))
     elif args.node_type.split(".")[1].endswith("gd"):
-        errors.append(_error("node_type", f"{args.node_type} needs data tiering, which a response cache does not use"))
+        errors.append(("node_type", f"{args.node_type} needs data tiering, which a response cache does not use"))
     if not 1 <= args.nodes <= MAX_NODES:
-        errors.append(_error("nodes", f"{args.nodes}: a replication group has 1 to {MAX_NODES} nodes"))
+        errors.append(("nodes", f"{args.nodes}: a replication group has 1 to {MAX_NODES} nodes"))
     elif args.environment == "prod" and args.nodes < 2:
-        errors.append(_error("nodes", f"prod needs at least 2 nodes (multi-AZ automatic failover), got {args.nodes}"))
+        errors.append(("nodes", f"prod needs at least 2 nodes (multi-AZ automatic failover), got {args.nodes}"))
     if not args.allowed_security_group_ids:
-        errors.append(_error("allowed_security_group_ids", "no security group is admitted: nothing could connect"))
+        errors.append(("allowed_security_group_ids", "no security group is admitted: nothing could connect"))
     return errors
 
 
@@ -112,9 +109,7 @@ class RedisCache(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: RedisCacheArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         # Refuse before registering anything: bad input leaves nothing half-declared.
-        errors = validate(name, args)
-        if errors:
-            raise pulumi.InputPropertiesError(f"RedisCache {name!r} has invalid inputs", errors=errors)
+        raise_input_errors(f"The input properties for cache {name!r} are invalid.", validate(name, args))
 
         super().__init__("inferplane:index:RedisCache", name, None, opts)
 

@@ -26,6 +26,7 @@ from typing import Literal
 import pulumi
 import pulumi_gcp as gcp
 
+from components.awscommon import InputErrors, raise_input_errors
 from components.catalog import INSTANCE_TYPES
 from components.catalog.instances import tpu_topology_chips
 from components.gcp_labels import label_problems
@@ -97,30 +98,26 @@ class TpuNodePoolArgs:
     """GCP resource labels for the node VMs."""
 
 
-def _error(path: str, reason: str) -> pulumi.InputPropertyErrorDetails:
-    return {"property_path": path, "reason": reason}
-
-
-def validate(args: TpuNodePoolArgs) -> list[pulumi.InputPropertyErrorDetails]:
+def validate(args: TpuNodePoolArgs) -> InputErrors:
     """Every problem with ``args``, each naming its field; empty when the pool can be built."""
-    errors: list[pulumi.InputPropertyErrorDetails] = []
+    errors: InputErrors = []
     instance = INSTANCE_TYPES.get(args.machine_type)
     if instance is None or instance.cloud != "gcp" or instance.accelerator not in GKE_ACCELERATOR_VALUES:
         known = ", ".join(sorted(n for n, i in INSTANCE_TYPES.items() if i.accelerator in GKE_ACCELERATOR_VALUES))
-        errors.append(_error("machine_type", f"{args.machine_type!r} is not a GKE TPU machine type ({known})"))
+        errors.append(("machine_type", f"{args.machine_type!r} is not a GKE TPU machine type ({known})"))
     elif args.tpu_topology not in instance.tpu_topologies:
         errors.append(
-            _error(
+            (
                 "tpu_topology",
                 f"{args.tpu_topology} is not a {args.machine_type} topology ({', '.join(instance.tpu_topologies)})",
             )
         )
     if args.min_nodes < 0:
-        errors.append(_error("min_nodes", f"{args.min_nodes} is negative"))
+        errors.append(("min_nodes", f"{args.min_nodes} is negative"))
     if args.max_nodes < 1:
-        errors.append(_error("max_nodes", f"{args.max_nodes}: a pool that can never have a node serves nothing"))
+        errors.append(("max_nodes", f"{args.max_nodes}: a pool that can never have a node serves nothing"))
     if args.min_nodes > args.max_nodes:
-        errors.append(_error("min_nodes", f"{args.min_nodes} exceeds max_nodes {args.max_nodes}"))
+        errors.append(("min_nodes", f"{args.min_nodes} exceeds max_nodes {args.max_nodes}"))
     if not errors:
         shape = slice_shape(args.machine_type, args.tpu_topology)
         if shape.multi_host:
@@ -128,15 +125,15 @@ def validate(args: TpuNodePoolArgs) -> list[pulumi.InputPropertyErrorDetails]:
                 value = getattr(args, field_name)
                 if value % shape.hosts:
                     errors.append(
-                        _error(
+                        (
                             field_name,
                             f"{value} nodes is not a whole number of {args.tpu_topology} slices "
                             f"({shape.hosts} {args.machine_type} hosts each)",
                         )
                     )
     if args.disk_size_gb < 50:
-        errors.append(_error("disk_size_gb", f"{args.disk_size_gb} GB cannot hold a serving image and a model"))
-    errors += [_error("labels", problem) for problem in label_problems(args.labels)]
+        errors.append(("disk_size_gb", f"{args.disk_size_gb} GB cannot hold a serving image and a model"))
+    errors += [("labels", problem) for problem in label_problems(args.labels)]
     return errors
 
 
@@ -150,9 +147,7 @@ class TpuNodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         # Refuse before registering anything: bad input leaves nothing half-declared.
-        errors = validate(args)
-        if errors:
-            raise pulumi.InputPropertiesError(f"TpuNodePool {name!r} has invalid inputs", errors=errors)
+        raise_input_errors(f"The input properties for TPU node pool {args.pool_name!r} are invalid.", validate(args))
 
         super().__init__("inferplane:index:TpuNodePool", name, None, opts)
 

@@ -262,9 +262,14 @@ def test_cluster_refuses_a_name_too_long_for_its_node_account() -> None:
     ]
 
 
-def test_cluster_collects_every_problem_at_once() -> None:
-    errors = refusal(lambda: GkeCluster("gke", cluster_args(environment="prod", zone="europe-west4-a")))
-    assert [e["property_path"] for e in errors] == ["zone", "private_endpoint"]
+def test_cluster_collects_every_problem_at_once_and_names_them_in_the_message() -> None:
+    with pytest.raises(pulumi.InputPropertiesError) as caught:
+        run(lambda: GkeCluster("gke", cluster_args(environment="prod", zone="europe-west4-a")))
+    assert [e["property_path"] for e in caught.value.errors or []] == ["zone", "private_endpoint"]
+    assert caught.value.message == (
+        "The input properties for GKE cluster 'gke' are invalid. zone: 'europe-west4-a' is not a zone of region "
+        "us-west4; private_endpoint: prod clusters serve the control plane on a private endpoint only"
+    )
 
 
 # --- TpuNodePool ------------------------------------------------------------------------------------------------
