@@ -139,7 +139,7 @@ def validate(name: str, args: GkeClusterArgs) -> InputErrors:
     return errors
 
 
-def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
+def gke_kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
     """A kubeconfig for one GKE cluster that authenticates through ``gke-gcloud-auth-plugin``.
 
     The same shape ``gcloud container clusters get-credentials`` writes; JSON is valid YAML.
@@ -342,7 +342,7 @@ class GkeCluster(pulumi.ComponentResource):
 
         ca_certificate = self.cluster.master_auth.apply(lambda auth: auth.cluster_ca_certificate or "")
         self.kubeconfig = pulumi.Output.all(self.cluster.name, self.cluster.endpoint, ca_certificate).apply(
-            lambda parts: kubeconfig(f"{args.project}_{self.location}_{parts[0]}", parts[1], parts[2])
+            lambda parts: gke_kubeconfig(f"{args.project}_{self.location}_{parts[0]}", parts[1], parts[2])
         )
         self.provider = k8s.Provider(
             f"{name}-k8s",
