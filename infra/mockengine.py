@@ -169,6 +169,10 @@ def evaluate(
 MOCK_ACCOUNT_ID = "123456789012"
 """AWS's documentation account id: plausible in ARNs, never a real account."""
 
+MOCK_GCP_PROJECT = "inferplane-mock"
+MOCK_GCP_PROJECT_NUMBER = "123456789012"
+"""A GCP project number has 12 digits; this one is made up."""
+
 
 class PlatformMocks(pulumi_mocks.Mocks):
     """Engine answers that look like a cloud's: ids, ARNs, endpoints, a kubeconfig.
@@ -232,10 +236,59 @@ class PlatformMocks(pulumi_mocks.Mocks):
         if type_token.startswith("aws:ec2/"):
             kind = type_token.rsplit(":", maxsplit=1)[-1].lower()
             return {"arn": self._arn("ec2", f"{kind}/{name}")}
+        if type_token == "aws:elasticache/subnetGroup:SubnetGroup":
+            # Autonamed like Pulumi does, lower-cased as ElastiCache stores subnet group names.
+            group_name = inputs.get("name") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
+            return {"arn": self._arn("elasticache", f"subnetgroup:{group_name}"), "name": group_name}
+        if type_token == "aws:elasticache/replicationGroup:ReplicationGroup":
+            group = inputs.get("replicationGroupId") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
+            area, direction, number = [*self.region.split("-"), "", "", ""][:3]
+            suffix = f"abc123.{area}{direction[:1]}{number}.cache.amazonaws.com"  # us-east-1 -> use1
+            return {
+                "arn": self._arn("elasticache", f"replicationgroup:{group}"),
+                "replicationGroupId": group,
+                "primaryEndpointAddress": f"master.{group}.{suffix}",
+                "readerEndpointAddress": f"replica.{group}.{suffix}",
+                "memberClusters": [f"{group}-{i:03d}" for i in range(1, int(inputs.get("numCacheClusters") or 1) + 1)],
+            }
         if type_token.startswith("aws:"):
             service = type_token.split(":")[1].split("/", maxsplit=1)[0]
             return {"arn": self._arn(service, f"{type_token.rsplit(':', maxsplit=1)[-1].lower()}/{physical}")}
+        if type_token.startswith("gcp:"):
+            return self._gcp_computed(type_token, name, inputs)
+        if type_token == "random:index/randomPassword:RandomPassword":
+            # Deterministic, but of the requested length and alphabet, as the provider's result would be.
+            length = int(inputs.get("length") or 32)
+            alphabet = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789" + str(
+                inputs.get("overrideSpecial") or ""
+            )
+            return {"result": "".join(alphabet[(i * 7 + len(name)) % len(alphabet)] for i in range(length))}
         return {}
+
+    def _gcp_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """GCP resources: autonamed like Pulumi (``<name>-<7 hex>``), plus what components read."""
+        physical = inputs.get("name") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
+        project = inputs.get("project") or MOCK_GCP_PROJECT
+        outputs: dict[str, Any] = {"name": physical, "project": project}
+        if type_token == "gcp:container/cluster:Cluster":
+            private = bool((inputs.get("privateClusterConfig") or {}).get("enablePrivateEndpoint"))
+            location = inputs.get("location")
+            outputs |= {
+                # A private endpoint is an address in the cluster's subnet; a public one a Google address.
+                "endpoint": "10.10.0.2" if private else "34.118.227.10",
+                "masterAuth": {
+                    "clusterCaCertificate": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMtbW9jay0tLS0tCg==",
+                    "clientCertificateConfig": {"issueClientCertificate": False},
+                },
+                "masterVersion": "1.33.5-gke.1201000",
+                "selfLink": f"https://container.googleapis.com/v1/projects/{project}/locations/{location}/clusters/{physical}",
+            }
+        elif type_token == "gcp:serviceaccount/account:Account":
+            email = f"{inputs.get('accountId')}@{project}.iam.gserviceaccount.com"
+            outputs |= {"email": email, "member": f"serviceAccount:{email}", "uniqueId": "104" + "0" * 18}
+        elif type_token == "gcp:container/nodePool:NodePool":
+            outputs |= {"instanceGroupUrls": [], "version": "1.33.5-gke.1201000"}
+        return outputs
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         outputs = {**args.inputs, **self.computed(args.typ, args.name, args.inputs)}
@@ -252,4 +305,7 @@ class PlatformMocks(pulumi_mocks.Mocks):
             return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, []
         if args.token == "aws:index/getRegion:getRegion":
             return {"name": self.region, "region": self.region}, []
+        if args.token == "gcp:organizations/getProject:getProject":
+            project = args.args.get("projectId") or MOCK_GCP_PROJECT
+            return {"projectId": project, "number": MOCK_GCP_PROJECT_NUMBER, "name": project}, []
         return {}, []

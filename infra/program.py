@@ -11,6 +11,7 @@ import pulumi
 from components.sizing import PlatformSizing, size_platform
 from components.spec import PlatformSpec, SpecError, parse_platform
 from infra.aws_foundation import build_aws_foundation, platform_tags
+from infra.gke_foundation import build_gke_foundation
 from infra.stackfile import PLATFORM_KEY
 
 SECRET_CONFIG_KEYS: tuple[str, ...] = ("inferplane:hfToken",)
@@ -42,6 +43,7 @@ def build(spec: PlatformSpec) -> PlatformSizing:
     pulumi.export(
         "gpuNodeGroups", {pool: group.node_group.node_group_name for pool, group in aws_foundation.node_groups.items()}
     )
+    build_gke_foundation(spec, plan, platform_tags(spec))
     return plan
 
 
