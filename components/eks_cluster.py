@@ -100,7 +100,7 @@ class EksClusterArgs:
     """AWS region, for the kubeconfig's ``aws eks get-token --region``."""
     subnet_ids: Sequence[pulumi.Input[str]]
     """Private subnets (at least two zones) for the control-plane ENIs and the system node group."""
-    kubernetes_version: str = "1.34"
+    kubernetes_version: str = "1.35"
     """Kubernetes minor; must have a row in :data:`ADDON_VERSIONS`."""
     endpoint_access: EndpointAccess = "private"
     """``private``, or ``public_and_private`` with ``public_access_cidrs``."""

@@ -51,7 +51,7 @@ class ClusterSpec(_Spec):
     """The EKS control plane."""
 
     kubernetes_version: str = Field(
-        default="1.34", pattern=r"^1\.\d{2}$", description="EKS Kubernetes minor version, e.g. ``1.34``."
+        default="1.35", pattern=r"^1\.\d{2}$", description="EKS Kubernetes minor version, e.g. ``1.35``."
     )
     endpoint_access: EndpointAccess = Field(
         default="private",

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from components.catalog import ACCELERATORS, INSTANCE_TYPES
+from components.eks_cluster import ADDON_VERSIONS
 from components.scheduling import GPU_TAINT, POOL_LABEL
 from policies.base import (
     UNKNOWN,
@@ -141,7 +142,8 @@ def cluster_logs(resource: Resource, config: Config, report: Report) -> None:
         "allowedVersions": {
             "type": "array",
             "items": {"type": "string"},
-            "default": ["1.32", "1.33", "1.34"],
+            # The versions the EKS component pins add-ons for are the ones the platform is tested on.
+            "default": sorted(ADDON_VERSIONS),
             "description": "Kubernetes minor versions the platform supports.",
         }
     },

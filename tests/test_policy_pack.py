@@ -353,7 +353,7 @@ CASES = [
         at("version", value=DELETE),
         (VER, "version is not set: AWS would pick the default version"),
     ),
-    _case("old-version", "cluster", at("version", value="1.29"), (VER, "version 1.29 is not one of 1.32, 1.33, 1.34")),
+    _case("old-version", "cluster", at("version", value="1.29"), (VER, "version 1.29 is not one of 1.33, 1.34, 1.35")),
     # node groups
     _case(
         "unknown-gpu-type",

@@ -52,8 +52,8 @@ from tests.conftest import PROJECT_DIR
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account for any access key it does not know
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-AL2023_134 = "/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
-BOTTLEROCKET_134 = "/aws/service/bottlerocket/aws-k8s-1.34-nvidia/x86_64/latest/image_id"
+AL2023_134 = "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+BOTTLEROCKET_134 = "/aws/service/bottlerocket/aws-k8s-1.35-nvidia/x86_64/latest/image_id"
 RESERVATION = "cr-0123456789abcdef0"
 # Enough vCPUs for prod at max scale (4 x p5.48xlarge = 768, 8 x g6e.xlarge = 32) and dev (1 x g6.2xlarge = 8).
 AMPLE = {"L-417A185B": 1536.0, "L-DB2E81BA": 256.0, "L-3819A6DF": 64.0}
@@ -154,7 +154,7 @@ def routed(overrides: dict[ApiCall, BaseClient]) -> ClientFor:
     return lambda api: overrides.get(api) or real(api)
 
 
-def cluster_versions(stubber: Stubber, status: str = "STANDARD_SUPPORT", version: str = "1.34") -> None:
+def cluster_versions(stubber: Stubber, status: str = "STANDARD_SUPPORT", version: str = "1.35") -> None:
     stubber.add_response(
         "describe_cluster_versions",
         {
@@ -216,7 +216,7 @@ class Account:
 
 @pytest.fixture
 def healthy(moto: None, monkeypatch: pytest.MonkeyPatch) -> Account:
-    """An account that can run prod: quotas, the AL2023 NVIDIA AMI, and 1.34 in standard support."""
+    """An account that can run prod: quotas, the AL2023 NVIDIA AMI, and 1.35 in standard support."""
     seed_quotas(AMPLE)
     seed_parameter(AL2023_134, "ami-0a1b2c3d4e5f60718")
     account = Account()
@@ -238,8 +238,8 @@ def test_a_healthy_account_passes_every_check_for_prod(healthy: Account) -> None
         ("accelerator-facts", "g6e.xlarge", "pass"),
         ("vcpu-quota", "L-417A185B", "pass"),
         ("vcpu-quota", "L-DB2E81BA", "pass"),
-        ("accelerated-ami", "AL2023 NVIDIA 1.34", "pass"),
-        ("cluster-version", "Kubernetes 1.34", "pass"),
+        ("accelerated-ami", "AL2023 NVIDIA 1.35", "pass"),
+        ("cluster-version", "Kubernetes 1.35", "pass"),
     ]
     assert report.ok
     assert report.skipped == ()
@@ -256,8 +256,8 @@ def test_a_healthy_account_passes_every_check_for_prod(healthy: Account) -> None
     assert quota.figures["required_vcpus"] == 768
     assert quota.figures["shortfall_vcpus"] == 0
     assert quota.figures["source"] == "applied"
-    assert finding(report, "accelerated-ami", "AL2023 NVIDIA 1.34").figures["image_id"] == "ami-0a1b2c3d4e5f60718"
-    assert finding(report, "cluster-version", "Kubernetes 1.34").message == (
+    assert finding(report, "accelerated-ami", "AL2023 NVIDIA 1.35").figures["image_id"] == "ami-0a1b2c3d4e5f60718"
+    assert finding(report, "cluster-version", "Kubernetes 1.35").message == (
         "standard support until 2026-12-02 (2 days)"
     )
 
@@ -573,10 +573,10 @@ def test_a_missing_ami_parameter_fails(moto: None, monkeypatch: pytest.MonkeyPat
 
     report = account.run(platform("prod"))  # moto's SSM has no /aws/service/eks tree: ParameterNotFound
 
-    ami = finding(report, "accelerated-ami", "AL2023 NVIDIA 1.34")
+    ami = finding(report, "accelerated-ami", "AL2023 NVIDIA 1.35")
     assert ami.status == "fail"
     assert ami.message == (
-        f"no AL2023 NVIDIA 1.34 AMI in us-east-1 (SSM parameter {AL2023_134} not found): "
+        f"no AL2023 NVIDIA 1.35 AMI in us-east-1 (SSM parameter {AL2023_134} not found): "
         "pools h100, l40s could not boot; use a Kubernetes version the AMI is published for"
     )
 
@@ -589,11 +589,11 @@ def test_bottlerocket_pools_need_the_bottlerocket_parameter(healthy: Account) ->
 
     report = healthy.run(platform("prod", bottlerocket_l40s))
 
-    assert ami_parameter("bottlerocket", "1.34") == BOTTLEROCKET_134
-    bottlerocket = finding(report, "accelerated-ami", "Bottlerocket NVIDIA 1.34")
+    assert ami_parameter("bottlerocket", "1.35") == BOTTLEROCKET_134
+    bottlerocket = finding(report, "accelerated-ami", "Bottlerocket NVIDIA 1.35")
     assert bottlerocket.status == "pass"
     assert bottlerocket.message == f"ami-0b0b0b0b0b0b0b0b0 for pool l40s ({BOTTLEROCKET_134})"
-    assert finding(report, "accelerated-ami", "AL2023 NVIDIA 1.34").message.endswith(
+    assert finding(report, "accelerated-ami", "AL2023 NVIDIA 1.35").message.endswith(
         "for pool h100 (" + AL2023_134 + ")"
     )
 
@@ -616,7 +616,7 @@ def account_without_version(moto: None, monkeypatch: pytest.MonkeyPatch) -> Acco
             "warn",
             "extended support until 2027-12-02: billed at the extended-support rate; upgrade the cluster",
         ),
-        ("UNSUPPORTED", "fail", "EKS reports UNSUPPORTED for Kubernetes 1.34: no new cluster can run it"),
+        ("UNSUPPORTED", "fail", "EKS reports UNSUPPORTED for Kubernetes 1.35: no new cluster can run it"),
     ],
 )
 def test_a_version_out_of_standard_support(
@@ -626,34 +626,34 @@ def test_a_version_out_of_standard_support(
 
     report = account_without_version.run(platform("prod"))
 
-    version = finding(report, "cluster-version", "Kubernetes 1.34")
+    version = finding(report, "cluster-version", "Kubernetes 1.35")
     assert (version.status, version.message) == (status, message)
 
 
 def test_standard_support_ending_within_the_horizon_warns(healthy: Account) -> None:
     report = healthy.run(platform("prod"), horizon_hours=7 * 24)
 
-    version = finding(report, "cluster-version", "Kubernetes 1.34")
+    version = finding(report, "cluster-version", "Kubernetes 1.35")
     assert version.status == "warn"
     assert version.message == "standard support until 2026-12-02 (2 days); it ends within the horizon: plan the upgrade"
 
 
 def test_a_version_eks_does_not_list_fails(account_without_version: Account) -> None:
     account_without_version.stub("eks", DESCRIBE_CLUSTER_VERSIONS).add_response(
-        "describe_cluster_versions", {"clusterVersions": []}, {"clusterVersions": ["1.34"], "includeAll": True}
+        "describe_cluster_versions", {"clusterVersions": []}, {"clusterVersions": ["1.35"], "includeAll": True}
     )
 
     report = account_without_version.run(platform("prod"))
 
-    assert finding(report, "cluster-version", "Kubernetes 1.34").message == (
-        "EKS in us-east-1 does not offer Kubernetes 1.34"
+    assert finding(report, "cluster-version", "Kubernetes 1.35").message == (
+        "EKS in us-east-1 does not offer Kubernetes 1.35"
     )
 
 
 def test_an_endpoint_without_describe_cluster_versions_warns(account_without_version: Account) -> None:
     report = account_without_version.run(platform("prod"))  # moto answers HTTP 404 "Not yet implemented"
 
-    version = finding(report, "cluster-version", "Kubernetes 1.34")
+    version = finding(report, "cluster-version", "Kubernetes 1.35")
     assert version.status == "warn"
     assert version.message == (
         "support status unknown: eks:DescribeClusterVersions is not available here (404: Not yet implemented)"
@@ -886,11 +886,11 @@ def test_cli_preflight_of_prod_against_moto_server(moto_server: str, capsys: pyt
             "pass",
             "Running On-Demand G and VT instances: needs 32 vCPUs at max scale (8 x 4 (l40s)), quota is 256",
         ),
-        ("accelerated-ami", "AL2023 NVIDIA 1.34", "pass", f"ami-0a1b2c3d4e5f60718 for pools h100, l40s ({AL2023_134})"),
+        ("accelerated-ami", "AL2023 NVIDIA 1.35", "pass", f"ami-0a1b2c3d4e5f60718 for pools h100, l40s ({AL2023_134})"),
         # moto's server has no DescribeClusterVersions (an HTML 404): EKS cannot say, a warning, not a failure.
         (
             "cluster-version",
-            "Kubernetes 1.34",
+            "Kubernetes 1.35",
             "warn",
             "support status unknown: eks:DescribeClusterVersions is not available here "
             "(404: HTTP 404, no AWS error body)",
