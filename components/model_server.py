@@ -46,6 +46,10 @@ CLI v2 release (2.37.5, seen pinned with its digest in public deployment code, 2
 HF_TOKEN_SECRET_KEY = "token"
 """Key of the Hugging Face token inside the Kubernetes Secret the composition creates."""
 
+ENGINES_PREFIX = "engines/"
+"""Where built TensorRT-LLM engines live inside the model cache (``<cache uri>engines/<deployment>/<fingerprint>/``);
+checkpoints live beside them under ``<cache uri><hf org>/<hf name>/``. The only prefix any pod writes."""
+
 MODELS_MOUNT = "/models"
 """Node-local weights (and engines); an ``emptyDir`` on the instance-store NVMe."""
 
@@ -361,19 +365,24 @@ def disruption_budget(
     )
 
 
+def service_account_name(deployment: str) -> str:
+    """The Kubernetes name of a model server's ServiceAccount: what the model cache binds its role to."""
+    return f"{deployment}-sa"
+
+
 def service_account(
-    name: str,
-    namespace: pulumi.Input[str],
-    labels: Mapping[str, str],
-    role_arn: pulumi.Input[str] | None,
-    opts: pulumi.ResourceOptions,
+    name: str, deployment: str, namespace: pulumi.Input[str], labels: Mapping[str, str], opts: pulumi.ResourceOptions
 ) -> k8s.core.v1.ServiceAccount:
-    """The pods' own identity (never ``default``); with ``role_arn`` it reads the model bucket through IRSA."""
-    annotations = {"eks.amazonaws.com/role-arn": role_arn} if role_arn is not None else None
+    """The pods' own identity (never ``default``): resource ``name``, Kubernetes name from the deployment's.
+
+    It carries no role annotation: on EKS the model cache's ``aws.eks.PodIdentityAssociation`` binds this
+    (namespace, name) to the cache's IAM role (see :mod:`components.model_cache`), and the Pod Identity agent hands
+    the pods their credentials.
+    """
     return k8s.core.v1.ServiceAccount(
         name,
         metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=name, namespace=namespace, labels=dict(labels), annotations=annotations
+            name=service_account_name(deployment), namespace=namespace, labels=dict(labels)
         ),
         automount_service_account_token=False,
         opts=opts,

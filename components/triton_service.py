@@ -131,9 +131,9 @@ class TritonTrtLlmServiceArgs:
     hf_token_secret_name: pulumi.Input[str]
     """Kubernetes Secret with the Hugging Face token (the build Job's calibration data comes from the hub)."""
     model_cache_uri: pulumi.Input[str] | None
-    """``s3://bucket/prefix/`` holding checkpoints and built engines; required (engines are built once, not per pod)."""
-    model_cache_role_arn: pulumi.Input[str] | None = None
-    """IAM role (IRSA) allowed to read and write ``model_cache_uri``."""
+    """``s3://bucket/prefix/`` holding checkpoints and built engines (``ModelCache.uri``); required (engines are built
+    once, not per pod). The engine-build Job writes under ``engines/`` as ``service_account_name``, so the cache must
+    grant that ServiceAccount write access."""
     scrape_interval_seconds: int = 15
     """PodMonitor scrape interval."""
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -143,12 +143,14 @@ class TritonTrtLlmServiceArgs:
 class TritonTrtLlmService(pulumi.ComponentResource):
     """A Triton + TensorRT-LLM model server: model repository, engine-build Job, Deployment, Service, PDB, PodMonitor.
 
-    Outputs for the autoscaler: ``deployment_name``, ``namespace``, ``service_name``.
+    Outputs for the autoscaler: ``deployment_name``, ``namespace``, ``service_name``; for the model cache's Pod
+    Identity association: ``service_account_name`` (:func:`model_server.service_account_name` of the deployment).
     """
 
     deployment_name: pulumi.Output[str]
     namespace: pulumi.Output[str]
     service_name: pulumi.Output[str]
+    service_account_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: TritonTrtLlmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferplane:index:TritonTrtLlmService", name, None, opts)
@@ -161,12 +163,14 @@ class TritonTrtLlmService(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
         fingerprint = engine_fingerprint(trtllm, repo)
-        engine_uri = pulumi.Output.concat(args.model_cache_uri, "engines/", deployment.name, "/", fingerprint, "/")
+        engine_uri = pulumi.Output.concat(
+            args.model_cache_uri, ms.ENGINES_PREFIX, deployment.name, "/", fingerprint, "/"
+        )
         checkpoint_uri = pulumi.Output.concat(args.model_cache_uri, repo, "/")
         resources = ms.fit_resources(placement, trtllm.tensor_parallel, sizing.result.weights_bytes)
         accelerators = ms.accelerator_resources(placement, sizing)
 
-        account = ms.service_account(f"{name}-sa", args.namespace, labels, args.model_cache_role_arn, child)
+        account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, labels, child)
         configs = tc.model_repository(
             trtllm, engine_dir=f"{ms.MODELS_MOUNT}/engine", tokenizer_dir=f"{ms.MODELS_MOUNT}/tokenizer"
         )
@@ -395,11 +399,13 @@ class TritonTrtLlmService(pulumi.ComponentResource):
         self.deployment_name = self._deployment.metadata.name
         self.namespace = self._deployment.metadata.namespace
         self.service_name = self._service.metadata.name
+        self.service_account_name = account.metadata.name
         self.register_outputs(
             {
                 "deploymentName": self.deployment_name,
                 "namespace": self.namespace,
                 "serviceName": self.service_name,
+                "serviceAccountName": self.service_account_name,
             }
         )
 

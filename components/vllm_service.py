@@ -120,9 +120,8 @@ class VllmServiceArgs:
     tpu_topology: str | None = None
     """The TPU pool's slice topology (``2x2``); TPU pools only."""
     model_cache_uri: pulumi.Input[str] | None = None
-    """``s3://bucket/prefix/`` holding the checkpoint; ``None`` falls back to the Hugging Face hub."""
-    model_cache_role_arn: pulumi.Input[str] | None = None
-    """IAM role (IRSA) allowed to read ``model_cache_uri``."""
+    """``s3://bucket/prefix/`` holding the checkpoint (``ModelCache.uri``); ``None`` falls back to the Hugging Face
+    hub. The pods read it as the ServiceAccount ``service_account_name``, which the cache binds to its role."""
     scrape_interval_seconds: int = 15
     """PodMonitor scrape interval (the spec's observability interval)."""
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -133,12 +132,14 @@ class VllmService(pulumi.ComponentResource):
     """A vLLM model server: Deployment, Service, PodDisruptionBudget (when replicas can exceed one), PodMonitor.
 
     Kubernetes objects go to the cluster of the provider the caller passes (``opts.providers`` or ``parent``).
-    Outputs for the autoscaler: ``deployment_name``, ``namespace``, ``service_name``.
+    Outputs for the autoscaler: ``deployment_name``, ``namespace``, ``service_name``; for the model cache's Pod
+    Identity association: ``service_account_name`` (:func:`model_server.service_account_name` of the deployment).
     """
 
     deployment_name: pulumi.Output[str]
     namespace: pulumi.Output[str]
     service_name: pulumi.Output[str]
+    service_account_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferplane:index:VllmService", name, None, opts)
@@ -149,7 +150,7 @@ class VllmService(pulumi.ComponentResource):
         selector, labels = ms.labels_for(deployment.name, args.labels)
         child = pulumi.ResourceOptions(parent=self)
 
-        account = ms.service_account(f"{name}-sa", args.namespace, labels, args.model_cache_role_arn, child)
+        account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, labels, child)
         resources = ms.fit_resources(placement, settings.tensor_parallel_size, sizing.result.weights_bytes)
         drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
         repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
@@ -274,11 +275,13 @@ class VllmService(pulumi.ComponentResource):
         self.deployment_name = self._deployment.metadata.name
         self.namespace = self._deployment.metadata.namespace
         self.service_name = self._service.metadata.name
+        self.service_account_name = account.metadata.name
         self.register_outputs(
             {
                 "deploymentName": self.deployment_name,
                 "namespace": self.namespace,
                 "serviceName": self.service_name,
+                "serviceAccountName": self.service_account_name,
             }
         )
 
@@ -305,7 +308,10 @@ def _validate(args: VllmServiceArgs) -> None:
     if not placement.is_tpu and args.tpu_topology is not None:
         add("tpu_topology", f"pool {sizing.pool!r} is not a TPU pool")
     if placement.is_tpu and args.model_cache_uri is not None:
-        add("model_cache_uri", "the S3 cache is read through IRSA on EKS; TPU pools on GKE read the Hugging Face hub")
+        add(
+            "model_cache_uri",
+            "the S3 cache is read through EKS Pod Identity; TPU pools on GKE read the Hugging Face hub",
+        )
     if args.scrape_interval_seconds <= 0:
         add("scrape_interval_seconds", "must be positive")
     if errors:

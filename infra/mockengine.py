@@ -231,6 +231,16 @@ class PlatformMocks(pulumi_mocks.Mocks):
             }
         if type_token == "aws:kms/key:Key":
             return {"arn": self._arn("kms", f"key/{name}-0000-0000"), "keyId": f"{name}-0000-0000"}
+        if type_token == "aws:s3/bucket:Bucket":
+            # Pulumi auto-names buckets "<resource name>-<7 random characters>"; S3 ARNs have no region or account.
+            bucket = inputs.get("bucket") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
+            return {"arn": f"arn:aws:s3:::{bucket}", "bucket": bucket}
+        if type_token == "aws:eks/podIdentityAssociation:PodIdentityAssociation":
+            association = f"a-{hashlib.sha256(name.encode()).hexdigest()[:17]}"
+            return {
+                "associationArn": self._arn("eks", f"podidentityassociation/{inputs.get('clusterName')}/{association}"),
+                "associationId": association,
+            }
         if type_token == "aws:ec2/launchTemplate:LaunchTemplate":
             return {"arn": self._arn("ec2", f"launch-template/lt-{name}"), "latestVersion": 1}
         if type_token.startswith("aws:ec2/"):

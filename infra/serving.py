@@ -39,13 +39,13 @@ def build_model_servers(
     *,
     hf_token: pulumi.Input[str],
     model_cache_uri: pulumi.Input[str] | None = None,
-    model_cache_role_arn: pulumi.Input[str] | None = None,
 ) -> dict[str, ModelServer]:
     """One model server per deployment, keyed by deployment name, on the cluster of its pool.
 
     ``hf_token`` is the stack's secret (``pulumi.Config("inferplane").require_secret("hfToken")``);
-    ``model_cache_uri`` (``s3://bucket/prefix/``) and ``model_cache_role_arn`` point GPU pools at the S3 model cache
-    (required for Triton deployments; vLLM falls back to the Hugging Face hub without it).
+    ``model_cache_uri`` (``s3://bucket/prefix/``, the ``uri`` of :func:`infra.model_cache.build_model_cache`) points
+    GPU pools at the S3 model cache (required for Triton deployments; vLLM falls back to the Hugging Face hub without
+    it). The pods reach it as their ServiceAccount, bound to the cache's role by EKS Pod Identity.
     """
     missing = sorted({d.pool for d in plan.deployments} - set(providers_by_pool))
     if missing:
@@ -79,7 +79,6 @@ def build_model_servers(
                     hf_token_secret_name=secret.metadata.name,
                     tpu_topology=pool.tpu_topology,
                     model_cache_uri=model_cache_uri if cloud == "aws" else None,
-                    model_cache_role_arn=model_cache_role_arn if cloud == "aws" else None,
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
                 ),
@@ -95,7 +94,6 @@ def build_model_servers(
                     namespace=namespace.metadata.name,
                     hf_token_secret_name=secret.metadata.name,
                     model_cache_uri=model_cache_uri,
-                    model_cache_role_arn=model_cache_role_arn,
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
                 ),

@@ -47,12 +47,12 @@ def evaluate_servers(spec: PlatformSpec, *, model_cache: str | None = MODEL_CACH
             providers,
             hf_token=pulumi.Output.secret(HF_TOKEN),
             model_cache_uri=model_cache,
-            model_cache_role_arn="arn:aws:iam::123456789012:role/model-cache" if model_cache else None,
         )
         for name, server in servers.items():
             pulumi.export(f"{name}-deployment", server.deployment_name)
             pulumi.export(f"{name}-namespace", server.namespace)
             pulumi.export(f"{name}-service", server.service_name)
+            pulumi.export(f"{name}-service-account", server.service_account_name)
 
     return evaluate(program, mocks=PlatformMocks(spec.region), stack=stack)
 

@@ -237,10 +237,12 @@ def test_weights_come_from_the_s3_cache_offline() -> None:
     env = {e["name"]: e for e in container(deployment, "vllm")["env"]}
     assert env["HF_HUB_OFFLINE"] == {"name": "HF_HUB_OFFLINE", "value": "1"}
     assert "HF_TOKEN" not in env
-    account = evaluate_servers(stack_spec("prod")).named("llama-70b-sa")
-    assert account.inputs["metadata"]["annotations"] == {
-        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/model-cache"
-    }
+    evaluation = evaluate_servers(stack_spec("prod"))
+    account = evaluation.named("llama-70b-sa")
+    # No IRSA annotation: EKS Pod Identity binds (inference, llama-70b-sa) to the cache's role (components.model_cache).
+    assert "annotations" not in account.inputs["metadata"]
+    assert account.inputs["metadata"]["name"] == "llama-70b-sa"
+    assert evaluation.outputs["llama-70b-service-account"] == "llama-70b-sa"
 
 
 def test_without_a_cache_the_hub_token_comes_from_the_secret() -> None:
@@ -486,7 +488,7 @@ def test_a_tpu_pool_refuses_the_s3_cache() -> None:
         {"property_path": "tpu_topology", "reason": "pool 'tpu-v5e' is a TPU pool: give its slice topology"},
         {
             "property_path": "model_cache_uri",
-            "reason": "the S3 cache is read through IRSA on EKS; TPU pools on GKE read the Hugging Face hub",
+            "reason": "the S3 cache is read through EKS Pod Identity; TPU pools on GKE read the Hugging Face hub",
         },
     ]
 

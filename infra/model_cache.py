@@ -1,0 +1,51 @@
+"""The stack's S3 model cache, bound to the ServiceAccount of every model server on the EKS cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pulumi
+
+from components import model_server as ms
+from components.catalog import get_instance_type
+from components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
+from components.spec import PlatformSpec
+from infra.serving import SERVING_NAMESPACE
+
+
+def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
+    """The ServiceAccount of every deployment on an AWS pool, in spec order; Triton's may write (engine builds).
+
+    The names are those :func:`infra.serving.build_model_servers` gives the servers (``<deployment>-sa`` in
+    :data:`infra.serving.SERVING_NAMESPACE`); GKE pools read the Hugging Face hub and get none.
+    """
+    return [
+        ServiceAccountRef(
+            namespace=SERVING_NAMESPACE,
+            name=ms.service_account_name(deployment.name),
+            write=deployment.engine == "triton",
+        )
+        for deployment in spec.models
+        if get_instance_type(spec.pool(deployment.pool).instance_type).cloud == "aws"
+    ]
+
+
+def build_model_cache(
+    spec: PlatformSpec,
+    cluster_name: pulumi.Input[str],
+    tags: Mapping[str, str],
+    opts: pulumi.ResourceOptions | None = None,
+) -> ModelCache | None:
+    """The model cache ``model-cache`` for the EKS cluster ``cluster_name``; ``None`` when no deployment runs on AWS.
+
+    Pass its ``uri`` as ``model_cache_uri`` to :func:`infra.serving.build_model_servers`: the servers' init
+    containers then wait for the Pod Identity associations.
+    """
+    accounts = model_cache_accounts(spec)
+    if not accounts:
+        return None
+    return ModelCache(
+        "model-cache",
+        ModelCacheArgs(cluster_name=cluster_name, environment=spec.environment, service_accounts=accounts, tags=tags),
+        opts,
+    )
