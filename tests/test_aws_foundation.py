@@ -15,9 +15,9 @@ from components.catalog import INSTANCE_TYPES
 from components.gpu_node_group import AMI_TYPES, CAPACITY_TYPES
 from components.scheduling import GPU_TAINT
 from components.spec import ControlPlaneLog
-from infra import program
-from infra.mockengine import Evaluation, PlatformMocks, evaluate
-from infra.stackfile import load_stack, read_config, stack_names
+from infra.mockengine import Evaluation
+from infra.stackfile import load_stack, stack_names
+from tests.stacks import evaluate_shipped_stack
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 EKS = botocore.session.get_session().get_service_model("eks")
@@ -28,8 +28,7 @@ def _enum(shape: str) -> set[str]:
 
 
 def _stack(name: str) -> Evaluation:
-    _, _, config = read_config(PROJECT_DIR, name)
-    return evaluate(program.main, mocks=PlatformMocks(config["aws:region"]), stack=name, config=config)
+    return evaluate_shipped_stack(name)
 
 
 @pytest.fixture(scope="module")

@@ -14,19 +14,14 @@ from components.sizing import size_platform
 from components.spec import PlatformSpec, parse_platform
 from infra.gke_foundation import build_gke_foundation, gke_pool_names
 from infra.mockengine import Evaluation, PlatformMocks, evaluate
-from infra.program import build
 from infra.stackfile import load_stack
+from tests.stacks import evaluate_shipped_stack
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 def evaluate_stack(name: str) -> tuple[PlatformSpec, Evaluation]:
-    spec = load_stack(PROJECT_DIR, name).platform
-
-    def program() -> None:
-        build(spec)
-
-    return spec, evaluate(program, mocks=PlatformMocks(spec.region), stack=name)
+    return load_stack(PROJECT_DIR, name).platform, evaluate_shipped_stack(name)
 
 
 def test_staging_builds_the_gke_cluster_and_its_tpu_pool() -> None:
