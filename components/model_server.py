@@ -15,7 +15,7 @@ the primary source; the Hugging Face hub is the fallback when no bucket is confi
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pulumi
@@ -35,6 +35,7 @@ from components.scheduling import (
     TPU_TAINT,
 )
 from components.sizing import DeploymentSizing
+from components.spec import Engine, ModelDeploymentSpec
 
 GIB = 1024**3
 MIB = 1024**2
@@ -396,3 +397,71 @@ def labels_for(name: str, tags: Mapping[str, str]) -> tuple[dict[str, str], dict
     """
     selector = {NAME_LABEL: name, COMPONENT_LABEL: MODEL_SERVER}
     return selector, {**tags, **selector, SERVED_MODEL_LABEL: name, "app.kubernetes.io/part-of": "inferplane"}
+
+
+class ModelServer(pulumi.ComponentResource):
+    """What every model server exposes: the autoscaler's target and the identity the model cache binds."""
+
+    deployment_name: pulumi.Output[str]
+    namespace: pulumi.Output[str]
+    service_name: pulumi.Output[str]
+    service_account_name: pulumi.Output[str]
+
+    def _finish(
+        self,
+        name: str,
+        *,
+        deployment: k8s.apps.v1.Deployment,
+        service: k8s.core.v1.Service,
+        account: k8s.core.v1.ServiceAccount,
+        spec: ModelDeploymentSpec,
+        selector: Mapping[str, str],
+        labels: Mapping[str, str],
+        metrics_port: str,
+        scrape_interval_seconds: int,
+        opts: pulumi.ResourceOptions,
+    ) -> None:
+        """The children both engines share (a PDB when replicas can exceed one, the PodMonitor), then the outputs;
+        the last thing a server's constructor does."""
+        namespace = deployment.metadata.namespace
+        if spec.max_replicas > 1:
+            disruption_budget(f"{name}-pdb", namespace, selector, labels, opts)
+        pod_monitor(
+            f"{name}-monitor",
+            namespace,
+            selector,
+            metrics_port,
+            labels=labels,
+            interval_seconds=scrape_interval_seconds,
+            opts=opts,
+        )
+        self.deployment_name = deployment.metadata.name
+        self.namespace = namespace
+        self.service_name = service.metadata.name
+        self.service_account_name = account.metadata.name
+        self.register_outputs(
+            {
+                "deploymentName": self.deployment_name,
+                "namespace": self.namespace,
+                "serviceName": self.service_name,
+                "serviceAccountName": self.service_account_name,
+            }
+        )
+
+
+def check_engine_inputs(
+    component: str,
+    engine: Engine,
+    spec: ModelDeploymentSpec,
+    sizing: DeploymentSizing,
+    add: Callable[[str, str], None],
+) -> None:
+    """The checks every server makes of its deployment and sizing: the right engine, the same deployment, a fit."""
+    if spec.engine != engine:
+        add("deployment.engine", f"{component} serves engine {engine!r}, got {spec.engine!r}")
+    if sizing.name != spec.name:
+        add("sizing.name", f"sizing is for {sizing.name!r}, not deployment {spec.name!r}")
+    if sizing.engine != engine:
+        add("sizing.engine", f"sizing was made for engine {sizing.engine!r}")
+    if not sizing.result.fits:
+        add("sizing.result", f"the model does not fit: {sizing.result.reason}")

@@ -140,21 +140,16 @@ class TritonTrtLlmServiceArgs:
     """Stack tags, added to every object's labels."""
 
 
-class TritonTrtLlmService(pulumi.ComponentResource):
+class TritonTrtLlmService(ms.ModelServer):
     """A Triton + TensorRT-LLM model server: model repository, engine-build Job, Deployment, Service, PDB, PodMonitor.
 
     Outputs for the autoscaler: ``deployment_name``, ``namespace``, ``service_name``; for the model cache's Pod
     Identity association: ``service_account_name`` (:func:`model_server.service_account_name` of the deployment).
     """
 
-    deployment_name: pulumi.Output[str]
-    namespace: pulumi.Output[str]
-    service_name: pulumi.Output[str]
-    service_account_name: pulumi.Output[str]
-
     def __init__(self, name: str, args: TritonTrtLlmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        _validate(args)  # before registering anything: bad input declares nothing
         super().__init__("inferplane:index:TritonTrtLlmService", name, None, opts)
-        _validate(args)
         assert args.model_cache_uri is not None  # _validate
         deployment, sizing = args.deployment, args.sizing
         trtllm = sizing.result.trtllm
@@ -384,29 +379,17 @@ class TritonTrtLlmService(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        if deployment.max_replicas > 1:
-            ms.disruption_budget(f"{name}-pdb", args.namespace, selector, labels, child)
-        ms.pod_monitor(
-            f"{name}-monitor",
-            args.namespace,
-            selector,
-            "metrics",
+        self._finish(
+            name,
+            deployment=self._deployment,
+            service=self._service,
+            account=account,
+            spec=deployment,
+            selector=selector,
             labels=labels,
-            interval_seconds=args.scrape_interval_seconds,
+            metrics_port="metrics",
+            scrape_interval_seconds=args.scrape_interval_seconds,
             opts=child,
-        )
-
-        self.deployment_name = self._deployment.metadata.name
-        self.namespace = self._deployment.metadata.namespace
-        self.service_name = self._service.metadata.name
-        self.service_account_name = account.metadata.name
-        self.register_outputs(
-            {
-                "deploymentName": self.deployment_name,
-                "namespace": self.namespace,
-                "serviceName": self.service_name,
-                "serviceAccountName": self.service_account_name,
-            }
         )
 
 
@@ -418,14 +401,7 @@ def _validate(args: TritonTrtLlmServiceArgs) -> None:
         errors.append({"property_path": path, "reason": reason})
 
     deployment, sizing = args.deployment, args.sizing
-    if deployment.engine != "triton":
-        add("deployment.engine", f"TritonTrtLlmService serves engine 'triton', got {deployment.engine!r}")
-    if sizing.name != deployment.name:
-        add("sizing.name", f"sizing is for {sizing.name!r}, not deployment {deployment.name!r}")
-    if sizing.engine != "triton":
-        add("sizing.engine", f"sizing was made for engine {sizing.engine!r}")
-    if not sizing.result.fits:
-        add("sizing.result", f"the model does not fit: {sizing.result.reason}")
+    ms.check_engine_inputs("TritonTrtLlmService", "triton", deployment, sizing, add)
     if ms.Placement.of(sizing, None).is_tpu:
         add("sizing.pool", f"pool {sizing.pool!r} is a TPU pool; TensorRT-LLM needs NVIDIA GPUs")
     if args.model_cache_uri is None:

@@ -128,7 +128,7 @@ class VllmServiceArgs:
     """Stack tags, added to every object's labels."""
 
 
-class VllmService(pulumi.ComponentResource):
+class VllmService(ms.ModelServer):
     """A vLLM model server: Deployment, Service, PodDisruptionBudget (when replicas can exceed one), PodMonitor.
 
     Kubernetes objects go to the cluster of the provider the caller passes (``opts.providers`` or ``parent``).
@@ -136,14 +136,9 @@ class VllmService(pulumi.ComponentResource):
     Identity association: ``service_account_name`` (:func:`model_server.service_account_name` of the deployment).
     """
 
-    deployment_name: pulumi.Output[str]
-    namespace: pulumi.Output[str]
-    service_name: pulumi.Output[str]
-    service_account_name: pulumi.Output[str]
-
     def __init__(self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        _validate(args)  # before registering anything: bad input declares nothing
         super().__init__("inferplane:index:VllmService", name, None, opts)
-        _validate(args)
         deployment, sizing = args.deployment, args.sizing
         settings = sizing.result.vllm
         placement = ms.Placement.of(sizing, args.tpu_topology)
@@ -260,29 +255,17 @@ class VllmService(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        if deployment.max_replicas > 1:
-            ms.disruption_budget(f"{name}-pdb", args.namespace, selector, labels, child)
-        ms.pod_monitor(
-            f"{name}-monitor",
-            args.namespace,
-            selector,
-            "http",
+        self._finish(
+            name,
+            deployment=self._deployment,
+            service=self._service,
+            account=account,
+            spec=deployment,
+            selector=selector,
             labels=labels,
-            interval_seconds=args.scrape_interval_seconds,
+            metrics_port="http",
+            scrape_interval_seconds=args.scrape_interval_seconds,
             opts=child,
-        )
-
-        self.deployment_name = self._deployment.metadata.name
-        self.namespace = self._deployment.metadata.namespace
-        self.service_name = self._service.metadata.name
-        self.service_account_name = account.metadata.name
-        self.register_outputs(
-            {
-                "deploymentName": self.deployment_name,
-                "namespace": self.namespace,
-                "serviceName": self.service_name,
-                "serviceAccountName": self.service_account_name,
-            }
         )
 
 
@@ -294,14 +277,7 @@ def _validate(args: VllmServiceArgs) -> None:
         errors.append({"property_path": path, "reason": reason})
 
     deployment, sizing = args.deployment, args.sizing
-    if deployment.engine != "vllm":
-        add("deployment.engine", f"VllmService serves engine 'vllm', got {deployment.engine!r}")
-    if sizing.name != deployment.name:
-        add("sizing.name", f"sizing is for {sizing.name!r}, not deployment {deployment.name!r}")
-    if sizing.engine != "vllm":
-        add("sizing.engine", f"sizing was made for engine {sizing.engine!r}")
-    if not sizing.result.fits:
-        add("sizing.result", f"the model does not fit: {sizing.result.reason}")
+    ms.check_engine_inputs("VllmService", "vllm", deployment, sizing, add)
     placement = ms.Placement.of(sizing, args.tpu_topology)
     if placement.is_tpu and args.tpu_topology is None:
         add("tpu_topology", f"pool {sizing.pool!r} is a TPU pool: give its slice topology")
