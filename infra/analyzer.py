@@ -53,15 +53,11 @@ from pulumi.runtime.proto import (
     engine_pb2_grpc,
 )
 
+from infra.mockengine import SECRET_PLACEHOLDER, UNKNOWN_PLACEHOLDER
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 POLICY_PACK_DIR = PROJECT_DIR / "policies"
 
-SECRET_PLACEHOLDER = "[secret]"
-"""How plans show secret inputs (``infra.mockengine``); sent to the pack as a secret, as the engine sends secrets."""
-
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
-SIG_KEY = "4dabf18193072939515e22adb298388d"
-"""The property-value signatures of the engine's wire format (sdk/go/common/resource/properties.go)."""
 
 PORT_TIMEOUT_SECONDS = 120.0
 """How long the pack may take to print its port (importing the SDKs and the catalog takes seconds)."""
@@ -171,16 +167,14 @@ class PolicyReport:
 
 # --- wire format ----------------------------------------------------------------------------------------------
 
-_UNKNOWN_REPR = f"<{Unknown.__module__}.{Unknown.__qualname__} object"
-"""``infra.mockengine`` renders a preview's unknown values with ``str()``; they are unknowns all the same."""
-
 
 def to_wire(value: Any) -> Any:
-    """A plan value as the engine marshals it: unknowns as the unknown sentinel, ``[secret]`` as a secret."""
-    if isinstance(value, Unknown) or (isinstance(value, str) and value.startswith(_UNKNOWN_REPR)):
+    """A plan value as the engine marshals it: ``[unknown]`` as the unknown sentinel, ``[secret]`` as a secret
+    (the placeholders :mod:`infra.mockengine` records them as)."""
+    if isinstance(value, Unknown) or value == UNKNOWN_PLACEHOLDER:
         return rpc.UNKNOWN
     if value == SECRET_PLACEHOLDER:
-        return {SIG_KEY: SECRET_SIG, "value": SECRET_PLACEHOLDER}
+        return rpc.wrap_rpc_secret(SECRET_PLACEHOLDER)
     if isinstance(value, Mapping):
         return {str(k): to_wire(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -678,25 +672,11 @@ class StackPlan:
 
 def plan_stack(stack: str, project_dir: Path | None = None) -> StackPlan:
     """Evaluate ``stacks/Pulumi.<stack>.yaml`` with the program under :class:`infra.mockengine.PlatformMocks`."""
-    from infra.mockengine import PlatformMocks, evaluate  # noqa: PLC0415 - keep importing this module light
-    from infra.program import SECRET_CONFIG_KEYS, main  # noqa: PLC0415
-    from infra.stackfile import SecretValue, find_project_dir, load_stack  # noqa: PLC0415
+    from infra.preview.engine import evaluate_stack  # noqa: PLC0415 - keep importing this module light
+    from infra.stackfile import find_project_dir, load_stack  # noqa: PLC0415
 
     loaded = load_stack(project_dir or find_project_dir(), stack)
-    config: dict[str, Any] = {
-        key: SECRET_PLACEHOLDER if isinstance(value, SecretValue) else value for key, value in loaded.config.items()
-    }
-    for key in SECRET_CONFIG_KEYS:
-        config.setdefault(key, SECRET_PLACEHOLDER)
-    secret_keys = tuple(k for k, v in loaded.config.items() if isinstance(v, SecretValue)) + SECRET_CONFIG_KEYS
-    evaluation = evaluate(
-        main,
-        mocks=PlatformMocks(loaded.platform.region),
-        project=loaded.project,
-        stack=stack,
-        config=config,
-        secret_keys=secret_keys,
-    )
+    evaluation, _ = evaluate_stack(loaded)
     return StackPlan(
         stack=stack,
         project=loaded.project,

@@ -25,6 +25,9 @@ from pulumi.runtime.settings import reset_options, set_root_resource
 from pulumi.runtime.stack import run_in_stack
 
 SECRET_PLACEHOLDER = "[secret]"
+UNKNOWN_PLACEHOLDER = "[unknown]"
+"""A value the engine will only know after ``pulumi up`` (a computed output the mocks did not supply). Kept distinct
+from ``null`` (an input that is not set) so policies can skip what they cannot judge, as the engine lets them."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class Registration:
 
 
 def _plain(value: Any) -> Any:
-    """Inputs as JSON-able data: secrets become ``[secret]``, unknowns ``None``, resource refs their URN."""
+    """Inputs as JSON-able data: secrets become ``[secret]``, unknowns ``[unknown]``, resource refs their type."""
     if rpc.is_rpc_secret(value):
         return SECRET_PLACEHOLDER
     if isinstance(value, dict):
@@ -54,9 +57,9 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, pulumi.Resource):
         return f"<ref:{type(value).__name__}>"
-    if isinstance(value, Unknown):
-        # Unknown during preview (a computed output the mocks did not supply); str() would print an address.
-        return None
+    if isinstance(value, Unknown) or value == rpc.UNKNOWN:
+        # Unknown during preview (a computed output the mocks did not supply): not the same as an unset input.
+        return UNKNOWN_PLACEHOLDER
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)

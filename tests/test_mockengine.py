@@ -62,3 +62,28 @@ def test_evaluations_do_not_leak_into_each_other() -> None:
     assert {r.name for r in first.registrations} == {"one", "one-role", "one-key"}
     assert {r.name for r in second.registrations} == {"two", "two-role", "two-key"}
     assert all(r.urn.startswith("urn:pulumi:b::") for r in second.registrations)
+
+
+def test_unknown_inputs_are_recorded_apart_from_unset_ones_and_reach_the_pack_as_unknown() -> None:
+    import asyncio
+
+    from pulumi.runtime import rpc
+
+    from infra.analyzer import to_wire
+    from infra.mockengine import UNKNOWN_PLACEHOLDER
+
+    def program() -> None:
+        loop = asyncio.get_event_loop()
+        value, known = loop.create_future(), loop.create_future()
+        value.set_result(None)
+        known.set_result(False)
+        later: pulumi.Output[str] = pulumi.Output(set(), value, known)
+        pulumi.CustomResource("test:index:Thing", "thing", {"unset": None, "later": later, "nested": {"later": later}})
+
+    inputs = evaluate(program, mocks=PlatformMocks(), stack="dev").named("thing").inputs
+    assert inputs["later"] == UNKNOWN_PLACEHOLDER
+    assert inputs["nested"] == {"later": UNKNOWN_PLACEHOLDER}
+    assert inputs.get("unset") is None
+    # The pack gets what the engine would send during a preview: the unknown sentinel and a wrapped secret.
+    assert to_wire(dict(inputs))["later"] == rpc.UNKNOWN
+    assert rpc.is_rpc_secret(to_wire(SECRET_PLACEHOLDER))

@@ -17,7 +17,7 @@ from infra.preview.model import Cost, Plan, PlanResource, plain_mapping, stack_u
 from infra.preview.policy import PolicyReport, PolicyRunner, no_policies
 from infra.program import SECRET_CONFIG_KEYS
 from infra.program import main as program_main
-from infra.stackfile import REGION_KEY, SecretValue, Stack
+from infra.stackfile import SecretValue, Stack
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,24 @@ class PreviewResult:
     notes: tuple[str, ...]
 
 
+def evaluate_stack(stack: Stack, program: Callable[[], None] = program_main) -> tuple[Evaluation, EvaluationConfig]:
+    """Run ``program`` under the mock engine with ``stack``'s config as the CLI hands it over.
+
+    Secrets become placeholders (:func:`evaluation_config`). The one way a stack is evaluated offline: the preview,
+    the policy-pack driver and the tests all call it.
+    """
+    config = evaluation_config(stack)
+    evaluation = evaluate(
+        program,
+        mocks=PlatformMocks(stack.platform.region),
+        project=stack.project,
+        stack=stack.name,
+        config=config.values,
+        secret_keys=config.secret_keys,
+    )
+    return evaluation, config
+
+
 def run_preview(
     stack: Stack,
     sizing: PlatformSizing,
@@ -112,17 +130,8 @@ def run_preview(
     Exceptions the program raises propagate unchanged (the command trims their tracebacks).
     """
     step = on_step or (lambda _: None)
-    config = evaluation_config(stack)
     step(f"evaluating the program for {stack.name}")
-    region = stack.config.get(REGION_KEY)
-    evaluation = evaluate(
-        program,
-        mocks=PlatformMocks(region if isinstance(region, str) else "us-east-1"),
-        project=stack.project,
-        stack=stack.name,
-        config=config.values,
-        secret_keys=config.secret_keys,
-    )
+    evaluation, config = evaluate_stack(stack, program)
     resources = plan_resources(evaluation, stack.project, stack.name)
     step(f"running policies on {len(resources)} resources")
     report = policy_runner(resources, stack)
