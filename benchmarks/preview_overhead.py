@@ -6,7 +6,7 @@ seconds, milliseconds per resource, and the ratio to the floor: the same number 
 under ``pulumi.runtime.set_mocks`` with the SDK's own mock monitor, measured in the same process. Each figure is
 the best of ``--repeat`` runs (the machine is shared; the minimum is the least disturbed).
 
-    python benchmarks/preview_overhead.py                     # the real program (infra.program:main)
+    python benchmarks/preview_overhead.py                     # the real program (inferplane.infra.program:main)
     python benchmarks/preview_overhead.py --program tests.preview_fixture:program
 """
 
@@ -28,10 +28,10 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.settings import reset_options, set_root_resource
 from pulumi.runtime.stack import run_in_stack
 
-from components.spec import parse_platform
-from infra.mockengine import PlatformMocks
-from infra.preview.engine import evaluation_config, run_preview, size_stack
-from infra.stackfile import PLATFORM_KEY, REGION_KEY, Stack, find_project_dir, load_stack, stack_names
+from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, parse_platform
+from inferplane.tool.mockengine import PlatformMocks
+from inferplane.tool.preview.engine import evaluation_config, run_preview, size_stack
+from inferplane.tool.stackfile import Stack, find_project_dir, load_stack, stack_names
 
 GOAL_RATIO = 1.25
 
@@ -164,7 +164,7 @@ def load_program(spec: str) -> Callable[[], None]:
 def main(argv: list[str] | None = None) -> int:
     """Print the table; exit 0 (a benchmark reports, it does not judge)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--program", default="infra.program:main", help="module:function to evaluate")
+    parser.add_argument("--program", default="inferplane.infra.program:main", help="module:function to evaluate")
     parser.add_argument("--repeat", type=int, default=5, help="runs per case; the best is reported")
     parser.add_argument("--models", type=int, nargs="*", default=[1, 10, 50], help="synthetic platform sizes")
     args = parser.parse_args(argv)

@@ -29,8 +29,8 @@ import pulumi_kubernetes as k8s
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.metrics import DCGM_GPU_TEMP, DCGM_XID_ERRORS, KSM_HPA_CURRENT, KSM_HPA_MAX, ModelSeries
-from components.spec import SloSpec
+from inferplane.components.metrics import DCGM_GPU_TEMP, DCGM_XID_ERRORS, KSM_HPA_CURRENT, KSM_HPA_MAX, ModelSeries
+from inferplane.components.spec import SloSpec
 
 KV_CACHE_ALERT_RATIO = 0.95
 """KV-cache usage above which new sequences start preempting running ones."""

@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from components.scheduling import ACCELERATOR_LABEL, POOL_LABEL
-from components.sizing import DeploymentSizing
+from inferplane.components.scheduling import ACCELERATOR_LABEL, POOL_LABEL
+from inferplane.components.sizing import DeploymentSizing
 
 PREFIX = "inferplane.io/"
 

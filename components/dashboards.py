@@ -24,8 +24,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.alerts import QUANTILES, record_name
-from components.metrics import ModelSeries
+from inferplane.components.alerts import QUANTILES, record_name
+from inferplane.components.metrics import ModelSeries
 
 DASHBOARD_SIDECAR_LABELS: dict[str, str] = {"grafana_dashboard": "1"}
 """The label kube-prometheus-stack's Grafana sidecar loads dashboards from."""

@@ -29,8 +29,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.awscommon import managed_policy_arn, raise_input_errors, service_trust_policy
-from components.spec import ControlPlaneLog, EndpointAccess, Environment
+from inferplane.components.awscommon import managed_policy_arn, raise_input_errors, service_trust_policy
+from inferplane.components.spec import ControlPlaneLog, EndpointAccess, Environment
 
 AddonName = Literal["vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"]
 

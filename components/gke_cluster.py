@@ -39,9 +39,9 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.awscommon import InputErrors, raise_input_errors
-from components.gcp_labels import label_problems
-from components.spec import Environment
+from inferplane.components.awscommon import InputErrors, raise_input_errors
+from inferplane.components.gcp_labels import label_problems
+from inferplane.components.spec import Environment
 
 ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE"]
 

@@ -44,12 +44,12 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
-from components.awscommon import raise_input_errors
-from components.catalog import INSTANCE_TYPES, AcceleratorId, InstanceType
-from components.eks_cluster import IMDS_V2_ONLY, EksCluster, instance_tag_specifications, root_volume
-from components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
-from components.sizing import PoolSizing
-from components.spec import AmiFamily, CapacityType
+from inferplane.components.awscommon import raise_input_errors
+from inferplane.components.catalog import INSTANCE_TYPES, AcceleratorId, InstanceType
+from inferplane.components.eks_cluster import IMDS_V2_ONLY, EksCluster, instance_tag_specifications, root_volume
+from inferplane.components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
+from inferplane.components.sizing import PoolSizing
+from inferplane.components.spec import AmiFamily, CapacityType
 
 AMI_FAMILY_LABEL = "inferplane.io/ami-family"
 """``al2023`` or ``bottlerocket``: the NVIDIA device plugin runs only where the AMI does not bring its own."""

@@ -27,8 +27,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.metrics import Engine, ModelSeries
-from components.sizing import SizingResult
+from inferplane.components.metrics import Engine, ModelSeries
+from inferplane.components.sizing import SizingResult
 
 KEDA_CHART = "keda"
 KEDA_CHART_VERSION = "2.20.2"

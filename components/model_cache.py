@@ -28,9 +28,9 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.awscommon import InputErrors, raise_input_errors, service_trust_policy
-from components.model_server import ENGINES_PREFIX
-from components.spec import Environment
+from inferplane.components.awscommon import InputErrors, raise_input_errors, service_trust_policy
+from inferplane.components.model_server import ENGINES_PREFIX
+from inferplane.components.spec import Environment
 
 CACHE_PREFIX = "models"
 """Key prefix of everything the cache holds; ``uri`` ends with it (``s3://<bucket>/models/``)."""

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.annotations import COMPONENT_LABEL, MODEL_SERVER, NAME_LABEL, SERVED_MODEL_LABEL
-from components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
-from components.metrics import SCRAPE_LABELS
-from components.scheduling import (
+from inferplane.components.annotations import COMPONENT_LABEL, MODEL_SERVER, NAME_LABEL, SERVED_MODEL_LABEL
+from inferplane.components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
+from inferplane.components.metrics import SCRAPE_LABELS
+from inferplane.components.scheduling import (
     GKE_TPU_ACCELERATOR_LABEL,
     GKE_TPU_TOPOLOGY_LABEL,
     GKE_TPU_V5E_ACCELERATOR,
@@ -34,8 +34,8 @@ from components.scheduling import (
     TPU_RESOURCE,
     TPU_TAINT,
 )
-from components.sizing import DeploymentSizing
-from components.spec import Engine, ModelDeploymentSpec
+from inferplane.components.sizing import DeploymentSizing
+from inferplane.components.spec import Engine, ModelDeploymentSpec
 
 GIB = 1024**3
 MIB = 1024**2

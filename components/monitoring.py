@@ -23,8 +23,8 @@ from typing import Any, Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.metrics import DCGM_METRICS_PORT, DCGM_SELECTOR_LABELS, SCRAPE_LABELS
-from components.spec import ObservabilitySpec
+from inferplane.components.metrics import DCGM_METRICS_PORT, DCGM_SELECTOR_LABELS, SCRAPE_LABELS
+from inferplane.components.spec import ObservabilitySpec
 
 KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"
 KUBE_PROMETHEUS_STACK_VERSION = "88.5.3"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from components.awscommon import raise_input_errors
+from inferplane.components.awscommon import raise_input_errors
 
 ELB_ROLE_TAG = "kubernetes.io/role/elb"
 INTERNAL_ELB_ROLE_TAG = "kubernetes.io/role/internal-elb"

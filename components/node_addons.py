@@ -35,10 +35,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.awscommon import raise_input_errors, service_trust_policy
-from components.eks_cluster import SYSTEM_ROLE, SYSTEM_ROLE_LABEL, EksCluster
-from components.gpu_node_group import AMI_FAMILY_LABEL, CA_TAG_PREFIX, GpuNodeGroup
-from components.scheduling import ACCELERATOR_LABEL, GPU_TAINT
+from inferplane.components.awscommon import raise_input_errors, service_trust_policy
+from inferplane.components.eks_cluster import SYSTEM_ROLE, SYSTEM_ROLE_LABEL, EksCluster
+from inferplane.components.gpu_node_group import AMI_FAMILY_LABEL, CA_TAG_PREFIX, GpuNodeGroup
+from inferplane.components.scheduling import ACCELERATOR_LABEL, GPU_TAINT
 
 NAMESPACE = "kube-system"
 """Where the node add-ons run (system-critical, next to the EKS add-ons)."""

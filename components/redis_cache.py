@@ -29,8 +29,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_random as random
 
-from components.awscommon import InputErrors, raise_input_errors
-from components.spec import Environment
+from inferplane.components.awscommon import InputErrors, raise_input_errors
+from inferplane.components.spec import Environment
 
 CacheEngine = Literal["valkey", "redis"]
 

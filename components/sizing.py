@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.catalog import (
+from inferplane.components.catalog import (
     ACCELERATORS,
     Accelerator,
     ModelArchitecture,
@@ -36,7 +36,7 @@ from components.catalog import (
     hourly_price,
     instances_for,
 )
-from components.spec import KvCacheDtype, ModelDeploymentSpec, PlatformSpec, WeightsDtype
+from inferplane.components.spec import KvCacheDtype, ModelDeploymentSpec, PlatformSpec, WeightsDtype
 
 GIB = 1024**3
 

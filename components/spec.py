@@ -21,9 +21,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
-from components.catalog.accelerators import AcceleratorId
-from components.catalog.instances import tpu_topology_chips
+from inferplane.components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
+from inferplane.components.catalog.accelerators import AcceleratorId
+from inferplane.components.catalog.instances import tpu_topology_chips
 
 Environment = Literal["dev", "staging", "prod"]
 CapacityType = Literal["on_demand", "spot", "capacity_block"]
@@ -290,6 +290,12 @@ class SpecIssue:
 
     path: str
     message: str
+
+
+PLATFORM_KEY = "inferplane:platform"
+"""The stack config key that holds the platform spec (``pulumi config set --path inferplane:platform...``)."""
+REGION_KEY = "aws:region"
+"""The stack config key of the AWS region the platform is planned in."""
 
 
 class SpecError(ValueError):

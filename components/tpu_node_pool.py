@@ -26,12 +26,12 @@ from typing import Literal
 import pulumi
 import pulumi_gcp as gcp
 
-from components.awscommon import InputErrors, raise_input_errors
-from components.catalog import INSTANCE_TYPES
-from components.catalog.instances import tpu_topology_chips
-from components.gcp_labels import label_problems
-from components.gke_cluster import GkeCluster, node_config
-from components.scheduling import (
+from inferplane.components.awscommon import InputErrors, raise_input_errors
+from inferplane.components.catalog import INSTANCE_TYPES
+from inferplane.components.catalog.instances import tpu_topology_chips
+from inferplane.components.gcp_labels import label_problems
+from inferplane.components.gke_cluster import GkeCluster, node_config
+from inferplane.components.scheduling import (
     ACCELERATOR_LABEL,
     GKE_TPU_ACCELERATOR_LABEL,
     GKE_TPU_TOPOLOGY_LABEL,

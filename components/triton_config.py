@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.sizing import TrtLlmSettings
+from inferplane.components.sizing import TrtLlmSettings
 
 DataType = Literal[
     "TYPE_BOOL", "TYPE_UINT8", "TYPE_INT32", "TYPE_INT64", "TYPE_UINT64", "TYPE_FP16", "TYPE_FP32", "TYPE_STRING"

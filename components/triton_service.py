@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import model_server as ms
-from components import triton_config as tc
-from components.annotations import COMPONENT_LABEL, serving_annotations
-from components.sizing import DeploymentSizing, TrtLlmSettings
-from components.spec import Environment, ModelDeploymentSpec
+from inferplane.components import model_server as ms
+from inferplane.components import triton_config as tc
+from inferplane.components.annotations import COMPONENT_LABEL, serving_annotations
+from inferplane.components.sizing import DeploymentSizing, TrtLlmSettings
+from inferplane.components.spec import Environment, ModelDeploymentSpec
 
 TRITON_RELEASE = "26.05"
 TRTLLM_VERSION = "1.2.1"

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import model_server as ms
-from components.annotations import serving_annotations
-from components.sizing import DeploymentSizing, VllmSettings
-from components.spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
+from inferplane.components import model_server as ms
+from inferplane.components.annotations import serving_annotations
+from inferplane.components.sizing import DeploymentSizing, VllmSettings
+from inferplane.components.spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
 
 VLLM_VERSION = "0.32.0"
 """vLLM release both images are pinned to: the newest with a ``vllm-tpu`` build (PyPI ``vllm`` 0.33.0 and

@@ -1,5 +1,5 @@
 """Pulumi entry point (``main: infra/`` in Pulumi.yaml)."""
 
-from infra.program import main
+from inferplane.infra.program import main
 
 main()

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.catalog import get_instance_type
-from components.eks_cluster import EksCluster, EksClusterArgs
-from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
-from components.network import Network, NetworkArgs
-from components.node_addons import NodeAddons, NodeAddonsArgs
-from components.sizing import PlatformSizing
-from components.spec import PlatformSpec
+from inferplane.components.catalog import get_instance_type
+from inferplane.components.eks_cluster import EksCluster, EksClusterArgs
+from inferplane.components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from inferplane.components.network import Network, NetworkArgs
+from inferplane.components.node_addons import NodeAddons, NodeAddonsArgs
+from inferplane.components.sizing import PlatformSizing
+from inferplane.components.spec import PlatformSpec
 
 LOG_RETENTION_DAYS = {"dev": 14, "staging": 30, "prod": 365}
 """Control-plane log retention by environment: prod keeps a year of audit trail."""

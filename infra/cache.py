@@ -1,16 +1,7 @@
 """The gateway's response cache, composed from the spec and the AWS network it lives in.
 
-Not yet called by :func:`infra.program.build`: the VPC, its private subnets and the EKS cluster security group come
-from the AWS foundation, built on another branch. Once both are merged, ``build`` calls::
-
-    build_cache(
-        spec,
-        tags,
-        vpc_id=network.vpc_id,
-        subnet_ids=network.private_subnet_ids,
-        allowed_security_group_ids=[eks.cluster_security_group_id],
-    )
-"""
+:func:`~inferplane.infra.program.build` calls :func:`build_cache` with the AWS foundation's VPC, its private
+subnets and the EKS cluster security group (the only clients the cache admits)."""
 
 from __future__ import annotations
 
@@ -18,8 +9,8 @@ from collections.abc import Mapping, Sequence
 
 import pulumi
 
-from components.redis_cache import RedisCache, RedisCacheArgs
-from components.spec import PlatformSpec
+from inferplane.components.redis_cache import RedisCache, RedisCacheArgs
+from inferplane.components.spec import PlatformSpec
 
 
 def build_cache(

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components.catalog import INSTANCE_TYPES
-from components.gcp_labels import to_gcp_labels
-from components.gke_cluster import GkeCluster, GkeClusterArgs
-from components.sizing import PlatformSizing
-from components.spec import PlatformSpec
-from components.tpu_node_pool import TpuNodePool, TpuNodePoolArgs
+from inferplane.components.catalog import INSTANCE_TYPES
+from inferplane.components.gcp_labels import to_gcp_labels
+from inferplane.components.gke_cluster import GkeCluster, GkeClusterArgs
+from inferplane.components.sizing import PlatformSizing
+from inferplane.components.spec import PlatformSpec
+from inferplane.components.tpu_node_pool import TpuNodePool, TpuNodePoolArgs
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ from collections.abc import Mapping
 
 import pulumi
 
-from components import model_server as ms
-from components.catalog import get_instance_type
-from components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
-from components.spec import PlatformSpec
-from infra.serving import SERVING_NAMESPACE
+from inferplane.components import model_server as ms
+from inferplane.components.catalog import get_instance_type
+from inferplane.components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
+from inferplane.components.spec import PlatformSpec
+from inferplane.infra.serving import SERVING_NAMESPACE
 
 
 def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.alerts import ModelAlertInputs, ServingRules, ServingRulesArgs
-from components.dashboards import ModelDashboardInputs, ServingDashboards, ServingDashboardsArgs
-from components.keda import Keda, KedaArgs, QueueDepthAutoscaler, QueueDepthAutoscalerArgs
-from components.metrics import SCRAPE_LABELS, Engine, ModelSeries
-from components.monitoring import MonitoringStack, MonitoringStackArgs
-from components.sizing import PlatformSizing
-from components.spec import PlatformSpec, SloSpec
+from inferplane.components.alerts import ModelAlertInputs, ServingRules, ServingRulesArgs
+from inferplane.components.dashboards import ModelDashboardInputs, ServingDashboards, ServingDashboardsArgs
+from inferplane.components.keda import Keda, KedaArgs, QueueDepthAutoscaler, QueueDepthAutoscalerArgs
+from inferplane.components.metrics import SCRAPE_LABELS, Engine, ModelSeries
+from inferplane.components.monitoring import MonitoringStack, MonitoringStackArgs
+from inferplane.components.sizing import PlatformSizing
+from inferplane.components.spec import PlatformSpec, SloSpec
 
 PRIMARY_CLUSTER = "eks"
 """The cluster whose monitoring keeps the unprefixed names (``keda``, ``monitoring``...)."""

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import pulumi
 
-from components.catalog import get_instance_type
-from components.sizing import PlatformSizing, size_platform
-from components.spec import PlatformSpec, SpecError, parse_platform
-from infra.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
-from infra.cache import build_cache
-from infra.gke_foundation import GkeFoundation, build_gke_foundation
-from infra.model_cache import build_model_cache
-from infra.observability import ServingTarget, build_observability
-from infra.serving import build_model_servers
-from infra.stackfile import PLATFORM_KEY
+from inferplane.components.catalog import get_instance_type
+from inferplane.components.sizing import PlatformSizing, size_platform
+from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError, parse_platform
+from inferplane.infra.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
+from inferplane.infra.cache import build_cache
+from inferplane.infra.gke_foundation import GkeFoundation, build_gke_foundation
+from inferplane.infra.model_cache import build_model_cache
+from inferplane.infra.observability import ServingTarget, build_observability
+from inferplane.infra.serving import build_model_servers
 
 SECRET_CONFIG_KEYS: tuple[str, ...] = ("inferplane:hfToken",)
 """Secrets the program reads with ``require_secret``. Stack files in the repository cannot carry them (``secure:``

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import model_server as ms
-from components.catalog import get_instance_type
-from components.sizing import PlatformSizing
-from components.spec import PlatformSpec
-from components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
-from components.vllm_service import VllmService, VllmServiceArgs
+from inferplane.components import model_server as ms
+from inferplane.components.catalog import get_instance_type
+from inferplane.components.sizing import PlatformSizing
+from inferplane.components.spec import PlatformSpec
+from inferplane.components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
+from inferplane.components.vllm_service import VllmService, VllmServiceArgs
 
 SERVING_NAMESPACE = "inference"
 """Namespace of the model servers in every cluster (the gateway and KEDA look for them here)."""

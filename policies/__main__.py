@@ -14,7 +14,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from pulumi_policy import EnforcementLevel, PolicyPack
 
-from policies.pack import PACK_DESCRIPTION, PACK_NAME, POLICIES
+from inferplane.policies.pack import PACK_DESCRIPTION, PACK_NAME, POLICIES
 
 PolicyPack(
     name=PACK_NAME,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.annotations import SERVED_MODEL_LABEL
-from policies.base import (
+from inferplane.components.annotations import SERVED_MODEL_LABEL
+from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
     Config,
@@ -23,8 +23,8 @@ from policies.base import (
     resource_policy,
     stack_policy,
 )
-from policies.resource_types import T
-from policies.workloads import as_int, object_labels, pod_accelerators, workload_name
+from inferplane.policies.resource_types import T
+from inferplane.policies.workloads import as_int, object_labels, pod_accelerators, workload_name
 
 KEDA_MIN_REPLICAS_DEFAULT = 0
 KEDA_MAX_REPLICAS_DEFAULT = 100

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from components.catalog import INSTANCE_TYPES, InstanceType, hourly_price
-from components.scheduling import POOL_LABEL
-from policies.base import (
+from inferplane.components.catalog import INSTANCE_TYPES, InstanceType, hourly_price
+from inferplane.components.scheduling import POOL_LABEL
+from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
     Config,
@@ -25,8 +25,8 @@ from policies.base import (
     of_type,
     stack_policy,
 )
-from policies.eks import pool_instance_types as pool_instance_types_of
-from policies.resource_types import T
+from inferplane.policies.eks import pool_instance_types as pool_instance_types_of
+from inferplane.policies.resource_types import T
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.base import (
+from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
     Config,
@@ -16,7 +16,7 @@ from policies.base import (
     resource_policy,
     truthy,
 )
-from policies.resource_types import T
+from inferplane.policies.resource_types import T
 
 SECURITY_GROUP_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from components.catalog import ACCELERATORS, INSTANCE_TYPES
-from components.eks_cluster import ADDON_VERSIONS
-from components.scheduling import GPU_TAINT, POOL_LABEL
-from policies.base import (
+from inferplane.components.catalog import ACCELERATORS, INSTANCE_TYPES
+from inferplane.components.eks_cluster import ADDON_VERSIONS
+from inferplane.components.scheduling import GPU_TAINT, POOL_LABEL
+from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
     Config,
@@ -22,7 +22,7 @@ from policies.base import (
     resource_policy,
     truthy,
 )
-from policies.resource_types import T
+from inferplane.policies.resource_types import T
 
 OPEN_CIDRS = ("0.0.0.0/0", "::/0")
 ACCELERATED_FAMILY = re.compile(r"^(p\d|g\d|inf\d|trn\d|dl\d)")

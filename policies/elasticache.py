@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.base import (
+from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
     Config,
@@ -14,7 +14,7 @@ from policies.base import (
     resource_policy,
     truthy,
 )
-from policies.resource_types import T
+from inferplane.policies.resource_types import T
 
 _TYPES = {T.ELASTICACHE_REPLICATION_GROUP}
 

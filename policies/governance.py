@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.base import (
+from inferplane.policies.base import (
     AnyPolicy,
     Config,
     EnforcementLevel,
@@ -13,7 +13,7 @@ from policies.base import (
     known,
     resource_policy,
 )
-from policies.resource_types import STATEFUL, TAGGABLE
+from inferplane.policies.resource_types import STATEFUL, TAGGABLE
 
 
 @resource_policy(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from components.annotations import ALERT_KIND_LABEL, NAME_LABEL, PREEMPTION_ALERT, SERVED_MODEL_LABEL
-from policies.base import (
+from inferplane.components.annotations import ALERT_KIND_LABEL, NAME_LABEL, PREEMPTION_ALERT, SERVED_MODEL_LABEL
+from inferplane.policies.base import (
     AnyPolicy,
     Config,
     EnforcementLevel,
@@ -20,9 +20,9 @@ from policies.base import (
     of_type,
     stack_policy,
 )
-from policies.resource_types import T
-from policies.serving import engine_flags, engine_of, is_model_server
-from policies.workloads import object_labels, workload_name
+from inferplane.policies.resource_types import T
+from inferplane.policies.serving import engine_flags, engine_of, is_model_server
+from inferplane.policies.workloads import object_labels, workload_name
 
 _PREEMPTION_NAME = re.compile(r"(?i)preempt")
 

@@ -6,8 +6,8 @@ tests and the offline preview read the policies from here.
 
 from __future__ import annotations
 
-from policies import autoscaling, cost, ec2, eks, elasticache, governance, observability, serving, workloads
-from policies.base import AnyPolicy
+from inferplane.policies import autoscaling, cost, ec2, eks, elasticache, governance, observability, serving, workloads
+from inferplane.policies.base import AnyPolicy
 
 PACK_NAME = "inferplane"
 PACK_DESCRIPTION = (

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from components.annotations import (
+from inferplane.components.annotations import (
     COMPONENT_LABEL,
     ENGINE,
     GATEWAY,
@@ -24,7 +24,7 @@ from components.annotations import (
     ServingAnnotations,
     parse_serving_annotations,
 )
-from components.catalog import (
+from inferplane.components.catalog import (
     ACCELERATORS,
     INSTANCE_TYPES,
     MODELS,
@@ -33,8 +33,8 @@ from components.catalog import (
     ModelArchitecture,
     instances_for,
 )
-from components.scheduling import ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
-from components.sizing import (
+from inferplane.components.scheduling import ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
+from inferplane.components.sizing import (
     COMPUTE_EFFICIENCY,
     MAX_GPU_MEMORY_UTILIZATION,
     WARMUP_SECONDS,
@@ -44,9 +44,9 @@ from components.sizing import (
     size,
     weights_bytes,
 )
-from components.spec import KvCacheDtype, WeightsDtype
-from policies.autoscaling import replica_bounds, scaled_object_for
-from policies.base import (
+from inferplane.components.spec import KvCacheDtype, WeightsDtype
+from inferplane.policies.autoscaling import replica_bounds, scaled_object_for
+from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
     Config,
@@ -62,9 +62,9 @@ from policies.base import (
     resource_policy,
     stack_policy,
 )
-from policies.cost import pool_instance_types
-from policies.resource_types import T
-from policies.workloads import (
+from inferplane.policies.cost import pool_instance_types
+from inferplane.policies.resource_types import T
+from inferplane.policies.workloads import (
     accelerators_requested,
     as_int,
     container_label,

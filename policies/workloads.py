@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from components.scheduling import (
+from inferplane.components.scheduling import (
     ACCELERATOR_LABEL,
     GKE_TPU_ACCELERATOR_LABEL,
     GPU_TAINT,
@@ -15,7 +15,7 @@ from components.scheduling import (
     TPU_RESOURCE,
     TPU_TAINT,
 )
-from policies.base import (
+from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
     Config,
@@ -29,7 +29,7 @@ from policies.base import (
     resource_policy,
     truthy,
 )
-from policies.resource_types import WORKLOADS, T
+from inferplane.policies.resource_types import WORKLOADS, T
 
 ACCELERATOR_RESOURCES = (NVIDIA_GPU_RESOURCE, TPU_RESOURCE)
 

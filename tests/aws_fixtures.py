@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from components.eks_cluster import EksCluster, EksClusterArgs
-from components.sizing import PoolSizing
+from inferplane.components.eks_cluster import EksCluster, EksClusterArgs
+from inferplane.components.sizing import PoolSizing
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
@@ -36,7 +36,7 @@ def make_cluster(**changes: Any) -> EksCluster:
 
 def pool_sizing(name: str = "gpu", instance_type: str = "g6e.xlarge", **changes: Any) -> PoolSizing:
     """A pool sizing for ``instance_type`` with 0..2 nodes unless changed."""
-    from components.catalog import get_instance_type
+    from inferplane.components.catalog import get_instance_type
 
     instance = get_instance_type(instance_type)
     values: dict[str, Any] = {

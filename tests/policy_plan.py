@@ -13,7 +13,7 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
-from components.annotations import (
+from inferplane.components.annotations import (
     COMPONENT_LABEL,
     GATEWAY,
     MODEL_SERVER,
@@ -21,11 +21,11 @@ from components.annotations import (
     SERVED_MODEL_LABEL,
     serving_annotations,
 )
-from components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
-from components.sizing import DeploymentSizing, size_platform
-from infra.mockengine import SECRET_PLACEHOLDER, Registration
-from infra.stackfile import find_project_dir, load_stack
-from policies.resource_types import T
+from inferplane.components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
+from inferplane.components.sizing import DeploymentSizing, size_platform
+from inferplane.policies.resource_types import T
+from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Registration
+from inferplane.tool.stackfile import find_project_dir, load_stack
 
 STACK = "prod"
 DIGEST = "@sha256:" + "ab" * 32

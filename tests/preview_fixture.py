@@ -1,6 +1,6 @@
 """A tiny Pulumi program for the preview's tests: the real config path, a few components, a secret.
 
-It reads the platform and the Hugging Face token exactly as ``infra.program`` does and registers, per pool, a
+It reads the platform and the Hugging Face token exactly as ``inferplane.infra.program`` does and registers, per pool, a
 ``GpuNodeGroup`` (IAM role, launch template, EKS node group), per model a ``VllmService`` (a Secret holding the
 token and a Deployment), and a ``Gateway`` that depends on the services. Small enough to assert on completely.
 """
@@ -11,8 +11,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.sizing import size_platform
-from infra.program import platform_from_config
+from inferplane.components.sizing import size_platform
+from inferplane.infra.program import platform_from_config
 
 NODE_ROLE_POLICY = '{"Version":"2012-10-17","Statement":[]}'
 
@@ -93,7 +93,7 @@ class Gateway(pulumi.ComponentResource):
 
 
 def program() -> None:
-    """The fixture's entry point, shaped like ``infra.program.main``."""
+    """The fixture's entry point, shaped like ``inferplane.infra.program.main``."""
     spec = platform_from_config()
     sizing = size_platform(spec)
     token = pulumi.Config("inferplane").require_secret("hfToken")

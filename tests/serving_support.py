@@ -8,12 +8,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.catalog import get_instance_type
-from components.sizing import size_platform
-from components.spec import PlatformSpec, parse_platform
-from infra.mockengine import Evaluation, PlatformMocks, Registration, evaluate
-from infra.serving import build_model_servers
-from infra.stackfile import find_project_dir, load_stack
+from inferplane.components.catalog import get_instance_type
+from inferplane.components.sizing import size_platform
+from inferplane.components.spec import PlatformSpec, parse_platform
+from inferplane.infra.serving import build_model_servers
+from inferplane.tool.mockengine import Evaluation, PlatformMocks, Registration, evaluate
+from inferplane.tool.stackfile import find_project_dir, load_stack
 
 HF_TOKEN = "hf_TESTtokenVALUE0123456789"
 """A recognisable fake token: it must never appear in any registered input."""

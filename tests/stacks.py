@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from infra import program as platform_program
-from infra.mockengine import Evaluation
-from infra.preview.engine import evaluate_stack
-from infra.stackfile import load_stack
+from inferplane.infra import program as platform_program
+from inferplane.tool.mockengine import Evaluation
+from inferplane.tool.preview.engine import evaluate_stack
+from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
 
 

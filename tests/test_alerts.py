@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components.alerts import (
+from inferplane.components.alerts import (
     GPU_TEMPERATURE_ALERT_CELSIUS,
     AlertingRule,
     ModelAlertInputs,
@@ -17,8 +17,8 @@ from components.alerts import (
     gpu_rule_group,
     model_rule_group,
 )
-from components.metrics import ModelSeries
-from components.spec import SloSpec
+from inferplane.components.metrics import ModelSeries
+from inferplane.components.spec import SloSpec
 from tests.crds import errors
 from tests.promtool import check_rules, run_rule_tests
 

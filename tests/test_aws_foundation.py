@@ -11,12 +11,12 @@ from typing import get_args
 import botocore.session  # botocore ships no type hints
 import pytest
 
-from components.catalog import INSTANCE_TYPES
-from components.gpu_node_group import AMI_TYPES, CAPACITY_TYPES
-from components.scheduling import GPU_TAINT
-from components.spec import ControlPlaneLog
-from infra.mockengine import Evaluation
-from infra.stackfile import load_stack, stack_names
+from inferplane.components.catalog import INSTANCE_TYPES
+from inferplane.components.gpu_node_group import AMI_TYPES, CAPACITY_TYPES
+from inferplane.components.scheduling import GPU_TAINT
+from inferplane.components.spec import ControlPlaneLog
+from inferplane.tool.mockengine import Evaluation
+from inferplane.tool.stackfile import load_stack, stack_names
 from tests.stacks import evaluate_shipped_stack
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent

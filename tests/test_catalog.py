@@ -9,9 +9,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from components.catalog import ACCELERATORS, INSTANCE_TYPES, MODELS, PRICES, hourly_price, instances_for
-from components.catalog.instances import tpu_topology_chips
-from components.sizing import kv_cache_bytes_per_token
+from inferplane.components.catalog import ACCELERATORS, INSTANCE_TYPES, MODELS, PRICES, hourly_price, instances_for
+from inferplane.components.catalog.instances import tpu_topology_chips
+from inferplane.components.sizing import kv_cache_bytes_per_token
 
 AWS_TYPES = sorted(name for name, row in INSTANCE_TYPES.items() if row.cloud == "aws")
 

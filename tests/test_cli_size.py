@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.cli import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, main
+from inferplane.tool.cli import main
+from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
 from tests.test_spec import SEVENTY_B
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from components.catalog import get_instance_type, hourly_price
-from components.dashboards import (
+from inferplane.components.catalog import get_instance_type, hourly_price
+from inferplane.components.dashboards import (
     DASHBOARD_SIDECAR_LABELS,
     GridPos,
     ModelDashboardInputs,
@@ -18,8 +18,8 @@ from components.dashboards import (
     ServingDashboardsArgs,
     model_dashboard,
 )
-from components.metrics import ModelSeries
-from infra.mockengine import PlatformMocks, evaluate
+from inferplane.components.metrics import ModelSeries
+from inferplane.tool.mockengine import PlatformMocks, evaluate
 from tests.promtool import check_expressions
 
 VLLM = ModelDashboardInputs(

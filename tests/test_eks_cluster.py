@@ -9,8 +9,8 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.eks_cluster import ADDON_VERSIONS, EksCluster
-from infra.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
+from inferplane.components.eks_cluster import ADDON_VERSIONS, EksCluster
+from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
 from tests.aws_fixtures import SUBNETS, TAGS, cluster_args, make_cluster
 
 ACCOUNT_ROLE = "arn:aws:iam::123456789012:role"

@@ -14,17 +14,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from components.catalog import INSTANCE_TYPES
-from components.gke_cluster import (
+from inferplane.components.catalog import INSTANCE_TYPES
+from inferplane.components.gke_cluster import (
     CLOUD_PLATFORM_SCOPE,
     GKE_AUTH_PLUGIN,
     KEY_ROTATION_PERIOD,
     GkeCluster,
     GkeClusterArgs,
 )
-from components.scheduling import TPU_TAINT
-from components.tpu_node_pool import COMPACT_PLACEMENT, TpuNodePool, TpuNodePoolArgs, slice_shape, validate
-from infra.mockengine import MOCK_GCP_PROJECT_NUMBER, Evaluation, PlatformMocks, Registration, evaluate
+from inferplane.components.scheduling import TPU_TAINT
+from inferplane.components.tpu_node_pool import COMPACT_PLACEMENT, TpuNodePool, TpuNodePoolArgs, slice_shape, validate
+from inferplane.tool.mockengine import MOCK_GCP_PROJECT_NUMBER, Evaluation, PlatformMocks, Registration, evaluate
 
 PROJECT = "inferplane-test"
 CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMtbW9jay0tLS0tCg=="

@@ -9,12 +9,12 @@ import pulumi
 import pytest
 import yaml
 
-from components.gcp_labels import to_gcp_labels
-from components.sizing import size_platform
-from components.spec import PlatformSpec, parse_platform
-from infra.gke_foundation import build_gke_foundation, gke_pool_names
-from infra.mockengine import Evaluation, PlatformMocks, evaluate
-from infra.stackfile import load_stack
+from inferplane.components.gcp_labels import to_gcp_labels
+from inferplane.components.sizing import size_platform
+from inferplane.components.spec import PlatformSpec, parse_platform
+from inferplane.infra.gke_foundation import build_gke_foundation, gke_pool_names
+from inferplane.tool.mockengine import Evaluation, PlatformMocks, evaluate
+from inferplane.tool.stackfile import load_stack
 from tests.stacks import evaluate_shipped_stack
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent

@@ -13,15 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pulumi.errors import InputPropertyErrorDetails
 
-from components.catalog import INSTANCE_TYPES
-from components.gpu_node_group import (
+from inferplane.components.catalog import INSTANCE_TYPES
+from inferplane.components.gpu_node_group import (
     AL2023_LOCAL_NVME_USER_DATA,
     BOTTLEROCKET_LOCAL_NVME_USER_DATA,
     GpuNodeGroup,
     GpuNodeGroupArgs,
 )
-from components.sizing import PoolSizing
-from infra.mockengine import Evaluation, PlatformMocks, evaluate
+from inferplane.components.sizing import PoolSizing
+from inferplane.tool.mockengine import Evaluation, PlatformMocks, evaluate
 from tests.aws_fixtures import SUBNETS, TAGS, make_cluster, pool_sizing
 
 CA = "k8s.io/cluster-autoscaler"
@@ -363,7 +363,7 @@ def test_no_user_data_without_instance_storage() -> None:
 
 
 def test_a_node_group_without_an_autoscaling_group_is_an_error() -> None:
-    from components.gpu_node_group import _autoscaling_group_name
+    from inferplane.components.gpu_node_group import _autoscaling_group_name
 
     with pytest.raises(ValueError, match="EKS reported no Auto Scaling group for the node group"):
         _autoscaling_group_name([])

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.keda import (
+from inferplane.components.keda import (
     KEDA_CHART_VERSION,
     Keda,
     KedaArgs,
@@ -19,10 +19,10 @@ from components.keda import (
     autoscaling_policy,
     scaled_object_spec,
 )
-from components.metrics import ModelSeries
-from components.sizing import PlatformSizing, SizingResult, size_platform
-from infra.mockengine import PlatformMocks, evaluate
-from infra.stackfile import find_project_dir, load_stack
+from inferplane.components.metrics import ModelSeries
+from inferplane.components.sizing import PlatformSizing, SizingResult, size_platform
+from inferplane.tool.mockengine import PlatformMocks, evaluate
+from inferplane.tool.stackfile import find_project_dir, load_stack
 from tests.crds import errors, integral
 
 URL = "http://kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from components import metrics
-from components.metrics import ModelSeries
+from inferplane.components import metrics
+from inferplane.components.metrics import ModelSeries
 from tests.promtool import check_expressions
 
 VLLM = ModelSeries("llama-8b", "vllm", "models", "llama-8b-server")

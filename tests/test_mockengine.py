@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.mockengine import SECRET_PLACEHOLDER, PlatformMocks, evaluate
+from inferplane.tool.mockengine import SECRET_PLACEHOLDER, PlatformMocks, evaluate
 
 
 class _Box(pulumi.ComponentResource):
@@ -69,8 +69,8 @@ def test_unknown_inputs_are_recorded_apart_from_unset_ones_and_reach_the_pack_as
 
     from pulumi.runtime import rpc
 
-    from infra.analyzer import to_wire
-    from infra.mockengine import UNKNOWN_PLACEHOLDER
+    from inferplane.tool.analyzer import to_wire
+    from inferplane.tool.mockengine import UNKNOWN_PLACEHOLDER
 
     def program() -> None:
         loop = asyncio.get_event_loop()

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from components.metrics import SCRAPE_LABELS
-from components.monitoring import (
+from inferplane.components.metrics import SCRAPE_LABELS
+from inferplane.components.monitoring import (
     KUBE_PROMETHEUS_STACK_VERSION,
     MonitoringStack,
     MonitoringStackArgs,
@@ -17,9 +17,9 @@ from components.monitoring import (
     dcgm_pod_monitor_spec,
     prometheus_url,
 )
-from components.spec import ObservabilitySpec
-from infra.mockengine import PlatformMocks, evaluate
-from infra.stackfile import find_project_dir, load_stack
+from inferplane.components.spec import ObservabilitySpec
+from inferplane.tool.mockengine import PlatformMocks, evaluate
+from inferplane.tool.stackfile import find_project_dir, load_stack
 from tests.crds import errors, integral
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from components.network import Network, NetworkArgs, plan_subnets
-from infra.mockengine import Evaluation, PlatformMocks, evaluate
+from inferplane.components.network import Network, NetworkArgs, plan_subnets
+from inferplane.tool.mockengine import Evaluation, PlatformMocks, evaluate
 
 TAGS = {"team": "ml-platform", "environment": "dev"}
 

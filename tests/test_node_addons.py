@@ -8,8 +8,8 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
-from components.node_addons import (
+from inferplane.components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from inferplane.components.node_addons import (
     CLUSTER_AUTOSCALER_CHART,
     CLUSTER_AUTOSCALER_IMAGE_TAGS,
     DCGM_EXPORTER_CHART,
@@ -18,7 +18,7 @@ from components.node_addons import (
     NodeAddons,
     NodeAddonsArgs,
 )
-from infra.mockengine import Evaluation, PlatformMocks, evaluate
+from inferplane.tool.mockengine import Evaluation, PlatformMocks, evaluate
 from tests.aws_fixtures import SUBNETS, TAGS, make_cluster, pool_sizing
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

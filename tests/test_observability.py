@@ -12,11 +12,11 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components.sizing import size_platform
-from components.spec import PlatformSpec
-from infra.mockengine import Evaluation, PlatformMocks, evaluate
-from infra.observability import ServingTarget, build_observability
-from infra.stackfile import find_project_dir, load_stack
+from inferplane.components.sizing import size_platform
+from inferplane.components.spec import PlatformSpec
+from inferplane.infra.observability import ServingTarget, build_observability
+from inferplane.tool.mockengine import Evaluation, PlatformMocks, evaluate
+from inferplane.tool.stackfile import find_project_dir, load_stack
 from tests.crds import errors, integral
 from tests.promtool import run
 

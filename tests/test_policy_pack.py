@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pulumi.runtime import rpc
 
-from components.annotations import (
+from inferplane.components.annotations import (
     ENGINE,
     ENGINE_START_SECONDS,
     INSTANCE_TYPE,
@@ -25,9 +25,11 @@ from components.annotations import (
     TENSOR_PARALLEL_SIZE,
     serving_annotations,
 )
-from components.scheduling import GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
-from components.sizing import size_platform
-from infra.analyzer import (
+from inferplane.components.scheduling import GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
+from inferplane.components.sizing import size_platform
+from inferplane.policies.pack import POLICIES
+from inferplane.policies.serving import serving_settings, sizing_for
+from inferplane.tool.analyzer import (
     PolicyConfig,
     PolicyPackError,
     PolicyPackProcess,
@@ -36,10 +38,8 @@ from infra.analyzer import (
     parse_policy_pack_config,
     policy_config_path,
 )
-from infra.mockengine import Registration
-from infra.stackfile import find_project_dir, load_stack
-from policies.pack import POLICIES
-from policies.serving import serving_settings, sizing_for
+from inferplane.tool.mockengine import Registration
+from inferplane.tool.stackfile import find_project_dir, load_stack
 from tests.policy_plan import (
     DELETE,
     DIGEST,
@@ -963,7 +963,7 @@ def test_re_derived_settings_reproduce_the_stack_sizing(stack: str) -> None:
             f"--kv-cache-dtype={v.kv_cache_dtype}",
             *(["--quantization", v.quantization] if v.quantization else []),
         ]
-        from policies.base import Resource
+        from inferplane.policies.base import Resource
 
         resource = Resource(server.type, server.name, server.urn, inputs)
         result = sizing_for(serving_settings(resource))
@@ -978,7 +978,7 @@ def test_re_derived_settings_reproduce_the_stack_sizing(stack: str) -> None:
 
 
 def test_pack_is_launched_like_the_python_analyzer_shim() -> None:
-    from infra.analyzer import POLICY_PACK_DIR, policy_pack_command
+    from inferplane.tool.analyzer import POLICY_PACK_DIR, policy_pack_command
 
     command = policy_pack_command(POLICY_PACK_DIR, "127.0.0.1:1234")
     assert command[1:] == ["-u", "-m", "pulumi.policy", "127.0.0.1:1234", "."]
@@ -997,7 +997,7 @@ def test_pack_process_is_gone_after_the_context() -> None:
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_shipped_stack_passes_its_environments_mandatory_policies(pack: PolicyPackProcess, stack: str) -> None:
-    from infra.analyzer import check_stack
+    from inferplane.tool.analyzer import check_stack
 
     report = check_stack(stack, pack=pack)
     assert len(report.evaluated) >= 25
@@ -1008,7 +1008,7 @@ def test_type_tokens_are_the_sdks_tokens() -> None:
     import pulumi_aws as aws
     import pulumi_kubernetes as k8s
 
-    from policies.resource_types import TAGGABLE, T
+    from inferplane.policies.resource_types import TAGGABLE, T
 
     classes = {
         T.EKS_CLUSTER: aws.eks.Cluster,
@@ -1033,7 +1033,7 @@ def test_type_tokens_are_the_sdks_tokens() -> None:
         assert cls.pulumi_type == token  # type: ignore[attr-defined]
     assert aws.vpc.SecurityGroupIngressRule.pulumi_type == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"  # type: ignore[attr-defined]
     # CustomResources are typed kubernetes:<apiVersion>:<kind>: register them and read the type the engine sees.
-    from infra.mockengine import PlatformMocks, evaluate
+    from inferplane.tool.mockengine import PlatformMocks, evaluate
 
     def program() -> None:
         k8s.apiextensions.CustomResource("so", api_version="keda.sh/v1alpha1", kind="ScaledObject", spec={})
@@ -1047,7 +1047,7 @@ def test_type_tokens_are_the_sdks_tokens() -> None:
 
 
 def test_serving_annotations_round_trip_and_name_the_bad_key() -> None:
-    from components.annotations import AnnotationError, parse_serving_annotations
+    from inferplane.components.annotations import AnnotationError, parse_serving_annotations
     from tests.policy_plan import prod_llama
 
     sizing = prod_llama()
@@ -1062,7 +1062,7 @@ def test_serving_annotations_round_trip_and_name_the_bad_key() -> None:
 
 
 def test_a_pack_that_fails_to_start_is_reported_with_its_output(tmp_path: Any) -> None:
-    from infra.analyzer import PROJECT_DIR
+    from inferplane.tool.analyzer import PROJECT_DIR
 
     (tmp_path / "PulumiPolicy.yaml").write_text(
         f"runtime:\n  name: python\n  options:\n    virtualenv: {PROJECT_DIR / '.venv'}\n", encoding="utf-8"
@@ -1075,9 +1075,11 @@ def test_a_pack_that_fails_to_start_is_reported_with_its_output(tmp_path: Any) -
 
 
 def test_policy_runner_answers_with_the_previews_report() -> None:
-    """The offline preview's seam (``infra.preview.policy.policy_runner_for``) gets the preview's own types back."""
-    model = pytest.importorskip("infra.preview.model", reason="infra/preview (the offline preview) is not merged here")
-    from infra.analyzer import PROJECT_DIR, policy_runner
+    """The offline preview's seam (``policy_runner_for``) gets the preview's own types back."""
+    model = pytest.importorskip(
+        "inferplane.tool.preview.model", reason="tool/preview (the offline preview) is not merged here"
+    )
+    from inferplane.tool.analyzer import PROJECT_DIR, policy_runner
 
     stack = load_stack(PROJECT_DIR, "prod")
     plan = changed(happy_plan(), "cluster-key", at("enableKeyRotation", value=False))

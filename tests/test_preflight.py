@@ -28,14 +28,14 @@ from moto.servicequotas.exceptions import NoSuchResource
 from moto.servicequotas.models import servicequotas_backends
 from moto.ssm.models import Parameter, ssm_backends
 
-from components.catalog import ACCELERATORS, INSTANCE_TYPES
-from components.sizing import size_platform
-from components.spec import CapacityType, PlatformSpec, parse_platform
-from infra.cli import main
-from infra.preflight import AwsCaller, PreflightError, Report, boto3_client_for, iam_policy, run_preflight
-from infra.preflight.aws import ClientFor
-from infra.preflight.checks import ami_parameter, vcpu_quota_for
-from infra.preflight.registry import (
+from inferplane.components.catalog import ACCELERATORS, INSTANCE_TYPES
+from inferplane.components.sizing import size_platform
+from inferplane.components.spec import PLATFORM_KEY, CapacityType, PlatformSpec, parse_platform
+from inferplane.tool.cli import main
+from inferplane.tool.preflight import AwsCaller, PreflightError, Report, boto3_client_for, iam_policy, run_preflight
+from inferplane.tool.preflight.aws import ClientFor
+from inferplane.tool.preflight.checks import ami_parameter, vcpu_quota_for
+from inferplane.tool.preflight.registry import (
     ALL_SPECS,
     DESCRIBE_CAPACITY_RESERVATIONS,
     DESCRIBE_CLUSTER_VERSIONS,
@@ -46,7 +46,7 @@ from infra.preflight.registry import (
     ZONES,
     ApiCall,
 )
-from infra.stackfile import PLATFORM_KEY, read_config
+from inferplane.tool.stackfile import read_config
 from tests.conftest import PROJECT_DIR
 
 REGION = "us-east-1"

@@ -18,16 +18,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from infra.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED, build_parser
-from infra.cli import main as cli_main
-from infra.preview.command import preview_command
-from infra.preview.diff import diff_plans, diff_values, format_path
-from infra.preview.engine import evaluation_config, run_preview, size_stack
-from infra.preview.markdown import mermaid_diagram, render_markdown
-from infra.preview.model import Enforcement, Plan, PlanResource, PolicyInfo, Violation, load_plan
-from infra.preview.policy import PolicyReport, PolicyRunner, PolicySetupError, no_policies, policy_runner_for
-from infra.preview.replace_rules import effect_of
-from infra.stackfile import Stack, load_stack, stack_names
+from inferplane.tool.cli import build_parser
+from inferplane.tool.cli import main as cli_main
+from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.preview.command import preview_command
+from inferplane.tool.preview.diff import diff_plans, diff_values, format_path
+from inferplane.tool.preview.engine import evaluation_config, run_preview, size_stack
+from inferplane.tool.preview.markdown import mermaid_diagram, render_markdown
+from inferplane.tool.preview.model import Enforcement, Plan, PlanResource, PolicyInfo, Violation, load_plan
+from inferplane.tool.preview.policy import PolicyReport, PolicyRunner, PolicySetupError, no_policies, policy_runner_for
+from inferplane.tool.preview.replace_rules import effect_of
+from inferplane.tool.stackfile import Stack, load_stack, stack_names
 from tests.conftest import PROJECT_DIR
 from tests.preview_fixture import program as fixture_program
 
@@ -196,8 +197,9 @@ def test_the_plan_file_is_byte_identical_across_processes(tmp_path: Path) -> Non
     """Separate interpreters with different hash seeds write the same bytes (no hash(), no addresses, no time),
     for the real program with the policy pack's verdicts."""
     script = (
-        "import sys; from pathlib import Path; from infra.cli import build_parser; "
-        "from infra.preview.command import preview_command; from infra.program import main as program; "
+        "import sys; from pathlib import Path; from inferplane.tool.cli import build_parser; "
+        "from inferplane.tool.preview.command import preview_command; "
+        "from inferplane.infra.program import main as program; "
         "from rich.console import Console; import io; "
         "args = build_parser().parse_args(['preview', '--stack', 'prod', '--json', sys.argv[1]]); "
         "c = Console(file=io.StringIO()); sys.exit(preview_command(args, c, c, program=program))"
@@ -548,10 +550,12 @@ def test_the_policy_seam_is_empty_without_a_pack_and_refuses_a_pack_it_cannot_ru
     assert policy_runner_for(project) is no_policies
     (project / "policies").mkdir()
     (project / "policies" / "PulumiPolicy.yaml").write_text("runtime: python\n", encoding="utf-8")
-    assert policy_runner_for(project) is not no_policies  # infra.analyzer runs the pack
+    assert policy_runner_for(project) is not no_policies  # inferplane.tool.analyzer runs the pack
     # A pack whose driver cannot be imported is an error, never a silent pass (None in sys.modules fails import).
-    monkeypatch.setitem(sys.modules, "infra.analyzer", None)
-    with pytest.raises(PolicySetupError, match=r"policies/PulumiPolicy.yaml exists but infra.analyzer cannot be"):
+    monkeypatch.setitem(sys.modules, "inferplane.tool.analyzer", None)
+    with pytest.raises(
+        PolicySetupError, match=r"policies/PulumiPolicy.yaml exists but inferplane.tool.analyzer cannot be"
+    ):
         policy_runner_for(project)
 
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from components.catalog import get_instance_type
-from infra.mockengine import SECRET_PLACEHOLDER, Evaluation, Registration
-from infra.stackfile import load_stack
+from inferplane.components.catalog import get_instance_type
+from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, Registration
+from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
 from tests.stacks import evaluate_shipped_stack
 

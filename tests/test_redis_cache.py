@@ -13,10 +13,10 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.redis_cache import AUTH_TOKEN_LENGTH, ENGINE_VERSIONS, REDIS_PORT, RedisCache, RedisCacheArgs
-from infra.cache import build_cache
-from infra.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
-from infra.stackfile import load_stack
+from inferplane.components.redis_cache import AUTH_TOKEN_LENGTH, ENGINE_VERSIONS, REDIS_PORT, RedisCache, RedisCacheArgs
+from inferplane.infra.cache import build_cache
+from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
+from inferplane.tool.stackfile import load_stack
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 TAGS = {"team": "ml-platform", "cost-center": "ml-staging"}
@@ -262,10 +262,10 @@ def test_a_disabled_cache_builds_nothing() -> None:
 
 
 def test_build_cache_composes_with_the_aws_foundation() -> None:
-    """The call infra.program.build will make once the cache is wired: the foundation's VPC, private subnets and
+    """The call the program's ``build`` will make once the cache is wired: the foundation's VPC, private subnets and
     EKS cluster security group."""
-    from components.sizing import size_platform
-    from infra.aws_foundation import build_aws_foundation, platform_tags
+    from inferplane.components.sizing import size_platform
+    from inferplane.infra.aws_foundation import build_aws_foundation, platform_tags
 
     spec = load_stack(PROJECT_DIR, "staging").platform
 

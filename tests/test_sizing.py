@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
-from components.sizing import (
+from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
+from inferplane.components.sizing import (
     GIB,
     MAX_GPU_MEMORY_UTILIZATION,
     RUNTIME_RESERVE_BYTES_PER_GPU,
@@ -213,7 +213,7 @@ requests = st.builds(
 @settings(max_examples=150, deadline=None)
 @given(requests)
 def test_more_gpus_never_turn_a_fit_into_a_misfit(request: SizingRequest) -> None:
-    from components.sizing import tensor_parallel_candidates
+    from inferplane.components.sizing import tensor_parallel_candidates
 
     verdicts = [size(replace(request, tensor_parallel_size=tp)).fits for tp in tensor_parallel_candidates(request)]
     first_fit = verdicts.index(True) if True in verdicts else len(verdicts)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.spec import PlatformSpec, SpecError, parse_platform
-from infra.stackfile import PLATFORM_KEY, read_config
+from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError, parse_platform
+from inferplane.tool.stackfile import read_config
 from tests.conftest import PROJECT_DIR
 
 

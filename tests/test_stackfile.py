@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.stackfile import SecretValue, StackFileError, load_stack, read_config, stack_names
+from inferplane.tool.stackfile import SecretValue, StackFileError, load_stack, read_config, stack_names
 from tests.conftest import PROJECT_DIR
 
 
@@ -60,7 +60,7 @@ def test_malformed_stack_files_name_file_and_key(tmp_path: Path, yaml_text: str,
 
 
 def test_no_project_file(tmp_path: Path) -> None:
-    from infra.stackfile import find_project_dir
+    from inferplane.tool.stackfile import find_project_dir
 
     with pytest.raises(StackFileError, match=r"no Pulumi\.yaml here or in any parent directory"):
         find_project_dir(tmp_path)

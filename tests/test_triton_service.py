@@ -11,16 +11,16 @@ import textwrap
 import pulumi
 import pytest
 
-from components.sizing import size_platform
-from components.triton_config import model_repository, render
-from components.triton_service import (
+from inferplane.components.sizing import size_platform
+from inferplane.components.triton_config import model_repository, render
+from inferplane.components.triton_service import (
     TRITON_IMAGE,
     TritonTrtLlmService,
     TritonTrtLlmServiceArgs,
     engine_build_commands,
     engine_fingerprint,
 )
-from infra.mockengine import PlatformMocks, evaluate
+from inferplane.tool.mockengine import PlatformMocks, evaluate
 from tests.references import tritonclient_dir
 from tests.serving_support import container, evaluate_servers, stack_spec
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components import model_server as ms
-from components.annotations import serving_annotations
-from components.sizing import VllmSettings, size_platform
-from components.spec import PlatformSpec, SpeculativeDecodingSpec
-from components.vllm_service import VLLM_IMAGE, VLLM_TPU_IMAGE, VllmService, VllmServiceArgs, vllm_args
-from infra.mockengine import PlatformMocks, evaluate
+from inferplane.components import model_server as ms
+from inferplane.components.annotations import serving_annotations
+from inferplane.components.sizing import VllmSettings, size_platform
+from inferplane.components.spec import PlatformSpec, SpeculativeDecodingSpec
+from inferplane.components.vllm_service import VLLM_IMAGE, VLLM_TPU_IMAGE, VllmService, VllmServiceArgs, vllm_args
+from inferplane.tool.mockengine import PlatformMocks, evaluate
 from tests import vllm_cli
 from tests.references import vllm_definitions
 from tests.serving_support import container, evaluate_servers, spec_from, stack_spec

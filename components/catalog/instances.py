@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.catalog.accelerators import AcceleratorId
+from inferplane.components.catalog.accelerators import AcceleratorId
 
 Cloud = Literal["aws", "gcp"]
 QuotaFamily = Literal["P", "G", "TPU"]

@@ -7,7 +7,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.catalog.instances import Cloud
+from inferplane.components.catalog.instances import Cloud
 
 
 class CloudPrices(BaseModel):
@@ -32,7 +32,7 @@ class PriceBook(BaseModel):
 
 
 def _load() -> PriceBook:
-    text = resources.files("components.catalog").joinpath("prices.toml").read_text(encoding="utf-8")
+    text = resources.files("inferplane.components.catalog").joinpath("prices.toml").read_text(encoding="utf-8")
     return PriceBook.model_validate(tomllib.loads(text))
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from infra.preview.diff import PlanDiff
-from infra.preview.model import Plan, PlanResource
-from infra.preview.render import SYMBOLS, change_heading, cost_delta, property_line, summary_line, usd
+from inferplane.tool.preview.diff import PlanDiff
+from inferplane.tool.preview.model import Plan, PlanResource
+from inferplane.tool.preview.render import SYMBOLS, change_heading, cost_delta, property_line, summary_line, usd
 
 COMPONENT_PREFIX = "inferplane:index:"
 

@@ -1,7 +1,7 @@
 """Evaluating one stack offline: the stack's config as the ``pulumi`` CLI would set it, the real program under the
 mock engine, then the plan.
 
-Every evaluation runs on a fresh event loop and a reset Pulumi runtime (:func:`infra.mockengine.evaluate`), so
+Every evaluation runs on a fresh event loop and a reset Pulumi runtime (:func:`inferplane.tool.mockengine.evaluate`), so
 stacks evaluated one after another in the same process do not see each other's config, resources or exports.
 """
 
@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.sizing import PlatformSizing, size_platform
-from infra.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
-from infra.preview.model import Cost, Plan, PlanResource, plain_mapping, stack_urn, tree_order
-from infra.preview.policy import PolicyReport, PolicyRunner, no_policies
-from infra.program import SECRET_CONFIG_KEYS
-from infra.program import main as program_main
-from infra.stackfile import SecretValue, Stack
+from inferplane.components.sizing import PlatformSizing, size_platform
+from inferplane.infra.program import SECRET_CONFIG_KEYS
+from inferplane.infra.program import main as program_main
+from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
+from inferplane.tool.preview.model import Cost, Plan, PlanResource, plain_mapping, stack_urn, tree_order
+from inferplane.tool.preview.policy import PolicyReport, PolicyRunner, no_policies
+from inferplane.tool.stackfile import SecretValue, Stack
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def evaluation_config(stack: Stack) -> EvaluationConfig:
     ``secure:`` values cannot be decrypted offline (no passphrase or KMS key is at hand): each becomes the
     ``[secret]`` placeholder and its key is marked secret, as the CLI marks it, so the program's
     ``require_secret`` gets a secret ``Output``. Secrets the program requires that the stack lacks
-    (``infra.program.SECRET_CONFIG_KEYS``) get the same placeholder, with a note saying so.
+    (``inferplane.infra.program.SECRET_CONFIG_KEYS``) get the same placeholder, with a note saying so.
     """
     values: dict[str, Any] = {}
     secret_keys: list[str] = []
@@ -164,5 +164,5 @@ def build_plan(
 
 
 def size_stack(stack: Stack) -> PlatformSizing:
-    """The sizing the program itself computes (``infra.program.build`` calls the same function)."""
+    """The sizing the program itself computes (``inferplane.infra.program.build`` calls the same function)."""
     return size_platform(stack.platform)

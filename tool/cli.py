@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import get_args
 
 from rich.console import Console
-from rich.table import Table
 
-from components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
-from components.sizing import GIB, PlatformSizing, SizingRequest, SizingResult, size, size_platform
-from components.spec import KvCacheDtype, SpecError, WeightsDtype, parse_platform
-from infra.preflight import (
+from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
+from inferplane.components.sizing import SizingRequest, size, size_platform
+from inferplane.components.spec import PLATFORM_KEY, KvCacheDtype, SpecError, WeightsDtype, parse_platform
+from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.preflight import (
     AwsCaller,
     PreflightError,
     boto3_client_for,
@@ -31,120 +31,8 @@ from infra.preflight import (
     report_json,
     run_preflight,
 )
-from infra.stackfile import PLATFORM_KEY, InvalidSpecError, StackFileError, find_project_dir, load_stack
-
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_INVALID = 2
-EXIT_FAILED = 3
-
-
-def _gib(value: float) -> str:
-    return f"{value / GIB:,.1f} GiB"
-
-
-def _usd(value: float | None) -> str:
-    return "unknown" if value is None else f"${value:,.2f}"
-
-
-def render_result(console: Console, result: SizingResult) -> None:
-    """A readable table for one sizing result."""
-    table = Table(title=f"{result.model} on {result.accelerator}", show_header=False, title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    rows = [
-        ("fits", "[green]yes[/green]" if result.fits else "[red]no[/red]"),
-        ("tensor parallel", str(result.tensor_parallel_size)),
-        ("weights", f"{_gib(result.weights_bytes)} ({result.weights_dtype})"),
-        ("KV cache per token", f"{result.kv_cache_bytes_per_token:,} bytes ({result.kv_cache_dtype})"),
-        ("KV cache required", f"{_gib(result.kv_cache_bytes_required)} ({result.context} x {result.concurrency})"),
-        ("usable memory", f"{_gib(result.usable_bytes)} at {result.gpu_memory_utilization}"),
-        ("runtime reserve", _gib(result.reserve_bytes)),
-        ("KV pool", _gib(result.kv_pool_bytes)),
-        ("max sequences at context", str(result.max_concurrent_sequences)),
-        ("decode estimate", f"{result.decode_tokens_per_second:,.0f} tokens/s, {result.decode_step_ms} ms/step"),
-        ("cold start", f"{result.cold_start_seconds:,.0f} s (fetch {result.weights_fetch_seconds:,.0f} s)"),
-    ]
-    for what, value in rows:
-        table.add_row(what, value)
-    console.print(table)
-    if not result.fits:
-        console.print(f"[red]refused:[/red] {result.reason}")
-        for alternative in result.alternatives:
-            console.print(f"  - {alternative}")
-        return
-    flags = result.vllm
-    console.print(
-        "vLLM: "
-        f"--tensor-parallel-size {flags.tensor_parallel_size} --max-model-len {flags.max_model_len} "
-        f"--max-num-seqs {flags.max_num_seqs} --max-num-batched-tokens {flags.max_num_batched_tokens} "
-        f"--gpu-memory-utilization {flags.gpu_memory_utilization} --kv-cache-dtype {flags.kv_cache_dtype} "
-        f"--dtype {flags.dtype}" + (f" --quantization {flags.quantization}" if flags.quantization else "")
-    )
-    trt = result.trtllm
-    console.print(
-        f"TensorRT-LLM: tp {trt.tensor_parallel}, max_batch_size {trt.max_batch_size}, max_input_len "
-        f"{trt.max_input_len}, max_seq_len {trt.max_seq_len}, kv_cache_free_gpu_mem_fraction "
-        f"{trt.kv_cache_free_gpu_mem_fraction}"
-    )
-
-
-def sizing_table(plan: PlatformSizing) -> Table:
-    """The per-model sizing table the preview and ``size --stack`` print."""
-    table = Table(title="Sizing", title_justify="left")
-    for column in (
-        "model",
-        "pool",
-        "accelerator",
-        "TP",
-        "fits",
-        "max seqs",
-        "decode tok/s",
-        "cold start",
-        "$/h min",
-        "$/h max",
-    ):
-        table.add_column(column)
-    for d in plan.deployments:
-        r = d.result
-        table.add_row(
-            d.name,
-            d.pool,
-            f"{r.accelerator} ({d.instance_type})",
-            str(r.tensor_parallel_size),
-            "[green]yes[/green]" if r.fits else "[red]no[/red]",
-            str(r.max_concurrent_sequences),
-            f"{r.decode_tokens_per_second:,.0f}",
-            f"{r.cold_start_seconds:,.0f} s",
-            _usd(d.hourly_usd_min),
-            _usd(d.hourly_usd_max),
-        )
-    return table
-
-
-def render_platform(console: Console, plan: PlatformSizing) -> None:
-    """Sizing table, pool table, totals and problems."""
-    console.print(sizing_table(plan))
-    pools = Table(title="Pools", title_justify="left")
-    for column in ("pool", "instance", "nodes min", "nodes max", "$/node-h", "$/h min", "$/h max"):
-        pools.add_column(column)
-    for p in plan.pools:
-        pools.add_row(
-            p.name,
-            p.instance_type,
-            str(p.min_nodes),
-            str(p.max_nodes),
-            _usd(p.node_hourly_usd),
-            _usd(p.hourly_usd_min),
-            _usd(p.hourly_usd_max),
-        )
-    console.print(pools)
-    console.print(
-        f"{plan.environment}: {plan.total_gpus_max} accelerators at max scale, "
-        f"{_usd(plan.hourly_usd_min)}/h at min, {_usd(plan.hourly_usd_max)}/h at max (on-demand)"
-    )
-    for problem in plan.problems:
-        console.print(f"[red]refused:[/red] {problem}")
+from inferplane.tool.sizing_report import render_platform, render_result
+from inferplane.tool.stackfile import InvalidSpecError, StackFileError, find_project_dir, load_stack
 
 
 def _size_stack(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -213,8 +101,8 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _preview(args: argparse.Namespace, out: Console, err: Console) -> int:
-    # Imported here: the preview engine renders with this module's sizing tables and exit codes.
-    from infra.preview.command import preview_command  # noqa: PLC0415
+    # Imported here: the preview loads the Pulumi SDK and the providers, which `size` and `preflight` never need.
+    from inferplane.tool.preview.command import preview_command  # noqa: PLC0415
 
     return preview_command(args, out, err)
 

@@ -3,7 +3,7 @@
 A :class:`PolicyRunner` is any callable that takes the plan's resources and the stack and returns every policy it
 evaluated plus the violations it found. The preview puts both lists in the plan, prints them, and exits 1 on a
 mandatory violation. Without ``policies/PulumiPolicy.yaml`` there is no pack and :func:`no_policies` answers with
-two empty lists. With one, :func:`policy_runner_for` asks ``infra.analyzer`` (the CrossGuard pack driven over
+two empty lists. With one, :func:`policy_runner_for` asks ``inferplane.tool.analyzer`` (the CrossGuard pack driven over
 Pulumi's Analyzer gRPC protocol) for the runner: that module exposes ``policy_runner(project_dir) -> PolicyRunner``.
 """
 
@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from infra.preview.model import PlanResource, PolicyInfo, Violation
-from infra.stackfile import Stack
+from inferplane.tool.preview.model import PlanResource, PolicyInfo, Violation
+from inferplane.tool.stackfile import Stack
 
 POLICY_PACK_FILE = Path("policies") / "PulumiPolicy.yaml"
 """Where a CrossGuard pack declares itself, relative to the project directory."""
 
-ANALYZER_MODULE = "infra.analyzer"
+ANALYZER_MODULE = "inferplane.tool.analyzer"
 """The module that runs the pack; it exposes ``policy_runner(project_dir: Path) -> PolicyRunner``."""
 
 
@@ -51,7 +51,7 @@ def no_policies(resources: Sequence[PlanResource], stack: Stack) -> PolicyReport
 
 
 def policy_runner_for(project_dir: Path) -> PolicyRunner:
-    """The project's runner: :func:`no_policies` without a pack, else the one ``infra.analyzer`` provides.
+    """The project's runner: :func:`no_policies` without a pack, else the one ``inferplane.tool.analyzer`` provides.
 
     A pack that exists but cannot be run is an error, never a silent pass.
     """

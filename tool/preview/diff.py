@@ -2,7 +2,7 @@
 
 Resources are matched by URN (as the engine matches them). Inputs are compared recursively; each difference is a
 :class:`PropertyChange` at a nested path (``scalingConfig.maxSize``, ``instanceTypes[0]``,
-``tags["cost-center"]``) whose effect comes from :mod:`infra.preview.replace_rules`. A resource is replaced when
+``tags["cost-center"]``) whose effect comes from :mod:`.replace_rules`. A resource is replaced when
 any change replaces it, or when its provider changes.
 """
 
@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from infra.preview.model import Cost, Plan, PlanResource
-from infra.preview.replace_rules import Effect, effect_of
+from inferplane.tool.preview.model import Cost, Plan, PlanResource
+from inferplane.tool.preview.replace_rules import Effect, effect_of
 
 Operation = Literal["create", "delete", "update", "replace", "same"]
 ChangeKind = Literal["add", "delete", "update"]

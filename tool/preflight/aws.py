@@ -1,7 +1,7 @@
 """The one door to AWS: registered calls only, and every failure turned into a sentence.
 
 Checks never touch boto3 directly. :meth:`AwsCaller.call` looks the call up in the check's registry entry
-(:mod:`infra.preflight.registry`), makes it, and turns botocore's failures into exceptions whose ``str()`` is the
+(:mod:`~.registry`), makes it, and turns botocore's failures into exceptions whose ``str()`` is the
 one-line message a person reads:
 
 * :class:`PreflightError`: nothing can be checked (no credentials, credentials refused, endpoint unreachable);
@@ -30,7 +30,7 @@ from botocore.exceptions import (
     ProfileNotFound,
 )
 
-from infra.preflight.registry import ApiCall, CheckSpec
+from inferplane.tool.preflight.registry import ApiCall, CheckSpec
 
 ClientFor = Callable[[ApiCall], BaseClient]
 """Hands out the client a registered call is made with (tests route single calls to stubbed clients)."""

@@ -1,6 +1,6 @@
 """The one registry of what preflight asks AWS: check -> API calls -> IAM actions.
 
-Every AWS call preflight makes goes through :class:`infra.preflight.aws.AwsCaller`, which refuses a call that its
+Every AWS call preflight makes goes through :class:`~.aws.AwsCaller`, which refuses a call that its
 check did not declare here. The IAM policy (:func:`iam_policy`) and the "permission missing" messages are both
 derived from this table, so the policy can never drift from the calls.
 

@@ -16,17 +16,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-from infra.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED, render_platform
-from infra.preview.diff import PlanDiff, creation_diff, diff_plans
-from infra.preview.engine import PreviewResult, run_preview, size_stack
-from infra.preview.markdown import render_markdown
-from infra.preview.model import PlanFileError, load_plan
-from infra.preview.policy import PolicyRunner, PolicySetupError, policy_runner_for
-from infra.preview.render import render_preview
-from infra.program import main as program_main
-from infra.stackfile import find_project_dir, load_stack
+from inferplane.infra.program import main as program_main
+from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.preview.diff import PlanDiff, creation_diff, diff_plans
+from inferplane.tool.preview.engine import PreviewResult, run_preview, size_stack
+from inferplane.tool.preview.markdown import render_markdown
+from inferplane.tool.preview.model import PlanFileError, load_plan
+from inferplane.tool.preview.policy import PolicyRunner, PolicySetupError, policy_runner_for
+from inferplane.tool.preview.render import render_preview
+from inferplane.tool.sizing_report import render_platform
+from inferplane.tool.stackfile import find_project_dir, load_stack
 
-_TOOL_FILES = ("infra/mockengine.py", "infra/preview/")
+_TOOL_FILES = ("tool/mockengine.py", "tool/preview/")
 """The preview's own machinery: not the program, so left out of a failed program's traceback."""
 
 

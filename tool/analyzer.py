@@ -53,7 +53,7 @@ from pulumi.runtime.proto import (
     engine_pb2_grpc,
 )
 
-from infra.mockengine import SECRET_PLACEHOLDER, UNKNOWN_PLACEHOLDER
+from inferplane.tool.mockengine import SECRET_PLACEHOLDER, UNKNOWN_PLACEHOLDER
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 POLICY_PACK_DIR = PROJECT_DIR / "policies"
@@ -87,7 +87,7 @@ _SEVERITY: dict[int, str] = {
 
 
 class PlanResource(Protocol):
-    """What the pack needs of a planned resource (``infra.mockengine.Registration`` has all of it)."""
+    """What the pack needs of a planned resource (``inferplane.tool.mockengine.Registration`` has all of it)."""
 
     @property
     def urn(self) -> str: ...
@@ -170,7 +170,7 @@ class PolicyReport:
 
 def to_wire(value: Any) -> Any:
     """A plan value as the engine marshals it: ``[unknown]`` as the unknown sentinel, ``[secret]`` as a secret
-    (the placeholders :mod:`infra.mockengine` records them as)."""
+    (the placeholders :mod:`inferplane.tool.mockengine` records them as)."""
     if isinstance(value, Unknown) or value == UNKNOWN_PLACEHOLDER:
         return rpc.UNKNOWN
     if value == SECRET_PLACEHOLDER:
@@ -631,8 +631,8 @@ def run_policy_pack(
 ) -> PolicyReport:
     """Start the pack, configure it with the environment's config file, evaluate the plan, stop the pack.
 
-    ``resources`` are the plan's resources in registration order (``infra.mockengine.Registration`` or anything
-    with urn, type, name, parent, provider, protect, dependencies and camelCase inputs).
+    ``resources`` are the plan's resources in registration order (:class:`~inferplane.tool.mockengine.Registration` or
+    anything with urn, type, name, parent, provider, protect, dependencies and camelCase inputs).
     """
     config = load_policy_pack_config(config_file or policy_config_path(environment, pack_dir))
     with PolicyPackProcess.start(pack_dir, project=project, stack=stack) as pack:
@@ -671,9 +671,9 @@ class StackPlan:
 
 
 def plan_stack(stack: str, project_dir: Path | None = None) -> StackPlan:
-    """Evaluate ``stacks/Pulumi.<stack>.yaml`` with the program under :class:`infra.mockengine.PlatformMocks`."""
-    from infra.preview.engine import evaluate_stack  # noqa: PLC0415 - keep importing this module light
-    from infra.stackfile import find_project_dir, load_stack  # noqa: PLC0415
+    """Evaluate ``stacks/Pulumi.<stack>.yaml`` with the program under the mock engine (``PlatformMocks``)."""
+    from inferplane.tool.preview.engine import evaluate_stack  # noqa: PLC0415 - keep importing this module light
+    from inferplane.tool.stackfile import find_project_dir, load_stack  # noqa: PLC0415
 
     loaded = load_stack(project_dir or find_project_dir(), stack)
     evaluation, _ = evaluate_stack(loaded)
@@ -707,7 +707,7 @@ def check_stack(stack: str, project_dir: Path | None = None, pack: PolicyPackPro
 
 
 def policy_runner(project_dir: Path) -> Any:
-    """The offline preview's policy runner (``infra.preview.policy.PolicyRunner``) for ``project_dir``'s pack.
+    """The offline preview's policy runner (``inferplane.tool.preview.policy.PolicyRunner``) for ``project_dir``'s pack.
 
     ``runner(resources, stack)`` starts ``<project_dir>/policies`` as the engine does, configures it with
     ``policies/config/<environment>.json`` for the stack's environment, evaluates the plan's resources (inputs to
@@ -717,9 +717,9 @@ def policy_runner(project_dir: Path) -> Any:
     pack_dir = project_dir / "policies"
 
     def run(resources: Sequence[Any], stack: Any) -> Any:
-        # The preview's models live in infra.preview (a sibling package); import them where they are needed.
-        model = importlib.import_module("infra.preview.model")
-        seam = importlib.import_module("infra.preview.policy")
+        # The preview's models live in inferplane.tool.preview (a sibling package); import them where they are needed.
+        model = importlib.import_module("inferplane.tool.preview.model")
+        seam = importlib.import_module("inferplane.tool.preview.policy")
         outputs = {r.urn: r.outputs for r in resources if getattr(r, "outputs", None)}
         report = run_policy_pack(
             resources,

@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from infra.preflight.checks import Report, Status
-from infra.preflight.registry import CHECKS
+from inferplane.tool.preflight.checks import Report, Status
+from inferplane.tool.preflight.registry import CHECKS
 
 _STYLE: dict[Status, str] = {"pass": "green", "warn": "yellow", "fail": "red"}
 

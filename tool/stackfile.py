@@ -14,10 +14,7 @@ from typing import Any
 
 import yaml
 
-from components.spec import PlatformSpec, SpecError, parse_platform
-
-PLATFORM_KEY = "inferplane:platform"
-REGION_KEY = "aws:region"
+from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError, parse_platform
 
 
 class StackFileError(Exception):

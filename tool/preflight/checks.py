@@ -1,10 +1,10 @@
 """The checks: what the stack needs from the account, asked of AWS before ``pulumi up`` half-fails.
 
 Each check reads the validated spec and its sizing (the same ``size_platform`` the preview prints), asks AWS only
-through :class:`~infra.preflight.aws.AwsCaller` with the calls its registry entry declares, and returns
+through :class:`~inferplane.tool.preflight.aws.AwsCaller` with the calls its registry entry declares, and returns
 :class:`Finding` rows: ``pass``, ``warn`` or ``fail``, each with the figures behind the verdict. A denied or failed
 call becomes a ``fail`` row naming the permission or the error; it never stops the other checks. Only a problem no
-check can get past (no credentials, no endpoint) raises :class:`~infra.preflight.aws.PreflightError`.
+check can get past (no credentials, no endpoint) raises :class:`~inferplane.tool.preflight.aws.PreflightError`.
 
 GKE pools (instance types of cloud ``gcp``) are outside this AWS preflight and reported as skipped.
 """
@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.catalog import INSTANCE_TYPES, InstanceType, get_accelerator
-from components.sizing import PlatformSizing, PoolSizing
-from components.spec import AmiFamily, CapacityType, PlatformSpec, PoolSpec
-from infra.preflight.aws import ApiCallError, AwsCaller, CallUnavailableError
-from infra.preflight.registry import (
+from inferplane.components.catalog import INSTANCE_TYPES, InstanceType, get_accelerator
+from inferplane.components.sizing import PlatformSizing, PoolSizing
+from inferplane.components.spec import AmiFamily, CapacityType, PlatformSpec, PoolSpec
+from inferplane.tool.preflight.aws import ApiCallError, AwsCaller, CallUnavailableError
+from inferplane.tool.preflight.registry import (
     ACCELERATED_AMI,
     ACCELERATOR_FACTS,
     CAPACITY_BLOCK,

@@ -14,10 +14,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from components.sizing import PlatformSizing
-from infra.cli import render_platform
-from infra.preview.diff import Operation, PlanDiff, PropertyChange, ResourceChange
-from infra.preview.model import Cost, Plan, PlanResource, stack_urn
+from inferplane.components.sizing import PlatformSizing
+from inferplane.tool.preview.diff import Operation, PlanDiff, PropertyChange, ResourceChange
+from inferplane.tool.preview.model import Cost, Plan, PlanResource, stack_urn
+from inferplane.tool.sizing_report import render_platform
 
 SYMBOLS: dict[Operation, str] = {"create": "+", "delete": "-", "update": "~", "replace": "+-", "same": " "}
 """Pulumi's operation symbols."""

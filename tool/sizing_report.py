@@ -1,0 +1,116 @@
+"""Sizing as tables for a terminal: one model on one accelerator, or a whole platform (``size`` and ``preview``)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from inferplane.components.sizing import GIB, PlatformSizing, SizingResult
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.1f} GiB"
+
+
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.2f}"
+
+
+def render_result(console: Console, result: SizingResult) -> None:
+    """A readable table for one sizing result."""
+    table = Table(title=f"{result.model} on {result.accelerator}", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    rows = [
+        ("fits", "[green]yes[/green]" if result.fits else "[red]no[/red]"),
+        ("tensor parallel", str(result.tensor_parallel_size)),
+        ("weights", f"{_gib(result.weights_bytes)} ({result.weights_dtype})"),
+        ("KV cache per token", f"{result.kv_cache_bytes_per_token:,} bytes ({result.kv_cache_dtype})"),
+        ("KV cache required", f"{_gib(result.kv_cache_bytes_required)} ({result.context} x {result.concurrency})"),
+        ("usable memory", f"{_gib(result.usable_bytes)} at {result.gpu_memory_utilization}"),
+        ("runtime reserve", _gib(result.reserve_bytes)),
+        ("KV pool", _gib(result.kv_pool_bytes)),
+        ("max sequences at context", str(result.max_concurrent_sequences)),
+        ("decode estimate", f"{result.decode_tokens_per_second:,.0f} tokens/s, {result.decode_step_ms} ms/step"),
+        ("cold start", f"{result.cold_start_seconds:,.0f} s (fetch {result.weights_fetch_seconds:,.0f} s)"),
+    ]
+    for what, value in rows:
+        table.add_row(what, value)
+    console.print(table)
+    if not result.fits:
+        console.print(f"[red]refused:[/red] {result.reason}")
+        for alternative in result.alternatives:
+            console.print(f"  - {alternative}")
+        return
+    flags = result.vllm
+    console.print(
+        "vLLM: "
+        f"--tensor-parallel-size {flags.tensor_parallel_size} --max-model-len {flags.max_model_len} "
+        f"--max-num-seqs {flags.max_num_seqs} --max-num-batched-tokens {flags.max_num_batched_tokens} "
+        f"--gpu-memory-utilization {flags.gpu_memory_utilization} --kv-cache-dtype {flags.kv_cache_dtype} "
+        f"--dtype {flags.dtype}" + (f" --quantization {flags.quantization}" if flags.quantization else "")
+    )
+    trt = result.trtllm
+    console.print(
+        f"TensorRT-LLM: tp {trt.tensor_parallel}, max_batch_size {trt.max_batch_size}, max_input_len "
+        f"{trt.max_input_len}, max_seq_len {trt.max_seq_len}, kv_cache_free_gpu_mem_fraction "
+        f"{trt.kv_cache_free_gpu_mem_fraction}"
+    )
+
+
+def sizing_table(plan: PlatformSizing) -> Table:
+    """The per-model sizing table the preview and ``size --stack`` print."""
+    table = Table(title="Sizing", title_justify="left")
+    for column in (
+        "model",
+        "pool",
+        "accelerator",
+        "TP",
+        "fits",
+        "max seqs",
+        "decode tok/s",
+        "cold start",
+        "$/h min",
+        "$/h max",
+    ):
+        table.add_column(column)
+    for d in plan.deployments:
+        r = d.result
+        table.add_row(
+            d.name,
+            d.pool,
+            f"{r.accelerator} ({d.instance_type})",
+            str(r.tensor_parallel_size),
+            "[green]yes[/green]" if r.fits else "[red]no[/red]",
+            str(r.max_concurrent_sequences),
+            f"{r.decode_tokens_per_second:,.0f}",
+            f"{r.cold_start_seconds:,.0f} s",
+            _usd(d.hourly_usd_min),
+            _usd(d.hourly_usd_max),
+        )
+    return table
+
+
+def render_platform(console: Console, plan: PlatformSizing) -> None:
+    """Sizing table, pool table, totals and problems."""
+    console.print(sizing_table(plan))
+    pools = Table(title="Pools", title_justify="left")
+    for column in ("pool", "instance", "nodes min", "nodes max", "$/node-h", "$/h min", "$/h max"):
+        pools.add_column(column)
+    for p in plan.pools:
+        pools.add_row(
+            p.name,
+            p.instance_type,
+            str(p.min_nodes),
+            str(p.max_nodes),
+            _usd(p.node_hourly_usd),
+            _usd(p.hourly_usd_min),
+            _usd(p.hourly_usd_max),
+        )
+    console.print(pools)
+    console.print(
+        f"{plan.environment}: {plan.total_gpus_max} accelerators at max scale, "
+        f"{_usd(plan.hourly_usd_min)}/h at min, {_usd(plan.hourly_usd_max)}/h at max (on-demand)"
+    )
+    for problem in plan.problems:
+        console.print(f"[red]refused:[/red] {problem}")
