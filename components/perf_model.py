@@ -153,7 +153,9 @@ def _weights_read_bytes(replica: Replica, tokens: float) -> float:
     return shared + touched * expert_bytes
 
 
-def step_time(replica: Replica, decode_seqs: float, prefill_tokens: float, mean_context: float, input_tokens: int) -> Step:
+def step_time(
+    replica: Replica, decode_seqs: float, prefill_tokens: float, mean_context: float, input_tokens: int
+) -> Step:
     """Duration of one step running ``decode_seqs`` decodes and ``prefill_tokens`` prompt tokens."""
     model = replica.model
     acc = replica.accelerator
@@ -210,7 +212,11 @@ def saturation(replica: Replica, workload: Workload) -> Saturation:
     batch, capacity = max_batch(replica, workload)
     if batch < 1:
         return Saturation(
-            batch=0, output_tokens_per_second=0.0, requests_per_second=0.0, itl_ms=math.inf, capacity=capacity,
+            batch=0,
+            output_tokens_per_second=0.0,
+            requests_per_second=0.0,
+            itl_ms=math.inf,
+            capacity=capacity,
             limit="bandwidth",
         )
     prefill = batch * workload.input_tokens / workload.output_tokens
@@ -268,8 +274,14 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
     stable = batch >= 1 and offered < batch
     if not stable:
         return Latency(
-            requests_per_second=rate, concurrency=float(batch), ttft_mean_ms=math.inf, ttft_p95_ms=math.inf,
-            itl_mean_ms=step.seconds * 1000, itl_p95_ms=itl_p95 * 1000, limit=step.limit, stable=False,
+            requests_per_second=rate,
+            concurrency=float(batch),
+            ttft_mean_ms=math.inf,
+            ttft_p95_ms=math.inf,
+            itl_mean_ms=step.seconds * 1000,
+            itl_p95_ms=itl_p95 * 1000,
+            limit=step.limit,
+            stable=False,
         )
     waits = _erlang_c(batch, offered)
     drain = batch / service - rate  # rate at which the queue empties
