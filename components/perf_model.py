@@ -302,6 +302,7 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
 def trtllm_kv_capacity_tokens(
     model: ModelArchitecture,
     accelerator: Accelerator,
+    *,
     tensor_parallel_size: int,
     weights_dtype: WeightsDtype,
     kv_cache_dtype: KvCacheDtype,

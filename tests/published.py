@@ -101,7 +101,12 @@ def replica_for(row: Published) -> perf_model.Replica:
     model = get_model(row.model)
     accelerator = get_accelerator(row.accelerator)
     capacity = perf_model.trtllm_kv_capacity_tokens(
-        model, accelerator, row.gpus, row.weights_dtype, row.kv_cache_dtype, TRTLLM_BENCH_KV_FRACTION
+        model,
+        accelerator,
+        tensor_parallel_size=row.gpus,
+        weights_dtype=row.weights_dtype,
+        kv_cache_dtype=row.kv_cache_dtype,
+        free_fraction=TRTLLM_BENCH_KV_FRACTION,
     )
     return perf_model.Replica(
         model=model,
