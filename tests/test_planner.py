@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferplane.components import perf_model
-from inferplane.components.catalog import get_instance_type, get_model, hourly_price
+from inferplane.components.catalog import get_accelerator, get_instance_type, get_model, hourly_price
 from inferplane.components.keda import target_waiting_per_replica
 from inferplane.components.planner import (
     Evaluation,
@@ -80,12 +80,12 @@ def _brute_force_cheapest(workload: Workload) -> float | None:
                 continue
             for replicas in range(1, MAX_REPLICAS_TRIED + 1):
                 latency = perf_model.at_rate(replica, mix, workload.requests_per_second / replicas)
-                if latency.stable and latency.ttft_p95_ms <= workload.ttft_p95_ms:
-                    if latency.itl_p95_ms <= workload.itl_p95_ms:
-                        nodes = math.ceil(replicas * config.tensor_parallel_size / host.accelerators_per_node)
-                        cost = round(nodes * price, 4)
-                        best = cost if best is None else min(best, cost)
-                        break
+                ttft_ok = latency.ttft_p95_ms <= workload.ttft_p95_ms
+                if latency.stable and ttft_ok and latency.itl_p95_ms <= workload.itl_p95_ms:
+                    nodes = math.ceil(replicas * config.tensor_parallel_size / host.accelerators_per_node)
+                    cost = round(nodes * price, 4)
+                    best = cost if best is None else min(best, cost)
+                    break
     return best
 
 
@@ -122,7 +122,7 @@ def test_first_candidate_is_the_brute_force_cheapest_and_none_misses(
             SizingRequest(
                 model=workload.model,
                 model_label=workload.model_label,
-                accelerator=get_accelerator_for(c.accelerator),
+                accelerator=get_accelerator(c.accelerator),
                 accelerators_per_node=instance.accelerators_per_node,
                 weights_dtype=c.weights_dtype,
                 kv_cache_dtype=c.kv_cache_dtype,
@@ -137,12 +137,6 @@ def test_first_candidate_is_the_brute_force_cheapest_and_none_misses(
         assert c.ttft_p95_ms <= ttft + 0.05 and c.itl_p95_ms <= itl + 0.005
         assert c.max_context >= input_tokens + output_tokens
         assert c.weights_dtype in FILTERS.weights_dtypes
-
-
-def get_accelerator_for(accelerator: str) -> Any:
-    from inferplane.components.catalog import get_accelerator  # noqa: PLC0415
-
-    return get_accelerator(accelerator)
 
 
 def test_only_allowed_precisions_are_used() -> None:
@@ -223,7 +217,7 @@ def test_size_json_adds_throughput_and_single_stream_itl(capsys: pytest.CaptureF
     assert out["fits"] is True and out["vllm"]["max_num_seqs"] == 32
     replica = perf_model.Replica(
         model=get_model("llama-3.1-8b"),
-        accelerator=get_accelerator_for("h100-80gb"),
+        accelerator=get_accelerator("h100-80gb"),
         tensor_parallel_size=1,
         weights_dtype="bf16",
         kv_cache_dtype="auto",
