@@ -150,7 +150,7 @@ def _weights_read_bytes(replica: Replica, tokens: float) -> float:
     shared = total - model.experts * expert_bytes
     # Each token picks k of E experts; the chance an expert is untouched by n tokens is (1 - k/E)^n.
     touched = model.experts * (1 - (1 - model.experts_per_token / model.experts) ** max(tokens, 1.0))
-    return shared + touched * expert_bytes
+    return float(shared + touched * expert_bytes)
 
 
 def step_time(
@@ -167,7 +167,7 @@ def step_time(
     linear_s = tokens * 2 * model.decode_parameters / tp / (_peak_flops(replica) * COMPUTE_EFFICIENCY)
     # Attention, a separate kernel: reads every decoding sequence's KV cache; computes in 16 bits.
     kv_s = decode_seqs * mean_context * replica.kv_bytes_per_token / bandwidth
-    attention_flops = 4 * model.layers * model.attention_heads * model.head_dim
+    attention_flops = float(4 * model.layers * model.attention_heads * model.head_dim)
     attention_flops *= decode_seqs * mean_context + prefill_tokens * input_tokens / 2
     attention_s = attention_flops / tp / (acc.bf16_dense_tflops * 1e12 * COMPUTE_EFFICIENCY)
     comm_s = 0.0

@@ -212,7 +212,7 @@ def _entries(args: argparse.Namespace, workload: Workload, c: Candidate) -> tupl
     return pool, deployment
 
 
-def _problems(config: dict[str, Any], region: str | None, pool: dict[str, Any], model: dict[str, Any]) -> list[str]:
+def _problems(config: dict[str, Any], region: str, pool: dict[str, Any], model: dict[str, Any]) -> list[str]:
     platform = json.loads(json.dumps(config[PLATFORM_KEY]))
     platform.setdefault("pools", []).append(pool)
     platform.setdefault("models", []).append(model)
@@ -229,11 +229,11 @@ def _write_stack(
     project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
     stack = load_stack(project_dir, args.write_stack)
     _, path, config = read_config(project_dir, args.write_stack)
-    region = config.get("aws:region")
+    region = stack.platform.region
     skipped: list[str] = []
     for c in result.candidates:
         pool, deployment = _entries(args, workload, c)
-        problems = _problems(config, region if isinstance(region, str) else None, pool, deployment)
+        problems = _problems(config, region, pool, deployment)
         if problems:
             skipped.append(f"{c.accelerator} {c.instance_type} TP {c.tensor_parallel_size}: {problems[0]}")
             continue
