@@ -40,6 +40,7 @@ from inferplane.components.sizing import (
     INTERCONNECT_EFFICIENCY,
     MEMORY_BANDWIDTH_EFFICIENCY,
     RUNTIME_RESERVE_BYTES_PER_GPU,
+    SizingResult,
     kv_cache_bytes_per_token,
     kv_element_bytes,
     weights_bytes,
@@ -84,6 +85,24 @@ class Replica:
         element = kv_element_bytes(self.model, self.kv_cache_dtype, self.weights_dtype)
         replication = max(self.model.kv_heads, self.tensor_parallel_size) / self.model.kv_heads
         return int(kv_cache_bytes_per_token(self.model, element) * replication)
+
+
+def replica_from_sizing(
+    sizing: SizingResult, model: ModelArchitecture, accelerator: Accelerator, engine: Engine
+) -> Replica:
+    """The replica a sizing configures: its TP, precisions, batch (``concurrency``), step budget and KV pool."""
+    per_token = sizing.kv_cache_bytes_per_token * sizing.kv_head_replication
+    return Replica(
+        model=model,
+        accelerator=accelerator,
+        tensor_parallel_size=sizing.tensor_parallel_size,
+        weights_dtype=sizing.weights_dtype,
+        kv_cache_dtype=sizing.kv_cache_dtype,
+        engine=engine,
+        max_num_seqs=sizing.concurrency,
+        max_num_batched_tokens=sizing.max_num_batched_tokens,
+        kv_capacity_tokens=max(int(sizing.kv_pool_bytes // per_token), 0),
+    )
 
 
 @dataclass(frozen=True)

@@ -167,18 +167,7 @@ def _sizing_request(workload: Workload, config: Configuration, concurrency: int)
 
 def replica_model(workload: Workload, config: Configuration, sizing: SizingResult) -> perf_model.Replica:
     """The performance model's replica for a sized configuration (batch slots = the sizing's concurrency)."""
-    per_token = sizing.kv_cache_bytes_per_token * sizing.kv_head_replication
-    return perf_model.Replica(
-        model=workload.model,
-        accelerator=config.accelerator,
-        tensor_parallel_size=config.tensor_parallel_size,
-        weights_dtype=config.weights_dtype,
-        kv_cache_dtype=config.kv_cache_dtype,
-        engine=config.engine,
-        max_num_seqs=sizing.concurrency,
-        max_num_batched_tokens=sizing.max_num_batched_tokens,
-        kv_capacity_tokens=max(int(sizing.kv_pool_bytes // per_token), 0),
-    )
+    return perf_model.replica_from_sizing(sizing, workload.model, config.accelerator, config.engine)
 
 
 def _mix(workload: Workload) -> perf_model.Workload:

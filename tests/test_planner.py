@@ -273,3 +273,10 @@ def test_write_stack_names_the_limit_and_writes_nothing(tmp_path: Path, capsys: 
     assert "stacks/Pulumi.dev.yaml refuses every candidate" in err
     assert "l40s-48gb is not allowed in dev" in err
     assert stack_file.read_text(encoding="utf-8") == before
+
+
+def test_size_refuses_tensorrt_llm_on_a_tpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["size", "--model", "qwen2.5-7b", "--accelerator", "tpu-v5e", "--engine", "triton"]) == EXIT_INVALID
+    assert capsys.readouterr().err.strip() == (
+        "inferplane size: --engine triton (TensorRT-LLM) serves NVIDIA GPUs, not tpu-v5e"
+    )

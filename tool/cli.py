@@ -65,6 +65,9 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     if accelerator.vendor == "google" and (args.weights_dtype != "bf16" or args.kv_cache_dtype not in ("auto", "bf16")):
         err.print(f"inferplane size: {accelerator.id} serves bf16 weights and KV cache")
         return EXIT_INVALID
+    if accelerator.vendor == "google" and args.engine == "triton":
+        err.print(f"inferplane size: --engine triton (TensorRT-LLM) serves NVIDIA GPUs, not {accelerator.id}")
+        return EXIT_INVALID
     if not 0.5 <= args.gpu_memory_utilization <= 0.93:
         err.print("inferplane size: --gpu-memory-utilization must be within 0.5 and 0.93")
         return EXIT_INVALID

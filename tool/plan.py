@@ -148,18 +148,7 @@ def size_performance(
     args: argparse.Namespace, model: ModelArchitecture, accelerator: Accelerator, result: SizingResult
 ) -> dict[str, float]:
     """``max_output_tokens_per_second`` (one replica at saturation for the mix) and ``single_stream_itl_ms``."""
-    per_token = result.kv_cache_bytes_per_token * result.kv_head_replication
-    replica = perf_model.Replica(
-        model=model,
-        accelerator=accelerator,
-        tensor_parallel_size=result.tensor_parallel_size,
-        weights_dtype=result.weights_dtype,
-        kv_cache_dtype=result.kv_cache_dtype,
-        engine=cast(Engine, args.engine),
-        max_num_seqs=result.concurrency,
-        max_num_batched_tokens=result.max_num_batched_tokens,
-        kv_capacity_tokens=max(int(result.kv_pool_bytes // per_token), 0),
-    )
+    replica = perf_model.replica_from_sizing(result, model, accelerator, cast(Engine, args.engine))
     mix = perf_model.Workload(input_tokens=args.input_tokens, output_tokens=args.output_tokens)
     return {
         "max_output_tokens_per_second": round(perf_model.saturation(replica, mix).output_tokens_per_second, 1),
