@@ -51,12 +51,15 @@ Limit = Literal["bandwidth", "compute", "interconnect"]
 Capacity = Literal["kv-capacity", "max-num-seqs", "token-budget"]
 
 ALLREDUCE_LATENCY_SECONDS = 10e-6
-"""Fixed cost of one small all-reduce inside a node (NCCL's low-latency protocol over NVLink or PCIe is of the
-order of 10 us per call; it is what keeps TP from scaling single-stream decode linearly)."""
+"""Fixed cost of one small all-reduce inside a node: an order-of-magnitude estimate for NCCL's low-latency
+protocol over NVLink or PCIe (not a measured figure). It is what keeps TP from scaling single-stream decode
+linearly."""
 
 KERNEL_OVERHEAD_SECONDS_PER_LAYER = 20e-6
 """Launch, ramp-up and tail of the ~10 kernels a transformer layer runs per step (a few us each, even replayed
-from a CUDA graph): what keeps a small batch from reaching the bandwidth roofline exactly."""
+from a CUDA graph): what keeps a small batch from reaching the bandwidth roofline exactly. An estimate: one
+constant for every model and GPU, not fitted per benchmark row; the published single-stream ITLs in
+``tests/data/published_benchmarks.csv`` sit 0.5-5 ms above the pure bandwidth term, of this order."""
 
 TAIL_SHARE = 0.05
 """p95: the share of steps (or requests) allowed above the reported figure."""

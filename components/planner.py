@@ -42,8 +42,8 @@ CONTEXT_GRANULE = 1024
 """Context is rounded up to a multiple of this, so a stack's ``max_context`` reads as a round number."""
 
 MAX_BATCH_SLOTS = 1024
-"""Most batch slots the planner configures (vLLM's ``--max-num-seqs`` default is 256 or 1024 by device; the
-stack schema allows up to 4096)."""
+"""Most batch slots the planner configures: vLLM's own ``--max-num-seqs`` default for GPUs of 70 GiB or more
+other than the A100 (``vllm/engine/arg_utils.py`` ``get_batch_defaults``: 1024; 256 on smaller GPUs)."""
 
 BISECTION_STEPS = 30
 
