@@ -280,3 +280,15 @@ def test_size_refuses_tensorrt_llm_on_a_tpu(capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().err.strip() == (
         "inferplane size: --engine triton (TensorRT-LLM) serves NVIDIA GPUs, not tpu-v5e"
     )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (["--input-tokens", "131000"], "inferplane plan: --input-tokens + --output-tokens exceed the 131072 tokens"),
+        (["--peak-requests-per-second", "1"], "inferplane plan: --peak-requests-per-second is below"),
+    ],
+)
+def test_plan_invalid_input_exits_2(capsys: pytest.CaptureFixture[str], changes: list[str], message: str) -> None:
+    assert main([*PLAN, *changes]) == EXIT_INVALID
+    assert capsys.readouterr().err.startswith(message)
