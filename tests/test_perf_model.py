@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 import pytest
 
 from inferplane.components import perf_model
-from inferplane.components.catalog import get_accelerator, get_model
+from inferplane.components.catalog import ModelArchitecture, get_accelerator, get_model
 from inferplane.components.sizing import MEMORY_BANDWIDTH_EFFICIENCY, weights_bytes
 from tests.published import compare, load, median_abs_error
 
@@ -99,3 +99,25 @@ def test_tensor_parallelism_pays_for_its_all_reduces() -> None:
     one = perf_model.single_stream_itl_ms(_replica("llama-3.3-70b", "h200-141gb"), mix)
     two = perf_model.single_stream_itl_ms(_replica("llama-3.3-70b", "h200-141gb", tensor_parallel_size=2), mix)
     assert one / 2 < two < one
+
+
+def test_mixtral_expert_arithmetic() -> None:
+    mixtral = get_model("mixtral-8x7b")
+    expert = mixtral.expert_parameters
+    shared = mixtral.parameters - 8 * expert
+    assert expert == (46_702_792_704 - 12_879_921_152) // 6
+    assert shared + 2 * expert == pytest.approx(mixtral.active_parameters, abs=6)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"experts": 8}, "experts and experts_per_token go together"),
+        ({"experts": 8, "experts_per_token": 2}, "needs active_parameters"),
+        ({"experts": 2, "experts_per_token": 4, "active_parameters": 1}, "experts_per_token exceeds experts"),
+    ],
+)
+def test_a_mixture_of_experts_needs_consistent_fields(changes: dict[str, int], message: str) -> None:
+    base = get_model("llama-3.1-8b").model_dump()
+    with pytest.raises(ValueError, match=message):
+        ModelArchitecture.model_validate({**base, **changes})
