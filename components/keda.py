@@ -67,6 +67,11 @@ class AutoscalingPolicy(BaseModel):
     fallback_replicas: int = Field(ge=1, description="Replicas held when Prometheus cannot be read.")
 
 
+def target_waiting_per_replica(batch: int) -> int:
+    """The trigger threshold for an engine running ``batch`` sequences (``QUEUE_TARGET_FRACTION`` of it, >= 1)."""
+    return max(1, math.floor(batch * QUEUE_TARGET_FRACTION))
+
+
 def autoscaling_policy(
     sizing: SizingResult,
     *,
@@ -97,7 +102,7 @@ def autoscaling_policy(
         max_replicas=max_replicas,
         # KEDA: idleReplicaCount must be below minReplicaCount; with a minimum of 0 KEDA scales to zero by itself.
         idle_replicas=0 if scale_to_zero and min_replicas > 0 else None,
-        target_waiting_per_replica=max(1, math.floor(batch * QUEUE_TARGET_FRACTION)),
+        target_waiting_per_replica=target_waiting_per_replica(batch),
         activation_waiting=0,
         polling_interval_seconds=scrape_interval_seconds,
         scale_down_window_seconds=window,

@@ -20,6 +20,7 @@ from rich.console import Console
 from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
 from inferplane.components.sizing import SizingRequest, size, size_platform
 from inferplane.components.spec import PLATFORM_KEY, KvCacheDtype, SpecError, WeightsDtype, parse_platform
+from inferplane.tool import plan as plan_cmd
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.preflight import (
     AwsCaller,
@@ -64,6 +65,9 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     if accelerator.vendor == "google" and (args.weights_dtype != "bf16" or args.kv_cache_dtype not in ("auto", "bf16")):
         err.print(f"inferplane size: {accelerator.id} serves bf16 weights and KV cache")
         return EXIT_INVALID
+    if accelerator.vendor == "google" and args.engine == "triton":
+        err.print(f"inferplane size: --engine triton (TensorRT-LLM) serves NVIDIA GPUs, not {accelerator.id}")
+        return EXIT_INVALID
     if not 0.5 <= args.gpu_memory_utilization <= 0.93:
         err.print("inferplane size: --gpu-memory-utilization must be within 0.5 and 0.93")
         return EXIT_INVALID
@@ -93,10 +97,12 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
         result = next((r for r in tried if r.fits), tried[-1])
     else:
         result = size(request)
+    performance = plan_cmd.size_performance(args, model, accelerator, result)
     if args.json:
-        out.print_json(json.dumps(result.model_dump(mode="json"), sort_keys=True))
+        out.print_json(json.dumps({**result.model_dump(mode="json"), **performance}, sort_keys=True))
     else:
         render_result(out, result)
+        plan_cmd.render_performance(out, args, performance)
     return EXIT_OK if result.fits else EXIT_REFUSED
 
 
@@ -166,8 +172,17 @@ def build_parser() -> argparse.ArgumentParser:
     size_cmd.add_argument("--context", type=_positive, default=8192, help="max context, tokens (default 8192)")
     size_cmd.add_argument("--concurrency", type=_positive, default=32, help="concurrent sequences (default 32)")
     size_cmd.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    size_cmd.add_argument(
+        "--input-tokens", type=_positive, default=1000, help="prompt tokens of the mix (default 1000)"
+    )
+    size_cmd.add_argument(
+        "--output-tokens", type=_positive, default=1000, help="output tokens of the mix (default 1000)"
+    )
+    size_cmd.add_argument("--engine", choices=["vllm", "triton"], default="vllm", help="triton = TensorRT-LLM")
     size_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     size_cmd.set_defaults(handler=lambda a, o, e: _size_stack(a, o, e) if a.stack else _size_model(a, o, e))
+
+    plan_cmd.add_parser(sub)
 
     preview_cmd = sub.add_parser("preview", help="the offline plan of one stack: tree, sizing, cost, policies, diff")
     preview_cmd.add_argument("--stack", required=True, help="evaluate stacks/Pulumi.<stack>.yaml")

@@ -28,6 +28,12 @@ class ModelArchitecture(BaseModel):
     active_parameters: int | None = Field(
         default=None, gt=0, description="Parameters read per token for a mixture of experts; None for dense models."
     )
+    experts: int | None = Field(
+        default=None, gt=1, description="``num_local_experts`` of a mixture of experts; None for dense models."
+    )
+    experts_per_token: int | None = Field(
+        default=None, gt=0, description="``num_experts_per_tok``: experts each token is routed to; None when dense."
+    )
     layers: int = Field(gt=0, description="``num_hidden_layers``.")
     attention_heads: int = Field(gt=0, description="``num_attention_heads``; tensor parallelism must divide it.")
     kv_heads: int = Field(gt=0, description="``num_key_value_heads`` (grouped-query attention).")
@@ -51,6 +57,12 @@ class ModelArchitecture(BaseModel):
             raise ValueError("sliding_window_layers is set but sliding_window is not")
         if self.active_parameters is not None and self.active_parameters > self.parameters:
             raise ValueError("active_parameters exceeds parameters")
+        if (self.experts is None) != (self.experts_per_token is None):
+            raise ValueError("experts and experts_per_token go together")
+        if self.experts is not None and self.active_parameters is None:
+            raise ValueError("a mixture of experts (experts set) needs active_parameters")
+        if self.experts is not None and self.experts_per_token is not None and self.experts_per_token > self.experts:
+            raise ValueError("experts_per_token exceeds experts")
         return self
 
     @property
@@ -58,6 +70,16 @@ class ModelArchitecture(BaseModel):
         """Parameters in the input embedding and the LM head (one matrix when tied)."""
         matrices = 1 if self.tie_word_embeddings else 2
         return matrices * self.vocab_size * self.hidden_size
+
+    @property
+    def expert_parameters(self) -> int:
+        """Parameters in one expert of every layer together (0 for a dense model).
+
+        total = shared + E x e and active = shared + k x e, so e = (total - active) / (E - k).
+        """
+        if self.experts is None or self.experts_per_token is None or self.active_parameters is None:
+            return 0
+        return (self.parameters - self.active_parameters) // (self.experts - self.experts_per_token)
 
     @property
     def decode_parameters(self) -> int:
@@ -156,6 +178,8 @@ MODELS: dict[str, ModelArchitecture] = {
         hf_repo="mistralai/Mixtral-8x7B-Instruct-v0.1",
         parameters=46_702_792_704,
         active_parameters=12_879_921_152,
+        experts=8,
+        experts_per_token=2,
         layers=32,
         attention_heads=32,
         kv_heads=8,
@@ -163,7 +187,8 @@ MODELS: dict[str, ModelArchitecture] = {
         hidden_size=4096,
         vocab_size=32000,
         max_context=32768,
-        source=f"mistralai/Mixtral-8x7B-Instruct-v0.1 {_CONFIG}; 46.7B total / 12.9B active (Mistral announcement)",
+        source=f"mistralai/Mixtral-8x7B-Instruct-v0.1 {_CONFIG}; 46.7B total / 12.9B active (Mistral announcement); "
+        "num_local_experts 8, num_experts_per_tok 2",
     ),
     "deepseek-r1-distill-llama-70b": ModelArchitecture(
         hf_repo="deepseek-ai/DeepSeek-R1-Distill-Llama-70B",
