@@ -19,14 +19,17 @@ import subprocess
 import sys
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
+from pulumi.provider.experimental.util import camel_case
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from rich.console import Console
 
 from inferplane.components.spec import PlatformSpec
+from inferplane.tool.exitcodes import EXIT_OK, EXIT_REFUSED
 
 PACKAGE_NAME = "inferplane"
 """The Pulumi package name: type tokens are ``inferplane:index:<Component>``."""
@@ -93,6 +96,10 @@ class _Generator:
             items = get_args(hint)
             if len(items) != 2 or items[1] is not Ellipsis:
                 raise ValueError(f"{model.__name__}.{field}: only tuple[X, ...] maps to a list")
+            if get_origin(_unannotated(items[0])) is Literal:
+                # The SDK's Construct maps a list whose items are a named type as objects, turning enum strings into
+                # {} (pulumi 3.272, ComponentProvider.map_input_properties): lists of choices stay strings.
+                return "list[str]"
             return f"list[{self.annotation(items[0], model, field)}]"
         if origin is dict:
             key, value = get_args(hint)
@@ -110,8 +117,12 @@ class _Generator:
         lines = [f"class {name}(TypedDict):", _docstring(_doc(model), "    "), ""]
         for field, info in model.model_fields.items():
             lines.append(f"    {field}: {self.field_annotation(info, model, field)}")
-            if info.description:
-                lines.append(_docstring(info.description, "    "))
+            description = info.description or ""
+            choices = _list_choices(info.annotation)
+            if choices:
+                description = f"{description} Each one of: {', '.join(choices)}.".strip()
+            if description:
+                lines.append(_docstring(description, "    "))
         if model is PlatformSpec:
             for field, annotation, description in EXTRA_PLATFORM_INPUTS:
                 lines.append(f"    {field}: {annotation}")
@@ -128,12 +139,25 @@ class _Generator:
         blocks = []
         for name in self.order:
             if name in self.enums:
-                members = "\n".join(f'    {_member(v)} = "{v}"' for v in self.enums[name])
+                # A docstring per member: without one the SDK writes "description": null, which the package
+                # metaschema refuses (an enum value's description must be a string).
+                members = "\n".join(f'    {_member(v)} = "{v}"\n    """``{v}``."""' for v in self.enums[name])
                 values = ", ".join(self.enums[name])
                 blocks.append(f'class {name}(StrEnum):\n    """One of: {values}."""\n\n{members}')
             else:
                 blocks.append(self.classes[name])
         return "\n\n\n".join(blocks)
+
+
+def _list_choices(hint: Any) -> tuple[str, ...]:
+    """The values of a ``tuple[Literal[...], ...]`` field (a list of choices), else nothing."""
+    if get_origin(hint) is tuple and get_origin(_unannotated(get_args(hint)[0])) is Literal:
+        return tuple(str(v) for v in get_args(_unannotated(get_args(hint)[0])))
+    return ()
+
+
+def _unannotated(hint: Any) -> Any:
+    return get_args(hint)[0] if get_origin(hint) is Annotated else hint
 
 
 def _pascal(name: str) -> str:
@@ -176,6 +200,34 @@ def generate_args_module() -> str:
     return f"{HEADER}\n\n{generator.render()}\n"
 
 
+def schema_inputs(raw: Mapping[str, Any], model: type[BaseModel] = PlatformSpec) -> dict[str, Any]:
+    """A spec in stack-file form (snake_case keys, as under ``inferplane:platform``) as the component's inputs
+    (the schema's camelCase names). Keys of map fields (``tags``) are data and stay as they are."""
+    inputs: dict[str, Any] = {}
+    for key, value in raw.items():
+        info = model.model_fields.get(key)
+        nested = _model_of(info.annotation) if info is not None else None
+        if nested is not None and isinstance(value, Mapping):
+            inputs[camel_case(key)] = schema_inputs(value, nested)
+        elif nested is not None and isinstance(value, (list, tuple)):
+            inputs[camel_case(key)] = [schema_inputs(v, nested) if isinstance(v, Mapping) else v for v in value]
+        else:
+            inputs[camel_case(key)] = value
+    return inputs
+
+
+def _model_of(hint: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds, directly, optionally or as a tuple's items; ``None`` for anything else."""
+    if isinstance(hint, type) and issubclass(hint, BaseModel):
+        return hint
+    if get_origin(hint) in (typing.Union, types.UnionType, tuple):
+        for arg in get_args(hint):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
 def package_schema(version: str | None = None) -> dict[str, Any]:
     """The package schema Pulumi's SDK infers from the hosted components (``version`` omitted when ``None``)."""
     from pulumi.provider.experimental.component import ComponentProvider  # noqa: PLC0415 - loads the Pulumi SDK
@@ -214,6 +266,22 @@ def stale() -> list[str]:
     if not SCHEMA_FILE.is_file() or SCHEMA_FILE.read_text() != render_schema(package_schema()):
         problems.append(str(SCHEMA_FILE))
     return problems
+
+
+def schema_command(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``inferplane schema``: print the package schema (as ``GetSchema`` answers), or ``--write`` / ``--check`` the
+    committed ``args.py`` and ``schema.json``."""
+    if args.write:
+        return write(sys.stdout)
+    if args.check:
+        problems = stale()
+        for path in problems:
+            err.print(f"inferplane schema: {path} is stale; run `inferplane schema --write`", markup=False)
+        return EXIT_REFUSED if problems else EXIT_OK
+    from inferplane import __version__  # noqa: PLC0415
+
+    out.file.write(render_schema(package_schema(__version__)))
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

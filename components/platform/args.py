@@ -16,25 +16,20 @@ class Environment(StrEnum):
     """One of: dev, staging, prod."""
 
     DEV = "dev"
+    """``dev``."""
     STAGING = "staging"
+    """``staging``."""
     PROD = "prod"
+    """``prod``."""
 
 
 class EndpointAccess(StrEnum):
     """One of: private, public_and_private."""
 
     PRIVATE = "private"
+    """``private``."""
     PUBLIC_AND_PRIVATE = "public_and_private"
-
-
-class ControlPlaneLog(StrEnum):
-    """One of: api, audit, authenticator, controllerManager, scheduler."""
-
-    API = "api"
-    AUDIT = "audit"
-    AUTHENTICATOR = "authenticator"
-    CONTROLLER_MANAGER = "controllerManager"
-    SCHEDULER = "scheduler"
+    """``public_and_private``."""
 
 
 class ClusterArgs(TypedDict):
@@ -46,8 +41,8 @@ class ClusterArgs(TypedDict):
     """``private``: the API server is reachable only inside the VPC (prod). ``public_and_private``: also from ``public_access_cidrs``."""
     public_access_cidrs: NotRequired[list[str]]
     """CIDRs allowed to reach a public endpoint; required when the endpoint is public."""
-    log_types: NotRequired[list[ControlPlaneLog]]
-    """Control-plane log types sent to CloudWatch."""
+    log_types: NotRequired[list[str]]
+    """Control-plane log types sent to CloudWatch. Each one of: api, audit, authenticator, controllerManager, scheduler."""
     system_instance_type: NotRequired[str]
     """Instance type of the system node group."""
     system_nodes: NotRequired[int]
@@ -58,27 +53,39 @@ class AcceleratorId(StrEnum):
     """One of: h100-80gb, h200-141gb, l40s-48gb, l4-24gb, a10g-24gb, a100-80gb, tpu-v5e."""
 
     H100_80GB = "h100-80gb"
+    """``h100-80gb``."""
     H200_141GB = "h200-141gb"
+    """``h200-141gb``."""
     L40S_48GB = "l40s-48gb"
+    """``l40s-48gb``."""
     L4_24GB = "l4-24gb"
+    """``l4-24gb``."""
     A10G_24GB = "a10g-24gb"
+    """``a10g-24gb``."""
     A100_80GB = "a100-80gb"
+    """``a100-80gb``."""
     TPU_V5E = "tpu-v5e"
+    """``tpu-v5e``."""
 
 
 class CapacityType(StrEnum):
     """One of: on_demand, spot, capacity_block."""
 
     ON_DEMAND = "on_demand"
+    """``on_demand``."""
     SPOT = "spot"
+    """``spot``."""
     CAPACITY_BLOCK = "capacity_block"
+    """``capacity_block``."""
 
 
 class AmiFamily(StrEnum):
     """One of: al2023, bottlerocket."""
 
     AL2023 = "al2023"
+    """``al2023``."""
     BOTTLEROCKET = "bottlerocket"
+    """``bottlerocket``."""
 
 
 class PoolArgs(TypedDict):
@@ -112,7 +119,9 @@ class NativeDtype(StrEnum):
     """One of: bf16, fp16."""
 
     BF16 = "bf16"
+    """``bf16``."""
     FP16 = "fp16"
+    """``fp16``."""
 
 
 class ModelArchitectureArgs(TypedDict):
@@ -154,34 +163,48 @@ class Engine(StrEnum):
     """One of: vllm, triton."""
 
     VLLM = "vllm"
+    """``vllm``."""
     TRITON = "triton"
+    """``triton``."""
 
 
 class WeightsDtype(StrEnum):
     """One of: bf16, fp16, fp8, int4."""
 
     BF16 = "bf16"
+    """``bf16``."""
     FP16 = "fp16"
+    """``fp16``."""
     FP8 = "fp8"
+    """``fp8``."""
     INT4 = "int4"
+    """``int4``."""
 
 
 class KvCacheDtype(StrEnum):
     """One of: auto, bf16, fp16, fp8."""
 
     AUTO = "auto"
+    """``auto``."""
     BF16 = "bf16"
+    """``bf16``."""
     FP16 = "fp16"
+    """``fp16``."""
     FP8 = "fp8"
+    """``fp8``."""
 
 
 class SpeculativeMethod(StrEnum):
     """One of: ngram, draft_model, eagle, eagle3."""
 
     NGRAM = "ngram"
+    """``ngram``."""
     DRAFT_MODEL = "draft_model"
+    """``draft_model``."""
     EAGLE = "eagle"
+    """``eagle``."""
     EAGLE3 = "eagle3"
+    """``eagle3``."""
 
 
 class SpeculativeDecodingArgs(TypedDict):
@@ -255,7 +278,9 @@ class CacheEngine(StrEnum):
     """One of: valkey, redis."""
 
     VALKEY = "valkey"
+    """``valkey``."""
     REDIS = "redis"
+    """``redis``."""
 
 
 class CacheArgs(TypedDict):
@@ -281,7 +306,9 @@ class GatewayAuth(StrEnum):
     """One of: api_key, oidc."""
 
     API_KEY = "api_key"
+    """``api_key``."""
     OIDC = "oidc"
+    """``oidc``."""
 
 
 class RateLimitArgs(TypedDict):
@@ -337,8 +364,8 @@ class LimitsArgs(TypedDict):
     """Accelerators across all pools at max scale."""
     max_hourly_cost_usd: float
     """On-demand USD per hour at max scale."""
-    allowed_accelerators: list[AcceleratorId]
-    """Accelerators pools may use."""
+    allowed_accelerators: list[str]
+    """Accelerators pools may use. Each one of: h100-80gb, h200-141gb, l40s-48gb, l4-24gb, a10g-24gb, a100-80gb, tpu-v5e."""
     max_context: NotRequired[int]
     """Longest max_context any deployment may serve."""
     allow_spot: NotRequired[bool]

@@ -1,0 +1,224 @@
+"""The multi-language package: the schema the SDK infers for ``inferplane:index:Platform``, and the provider the
+engine starts from ``PulumiPlugin.yaml`` answering ``GetSchema`` and ``Construct``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pulumi
+import pytest
+import yaml
+from google.protobuf import empty_pb2, struct_pb2
+from pulumi.provider.experimental.util import camel_case
+from pulumi.runtime.proto import provider_pb2
+from pydantic import BaseModel
+
+from inferplane import __version__
+from inferplane.components.platform import Platform
+from inferplane.components.platform.component import PLATFORM_TYPE, platform_spec, schema_path
+from inferplane.components.spec import PlatformSpec
+from inferplane.tool.cli import main as cli_main
+from inferplane.tool.mockengine import Registration
+from inferplane.tool.schema import SCHEMA_FILE, generate_args_module, package_schema, schema_inputs, stale
+from inferplane.tool.stackfile import load_stack
+from tests.conftest import PROJECT_DIR, SHARED_DIR
+from tests.provider_host import ProviderProcess, provider_process, secret
+from tests.stacks import evaluate_shipped_stack
+
+METASCHEMA = SHARED_DIR / "schemas" / "pulumi" / "package-metaschema.json"
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    return package_schema(__version__)
+
+
+def test_committed_args_and_schema_are_what_the_spec_generates() -> None:
+    assert stale() == [], "the spec changed: run `inferplane schema --write` and commit args.py and schema.json"
+
+
+def test_cli_check_and_print(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["schema", "--check"]) == 0
+    assert cli_main(["schema"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["version"] == __version__
+    assert {k: v for k, v in printed.items() if k != "version"} == json.loads(SCHEMA_FILE.read_text())
+
+
+def test_schema_validates_against_pulumis_package_metaschema(schema: dict[str, Any]) -> None:
+    if not METASCHEMA.is_file():
+        pytest.skip(f"Pulumi's package metaschema not present at {METASCHEMA} (../shared exists in the workplace and CI)")
+    # The metaschema's patterns are ECMA-262 regexes; Python spells their named groups (?P<name>...).
+    metaschema = json.loads(re.sub(r"\(\?<([A-Za-z]\w*)>", r"(?P<\1>", METASCHEMA.read_text()))
+    jsonschema.validate(schema, metaschema, cls=jsonschema.validators.validator_for(metaschema))
+    assert schema["name"] == "inferplane"
+    assert list(schema["resources"]) == [PLATFORM_TYPE]
+    assert schema["resources"][PLATFORM_TYPE]["isComponent"] is True
+
+
+def _models(model: type[BaseModel], seen: dict[str, type[BaseModel]]) -> dict[str, type[BaseModel]]:
+    from inferplane.tool.schema import _model_of, _type_name
+
+    seen[_type_name(model)] = model
+    for info in model.model_fields.values():
+        nested = _model_of(info.annotation)
+        if nested is not None and _type_name(nested) not in seen:
+            _models(nested, seen)
+    return seen
+
+
+def test_every_spec_field_is_an_input_property_with_its_required_ness(schema: dict[str, Any]) -> None:
+    """The schema's inputs are the pydantic spec's fields (camelCase), required exactly where the spec requires."""
+    platform = schema["resources"][PLATFORM_TYPE]
+    spec_fields = {camel_case(f) for f in PlatformSpec.model_fields}
+    assert set(platform["inputProperties"]) == spec_fields | {"hfToken"}
+    required = {camel_case(f) for f, info in PlatformSpec.model_fields.items() if info.is_required()}
+    assert set(platform["requiredInputs"]) == required | {"hfToken"}
+    assert platform["inputProperties"]["hfToken"].get("plain") is None  # an Input: a secret output may be passed
+    models = _models(PlatformSpec, {})
+    objects = {token for token, t in schema["types"].items() if t["type"] == "object"}
+    assert objects == {f"inferplane:index:{name}" for name in models if name != "PlatformArgs"}
+    for name, model in models.items():
+        if model is PlatformSpec:
+            continue
+        type_ = schema["types"][f"inferplane:index:{name}"]
+        assert set(type_["properties"]) == {camel_case(f) for f in model.model_fields}, name
+        required = {camel_case(f) for f, info in model.model_fields.items() if info.is_required()}
+        assert set(type_.get("required", [])) == required, name
+        for field, info in model.model_fields.items():
+            description = type_["properties"][camel_case(field)].get("description")
+            assert info.description is not None and description.startswith(info.description), (name, field)
+
+
+def test_literal_fields_become_enums_with_the_spec_values(schema: dict[str, Any]) -> None:
+    pool = schema["types"]["inferplane:index:PoolArgs"]["properties"]
+    assert pool["capacityType"]["$ref"] == "#/types/inferplane:index:CapacityType"
+    values = [e["value"] for e in schema["types"]["inferplane:index:CapacityType"]["enum"]]
+    assert values == ["on_demand", "spot", "capacity_block"]
+
+
+def test_a_generated_module_that_drifts_from_the_spec_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferplane.components import spec as spec_module
+
+    current = generate_args_module()
+    fields = dict(spec_module.SloSpec.model_fields)
+    monkeypatch.setattr(spec_module.SloSpec, "model_fields", {k: v for k, v in fields.items() if k != "itl_p95_ms"})
+    assert generate_args_module() != current
+
+
+def _dev_inputs() -> dict[str, Any]:
+    stack = load_stack(PROJECT_DIR, "dev")
+    return {**schema_inputs(stack.config["inferplane:platform"]), "region": stack.platform.region}
+
+
+def _python_args(inputs: dict[str, Any]) -> dict[str, Any]:
+    """What the provider hands the constructor for schema inputs: Python names (only the top level matters here)."""
+    return {"_".join(_split(k)): v for k, v in inputs.items()}
+
+
+def _split(name: str) -> list[str]:
+    parts, word = [], ""
+    for char in name:
+        if char.isupper():
+            parts.append(word)
+            word = char.lower()
+        else:
+            word += char
+    return [*parts, word]
+
+
+def test_an_invalid_spec_is_refused_with_schema_paths_before_anything_registers() -> None:
+    stack = load_stack(PROJECT_DIR, "dev")
+    raw = dict(stack.config["inferplane:platform"])
+    raw["models"] = [{**raw["models"][0], "max_context": 10**7}, *raw["models"][1:]]
+    raw["pools"] = [{**raw["pools"][0], "instance_type": "g9.huge"}]
+    args = {**raw, "region": "us-east-1", "hf_token": "t"}
+    with pytest.raises(pulumi.InputPropertiesError) as caught:
+        Platform("platform", args)  # type: ignore[arg-type]
+    paths = {e["property_path"] for e in caught.value.errors}
+    assert paths == {"models[0].maxContext", "pools[0].instanceType"}
+
+
+def test_an_unknown_spec_value_is_refused() -> None:
+    stack = load_stack(PROJECT_DIR, "dev")
+    args = {**stack.config["inferplane:platform"], "region": "us-east-1", "hf_token": "t"}
+    args["zones"] = [pulumi.Output.from_input("us-east-1a"), "us-east-1b"]
+    with pytest.raises(pulumi.InputPropertiesError) as caught:
+        platform_spec(args)
+    assert [e["property_path"] for e in caught.value.errors] == ["zones[0]"]
+
+
+def test_schema_path_renames_every_segment() -> None:
+    assert schema_path("models[1].slo.ttft_p95_ms") == "models[1].slo.ttftP95Ms"
+    assert schema_path("gateway.tiers[0].fallback[2]") == "gateway.tiers[0].fallback[2]"
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[ProviderProcess]:
+    with provider_process(PROJECT_DIR, project="inferplane", stack="dev", region="us-east-1") as process:
+        yield process
+
+
+def test_the_provider_answers_get_schema_with_the_inferred_schema(
+    provider: ProviderProcess, schema: dict[str, Any]
+) -> None:
+    info = provider.stub.GetPluginInfo(empty_pb2.Empty())
+    assert info.version == __version__
+    answer = provider.stub.GetSchema(provider_pb2.GetSchemaRequest(version=0))
+    assert json.loads(answer.schema) == schema
+
+
+def _key(registration: Registration) -> tuple[str, str]:
+    return registration.type, registration.name
+
+
+def test_construct_registers_what_the_python_program_registers(provider: ProviderProcess) -> None:
+    inputs = struct_pb2.Struct()
+    inputs.update({**_dev_inputs(), "hfToken": secret("hf_test_token")})
+    response = provider.stub.Construct(
+        provider_pb2.ConstructRequest(
+            project="inferplane",
+            stack="dev",
+            config={"aws:region": "us-east-1"},
+            dryRun=True,
+            parallel=1,
+            monitorEndpoint=provider.monitor_address,
+            type=PLATFORM_TYPE,
+            name="platform",
+            inputs=inputs,
+        ),
+        timeout=240,
+    )
+    assert response.urn == f"urn:pulumi:dev::inferplane::{PLATFORM_TYPE}::platform"
+    constructed = provider.registrations
+    assert constructed[0].type == PLATFORM_TYPE
+    children = {_key(r): r for r in constructed[1:]}
+    evaluation = evaluate_shipped_stack("dev")
+    program = {_key(r): r for r in evaluation.registrations}
+    assert sorted(children) == sorted(program)
+    assert len(children) == len(constructed) - 1  # no two children share a type and name
+    for key, registration in program.items():
+        child = children[key]
+        assert child.custom == registration.custom, key
+        assert child.inputs == registration.inputs, key
+    # The top-level resources of the program are the component's direct children.
+    top = {_key(r) for r in evaluation.registrations if r.parent.split("::")[2] == "pulumi:pulumi:Stack"}
+    assert len(top) > 10
+    assert {_key(r) for r in constructed if r.parent == response.urn} == top
+    state = struct_pb2.Struct()
+    state.CopyFrom(response.state)
+    outputs = dict(state)
+    assert outputs["environment"] == "dev"
+    assert outputs["clusterName"] == "inferplane-dev"
+    assert set(outputs["modelServers"]) == {"llama-8b"}
+
+
+def test_plugin_manifest_names_the_python_runtime() -> None:
+    manifest = yaml.safe_load((PROJECT_DIR / "PulumiPlugin.yaml").read_text())
+    assert manifest["runtime"]["name"] == "python"
+    assert (PROJECT_DIR / manifest["runtime"]["options"]["virtualenv"]).is_dir() or manifest["runtime"]["options"]
+    assert not (PROJECT_DIR / "__main__.py").exists()  # so the language host runs `python -m pulumi.run.plugin`
