@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 from google.protobuf import empty_pb2
 from pulumi.runtime import rpc
-from pulumi.runtime.proto import provider_pb2_grpc, resource_pb2, resource_pb2_grpc
+from pulumi.runtime.proto import engine_pb2_grpc, provider_pb2_grpc, resource_pb2, resource_pb2_grpc
 
 # The policy-pack driver already reads a plugin's port as the engine does, and stops its process group.
 from inferplane.tool.analyzer import _EngineService, _read_port, _stop
@@ -42,7 +42,7 @@ class _Monitor(RecordingMonitor):
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         if parent:
-            type_ = parent.split("::")[2].split("$")[-1] + "$" + type_
+            type_ = parent.split("::")[2].rsplit("$", maxsplit=1)[-1] + "$" + type_
         return f"urn:pulumi:{self.stack}::{self.project}::{type_}::{name}"
 
 
@@ -113,8 +113,6 @@ def plugin_command(distribution: str, engine_address: str) -> list[str]:
 def provider_process(plugin_dir: Path, *, project: str, stack: str, region: str) -> Iterator[ProviderProcess]:
     """Start the provider in ``plugin_dir`` as the engine does, with a monitor for its constructs; stop it on exit."""
     engine_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    from pulumi.runtime.proto import engine_pb2_grpc  # noqa: PLC0415
-
     engine_pb2_grpc.add_EngineServicer_to_server(_EngineService(), engine_server)
     engine_port = engine_server.add_insecure_port("127.0.0.1:0")
     monitor = _Monitor(PlatformMocks(region), project, stack)

@@ -12,7 +12,7 @@ import jsonschema
 import pulumi
 import pytest
 import yaml
-from google.protobuf import empty_pb2, struct_pb2
+from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.provider.experimental.util import camel_case
 from pulumi.runtime.proto import provider_pb2
 from pydantic import BaseModel
@@ -51,10 +51,11 @@ def test_cli_check_and_print(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_schema_validates_against_pulumis_package_metaschema(schema: dict[str, Any]) -> None:
     if not METASCHEMA.is_file():
-        pytest.skip(f"Pulumi's package metaschema not present at {METASCHEMA} (../shared exists in the workplace and CI)")
+        pytest.skip(f"Pulumi's package metaschema not at {METASCHEMA} (../shared exists in the workplace and CI only)")
     # The metaschema's patterns are ECMA-262 regexes; Python spells their named groups (?P<name>...).
     metaschema = json.loads(re.sub(r"\(\?<([A-Za-z]\w*)>", r"(?P<\1>", METASCHEMA.read_text()))
-    jsonschema.validate(schema, metaschema, cls=jsonschema.validators.validator_for(metaschema))
+    jsonschema.Draft202012Validator(metaschema).validate(schema)
+    assert metaschema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["name"] == "inferplane"
     assert list(schema["resources"]) == [PLATFORM_TYPE]
     assert schema["resources"][PLATFORM_TYPE]["isComponent"] is True
@@ -110,27 +111,6 @@ def test_a_generated_module_that_drifts_from_the_spec_is_detected(monkeypatch: p
     assert generate_args_module() != current
 
 
-def _dev_inputs() -> dict[str, Any]:
-    stack = load_stack(PROJECT_DIR, "dev")
-    return {**schema_inputs(stack.config["inferplane:platform"]), "region": stack.platform.region}
-
-
-def _python_args(inputs: dict[str, Any]) -> dict[str, Any]:
-    """What the provider hands the constructor for schema inputs: Python names (only the top level matters here)."""
-    return {"_".join(_split(k)): v for k, v in inputs.items()}
-
-
-def _split(name: str) -> list[str]:
-    parts, word = [], ""
-    for char in name:
-        if char.isupper():
-            parts.append(word)
-            word = char.lower()
-        else:
-            word += char
-    return [*parts, word]
-
-
 def test_an_invalid_spec_is_refused_with_schema_paths_before_anything_registers() -> None:
     stack = load_stack(PROJECT_DIR, "dev")
     raw = dict(stack.config["inferplane:platform"])
@@ -139,7 +119,7 @@ def test_an_invalid_spec_is_refused_with_schema_paths_before_anything_registers(
     args = {**raw, "region": "us-east-1", "hf_token": "t"}
     with pytest.raises(pulumi.InputPropertiesError) as caught:
         Platform("platform", args)  # type: ignore[arg-type]
-    paths = {e["property_path"] for e in caught.value.errors}
+    paths = {e["property_path"] for e in caught.value.errors or []}
     assert paths == {"models[0].maxContext", "pools[0].instanceType"}
 
 
@@ -149,7 +129,7 @@ def test_an_unknown_spec_value_is_refused() -> None:
     args["zones"] = [pulumi.Output.from_input("us-east-1a"), "us-east-1b"]
     with pytest.raises(pulumi.InputPropertiesError) as caught:
         platform_spec(args)
-    assert [e["property_path"] for e in caught.value.errors] == ["zones[0]"]
+    assert [e["property_path"] for e in caught.value.errors or []] == ["zones[0]"]
 
 
 def test_schema_path_renames_every_segment() -> None:
@@ -176,45 +156,63 @@ def _key(registration: Registration) -> tuple[str, str]:
     return registration.type, registration.name
 
 
-def test_construct_registers_what_the_python_program_registers(provider: ProviderProcess) -> None:
+def _wire(value: Any) -> Any:
+    """A value as both sides compare it: one number type (as on the wire), map entries that are null left out
+    (the program's stack outputs drop them, the component's state keeps them)."""
+    if isinstance(value, dict):
+        return {k: _wire(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _stack_inputs(stack_name: str) -> dict[str, Any]:
+    stack = load_stack(PROJECT_DIR, stack_name)
+    return {**schema_inputs(stack.config["inferplane:platform"]), "region": stack.platform.region}
+
+
+@pytest.mark.parametrize("stack_name", ["dev", "staging", "prod"])
+def test_construct_registers_what_the_python_program_registers(stack_name: str) -> None:
+    """Same resources (type, name, custom-ness, every input) as the program under the mock engine; the program's
+    top-level resources become the component's direct children, and its stack outputs the component's outputs."""
+    region = load_stack(PROJECT_DIR, stack_name).platform.region
     inputs = struct_pb2.Struct()
-    inputs.update({**_dev_inputs(), "hfToken": secret("hf_test_token")})
-    response = provider.stub.Construct(
-        provider_pb2.ConstructRequest(
-            project="inferplane",
-            stack="dev",
-            config={"aws:region": "us-east-1"},
-            dryRun=True,
-            parallel=1,
-            monitorEndpoint=provider.monitor_address,
-            type=PLATFORM_TYPE,
-            name="platform",
-            inputs=inputs,
-        ),
-        timeout=240,
-    )
-    assert response.urn == f"urn:pulumi:dev::inferplane::{PLATFORM_TYPE}::platform"
-    constructed = provider.registrations
+    inputs.update({**_stack_inputs(stack_name), "hfToken": secret("hf_test_token")})
+    with provider_process(PROJECT_DIR, project="inferplane", stack=stack_name, region=region) as provider:
+        response = provider.stub.Construct(
+            provider_pb2.ConstructRequest(
+                project="inferplane",
+                stack=stack_name,
+                config={"aws:region": region},
+                dryRun=True,
+                parallel=1,
+                monitorEndpoint=provider.monitor_address,
+                type=PLATFORM_TYPE,
+                name="platform",
+                inputs=inputs,
+            ),
+            timeout=240,
+        )
+        constructed = provider.registrations
+    assert response.urn == f"urn:pulumi:{stack_name}::inferplane::{PLATFORM_TYPE}::platform"
     assert constructed[0].type == PLATFORM_TYPE
     children = {_key(r): r for r in constructed[1:]}
-    evaluation = evaluate_shipped_stack("dev")
+    assert len(children) == len(constructed) - 1  # no two children share a type and a name
+    evaluation = evaluate_shipped_stack(stack_name)
     program = {_key(r): r for r in evaluation.registrations}
     assert sorted(children) == sorted(program)
-    assert len(children) == len(constructed) - 1  # no two children share a type and name
     for key, registration in program.items():
-        child = children[key]
-        assert child.custom == registration.custom, key
-        assert child.inputs == registration.inputs, key
-    # The top-level resources of the program are the component's direct children.
+        assert children[key].custom == registration.custom, key
+        assert children[key].inputs == registration.inputs, key
     top = {_key(r) for r in evaluation.registrations if r.parent.split("::")[2] == "pulumi:pulumi:Stack"}
     assert len(top) > 10
     assert {_key(r) for r in constructed if r.parent == response.urn} == top
-    state = struct_pb2.Struct()
-    state.CopyFrom(response.state)
-    outputs = dict(state)
-    assert outputs["environment"] == "dev"
-    assert outputs["clusterName"] == "inferplane-dev"
-    assert set(outputs["modelServers"]) == {"llama-8b"}
+    outputs = json.loads(json_format.MessageToJson(response.state))
+    assert outputs["environment"] == stack_name
+    assert outputs["clusterName"] == f"inferplane-{stack_name}"
+    assert set(outputs["modelServers"]) == set(evaluation.outputs["modelServers"])
+    assert _wire(outputs["sizing"]) == _wire(evaluation.outputs["sizing"])
+    assert set(outputs) == set(evaluation.outputs)
 
 
 def test_plugin_manifest_names_the_python_runtime() -> None:
