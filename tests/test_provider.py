@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from inferplane import __version__
 from inferplane.components.platform import Platform
 from inferplane.components.platform.component import PLATFORM_TYPE, platform_spec, schema_path
+from inferplane.components.sizing import size_platform
 from inferplane.components.spec import PlatformSpec
 from inferplane.tool.cli import main as cli_main
 from inferplane.tool.mockengine import Registration
@@ -215,8 +216,25 @@ def test_construct_registers_what_the_python_program_registers(stack_name: str) 
     assert set(outputs) == set(evaluation.outputs)
 
 
+def test_the_readme_yaml_example_is_a_valid_platform_that_fits() -> None:
+    """The README's Pulumi YAML, mapped to Python names as the provider maps a Construct's inputs."""
+    from pulumi.provider.experimental.component import ComponentProvider
+
+    readme = (PROJECT_DIR / "README.md").read_text()
+    block = next(b for b in readme.split("```yaml\n")[1:] if "type: inferplane:index:Platform" in b)
+    properties = yaml.safe_load(block.split("```")[0])["resources"]["platform"]["properties"]
+    provider = ComponentProvider([Platform], "inferplane")
+    args = provider.map_inputs(properties, provider._component_defs["Platform"])
+    spec = platform_spec(args)
+    assert size_platform(spec).ok
+    assert args["hf_token"] == "${hfToken}"  # a YAML interpolation here; the secret at deployment
+
+
 def test_plugin_manifest_names_the_python_runtime() -> None:
+    """The plugin installer makes ``venv`` and ``pip install .`` there when the root has no ``__main__.py``; the
+    language host then runs the plugin from the virtualenv the manifest names, so the two must agree."""
     manifest = yaml.safe_load((PROJECT_DIR / "PulumiPlugin.yaml").read_text())
-    assert manifest["runtime"]["name"] == "python"
-    assert (PROJECT_DIR / manifest["runtime"]["options"]["virtualenv"]).is_dir() or manifest["runtime"]["options"]
-    assert not (PROJECT_DIR / "__main__.py").exists()  # so the language host runs `python -m pulumi.run.plugin`
+    assert manifest["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": "venv"}}
+    assert not (PROJECT_DIR / "__main__.py").exists()
+    pyproject = (PROJECT_DIR / "pyproject.toml").read_text()
+    assert 'name = "inferplane"' in pyproject and 'build-backend = "setuptools.build_meta"' in pyproject
