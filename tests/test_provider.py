@@ -3,6 +3,7 @@ engine starts from ``PulumiPlugin.yaml`` answering ``GetSchema`` and ``Construct
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -127,9 +128,15 @@ def test_an_invalid_spec_is_refused_with_schema_paths_before_anything_registers(
 def test_an_unknown_spec_value_is_refused() -> None:
     stack = load_stack(PROJECT_DIR, "dev")
     args = {**stack.config["inferplane:platform"], "region": "us-east-1", "hf_token": "t"}
-    args["zones"] = [pulumi.Output.from_input("us-east-1a"), "us-east-1b"]
-    with pytest.raises(pulumi.InputPropertiesError) as caught:
-        platform_spec(args)
+    loop = asyncio.new_event_loop()  # an Output needs a loop; a fresh one, closed after
+    asyncio.set_event_loop(loop)
+    try:
+        args["zones"] = [pulumi.Output.from_input("us-east-1a"), "us-east-1b"]
+        with pytest.raises(pulumi.InputPropertiesError) as caught:
+            platform_spec(args)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
     assert [e["property_path"] for e in caught.value.errors or []] == ["zones[0]"]
 
 
