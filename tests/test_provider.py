@@ -24,7 +24,7 @@ from inferplane.components.platform.component import PLATFORM_TYPE, platform_spe
 from inferplane.components.sizing import size_platform
 from inferplane.components.spec import PlatformSpec
 from inferplane.tool.cli import main as cli_main
-from inferplane.tool.mockengine import Registration
+from inferplane.tool.mockengine import PlatformMocks, Registration, evaluate
 from inferplane.tool.schema import SCHEMA_FILE, generate_args_module, package_schema, schema_inputs, stale
 from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR, SHARED_DIR
@@ -138,6 +138,35 @@ def test_an_unknown_spec_value_is_refused() -> None:
         asyncio.set_event_loop(None)
         loop.close()
     assert [e["property_path"] for e in caught.value.errors or []] == ["zones[0]"]
+
+
+def test_platform_from_python_parents_the_programs_resources() -> None:
+    """Used directly from Python (no provider), Platform declares the program's resources as its descendants."""
+    stack = load_stack(PROJECT_DIR, "dev")
+    args = {**stack.config["inferplane:platform"], "region": stack.platform.region, "hf_token": "hf_test_token"}
+    evaluation = evaluate(
+        lambda: Platform("platform", args),  # type: ignore[arg-type]
+        mocks=PlatformMocks(stack.platform.region),
+        project="inferplane",
+        stack="dev",
+        config={"aws:region": stack.platform.region},
+    )
+    component, *children = evaluation.registrations
+    assert (component.type, component.name, component.parent.split("::")[2]) == (
+        PLATFORM_TYPE,
+        "platform",
+        "pulumi:pulumi:Stack",
+    )
+    program = evaluate_shipped_stack("dev")
+    assert sorted(map(_key, children)) == sorted(map(_key, program.registrations))
+    parents = {r.urn: r.parent for r in evaluation.registrations}
+
+    def root(urn: str) -> str:
+        return urn if parents[urn] not in parents else root(parents[urn])
+
+    assert {root(child.urn) for child in children} == {component.urn}
+    secrets = [c for c in children if c.type == "kubernetes:core/v1:Secret"]
+    assert [s.inputs["stringData"] for s in secrets] == ["[secret]"]
 
 
 def test_schema_path_renames_every_segment() -> None:
