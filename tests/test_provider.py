@@ -9,13 +9,14 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import jsonschema
 import pulumi
 import pytest
 import yaml
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.provider.experimental.util import camel_case
-from pulumi.runtime.proto import provider_pb2
+from pulumi.runtime.proto import errors_pb2, provider_pb2, status_pb2
 from pydantic import BaseModel
 
 from inferplane import __version__
@@ -250,6 +251,35 @@ def test_construct_registers_what_the_python_program_registers(stack_name: str) 
     assert set(outputs["modelServers"]) == set(evaluation.outputs["modelServers"])
     assert _wire(outputs["sizing"]) == _wire(evaluation.outputs["sizing"])
     assert set(outputs) == set(evaluation.outputs)
+
+
+def test_construct_of_an_invalid_spec_answers_with_every_bad_property(provider: ProviderProcess) -> None:
+    """The engine gets INVALID_ARGUMENT with structured property errors (schema paths) and nothing is registered."""
+    raw = load_stack(PROJECT_DIR, "dev").config["inferplane:platform"]
+    raw = {**raw, "models": [{**raw["models"][0], "max_context": 10**7}], "zones": ["us-east-1a", "eu-west-1b"]}
+    inputs = struct_pb2.Struct()
+    inputs.update({**schema_inputs(raw), "region": "us-east-1", "hfToken": secret("t")})
+    before = len(provider.registrations)
+    with pytest.raises(grpc.RpcError) as caught:
+        provider.stub.Construct(
+            provider_pb2.ConstructRequest(
+                project="inferplane",
+                stack="dev",
+                dryRun=True,
+                monitorEndpoint=provider.monitor_address,
+                type=PLATFORM_TYPE,
+                name="bad",
+                inputs=inputs,
+            ),
+            timeout=60,
+        )
+    error: Any = caught.value
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = dict(error.trailing_metadata())["grpc-status-details-bin"]
+    problems = errors_pb2.InputPropertiesError()
+    assert status_pb2.Status.FromString(details).details[0].Unpack(problems)
+    assert {e.property_path for e in problems.errors} == {"zones[1]", "models[0].maxContext"}
+    assert len(provider.registrations) == before
 
 
 def test_the_readme_yaml_example_is_a_valid_platform_that_fits() -> None:

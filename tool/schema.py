@@ -230,11 +230,9 @@ def _model_of(hint: Any) -> type[BaseModel] | None:
 
 def package_schema(version: str | None = None) -> dict[str, Any]:
     """The package schema Pulumi's SDK infers from the hosted components (``version`` omitted when ``None``)."""
-    from pulumi.provider.experimental.component import ComponentProvider  # noqa: PLC0415 - loads the Pulumi SDK
+    from inferplane.tool.provider import InferplaneProvider  # noqa: PLC0415 - loads the Pulumi SDK, every component
 
-    from inferplane.components.platform import HOSTED_COMPONENTS  # noqa: PLC0415
-
-    provider = ComponentProvider(list(HOSTED_COMPONENTS), PACKAGE_NAME, version=version or "0.0.0")
+    provider = InferplaneProvider(version or "0.0.0")
     assert provider.schema is not None
     schema: dict[str, Any] = json.loads(provider.schema)
     if version is None:
