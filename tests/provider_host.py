@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -27,9 +28,9 @@ from google.protobuf import empty_pb2
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import engine_pb2_grpc, provider_pb2_grpc, resource_pb2, resource_pb2_grpc
 
-# The policy-pack driver already reads a plugin's port as the engine does, and stops its process group.
-from inferplane.tool.analyzer import _EngineService, _read_port, _stop
 from inferplane.tool.mockengine import PlatformMocks, RecordingMonitor, Registration
+
+PORT_TIMEOUT_SECONDS = 60.0
 
 
 class _Monitor(RecordingMonitor):
@@ -89,6 +90,43 @@ class _MonitorService(resource_pb2_grpc.ResourceMonitorServicer):
 _thread_loops = threading.local()
 
 
+class _Engine(engine_pb2_grpc.EngineServicer):
+    """The engine's own service at the address the provider is given: keeps what it logs."""
+
+    def __init__(self) -> None:
+        self.logs: list[str] = []
+
+    def Log(self, request: Any, context: Any) -> empty_pb2.Empty:  # noqa: N802
+        self.logs.append(request.message)
+        return empty_pb2.Empty()
+
+
+def _port(process: subprocess.Popen[str], output: list[str]) -> int:
+    """The first line of stdout, as the engine reads it; afterwards both streams are drained into ``output``."""
+    assert process.stdout is not None and process.stderr is not None
+    first: list[str] = []
+    reader = threading.Thread(target=lambda: first.append(process.stdout.readline() if process.stdout else ""))
+    reader.start()
+    reader.join(PORT_TIMEOUT_SECONDS)
+    for stream in (process.stdout, process.stderr):
+        threading.Thread(target=lambda s=stream: output.extend(iter(s.readline, "")), daemon=True).start()
+    line = first[0].strip() if first else ""
+    if not line.isdigit():
+        raise RuntimeError(f"the provider wrote no port (exit status {process.poll()}): {line!r} {''.join(output)}")
+    return int(line)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """SIGINT the provider's process group (the SDK's server stops on KeyboardInterrupt), SIGKILL after 5 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 @dataclass
 class ProviderProcess:
     """A running provider: its ``ResourceProvider`` stub, the monitor its constructs register with."""
@@ -113,7 +151,7 @@ def plugin_command(distribution: str, engine_address: str) -> list[str]:
 def provider_process(plugin_dir: Path, *, project: str, stack: str, region: str) -> Iterator[ProviderProcess]:
     """Start the provider in ``plugin_dir`` as the engine does, with a monitor for its constructs; stop it on exit."""
     engine_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    engine_pb2_grpc.add_EngineServicer_to_server(_EngineService(), engine_server)
+    engine_pb2_grpc.add_EngineServicer_to_server(_Engine(), engine_server)
     engine_port = engine_server.add_insecure_port("127.0.0.1:0")
     monitor = _Monitor(PlatformMocks(region), project, stack)
     monitor_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -129,12 +167,13 @@ def provider_process(plugin_dir: Path, *, project: str, stack: str, region: str)
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        start_new_session=True,
+        text=True,
+        start_new_session=True,  # its own process group, as the engine starts plugins
     )
     output: list[str] = []
     channel: grpc.Channel | None = None
     try:
-        port = _read_port(process, output)
+        port = _port(process, output)
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         grpc.channel_ready_future(channel).result(timeout=30)
         yield ProviderProcess(
