@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from inferplane.components.gcp_labels import to_gcp_labels
+from inferplane.components.platform.gke_foundation import build_gke_foundation, gke_pool_names
 from inferplane.components.sizing import size_platform
 from inferplane.components.spec import PlatformSpec, parse_platform
-from inferplane.infra.gke_foundation import build_gke_foundation, gke_pool_names
 from inferplane.tool.mockengine import Evaluation, PlatformMocks, evaluate
 from inferplane.tool.stackfile import load_stack
 from tests.stacks import evaluate_shipped_stack

@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferplane.components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
+from inferplane.components.platform.aws_foundation import build_aws_foundation, platform_tags
+from inferplane.components.platform.model_cache import build_model_cache, model_cache_accounts
+from inferplane.components.platform.serving import build_model_servers
 from inferplane.components.sizing import size_platform
 from inferplane.components.spec import Environment
-from inferplane.infra.aws_foundation import build_aws_foundation, platform_tags
-from inferplane.infra.model_cache import build_model_cache, model_cache_accounts
-from inferplane.infra.serving import build_model_servers
 from inferplane.tool.analyzer import PolicyPackProcess, load_policy_pack_config, policy_config_path
 from inferplane.tool.mockengine import MOCK_ACCOUNT_ID, Evaluation, PlatformMocks, evaluate
 from tests.serving_support import HF_TOKEN, container, stack_spec

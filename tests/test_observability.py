@@ -12,9 +12,9 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from inferplane.components.platform.observability import ServingTarget, build_observability
 from inferplane.components.sizing import size_platform
 from inferplane.components.spec import PlatformSpec
-from inferplane.infra.observability import ServingTarget, build_observability
 from inferplane.tool.mockengine import Evaluation, PlatformMocks, evaluate
 from inferplane.tool.stackfile import find_project_dir, load_stack
 from tests.crds import errors, integral

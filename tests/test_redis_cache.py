@@ -13,8 +13,8 @@ from typing import Any
 import pulumi
 import pytest
 
+from inferplane.components.platform.cache import build_cache
 from inferplane.components.redis_cache import AUTH_TOKEN_LENGTH, ENGINE_VERSIONS, REDIS_PORT, RedisCache, RedisCacheArgs
-from inferplane.infra.cache import build_cache
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
 from inferplane.tool.stackfile import load_stack
 
@@ -264,8 +264,8 @@ def test_a_disabled_cache_builds_nothing() -> None:
 def test_build_cache_composes_with_the_aws_foundation() -> None:
     """The call the program's ``build`` will make once the cache is wired: the foundation's VPC, private subnets and
     EKS cluster security group."""
+    from inferplane.components.platform.aws_foundation import build_aws_foundation, platform_tags
     from inferplane.components.sizing import size_platform
-    from inferplane.infra.aws_foundation import build_aws_foundation, platform_tags
 
     spec = load_stack(PROJECT_DIR, "staging").platform
 

@@ -14,10 +14,10 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 
 from inferplane.components.model_server import HF_TOKEN_SECRET_KEY
+from inferplane.components.platform.aws_foundation import build_aws_foundation, platform_tags
+from inferplane.components.platform.observability import ServingTarget, build_observability
+from inferplane.components.platform.serving import build_model_servers
 from inferplane.components.sizing import size_platform
-from inferplane.infra.aws_foundation import build_aws_foundation, platform_tags
-from inferplane.infra.observability import ServingTarget, build_observability
-from inferplane.infra.serving import build_model_servers
 from inferplane.tool.analyzer import PolicyPackProcess, load_policy_pack_config, policy_config_path
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, PlatformMocks, Registration, evaluate
 from tests.conftest import crd_dir

@@ -113,6 +113,13 @@ def _preview(args: argparse.Namespace, out: Console, err: Console) -> int:
     return preview_command(args, out, err)
 
 
+def _schema(args: argparse.Namespace, out: Console, err: Console) -> int:
+    # Imported here: inferring the schema loads the Pulumi SDK and every component.
+    from inferplane.tool.schema import schema_command  # noqa: PLC0415
+
+    return schema_command(args, out, err)
+
+
 def _preflight(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.print_iam_policy:
         out.print_json(data=iam_policy(partition_for(args.region or "")))
@@ -215,6 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--print-iam-policy", action="store_true", help="print the read-only IAM policy the checks need, and exit"
     )
     preflight.set_defaults(handler=_preflight)
+
+    schema_cmd = sub.add_parser(
+        "schema", help="the Pulumi package schema of the multi-language component package (inferplane:index:Platform)"
+    )
+    schema_mode = schema_cmd.add_mutually_exclusive_group()
+    schema_mode.add_argument(
+        "--write", action="store_true", help="regenerate components/platform/args.py and schema.json"
+    )
+    schema_mode.add_argument("--check", action="store_true", help="exit 1 when args.py or schema.json is stale")
+    schema_cmd.set_defaults(handler=_schema)
     return parser
 
 

@@ -9,15 +9,16 @@ import pulumi
 from inferplane.components import model_server as ms
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
+from inferplane.components.platform.serving import SERVING_NAMESPACE
 from inferplane.components.spec import PlatformSpec
-from inferplane.infra.serving import SERVING_NAMESPACE
 
 
 def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
     """The ServiceAccount of every deployment on an AWS pool, in spec order; Triton's may write (engine builds).
 
-    The names are those :func:`infra.serving.build_model_servers` gives the servers (``<deployment>-sa`` in
-    :data:`infra.serving.SERVING_NAMESPACE`); GKE pools read the Hugging Face hub and get none.
+    The names are those :func:`~inferplane.components.platform.serving.build_model_servers` gives the servers
+    (``<deployment>-sa`` in :data:`~inferplane.components.platform.serving.SERVING_NAMESPACE`); GKE pools read the
+    Hugging Face hub and get none.
     """
     return [
         ServiceAccountRef(
@@ -35,11 +36,13 @@ def build_model_cache(
     cluster_name: pulumi.Input[str],
     tags: Mapping[str, str],
     opts: pulumi.ResourceOptions | None = None,
+    *,
+    parent: pulumi.Resource | None = None,
 ) -> ModelCache | None:
     """The model cache ``model-cache`` for the EKS cluster ``cluster_name``; ``None`` when no deployment runs on AWS.
 
-    Pass its ``uri`` as ``model_cache_uri`` to :func:`infra.serving.build_model_servers`: the servers' init
-    containers then wait for the Pod Identity associations.
+    Pass its ``uri`` as ``model_cache_uri`` to :func:`~inferplane.components.platform.serving.build_model_servers`:
+    the servers' init containers then wait for the Pod Identity associations.
     """
     accounts = model_cache_accounts(spec)
     if not accounts:
@@ -47,5 +50,5 @@ def build_model_cache(
     return ModelCache(
         "model-cache",
         ModelCacheArgs(cluster_name=cluster_name, environment=spec.environment, service_accounts=accounts, tags=tags),
-        opts,
+        pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(parent=parent)),
     )

@@ -39,7 +39,9 @@ def gke_pool_names(spec: PlatformSpec) -> list[str]:
     return [pool.name for pool in spec.pools if INSTANCE_TYPES[pool.instance_type].cloud == "gcp"]
 
 
-def build_gke_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping[str, str]) -> GkeFoundation | None:
+def build_gke_foundation(
+    spec: PlatformSpec, plan: PlatformSizing, tags: Mapping[str, str], *, parent: pulumi.Resource | None = None
+) -> GkeFoundation | None:
     """Declare the GKE cluster and its TPU pools, or nothing (``None``) when no pool is on GKE.
 
     ``tags`` are the platform's cloud tags; they become GCP labels (lowercase, see :mod:`components.gcp_labels`).
@@ -53,7 +55,13 @@ def build_gke_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping
     except ValueError as exc:
         raise pulumi.RunError(f"tags cannot label GCP resources: {exc}") from None
 
-    provider = gcp.Provider("gcp", project=spec.gcp.project, region=spec.gcp.region, zone=spec.gcp.zone)
+    provider = gcp.Provider(
+        "gcp",
+        project=spec.gcp.project,
+        region=spec.gcp.region,
+        zone=spec.gcp.zone,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
     cluster = GkeCluster(
         f"inferplane-{spec.environment}",
         GkeClusterArgs(
@@ -65,7 +73,7 @@ def build_gke_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping
             master_authorized_cidrs=spec.cluster.public_access_cidrs,
             labels=labels,
         ),
-        opts=pulumi.ResourceOptions(providers=[provider]),
+        opts=pulumi.ResourceOptions(parent=parent, providers=[provider]),
     )
     sizing = {pool.name: pool for pool in plan.pools}
     pools: dict[str, TpuNodePool] = {}
@@ -85,6 +93,6 @@ def build_gke_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping
                 disk_size_gb=pool.disk_gib,
                 labels={**labels, "inferplane-pool": name},
             ),
-            opts=pulumi.ResourceOptions(providers=[provider]),
+            opts=pulumi.ResourceOptions(parent=parent, providers=[provider]),
         )
     return GkeFoundation(provider=provider, cluster=cluster, tpu_pools=pools)

@@ -71,6 +71,8 @@ def build_observability(
     plan: PlatformSizing,
     providers: Mapping[str, pulumi.ProviderResource | None],
     targets: Mapping[str, ServingTarget],
+    *,
+    parent: pulumi.Resource | None = None,
 ) -> Observability:
     """Per cluster that serves models: KEDA, the monitoring stack, rules and dashboards (when Grafana is on); and one
     autoscaler per deployment, on its own cluster.
@@ -96,7 +98,7 @@ def build_observability(
         provider = providers[cluster]
         served = [m for m in spec.models if targets[m.name].cluster == cluster]
         prefix = "" if cluster == PRIMARY_CLUSTER else f"{cluster}-"
-        opts = pulumi.ResourceOptions(providers=[provider] if provider is not None else None)
+        opts = pulumi.ResourceOptions(parent=parent, providers=[provider] if provider is not None else None)
         keda = Keda(f"{prefix}keda", KedaArgs(), opts=opts)
         monitoring = MonitoringStack(
             f"{prefix}monitoring",
@@ -104,7 +106,7 @@ def build_observability(
             opts=opts,
         )
         after_crds = pulumi.ResourceOptions(
-            providers=[provider] if provider is not None else None, depends_on=[keda, monitoring]
+            parent=parent, providers=[provider] if provider is not None else None, depends_on=[keda, monitoring]
         )
         alert_inputs: list[tuple[str, pulumi.Input[ModelAlertInputs]]] = []
         dashboard_inputs: list[tuple[str, pulumi.Input[ModelDashboardInputs]]] = []

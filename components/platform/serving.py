@@ -39,13 +39,16 @@ def build_model_servers(
     *,
     hf_token: pulumi.Input[str],
     model_cache_uri: pulumi.Input[str] | None = None,
+    parent: pulumi.Resource | None = None,
 ) -> dict[str, ModelServer]:
     """One model server per deployment, keyed by deployment name, on the cluster of its pool.
 
     ``hf_token`` is the stack's secret (``pulumi.Config("inferplane").require_secret("hfToken")``);
-    ``model_cache_uri`` (``s3://bucket/prefix/``, the ``uri`` of :func:`infra.model_cache.build_model_cache`) points
-    GPU pools at the S3 model cache (required for Triton deployments; vLLM falls back to the Hugging Face hub without
-    it). The pods reach it as their ServiceAccount, bound to the cache's role by EKS Pod Identity.
+    ``model_cache_uri`` (``s3://bucket/prefix/``, the ``uri`` of
+    :func:`~inferplane.components.platform.model_cache.build_model_cache`) points GPU pools at the S3 model cache
+    (required for Triton deployments; vLLM falls back to the Hugging Face hub without it). The pods reach it as their
+    ServiceAccount, bound to the cache's role by EKS Pod Identity. ``parent``: the component that owns the servers
+    (``None`` in the stack's own program).
     """
     missing = sorted({d.pool for d in plan.deployments} - set(providers_by_pool))
     if missing:
@@ -64,9 +67,9 @@ def build_model_servers(
             cluster = "eks" if cloud == "aws" else "gke"
             prefix = cluster if cluster not in names_used else f"{cluster}-{len(names_used)}"
             names_used.add(prefix)
-            clusters[id(provider)] = _cluster_objects(prefix, cloud, provider, hf_token, tags)
+            clusters[id(provider)] = _cluster_objects(prefix, cloud, provider, hf_token, tags, parent=parent)
         namespace, secret = clusters[id(provider)]
-        opts = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, secret])
+        opts = pulumi.ResourceOptions(parent=parent, providers=[provider], depends_on=[namespace, secret])
         pool = spec.pool(sizing.pool)
         if deployment.engine == "vllm":
             servers[deployment.name] = VllmService(
@@ -108,9 +111,11 @@ def _cluster_objects(
     provider: pulumi.ProviderResource,
     hf_token: pulumi.Input[str],
     tags: Mapping[str, str],
+    *,
+    parent: pulumi.Resource | None,
 ) -> tuple[k8s.core.v1.Namespace, k8s.core.v1.Secret]:
     """The serving namespace and the Hugging Face token Secret in one cluster."""
-    opts = pulumi.ResourceOptions(provider=provider)
+    opts = pulumi.ResourceOptions(parent=parent, provider=provider)
     level = POD_SECURITY_LEVEL[cloud]
     namespace = k8s.core.v1.Namespace(
         f"{prefix}-serving-namespace",

@@ -1,7 +1,7 @@
 """The gateway's response cache, composed from the spec and the AWS network it lives in.
 
-:func:`~inferplane.infra.program.build` calls :func:`build_cache` with the AWS foundation's VPC, its private
-subnets and the EKS cluster security group (the only clients the cache admits)."""
+:func:`~inferplane.components.platform.compose.compose_platform` calls :func:`build_cache` with the AWS
+foundation's VPC, its private subnets and the EKS cluster security group (the only clients the cache admits)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def build_cache(
     vpc_id: pulumi.Input[str],
     subnet_ids: pulumi.Input[Sequence[pulumi.Input[str]]],
     allowed_security_group_ids: Sequence[pulumi.Input[str]],
+    parent: pulumi.Resource | None = None,
 ) -> RedisCache | None:
     """Declare the cache ``spec.cache`` describes, or nothing (``None``) when it is disabled."""
     if not spec.cache.enabled:
@@ -36,4 +37,5 @@ def build_cache(
             nodes=spec.cache.replicas,
             tags=tags,
         ),
+        opts=pulumi.ResourceOptions(parent=parent),
     )

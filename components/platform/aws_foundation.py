@@ -46,9 +46,16 @@ def cluster_name_for(stack: str) -> str:
     return f"inferplane-{stack}"
 
 
-def build_aws_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping[str, str]) -> AwsFoundation:
-    """Declare the network, cluster, GPU node groups and node add-ons ``spec`` asks for, sized by ``plan``."""
+def build_aws_foundation(
+    spec: PlatformSpec, plan: PlatformSizing, tags: Mapping[str, str], *, parent: pulumi.Resource | None = None
+) -> AwsFoundation:
+    """Declare the network, cluster, GPU node groups and node add-ons ``spec`` asks for, sized by ``plan``.
+
+    ``parent``: the component that owns them (:class:`~inferplane.components.platform.Platform`); ``None`` in the
+    stack's own program, where they sit at the top of the stack.
+    """
     cluster_name = cluster_name_for(pulumi.get_stack())
+    opts = pulumi.ResourceOptions(parent=parent)
     network = Network(
         "network",
         NetworkArgs(
@@ -58,6 +65,7 @@ def build_aws_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping
             nat_per_zone=spec.environment == "prod",
             tags=tags,
         ),
+        opts=opts,
     )
     cluster = EksCluster(
         "eks",
@@ -75,6 +83,7 @@ def build_aws_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping
             system_nodes=spec.cluster.system_nodes,
             tags=tags,
         ),
+        opts=opts,
     )
     sizing = {pool.name: pool for pool in plan.pools}
     node_groups: dict[str, GpuNodeGroup] = {}
@@ -99,9 +108,12 @@ def build_aws_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping
                 ami_family=pool.ami_family,
                 tags=tags,
             ),
+            opts=opts,
         )
     addons = NodeAddons(
-        "node-addons", NodeAddonsArgs(cluster=cluster, region=spec.region, node_groups=list(node_groups.values()))
+        "node-addons",
+        NodeAddonsArgs(cluster=cluster, region=spec.region, node_groups=list(node_groups.values())),
+        opts=opts,
     )
     return AwsFoundation(
         network=network, cluster=cluster, node_groups=node_groups, addons=addons, k8s_provider=cluster.k8s_provider

@@ -1,0 +1,139 @@
+"""The whole platform of one spec: the composition both the stack's program and :class:`Platform` run.
+
+Order: the clusters and their pools, the caches, the model servers on the cluster of their pool, then KEDA and
+monitoring beside the servers they scale. ``parent=None`` puts every resource at the top of the stack, as the
+stack's own program (``infra/program.py``) always has; :class:`~inferplane.components.platform.Platform` passes
+itself, so the same resources, under the same names, become its children.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from inferplane.components.catalog import get_instance_type
+from inferplane.components.model_cache import ModelCache
+from inferplane.components.platform.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
+from inferplane.components.platform.cache import build_cache
+from inferplane.components.platform.gke_foundation import GkeFoundation, build_gke_foundation
+from inferplane.components.platform.model_cache import build_model_cache
+from inferplane.components.platform.observability import Observability, ServingTarget, build_observability
+from inferplane.components.platform.serving import ModelServer, build_model_servers
+from inferplane.components.redis_cache import RedisCache
+from inferplane.components.sizing import PlatformSizing, size_platform
+from inferplane.components.spec import PlatformSpec
+
+
+@dataclass(frozen=True)
+class ComposedPlatform:
+    """What :func:`compose_platform` declared."""
+
+    spec: PlatformSpec
+    plan: PlatformSizing
+    aws: AwsFoundation
+    gke: GkeFoundation | None
+    response_cache: RedisCache | None
+    model_cache: ModelCache | None
+    servers: Mapping[str, ModelServer]
+    """Model servers by deployment name."""
+    observability: Observability
+
+    def outputs(self) -> dict[str, Any]:
+        """The platform's outputs, by their stack-output names (the program exports exactly these)."""
+        outputs: dict[str, Any] = {
+            "environment": self.spec.environment,
+            "sizing": self.plan.model_dump(mode="json"),
+            "clusterName": self.aws.cluster.cluster.name,
+            "gpuNodeGroups": {pool: group.node_group.node_group_name for pool, group in self.aws.node_groups.items()},
+        }
+        if self.response_cache is not None:
+            outputs["cacheEndpoint"] = self.response_cache.primary_endpoint
+        if self.model_cache is not None:
+            outputs["modelCacheUri"] = self.model_cache.uri
+        outputs["modelServers"] = {name: server.service_name for name, server in self.servers.items()}
+        return outputs
+
+
+def compose_platform(
+    spec: PlatformSpec, *, hf_token: pulumi.Input[str], parent: pulumi.Resource | None = None
+) -> ComposedPlatform:
+    """Size the platform, refuse it if anything does not fit, then declare its resources under ``parent``.
+
+    ``hf_token`` is the Hugging Face token the servers read through a Kubernetes Secret (a secret input).
+    """
+    plan = size_platform(spec)
+    if not plan.ok:
+        raise pulumi.RunError("the plan is refused:\n" + "\n".join(plan.problems))
+    tags = platform_tags(spec)
+
+    aws_foundation = build_aws_foundation(spec, plan, tags, parent=parent)
+    gke_foundation = build_gke_foundation(spec, plan, tags, parent=parent)
+
+    response_cache = build_cache(
+        spec,
+        tags,
+        vpc_id=aws_foundation.network.vpc.id,
+        subnet_ids=aws_foundation.network.private_subnet_ids,
+        allowed_security_group_ids=[aws_foundation.cluster.cluster_security_group_id],
+        parent=parent,
+    )
+    model_cache = build_model_cache(
+        spec,
+        aws_foundation.cluster.cluster.name,
+        tags,
+        # Pod Identity associations act through the agent add-on; binding before it runs would only be retried.
+        opts=pulumi.ResourceOptions(depends_on=[aws_foundation.cluster.addons["eks-pod-identity-agent"]]),
+        parent=parent,
+    )
+
+    clusters = _cluster_of_pools(spec)
+    providers = _kubernetes_providers(aws_foundation, gke_foundation)
+    servers = build_model_servers(
+        spec,
+        plan,
+        {pool: providers[cluster] for pool, cluster in clusters.items()},
+        hf_token=hf_token,
+        model_cache_uri=model_cache.uri if model_cache is not None else None,
+        parent=parent,
+    )
+    observability = build_observability(
+        spec,
+        plan,
+        providers,
+        {
+            deployment.name: ServingTarget(
+                deployment=servers[deployment.name].deployment_name,
+                namespace=servers[deployment.name].namespace,
+                cluster=clusters[deployment.pool],
+            )
+            for deployment in spec.models
+        },
+        parent=parent,
+    )
+    return ComposedPlatform(
+        spec=spec,
+        plan=plan,
+        aws=aws_foundation,
+        gke=gke_foundation,
+        response_cache=response_cache,
+        model_cache=model_cache,
+        servers=servers,
+        observability=observability,
+    )
+
+
+def _cluster_of_pools(spec: PlatformSpec) -> dict[str, str]:
+    """Which cluster each pool's nodes join: EKS for EC2 instance types, GKE for GKE machine types."""
+    return {pool.name: "gke" if get_instance_type(pool.instance_type).cloud == "gcp" else "eks" for pool in spec.pools}
+
+
+def _kubernetes_providers(
+    aws_foundation: AwsFoundation, gke_foundation: GkeFoundation | None
+) -> dict[str, pulumi.ProviderResource]:
+    providers: dict[str, pulumi.ProviderResource] = {"eks": aws_foundation.k8s_provider}
+    if gke_foundation is not None:
+        providers["gke"] = gke_foundation.cluster.provider
+    return providers

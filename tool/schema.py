@@ -1,0 +1,294 @@
+"""The multi-language package: the typed inputs of :class:`~inferplane.components.platform.Platform`, generated
+from the pydantic spec, and the Pulumi package schema the SDK infers from them.
+
+One source of truth: :class:`~inferplane.components.spec.PlatformSpec`. Pulumi's schema inference
+(``pulumi.provider.experimental``) reads type annotations: TypedDicts of plain types, lists, string-keyed dicts,
+``NotRequired`` and ``Enum`` subclasses, with property docs taken from the docstring under each annotation. It does
+not read pydantic models, ``Literal`` or ``tuple``. :func:`generate_args_module` therefore writes
+``components/platform/args.py`` from the pydantic models (``Literal`` -> ``Enum``, ``tuple`` -> ``list``, a field
+with a default -> ``NotRequired``, ``Field(description=...)`` -> the property docstring). The file is committed;
+``inferplane schema --write`` regenerates it and ``schema.json``, and a test fails when either is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pulumi.provider.experimental.util import camel_case
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from rich.console import Console
+
+from inferplane.components.spec import PlatformSpec
+from inferplane.tool.exitcodes import EXIT_OK, EXIT_REFUSED
+
+PACKAGE_NAME = "inferplane"
+"""The Pulumi package name: type tokens are ``inferplane:index:<Component>``."""
+
+ARGS_MODULE = Path(__file__).resolve().parent.parent / "components" / "platform" / "args.py"
+"""The generated module of the Platform component's input types."""
+
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.json"
+"""The committed package schema (without ``version``, which is the distribution's, stamped when the provider runs)."""
+
+PLATFORM_ARGS = "PlatformArgs"
+EXTRA_PLATFORM_INPUTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "hf_token",
+        "pulumi.Input[str]",
+        "Hugging Face token the model servers download gated weights with; pass it as a secret. In the stack's own "
+        "program this is the ``inferplane:hfToken`` secret config.",
+    ),
+)
+"""Inputs of the Platform component that are not part of the spec: (python name, annotation, description)."""
+
+
+def _type_name(model: type[BaseModel]) -> str:
+    if model is PlatformSpec:
+        return PLATFORM_ARGS
+    return model.__name__.removesuffix("Spec") + "Args"
+
+
+class _Generator:
+    """Walks the spec's models depth first, emitting one TypedDict per model and one Enum per ``Literal``."""
+
+    def __init__(self) -> None:
+        self.enums: dict[str, tuple[str, ...]] = {}
+        self.classes: dict[str, str] = {}
+        self.order: list[str] = []
+
+    def enum_for(self, literal: Any, model: type[BaseModel], field: str) -> str:
+        values = tuple(str(v) for v in get_args(literal))
+        module = sys.modules[model.__module__]
+        aliases = [name for name, value in vars(module).items() if value == literal and not name.startswith("_")]
+        name = aliases[0] if aliases else model.__name__.removesuffix("Spec") + _pascal(field)
+        known = self.enums.get(name)
+        if known is not None and known != values:
+            raise ValueError(f"two enums would be called {name}: {known} and {values}")
+        if known is None:
+            self.enums[name] = values
+            self.order.append(name)
+        return name
+
+    def annotation(self, hint: Any, model: type[BaseModel], field: str) -> str:
+        origin = get_origin(hint)
+        if origin is Annotated:  # constrained types (``Name``): the constraints stay with the spec's validation
+            return self.annotation(get_args(hint)[0], model, field)
+        if hint in (str, int, float, bool):
+            return str(hint.__name__)
+        if origin is Literal:
+            return self.enum_for(hint, model, field)
+        if origin in (typing.Union, types.UnionType):
+            members = [a for a in get_args(hint) if a is not type(None)]
+            if len(members) != 1:
+                raise ValueError(f"{model.__name__}.{field}: unions other than X | None cannot be inputs")
+            return self.annotation(members[0], model, field)
+        if origin is tuple:
+            items = get_args(hint)
+            if len(items) != 2 or items[1] is not Ellipsis:
+                raise ValueError(f"{model.__name__}.{field}: only tuple[X, ...] maps to a list")
+            if get_origin(_unannotated(items[0])) is Literal:
+                # The SDK's Construct maps a list whose items are a named type as objects, turning enum strings into
+                # {} (pulumi 3.272, ComponentProvider.map_input_properties): lists of choices stay strings.
+                return "list[str]"
+            return f"list[{self.annotation(items[0], model, field)}]"
+        if origin is dict:
+            key, value = get_args(hint)
+            if key is not str:
+                raise ValueError(f"{model.__name__}.{field}: map keys must be strings")
+            return f"dict[str, {self.annotation(value, model, field)}]"
+        if isinstance(hint, type) and issubclass(hint, BaseModel):
+            return self.model(hint)
+        raise ValueError(f"{model.__name__}.{field}: no schema type for {hint!r}")
+
+    def model(self, model: type[BaseModel]) -> str:
+        name = _type_name(model)
+        if name in self.classes:
+            return name
+        lines = [f"class {name}(TypedDict):", _docstring(_doc(model), "    "), ""]
+        for field, info in model.model_fields.items():
+            lines.append(f"    {field}: {self.field_annotation(info, model, field)}")
+            description = info.description or ""
+            choices = _list_choices(info.annotation)
+            if choices:
+                description = f"{description} Each one of: {', '.join(choices)}.".strip()
+            if description:
+                lines.append(_docstring(description, "    "))
+        if model is PlatformSpec:
+            for field, annotation, description in EXTRA_PLATFORM_INPUTS:
+                lines.append(f"    {field}: {annotation}")
+                lines.append(_docstring(description, "    "))
+        self.classes[name] = "\n".join(lines)
+        self.order.append(name)  # after the types of its fields: a TypedDict's annotations are evaluated at once
+        return name
+
+    def field_annotation(self, info: FieldInfo, model: type[BaseModel], field: str) -> str:
+        annotation = self.annotation(info.annotation, model, field)
+        return annotation if info.is_required() else f"NotRequired[{annotation}]"
+
+    def render(self) -> str:
+        blocks = []
+        for name in self.order:
+            if name in self.enums:
+                # A docstring per member: without one the SDK writes "description": null, which the package
+                # metaschema refuses (an enum value's description must be a string).
+                members = "\n".join(f'    {_member(v)} = "{v}"\n    """``{v}``."""' for v in self.enums[name])
+                values = ", ".join(self.enums[name])
+                blocks.append(f'class {name}(StrEnum):\n    """One of: {values}."""\n\n{members}')
+            else:
+                blocks.append(self.classes[name])
+        return "\n\n\n".join(blocks)
+
+
+def _list_choices(hint: Any) -> tuple[str, ...]:
+    """The values of a ``tuple[Literal[...], ...]`` field (a list of choices), else nothing."""
+    if get_origin(hint) is tuple and get_origin(_unannotated(get_args(hint)[0])) is Literal:
+        return tuple(str(v) for v in get_args(_unannotated(get_args(hint)[0])))
+    return ()
+
+
+def _unannotated(hint: Any) -> Any:
+    return get_args(hint)[0] if get_origin(hint) is Annotated else hint
+
+
+def _pascal(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def _member(value: str) -> str:
+    member = re.sub(r"[^0-9A-Za-z]+", "_", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", value)).strip("_").upper()
+    return member if member[:1].isalpha() else f"V_{member}"
+
+
+def _doc(model: type[BaseModel]) -> str:
+    return " ".join((model.__doc__ or model.__name__).split())
+
+
+def _docstring(text: str, indent: str) -> str:
+    text = " ".join(text.split()).replace("\\", "\\\\")
+    return f'{indent}"""{text}"""'
+
+
+HEADER = '''# ruff: noqa: E501
+"""The Platform component's inputs, generated from :class:`~inferplane.components.spec.PlatformSpec`.
+
+GENERATED by ``inferplane schema --write`` (:mod:`inferplane.tool.schema`): do not edit; change the spec and
+regenerate. No ``from __future__ import annotations`` here: Pulumi's schema inference reads these annotations at
+runtime. Every value is plain (not ``pulumi.Input``): sizing needs the whole spec before anything is declared.
+"""
+
+from enum import StrEnum
+from typing import NotRequired, TypedDict
+
+import pulumi
+'''
+
+
+def generate_args_module() -> str:
+    """The source of ``components/platform/args.py`` for the current spec."""
+    generator = _Generator()
+    generator.model(PlatformSpec)
+    return f"{HEADER}\n\n{generator.render()}\n"
+
+
+def schema_inputs(raw: Mapping[str, Any], model: type[BaseModel] = PlatformSpec) -> dict[str, Any]:
+    """A spec in stack-file form (snake_case keys, as under ``inferplane:platform``) as the component's inputs
+    (the schema's camelCase names). Keys of map fields (``tags``) are data and stay as they are."""
+    inputs: dict[str, Any] = {}
+    for key, value in raw.items():
+        info = model.model_fields.get(key)
+        nested = _model_of(info.annotation) if info is not None else None
+        if nested is not None and isinstance(value, Mapping):
+            inputs[camel_case(key)] = schema_inputs(value, nested)
+        elif nested is not None and isinstance(value, (list, tuple)):
+            inputs[camel_case(key)] = [schema_inputs(v, nested) if isinstance(v, Mapping) else v for v in value]
+        else:
+            inputs[camel_case(key)] = value
+    return inputs
+
+
+def _model_of(hint: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds, directly, optionally or as a tuple's items; ``None`` for anything else."""
+    if isinstance(hint, type) and issubclass(hint, BaseModel):
+        return hint
+    if get_origin(hint) in (typing.Union, types.UnionType, tuple):
+        for arg in get_args(hint):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def package_schema(version: str | None = None) -> dict[str, Any]:
+    """The package schema Pulumi's SDK infers from the hosted components (``version`` omitted when ``None``)."""
+    from inferplane.tool.provider import InferplaneProvider  # noqa: PLC0415 - loads the Pulumi SDK, every component
+
+    provider = InferplaneProvider(version or "0.0.0")
+    assert provider.schema is not None
+    schema: dict[str, Any] = json.loads(provider.schema)
+    if version is None:
+        schema.pop("version", None)
+    return schema
+
+
+def render_schema(schema: dict[str, Any]) -> str:
+    """The schema as committed: indented, keys in the SDK's order, a final newline."""
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def write(out: typing.TextIO) -> int:
+    """Regenerate ``args.py``, then ``schema.json`` from it (in a fresh interpreter, which imports the new file)."""
+    ARGS_MODULE.write_text(generate_args_module())
+    text = subprocess.run(
+        [sys.executable, "-m", "inferplane.tool.schema"], check=True, capture_output=True, text=True
+    ).stdout
+    SCHEMA_FILE.write_text(text)
+    out.write(f"wrote {ARGS_MODULE} and {SCHEMA_FILE} ({len(text)} bytes)\n")
+    return 0
+
+
+def stale() -> list[str]:
+    """Which committed files differ from what the spec generates now (empty when both are current)."""
+    problems = []
+    if not ARGS_MODULE.is_file() or ARGS_MODULE.read_text() != generate_args_module():
+        problems.append(str(ARGS_MODULE))
+    if not SCHEMA_FILE.is_file() or SCHEMA_FILE.read_text() != render_schema(package_schema()):
+        problems.append(str(SCHEMA_FILE))
+    return problems
+
+
+def schema_command(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``inferplane schema``: print the package schema (as ``GetSchema`` answers), or ``--write`` / ``--check`` the
+    committed ``args.py`` and ``schema.json``."""
+    if args.write:
+        return write(sys.stdout)
+    if args.check:
+        problems = stale()
+        for path in problems:
+            err.print(f"inferplane schema: {path} is stale; run `inferplane schema --write`", markup=False)
+        return EXIT_REFUSED if problems else EXIT_OK
+    from inferplane import __version__  # noqa: PLC0415
+
+    out.file.write(render_schema(package_schema(__version__)))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m inferplane.tool.schema``: print the committed form of the schema (no version)."""
+    parser = argparse.ArgumentParser(prog="python -m inferplane.tool.schema")
+    parser.parse_args(argv)
+    sys.stdout.write(render_schema(package_schema()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
