@@ -68,15 +68,21 @@ def administration_statement(partition: str, account_id: str) -> dict[str, Any]:
     }
 
 
-def role_usage_statement(sid: str, role_arns: Sequence[str], actions: Sequence[str]) -> dict[str, Any]:
-    """Named roles may perform ``actions`` with the key."""
-    return {
+def role_usage_statement(
+    sid: str, role_arns: Sequence[str], actions: Sequence[str], *, via_service: str | None = None
+) -> dict[str, Any]:
+    """Named roles may perform ``actions`` with the key; with ``via_service`` (``s3.us-east-1.amazonaws.com``) only
+    through that service (``kms:ViaService``)."""
+    statement: dict[str, Any] = {
         "Sid": sid,
         "Effect": "Allow",
         "Principal": {"AWS": list(role_arns)},
         "Action": list(actions),
         "Resource": "*",
     }
+    if via_service is not None:
+        statement["Condition"] = {"StringEquals": {"kms:ViaService": via_service}}
+    return statement
 
 
 def logs_usage_statement(partition: str, region: str, account_id: str, log_group: str) -> dict[str, Any]:

@@ -54,6 +54,8 @@ def build_aws_foundation(spec: PlatformSpec, plan: PlatformSizing, tags: Mapping
             # One NAT per zone in prod (a zone outage cannot strand the others); one shared elsewhere.
             nat_per_zone=spec.environment == "prod",
             tags=tags,
+            environment=spec.environment,
+            flow_log_retention_days=spec.log_retention_days,
         ),
     )
     cluster = EksCluster(
