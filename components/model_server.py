@@ -57,9 +57,22 @@ MODELS_MOUNT = "/models"
 HOME_MOUNT = "/home/inferplane"
 """Writable home for non-root engines: vLLM, torch.compile, Triton-lang and FlashInfer caches live under ``$HOME``."""
 
-RUN_AS_USER = 1000
-"""Numeric non-root uid: the vLLM and AWS CLI images declare no ``USER`` (they run as root by default), so
-``runAsNonRoot`` needs an explicit numeric uid; every path they write is redirected to a mounted volume."""
+RUN_AS_USER = 65532
+"""Numeric non-root uid (and gid, and ``fsGroup``): the vLLM, Triton and AWS CLI images declare no ``USER`` (they
+run as root by default), so ``runAsNonRoot`` needs an explicit numeric uid. A high uid that no image's
+``/etc/passwd`` maps (65532, the ``nonroot`` uid of distroless images; Checkov CKV_K8S_40 asks for >= 10000) cannot
+coincide with a host account if a container ever escaped. Every path the engines write is a mounted volume, so the
+root filesystem is read-only (:func:`container_security`)."""
+
+RUN_AS_USER_NAME = "inferplane"
+"""``USER`` for the uid above, which has no ``/etc/passwd`` entry: Python's ``getpass.getuser()`` reads ``USER``
+first and raises without it (torch.compile names its cache directory after the user)."""
+
+HF_TOKEN_VOLUME = "hf-token"
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+"""Where the Hugging Face token Secret is mounted, read-only; ``HF_TOKEN_PATH`` points huggingface_hub at the file
+(``huggingface_hub.constants.HF_TOKEN_PATH`` reads that variable), so the token never sits in the environment,
+where ``/proc/<pid>/environ``, crash dumps and ``kubectl describe`` of a pod spec would show it."""
 
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_BUDGET_FACTOR = 1.5
@@ -219,10 +232,12 @@ def probes(
 
 
 def container_security(*, non_root: bool) -> k8s.core.v1.SecurityContextArgs:
-    """No privilege escalation, every capability dropped, the runtime's default seccomp profile."""
+    """No privilege escalation, every capability dropped, the runtime's default seccomp profile, a read-only root
+    filesystem (every writable path is an ``emptyDir``: the weights, ``$HOME``, ``/tmp``, ``/dev/shm``)."""
     return k8s.core.v1.SecurityContextArgs(
         allow_privilege_escalation=False,
         privileged=False,
+        read_only_root_filesystem=True,
         capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
         run_as_non_root=True if non_root else None,
@@ -313,13 +328,29 @@ def s3_sync_container(
     )
 
 
-def hf_token_env(secret_name: pulumi.Input[str]) -> k8s.core.v1.EnvVarArgs:
-    """``HF_TOKEN`` read from the Kubernetes Secret, never inline."""
-    return k8s.core.v1.EnvVarArgs(
-        name="HF_TOKEN",
-        value_from=k8s.core.v1.EnvVarSourceArgs(
-            secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=HF_TOKEN_SECRET_KEY)
+def user_env() -> k8s.core.v1.EnvVarArgs:
+    """``USER`` for :data:`RUN_AS_USER` (see :data:`RUN_AS_USER_NAME`)."""
+    return k8s.core.v1.EnvVarArgs(name="USER", value=RUN_AS_USER_NAME)
+
+
+def hf_token_volume(secret_name: pulumi.Input[str]) -> k8s.core.v1.VolumeArgs:
+    """The Hugging Face token Secret as a volume holding one file, ``token``, readable by owner and group only (the
+    pod's ``fsGroup``)."""
+    return k8s.core.v1.VolumeArgs(
+        name=HF_TOKEN_VOLUME,
+        secret=k8s.core.v1.SecretVolumeSourceArgs(
+            secret_name=secret_name,
+            items=[k8s.core.v1.KeyToPathArgs(key=HF_TOKEN_SECRET_KEY, path="token")],
+            default_mode=0o440,
         ),
+    )
+
+
+def hf_token_file() -> tuple[k8s.core.v1.VolumeMountArgs, k8s.core.v1.EnvVarArgs]:
+    """(the read-only mount of :func:`hf_token_volume`, ``HF_TOKEN_PATH`` naming the file): the token as a file."""
+    return (
+        k8s.core.v1.VolumeMountArgs(name=HF_TOKEN_VOLUME, mount_path=HF_TOKEN_DIR, read_only=True),
+        k8s.core.v1.EnvVarArgs(name="HF_TOKEN_PATH", value=f"{HF_TOKEN_DIR}/token"),
     )
 
 

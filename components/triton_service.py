@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
 from inferplane.components import triton_config as tc
-from inferplane.components.annotations import COMPONENT_LABEL, serving_annotations
+from inferplane.components.annotations import COMPONENT_LABEL, ENGINE_BUILD, serving_annotations
 from inferplane.components.sizing import DeploymentSizing, TrtLlmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec
 
@@ -191,6 +191,7 @@ class TritonTrtLlmService(ms.ModelServer):
         ]
         home_env = [
             k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
+            ms.user_env(),
             k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
         ]
         if trtllm.tensor_parallel > 1:
@@ -208,6 +209,7 @@ class TritonTrtLlmService(ms.ModelServer):
                 )
             ]
         )
+        token_mount, token_env = ms.hf_token_file()
         build_job = k8s.batch.v1.Job(
             f"{name}-engine-build",
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -216,7 +218,7 @@ class TritonTrtLlmService(ms.ModelServer):
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=2,
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels={**labels, COMPONENT_LABEL: "engine-build"}),
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels={**labels, COMPONENT_LABEL: ENGINE_BUILD}),
                     spec=k8s.core.v1.PodSpecArgs(
                         restart_policy="Never",
                         service_account_name=account.metadata.name,
@@ -231,9 +233,9 @@ class TritonTrtLlmService(ms.ModelServer):
                                 name="build-engine",
                                 image=TRITON_IMAGE,
                                 command=["/bin/sh", "-c", build_script],
-                                env=[*home_env, ms.hf_token_env(args.hf_token_secret_name)],
+                                env=[*home_env, token_env],
                                 resources=resources.requirements(accelerators),
-                                volume_mounts=engine_mounts,
+                                volume_mounts=[*engine_mounts, token_mount],
                                 security_context=ms.container_security(non_root=True),
                             ),
                         ],
@@ -242,6 +244,7 @@ class TritonTrtLlmService(ms.ModelServer):
                             # Checkpoint, quantized checkpoint and engine side by side.
                             ms.disk_volume("models", resources.weights_volume_bytes * 3),
                             *common_volumes,
+                            ms.hf_token_volume(args.hf_token_secret_name),
                         ],
                     ),
                 ),

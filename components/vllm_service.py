@@ -154,6 +154,7 @@ class VllmService(ms.ModelServer):
 
         env = [
             k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
+            ms.user_env(),
             k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
             k8s.core.v1.EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
         ]
@@ -164,8 +165,13 @@ class VllmService(ms.ModelServer):
             env.append(k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1"))
             source = pulumi.Output.concat(args.model_cache_uri, repo, "/")
             init_containers.append(ms.s3_sync_container("fetch-weights", source, model, "models"))
-        else:
-            env.append(ms.hf_token_env(args.hf_token_secret_name))
+        token_mounts: list[k8s.core.v1.VolumeMountArgs] = []
+        token_volumes: list[k8s.core.v1.VolumeArgs] = []
+        if not from_cache:
+            token_mount, token_env = ms.hf_token_file()
+            env.append(token_env)
+            token_mounts.append(token_mount)
+            token_volumes.append(ms.hf_token_volume(args.hf_token_secret_name))
 
         startup, readiness, liveness = ms.probes(HEALTH_PATH, "http", sizing.result.engine_start_seconds)
         container = k8s.core.v1.ContainerArgs(
@@ -195,6 +201,7 @@ class VllmService(ms.ModelServer):
                 k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
                 k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
                 k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                *token_mounts,
             ],
             security_context=ms.container_security(non_root=not placement.is_tpu),
         )
@@ -203,6 +210,7 @@ class VllmService(ms.ModelServer):
             ms.memory_volume("dshm", resources.shm_bytes),
             ms.disk_volume("home", 10 * ms.GIB),
             ms.disk_volume("tmp", 2 * ms.GIB),
+            *token_volumes,
         ]
         pod = k8s.core.v1.PodSpecArgs(
             service_account_name=account.metadata.name,
