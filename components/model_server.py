@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components.annotations import COMPONENT_LABEL, MODEL_SERVER, NAME_LABEL, SERVED_MODEL_LABEL
 from inferplane.components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
+from inferplane.components.catalog.images import image_reference
 from inferplane.components.metrics import SCRAPE_LABELS
 from inferplane.components.scheduling import (
     GKE_TPU_ACCELERATOR_LABEL,
@@ -40,9 +41,8 @@ from inferplane.components.spec import Engine, ModelDeploymentSpec
 GIB = 1024**3
 MIB = 1024**2
 
-AWS_CLI_IMAGE = "amazon/aws-cli:2.37.5"
-"""Syncs weights and engines between S3 and node-local disk. Docker Hub ``amazon/aws-cli`` tags follow the AWS
-CLI v2 release (2.37.5, seen pinned with its digest in public deployment code, 2026-11-29); entrypoint ``aws``."""
+AWS_CLI_IMAGE = image_reference("aws-cli")
+"""Syncs weights and engines between S3 and node-local disk (catalog ``aws-cli``, unpinned; entrypoint ``aws``)."""
 
 HF_TOKEN_SECRET_KEY = "token"
 """Key of the Hugging Face token inside the Kubernetes Secret the composition creates."""
@@ -300,11 +300,18 @@ def disk_volume(name: str, size_bytes: int) -> k8s.core.v1.VolumeArgs:
 
 
 def s3_sync_container(
-    name: str, source: pulumi.Input[str], target: pulumi.Input[str], volume: str, *, include: tuple[str, ...] = ()
+    name: str,
+    source: pulumi.Input[str],
+    target: pulumi.Input[str],
+    volume: str,
+    *,
+    include: tuple[str, ...] = (),
+    image: str = AWS_CLI_IMAGE,
 ) -> k8s.core.v1.ContainerArgs:
     """A container copying between S3 and a mounted volume (``aws s3 sync`` skips unchanged files).
 
-    ``include`` limits the copy to matching names (``--exclude '*' --include ...``).
+    ``include`` limits the copy to matching names (``--exclude '*' --include ...``); ``image`` is the AWS CLI
+    reference to run (pinned by the stack's digest when it has one).
     """
     filters: list[pulumi.Input[str]] = []
     if include:
@@ -313,7 +320,7 @@ def s3_sync_container(
             filters += ["--include", pattern]
     return k8s.core.v1.ContainerArgs(
         name=name,
-        image=AWS_CLI_IMAGE,
+        image=image,
         command=["aws"],
         args=["s3", "sync", "--only-show-errors", *filters, source, target],
         env=[k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp")],

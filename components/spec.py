@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from inferplane.components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
 from inferplane.components.catalog.accelerators import AcceleratorId
+from inferplane.components.catalog.images import DIGEST_PATTERN, ImageName
 from inferplane.components.catalog.instances import tpu_topology_chips
 
 Environment = Literal["dev", "staging", "prod"]
@@ -224,6 +225,12 @@ class ModelDeploymentSpec(_Spec):
     chunked_prefill: bool = Field(default=True, description="Split long prompts so decodes keep flowing.")
     speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
+    image_digest: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU or Triton); wins over "
+        "the platform's ``image_digests`` and the catalog's tag.",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> ModelDeploymentSpec:
@@ -331,6 +338,19 @@ class PlatformSpec(_Spec):
     limits: LimitsSpec = Field(description="Ceilings for this environment.")
     gcp: GcpSpec | None = Field(default=None, description="GKE location, needed by TPU pools.")
     tags: dict[str, str] = Field(default_factory=dict, description="Tags added to every cloud resource.")
+    image_digests: dict[ImageName, Annotated[str, Field(pattern=DIGEST_PATTERN)]] = Field(
+        default_factory=dict,
+        description="``sha256:`` digests pinning catalog images by name (``vllm``, ``vllm-tpu``, ``triton-trtllm``, "
+        "``aws-cli``); a pinned digest wins over the catalog's tag. Prod's policy config asks for every image.",
+    )
+
+    def image_digests_for(self, deployment: ModelDeploymentSpec, image: ImageName) -> dict[str, str]:
+        """The digests a deployment's pods use: the platform's, with the deployment's own for its engine
+        ``image``."""
+        digests: dict[str, str] = dict(self.image_digests)
+        if deployment.image_digest is not None:
+            digests[image] = deployment.image_digest
+        return digests
 
     @property
     def log_retention_days(self) -> int:

@@ -18,6 +18,7 @@ from inferplane.components import model_server as ms
 from inferplane.components import triton_service, vllm_service
 from inferplane.components.annotations import PLATFORM_NAMESPACE_LABELS
 from inferplane.components.catalog import get_instance_type
+from inferplane.components.catalog.images import engine_image
 from inferplane.components.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
@@ -87,6 +88,7 @@ def build_model_servers(
         ports[id(provider)][4].update(metrics_ports)
         opts = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, secret])
         pool = spec.pool(sizing.pool)
+        digests = spec.image_digests_for(deployment, engine_image(deployment.engine, tpu=cloud == "gcp"))
         if deployment.engine == "vllm":
             servers[deployment.name] = VllmService(
                 deployment.name,
@@ -100,6 +102,7 @@ def build_model_servers(
                     model_cache_uri=model_cache_uri if cloud == "aws" else None,
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
+                    image_digests=digests,
                 ),
                 opts,
             )
@@ -115,6 +118,7 @@ def build_model_servers(
                     model_cache_uri=model_cache_uri,
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
+                    image_digests=digests,
                 ),
                 opts,
             )

@@ -354,3 +354,31 @@ def test_the_network_policy_refuses_missing_and_impossible_ports_before_declarin
         {"property_path": "api_ports", "reason": "give at least one port"},
         {"property_path": "metrics_ports[1]", "reason": "70000 is not a TCP port"},
     ]
+
+
+def test_pinned_digests_win_over_tags_and_a_deployments_own_wins_over_the_platforms() -> None:
+    platform_digest, model_digest, cli_digest = "sha256:" + "a" * 64, "sha256:" + "b" * 64, "sha256:" + "c" * 64
+    spec = stack_spec("prod")
+    triton = next(m for m in spec.models if m.engine == "triton")
+    pinned = spec.model_copy(
+        update={
+            "image_digests": {"vllm": platform_digest, "triton-trtllm": platform_digest, "aws-cli": cli_digest},
+            "models": tuple(
+                m.model_copy(update={"image_digest": model_digest}) if m is triton else m for m in spec.models
+            ),
+        }
+    )
+    evaluation = evaluate_servers(pinned)
+    vllm_pod = evaluation.named("llama-70b-deployment").inputs["spec"]["template"]["spec"]
+    assert vllm_pod["containers"][0]["image"] == f"vllm/vllm-openai:v0.32.0@{platform_digest}"
+    assert vllm_pod["initContainers"][0]["image"] == f"amazon/aws-cli:2.37.5@{cli_digest}"
+    triton_pod = evaluation.named("llama-8b-deployment").inputs["spec"]["template"]["spec"]
+    assert triton_pod["containers"][0]["image"] == f"nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3@{model_digest}"
+    images = {c["image"] for c in [*triton_pod["initContainers"], *triton_pod["containers"]]}
+    assert images == {
+        f"amazon/aws-cli:2.37.5@{cli_digest}",
+        f"nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3@{model_digest}",
+    }
+    # Unpinned, the catalog's tags run.
+    plain = evaluate_servers(spec).named("llama-70b-deployment").inputs["spec"]["template"]["spec"]
+    assert plain["containers"][0]["image"] == "vllm/vllm-openai:v0.32.0"

@@ -157,6 +157,12 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
     ("admin-principal-repeats", "prod",
      _set("cluster.admin_principals", ["arn:aws:iam::123456789012:role/a", "arn:aws:iam::123456789012:role/a"]),
      "cluster.admin_principals", "admin_principals repeat"),
+    ("short-digest", "prod", _set("image_digests", {"vllm": "sha256:abc"}), "image_digests.vllm",
+     "String should match pattern '^sha256:[0-9a-f]{64}$'"),
+    ("digest-of-unknown-image", "prod", _set("image_digests", {"nginx": "sha256:" + "0" * 64}),
+     "image_digests.nginx.[key]", "Input should be 'vllm', 'vllm-tpu', 'triton-trtllm' or 'aws-cli'"),
+    ("model-digest-tag", "prod", _set("models[0].image_digest", "v0.32.0"), "models[0].image_digest",
+     "String should match pattern '^sha256:[0-9a-f]{64}$'"),
 ]  # fmt: skip
 
 
