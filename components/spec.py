@@ -347,7 +347,7 @@ class PlatformSpec(_Spec):
     def image_digests_for(self, deployment: ModelDeploymentSpec, image: ImageName) -> dict[str, str]:
         """The digests a deployment's pods use: the platform's, with the deployment's own for its engine
         ``image``."""
-        digests: dict[str, str] = dict(self.image_digests)
+        digests: dict[str, str] = {str(name): digest for name, digest in self.image_digests.items()}
         if deployment.image_digest is not None:
             digests[image] = deployment.image_digest
         return digests

@@ -122,7 +122,7 @@ def build_model_servers(
                 ),
                 opts,
             )
-    for key, (prefix, cloud, provider, api, metrics) in ports.items():
+    for key, (prefix, cluster_cloud, provider, api, metrics) in ports.items():
         namespace = clusters[key][0]
         ServingNetworkPolicy(
             f"{prefix}-serving-network-policy",
@@ -130,7 +130,7 @@ def build_model_servers(
                 namespace=namespace.metadata.name,
                 api_ports=sorted(api),
                 metrics_ports=sorted(metrics),
-                pod_identity=cloud == "aws",
+                pod_identity=cluster_cloud == "aws",
                 labels={**tags, **PLATFORM_NAMESPACE_LABELS},
             ),
             pulumi.ResourceOptions(providers=[provider], depends_on=[namespace]),

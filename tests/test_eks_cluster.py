@@ -258,7 +258,10 @@ def test_deployer_on_an_assumed_role_is_trusted_as_its_role() -> None:
                 return {"accountId": "123456789012", "arn": arn, "userId": "AROAX:ci-run-42"}, []
             return super().call(args)
 
-    result = evaluate(make_cluster, mocks=AssumedRole("us-east-1"), stack="test")
+    def program() -> None:
+        make_cluster()
+
+    result = evaluate(program, mocks=AssumedRole("us-east-1"), stack="test")
     trust = json.loads(result.named("eks-admin-role").inputs["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"AWS": ["arn:aws:iam::123456789012:role/deployer"]}
 
