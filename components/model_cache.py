@@ -146,21 +146,7 @@ class ModelCache(pulumi.ComponentResource):
             opts=stateful,
         )
         bucket = aws.s3.Bucket(f"{name}-bucket", force_destroy=False, tags=tags, opts=stateful)
-        public_access = aws.s3.BucketPublicAccessBlock(
-            f"{name}-public-access-block",
-            bucket=bucket.id,
-            block_public_acls=True,
-            block_public_policy=True,
-            ignore_public_acls=True,
-            restrict_public_buckets=True,
-            opts=child,
-        )
-        aws.s3.BucketOwnershipControls(
-            f"{name}-ownership",
-            bucket=bucket.id,
-            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
-            opts=child,
-        )
+        public_access = _private(name, bucket, child)
         encryption = aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-encryption",
             bucket=bucket.id,
@@ -267,21 +253,7 @@ class ModelCache(pulumi.ComponentResource):
         """
         child = pulumi.ResourceOptions(parent=self)
         logs = aws.s3.Bucket(f"{name}-logs", force_destroy=False, tags=dict(tags), opts=stateful)
-        block = aws.s3.BucketPublicAccessBlock(
-            f"{name}-logs-public-access-block",
-            bucket=logs.id,
-            block_public_acls=True,
-            block_public_policy=True,
-            ignore_public_acls=True,
-            restrict_public_buckets=True,
-            opts=child,
-        )
-        aws.s3.BucketOwnershipControls(
-            f"{name}-logs-ownership",
-            bucket=logs.id,
-            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
-            opts=child,
-        )
+        block = _private(f"{name}-logs", logs, child)
         aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-logs-encryption",
             bucket=logs.id,
@@ -324,6 +296,27 @@ class ModelCache(pulumi.ComponentResource):
             target_prefix=ACCESS_LOG_PREFIX,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
         )
+
+
+def _private(prefix: str, bucket: aws.s3.Bucket, opts: pulumi.ResourceOptions) -> aws.s3.BucketPublicAccessBlock:
+    """All four public-access blocks (``{prefix}-public-access-block``) and ACLs off (``{prefix}-ownership``,
+    ``BucketOwnerEnforced``) for ``bucket``; returns the block, which bucket policies wait for."""
+    block = aws.s3.BucketPublicAccessBlock(
+        f"{prefix}-public-access-block",
+        bucket=bucket.id,
+        block_public_acls=True,
+        block_public_policy=True,
+        ignore_public_acls=True,
+        restrict_public_buckets=True,
+        opts=opts,
+    )
+    aws.s3.BucketOwnershipControls(
+        f"{prefix}-ownership",
+        bucket=bucket.id,
+        rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+        opts=opts,
+    )
+    return block
 
 
 def cache_key_policy(partition: str, account_id: str, region: str, role_arn: str) -> str:

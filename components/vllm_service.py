@@ -131,6 +131,11 @@ class VllmServiceArgs:
 class VllmService(ms.ModelServer):
     """A vLLM model server: Deployment, Service, PodDisruptionBudget (when replicas can exceed one), PodMonitor.
 
+    Pods: read-only root filesystem (weights, ``$HOME``, ``/tmp`` and ``/dev/shm`` are ``emptyDir`` volumes), every
+    capability dropped, RuntimeDefault seccomp, uid :data:`model_server.RUN_AS_USER`; the Hugging Face token, when
+    the hub is read, is a mounted file. Exception: on TPU pools the container runs as root, because non-root access to
+    the TPU device nodes is unverified (README "Security baseline").
+
     Kubernetes objects go to the cluster of the provider the caller passes (``opts.providers`` or ``parent``).
     Outputs for the autoscaler: ``deployment_name``, ``namespace``, ``service_name``; for the model cache's Pod
     Identity association: ``service_account_name`` (:func:`model_server.service_account_name` of the deployment).
