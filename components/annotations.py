@@ -32,6 +32,22 @@ NAME_LABEL = "app.kubernetes.io/name"
 ComponentRole = Literal["model-server", "gateway", "cache", "monitoring", "system"]
 MODEL_SERVER: ComponentRole = "model-server"
 GATEWAY: ComponentRole = "gateway"
+ENGINE_BUILD = "engine-build"
+""":data:`COMPONENT_LABEL` of Triton's engine-build Job pods (they fetch checkpoints like a model server)."""
+
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+PLATFORM = "inferplane"
+"""``app.kubernetes.io/part-of: inferplane``: on every platform object, and on the namespaces the platform's own
+workloads run in (the serving namespace, the gateway's)."""
+
+GATEWAY_POD_LABELS: dict[str, str] = {COMPONENT_LABEL: GATEWAY}
+"""The one contract between the gateway and the model servers' NetworkPolicy: pods labelled
+``app.kubernetes.io/component: gateway``, in a namespace labelled ``app.kubernetes.io/part-of: inferplane``
+(:data:`PLATFORM_NAMESPACE_LABELS`), may call the servers' API ports; nothing else may
+(``components.network_policy``)."""
+
+PLATFORM_NAMESPACE_LABELS: dict[str, str] = {PART_OF_LABEL: PLATFORM}
+"""Namespace labels the gateway's namespace must carry for :data:`GATEWAY_POD_LABELS` to be admitted."""
 
 SERVED_MODEL_LABEL = f"{PREFIX}model"
 """Label with the served model name (``--served-model-name``), on the model server and on its ScaledObject

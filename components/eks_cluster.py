@@ -2,14 +2,19 @@
 
 Secure defaults, each one a choice terraform-aws-eks also makes by default (see ../shared style anchors, A7):
 
-* secrets are envelope-encrypted with a customer-managed KMS key that rotates yearly;
-* the api, audit and authenticator control-plane logs always go to CloudWatch (more if asked), into a log group
-  created here so its retention is set rather than "never expire";
+* secrets are envelope-encrypted with a customer-managed KMS key that rotates yearly; its key policy names the
+  cluster role as the only user (:mod:`components.kms_policy`), not the account default;
+* all five control-plane logs (api, audit, authenticator, controllerManager, scheduler) go to CloudWatch, into a log
+  group created here so its retention is set rather than "never expire", encrypted with its own KMS key that only
+  CloudWatch Logs may use, and only for this log group (CIS EKS 2.1.1, AWS FSBP CloudWatch);
 * the API endpoint is private in prod; elsewhere a public endpoint needs an explicit CIDR allowlist and never
   ``0.0.0.0/0``;
 * access is managed with the EKS access-entry API (``authenticationMode: API``), not the ``aws-auth`` ConfigMap;
-  the cluster creator gets no implicit admin rights: an admin role, assumable within the account, gets
-  ``AmazonEKSClusterAdminPolicy`` through an access entry, and the Kubernetes provider authenticates as that role;
+  the cluster creator gets no implicit admin rights: an admin role gets ``AmazonEKSClusterAdminPolicy`` through an
+  access entry, and the Kubernetes provider authenticates as that role. The role trusts named principals only:
+  ``admin_principal_arns`` from the stack, or, when the stack names none, the one principal deploying the stack
+  (its IAM role or user, resolved by ``sts:GetCallerIdentity`` and ``iam.getSessionContext``), never the whole
+  account (``:root``);
 * add-ons are EKS managed add-ons with pinned versions (:data:`ADDON_VERSIONS`), so an upgrade is a reviewed diff.
 
 Every Kubernetes resource of the platform goes through :attr:`EksCluster.k8s_provider`, built from this cluster's
@@ -29,8 +34,15 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from inferplane.components import kms_policy
 from inferplane.components.awscommon import managed_policy_arn, raise_input_errors, service_trust_policy
-from inferplane.components.spec import ControlPlaneLog, EndpointAccess, Environment
+from inferplane.components.spec import (
+    ALL_CONTROL_PLANE_LOGS,
+    LOG_RETENTION_VALUES,
+    ControlPlaneLog,
+    EndpointAccess,
+    Environment,
+)
 
 AddonName = Literal["vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"]
 
@@ -73,8 +85,17 @@ Before an upgrade, check with ``aws eks describe-addon-versions --kubernetes-ver
 (moto does not implement it, so no test can).
 """
 
-REQUIRED_LOG_TYPES: tuple[ControlPlaneLog, ...] = ("api", "audit", "authenticator")
-"""Control-plane logs every cluster ships: who called the API (audit), how they authenticated, and the API log."""
+ADDON_CONFIGURATION: dict[AddonName, dict[str, str]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
+"""Add-on configuration values. vpc-cni's network policy agent enforces Kubernetes NetworkPolicy objects; without it
+they are accepted and ignored (EKS user guide, cni-network-policy-configure.html: ``{"enableNetworkPolicy":
+"true"}``, a string)."""
+
+REQUIRED_LOG_TYPES: tuple[ControlPlaneLog, ...] = ALL_CONTROL_PLANE_LOGS
+"""Control-plane logs every cluster ships: who called the API (audit), how they authenticated, the API log, and the
+controller manager's and scheduler's decisions (EKS Best Practices, detective controls: enable all of them)."""
+
+SECRETS_KEY_ACTIONS: tuple[str, ...] = ("kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey")
+"""What the cluster role needs on the secrets key: envelope encryption and grant inspection."""
 
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 """EKS access policy granting cluster-admin; the ARN is ``arn:<partition>:eks::aws:cluster-access-policy/<name>``."""
@@ -107,12 +128,12 @@ class EksClusterArgs:
     public_access_cidrs: Sequence[str] = ()
     """Who may reach a public endpoint; required with ``public_and_private``, never ``0.0.0.0/0``."""
     admin_principal_arns: Sequence[str] = ()
-    """IAM principals (role or user ARNs) that may assume the cluster-admin role. Empty trusts the account: any
-    of its principals whose own IAM policy allows ``sts:AssumeRole`` on the role."""
+    """IAM principals (role or user ARNs) that may assume the cluster-admin role. Empty trusts the principal that
+    deploys the stack (its IAM role or user), never the whole account."""
     log_types: Sequence[ControlPlaneLog] = REQUIRED_LOG_TYPES
-    """Control-plane log types; must include api, audit and authenticator."""
-    log_retention_days: int = 90
-    """Retention of ``/aws/eks/<cluster>/cluster``."""
+    """Control-plane log types; must include all of :data:`REQUIRED_LOG_TYPES`."""
+    log_retention_days: int = 365
+    """Retention of ``/aws/eks/<cluster>/cluster``; one of :data:`LOG_RETENTION_VALUES`."""
     system_instance_type: str = "m7i.large"
     """Instance type of the system node group (controllers, gateway, monitoring)."""
     system_nodes: int = 2
@@ -150,35 +171,48 @@ def _check(args: EksClusterArgs) -> list[tuple[str, str]]:
         errors.append(("subnet_ids", f"EKS needs subnets in at least 2 zones, got {len(args.subnet_ids)}"))
     if not 1 <= args.system_nodes <= 10:
         errors.append(("system_nodes", f"between 1 and 10, got {args.system_nodes}"))
-    if args.log_retention_days < 1:
-        errors.append(("log_retention_days", "must be at least 1"))
+    if args.log_retention_days not in LOG_RETENTION_VALUES:
+        allowed = ", ".join(str(days) for days in sorted(LOG_RETENTION_VALUES))
+        errors.append(("log_retention_days", f"{args.log_retention_days} is not a CloudWatch retention ({allowed})"))
     return errors
 
 
 def secrets_key_policy(key_arn: str) -> str:
-    """What the cluster role needs on the secrets key: envelope encryption and grant inspection."""
+    """The cluster role's IAM policy on the secrets key: :data:`SECRETS_KEY_ACTIONS`."""
     return json.dumps(
         {
             "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
-                    "Resource": key_arn,
-                }
-            ],
+            "Statement": [{"Effect": "Allow", "Action": list(SECRETS_KEY_ACTIONS), "Resource": key_arn}],
         }
     )
 
 
-def admin_trust_policy(partition: str, account_id: str, principals: Sequence[str] = ()) -> str:
-    """Who may assume the admin role: ``principals`` when given, else the account itself (any of its IAM
-    principals whose own policy allows ``sts:AssumeRole`` on the role)."""
-    trusted: str | list[str] = list(principals) if principals else f"arn:{partition}:iam::{account_id}:root"
+def secrets_key_key_policy(partition: str, account_id: str, cluster_role_arn: str) -> str:
+    """The secrets key's own policy: the account administers it, only the cluster role uses it."""
+    return kms_policy.key_policy(
+        [
+            kms_policy.administration_statement(partition, account_id),
+            kms_policy.role_usage_statement("ClusterRoleEnvelopeEncryption", [cluster_role_arn], SECRETS_KEY_ACTIONS),
+        ]
+    )
+
+
+def logs_key_policy(partition: str, region: str, account_id: str, log_group: str) -> str:
+    """The log group's key policy: the account administers it, CloudWatch Logs uses it for ``log_group`` only."""
+    return kms_policy.key_policy(
+        [
+            kms_policy.administration_statement(partition, account_id),
+            kms_policy.logs_usage_statement(partition, region, account_id, log_group),
+        ]
+    )
+
+
+def admin_trust_policy(principals: Sequence[str]) -> str:
+    """Who may assume the admin role: exactly ``principals`` (role or user ARNs), never an account root."""
     return json.dumps(
         {
             "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Principal": {"AWS": trusted}, "Action": "sts:AssumeRole"}],
+            "Statement": [{"Effect": "Allow", "Principal": {"AWS": list(principals)}, "Action": "sts:AssumeRole"}],
         }
     )
 
@@ -250,7 +284,8 @@ class EksCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         invoke = pulumi.InvokeOutputOptions(parent=self)
         partition = aws.get_partition_output(opts=invoke).partition
-        account = aws.get_caller_identity_output(opts=invoke).account_id
+        caller = aws.get_caller_identity_output(opts=invoke)
+        account = caller.account_id
 
         cluster_role = aws.iam.Role(
             f"{name}-cluster-role",
@@ -269,6 +304,9 @@ class EksCluster(pulumi.ComponentResource):
             description=f"Envelope encryption of Kubernetes secrets in EKS cluster {args.cluster_name}",
             enable_key_rotation=True,
             deletion_window_in_days=30,
+            policy=pulumi.Output.all(partition, account, cluster_role.arn).apply(
+                lambda values: secrets_key_key_policy(values[0], values[1], values[2])
+            ),
             tags=tags,
             # Deleting this key makes every secret in the cluster unreadable: prod protects it from `pulumi destroy`.
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.environment == "prod")),
@@ -286,11 +324,26 @@ class EksCluster(pulumi.ComponentResource):
             policy=key.arn.apply(secrets_key_policy),
             opts=child,
         )
-        # EKS writes to exactly this group; creating it first sets retention and tags instead of "never expire".
+        # EKS writes to exactly this group; creating it first sets retention, encryption and tags instead of
+        # "never expire" in plain text.
+        log_group_name = f"/aws/eks/{args.cluster_name}/cluster"
+        logs_key = aws.kms.Key(
+            f"{name}-logs-key",
+            description=f"Encryption of the control-plane logs of EKS cluster {args.cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            policy=pulumi.Output.all(partition, account).apply(
+                lambda values: logs_key_policy(values[0], args.region, values[1], log_group_name)
+            ),
+            tags=tags,
+            # Deleting it makes the audit trail unreadable: prod protects it like the secrets key.
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.environment == "prod")),
+        )
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs",
-            name=f"/aws/eks/{args.cluster_name}/cluster",
+            name=log_group_name,
             retention_in_days=args.log_retention_days,
+            kms_key_id=logs_key.arn,
             tags=tags,
             opts=child,
         )
@@ -323,12 +376,17 @@ class EksCluster(pulumi.ComponentResource):
         )
         self.cluster_security_group_id = self.cluster.vpc_config.cluster_security_group_id
 
+        admins: pulumi.Output[list[str]]
+        if args.admin_principal_arns:
+            admins = pulumi.Output.from_input(list(args.admin_principal_arns))
+        else:
+            # The deployer's own role (not its session) or user: what an assumed-role ARN was issued by.
+            deployer = aws.iam.get_session_context_output(arn=caller.arn, opts=invoke).issuer_arn
+            admins = deployer.apply(lambda arn: [arn])
         self.admin_role = aws.iam.Role(
             f"{name}-admin-role",
             description=f"Cluster administrators of {args.cluster_name}",
-            assume_role_policy=pulumi.Output.all(partition, account).apply(
-                lambda pa: admin_trust_policy(pa[0], pa[1], args.admin_principal_arns)
-            ),
+            assume_role_policy=admins.apply(admin_trust_policy),
             tags=tags,
             opts=child,
         )
@@ -371,7 +429,9 @@ class EksCluster(pulumi.ComponentResource):
         self.addons = {}
         # Networking and identity come first: nodes cannot become Ready without the CNI.
         for addon in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
-            self.addons[addon] = self._addon(name, addon, versions[addon], tags, child)
+            self.addons[addon] = self._addon(
+                name, addon, versions[addon], tags, child, configuration=ADDON_CONFIGURATION.get(addon)
+            )
 
         self.system_node_group = self._system_nodes(name, args, tags, node_policies)
 
@@ -437,6 +497,7 @@ class EksCluster(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions,
         *,
         pod_identity: Sequence[aws.eks.AddonPodIdentityAssociationArgs] | None = None,
+        configuration: Mapping[str, str] | None = None,
     ) -> aws.eks.Addon:
         return aws.eks.Addon(
             f"{name}-{addon}",
@@ -446,6 +507,7 @@ class EksCluster(pulumi.ComponentResource):
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             pod_identity_associations=list(pod_identity) if pod_identity else None,
+            configuration_values=json.dumps(dict(configuration), sort_keys=True) if configuration else None,
             tags=dict(tags),
             opts=opts,
         )

@@ -28,6 +28,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from inferplane.components import kms_policy
 from inferplane.components.awscommon import InputErrors, raise_input_errors, service_trust_policy
 from inferplane.components.model_server import ENGINES_PREFIX
 from inferplane.components.spec import Environment
@@ -44,6 +45,17 @@ SERVICE_ACCOUNT_TAG = "aws:PrincipalTag/kubernetes-service-account"
 
 INCOMPLETE_UPLOAD_DAYS = 7
 """An engine upload interrupted mid-way leaves multipart parts that are billed but invisible; they go after a week."""
+
+ACCESS_LOG_DAYS = 365
+"""Server access logs of the cache are kept a year (the retention AWS FSBP asks of CloudWatch log groups), then
+expire."""
+
+ACCESS_LOG_PREFIX = "model-cache/"
+"""Key prefix of the cache's access logs inside the log bucket."""
+
+LOGGING_PRINCIPAL = "logging.s3.amazonaws.com"
+"""The S3 server access logging service; with ACLs disabled the target bucket's policy grants it ``s3:PutObject``
+(S3 user guide, enable-server-access-logging.html)."""
 
 NONCURRENT_VERSION_DAYS = 30
 """Versioning keeps an overwritten or deleted checkpoint recoverable for a month, then stops paying for it."""
@@ -111,30 +123,30 @@ class ModelCache(pulumi.ComponentResource):
         # Deleting either loses every cached checkpoint and engine (the key: makes them unreadable); prod protects.
         stateful = pulumi.ResourceOptions(parent=self, protect=args.environment == "prod")
 
+        role = aws.iam.Role(
+            f"{name}-role",
+            description="Model servers read the model cache (engine builders also write engines) via EKS Pod Identity",
+            assume_role_policy=service_trust_policy(POD_IDENTITY_PRINCIPAL, tag_session=True),
+            tags=tags,
+            opts=child,
+        )
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        partition = aws.get_partition_output(opts=invoke).partition
+        account = aws.get_caller_identity_output(opts=invoke).account_id
+        region = aws.get_region_output(opts=invoke).region
         key = aws.kms.Key(
             f"{name}-key",
             description="Encryption of the inferplane model cache (weights and TensorRT-LLM engines)",
             enable_key_rotation=True,
             deletion_window_in_days=30,
+            policy=pulumi.Output.all(partition, account, region, role.arn).apply(
+                lambda values: cache_key_policy(values[0], values[1], values[2], values[3])
+            ),
             tags=tags,
             opts=stateful,
         )
         bucket = aws.s3.Bucket(f"{name}-bucket", force_destroy=False, tags=tags, opts=stateful)
-        public_access = aws.s3.BucketPublicAccessBlock(
-            f"{name}-public-access-block",
-            bucket=bucket.id,
-            block_public_acls=True,
-            block_public_policy=True,
-            ignore_public_acls=True,
-            restrict_public_buckets=True,
-            opts=child,
-        )
-        aws.s3.BucketOwnershipControls(
-            f"{name}-ownership",
-            bucket=bucket.id,
-            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
-            opts=child,
-        )
+        public_access = _private(name, bucket, child)
         encryption = aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-encryption",
             bucket=bucket.id,
@@ -193,14 +205,8 @@ class ModelCache(pulumi.ComponentResource):
             # With the public access block in place first, no window exists where a policy could make it public.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access]),
         )
+        self._access_logs(name, bucket, account, tags, stateful)
 
-        role = aws.iam.Role(
-            f"{name}-role",
-            description="Model servers read the model cache (engine builders also write engines) via EKS Pod Identity",
-            assume_role_policy=service_trust_policy(POD_IDENTITY_PRINCIPAL, tag_session=True),
-            tags=tags,
-            opts=child,
-        )
         writers = [account for account in args.service_accounts if account.write]
         access = aws.iam.RolePolicy(
             f"{name}-access",
@@ -230,6 +236,127 @@ class ModelCache(pulumi.ComponentResource):
         self.register_outputs(
             {"uri": self.uri, "bucketName": self.bucket_name, "roleArn": self.role_arn, "keyArn": self.key_arn}
         )
+
+    def _access_logs(
+        self,
+        name: str,
+        bucket: aws.s3.Bucket,
+        account: pulumi.Output[str],
+        tags: Mapping[str, str],
+        stateful: pulumi.ResourceOptions,
+    ) -> None:
+        """S3 server access logging of the cache (AWS FSBP S3.9) into its own private bucket ``{name}-logs``.
+
+        The log bucket is encrypted with SSE-S3: server access log delivery does not support SSE-KMS targets
+        (S3 user guide, "Enabling Amazon S3 server access logging"). It does not log itself (that would log its
+        own log writes forever); its objects expire after :data:`ACCESS_LOG_DAYS`.
+        """
+        child = pulumi.ResourceOptions(parent=self)
+        logs = aws.s3.Bucket(f"{name}-logs", force_destroy=False, tags=dict(tags), opts=stateful)
+        block = _private(f"{name}-logs", logs, child)
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-logs-encryption",
+            bucket=logs.id,
+            rules=[
+                aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    apply_server_side_encryption_by_default=(
+                        aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                            sse_algorithm="AES256"
+                        )
+                    ),
+                )
+            ],
+            opts=child,
+        )
+        aws.s3.BucketLifecycleConfiguration(
+            f"{name}-logs-lifecycle",
+            bucket=logs.id,
+            rules=[
+                aws.s3.BucketLifecycleConfigurationRuleArgs(
+                    id="expire-access-logs",
+                    status="Enabled",
+                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                    expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=ACCESS_LOG_DAYS),
+                )
+            ],
+            opts=child,
+        )
+        policy = aws.s3.BucketPolicy(
+            f"{name}-logs-policy",
+            bucket=logs.id,
+            policy=pulumi.Output.all(logs.arn, bucket.arn, account).apply(
+                lambda values: access_log_bucket_policy(values[0], values[1], values[2])
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[block]),
+        )
+        aws.s3.BucketLogging(
+            f"{name}-access-logging",
+            bucket=bucket.id,
+            target_bucket=logs.id,
+            target_prefix=ACCESS_LOG_PREFIX,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+        )
+
+
+def _private(prefix: str, bucket: aws.s3.Bucket, opts: pulumi.ResourceOptions) -> aws.s3.BucketPublicAccessBlock:
+    """All four public-access blocks (``{prefix}-public-access-block``) and ACLs off (``{prefix}-ownership``,
+    ``BucketOwnerEnforced``) for ``bucket``; returns the block, which bucket policies wait for."""
+    block = aws.s3.BucketPublicAccessBlock(
+        f"{prefix}-public-access-block",
+        bucket=bucket.id,
+        block_public_acls=True,
+        block_public_policy=True,
+        ignore_public_acls=True,
+        restrict_public_buckets=True,
+        opts=opts,
+    )
+    aws.s3.BucketOwnershipControls(
+        f"{prefix}-ownership",
+        bucket=bucket.id,
+        rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+        opts=opts,
+    )
+    return block
+
+
+def cache_key_policy(partition: str, account_id: str, region: str, role_arn: str) -> str:
+    """The cache key's policy: the account administers it; only the cache role uses it, and only through S3."""
+    return kms_policy.key_policy(
+        [
+            kms_policy.administration_statement(partition, account_id),
+            kms_policy.role_usage_statement(
+                "CacheRoleThroughS3",
+                [role_arn],
+                ["kms:Decrypt", "kms:GenerateDataKey"],
+                via_service=f"s3.{region}.amazonaws.com",
+            ),
+        ]
+    )
+
+
+def access_log_bucket_policy(log_bucket_arn: str, source_bucket_arn: str, account_id: str) -> str:
+    """TLS only, and S3 server access logging may write the source bucket's logs under :data:`ACCESS_LOG_PREFIX`
+    (conditions ``aws:SourceArn`` and ``aws:SourceAccount`` keep other buckets from logging here)."""
+    tls: dict[str, Any] = json.loads(tls_only_policy(log_bucket_arn))["Statement"][0]
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                tls,
+                {
+                    "Sid": "S3ServerAccessLogs",
+                    "Effect": "Allow",
+                    "Principal": {"Service": LOGGING_PRINCIPAL},
+                    "Action": "s3:PutObject",
+                    "Resource": f"{log_bucket_arn}/{ACCESS_LOG_PREFIX}*",
+                    "Condition": {
+                        "ArnLike": {"aws:SourceArn": source_bucket_arn},
+                        "StringEquals": {"aws:SourceAccount": account_id},
+                    },
+                },
+            ],
+        }
+    )
 
 
 def cache_uri(bucket: str) -> str:

@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components.annotations import COMPONENT_LABEL, MODEL_SERVER, NAME_LABEL, SERVED_MODEL_LABEL
 from inferplane.components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
+from inferplane.components.catalog.images import image_reference
 from inferplane.components.metrics import SCRAPE_LABELS
 from inferplane.components.scheduling import (
     GKE_TPU_ACCELERATOR_LABEL,
@@ -40,9 +41,8 @@ from inferplane.components.spec import Engine, ModelDeploymentSpec
 GIB = 1024**3
 MIB = 1024**2
 
-AWS_CLI_IMAGE = "amazon/aws-cli:2.37.5"
-"""Syncs weights and engines between S3 and node-local disk. Docker Hub ``amazon/aws-cli`` tags follow the AWS
-CLI v2 release (2.37.5, seen pinned with its digest in public deployment code, 2026-11-29); entrypoint ``aws``."""
+AWS_CLI_IMAGE = image_reference("aws-cli")
+"""Syncs weights and engines between S3 and node-local disk (catalog ``aws-cli``, unpinned; entrypoint ``aws``)."""
 
 HF_TOKEN_SECRET_KEY = "token"
 """Key of the Hugging Face token inside the Kubernetes Secret the composition creates."""
@@ -57,9 +57,22 @@ MODELS_MOUNT = "/models"
 HOME_MOUNT = "/home/inferplane"
 """Writable home for non-root engines: vLLM, torch.compile, Triton-lang and FlashInfer caches live under ``$HOME``."""
 
-RUN_AS_USER = 1000
-"""Numeric non-root uid: the vLLM and AWS CLI images declare no ``USER`` (they run as root by default), so
-``runAsNonRoot`` needs an explicit numeric uid; every path they write is redirected to a mounted volume."""
+RUN_AS_USER = 65532
+"""Numeric non-root uid (and gid, and ``fsGroup``): the vLLM, Triton and AWS CLI images declare no ``USER`` (they
+run as root by default), so ``runAsNonRoot`` needs an explicit numeric uid. A high uid that no image's
+``/etc/passwd`` maps (65532, the ``nonroot`` uid of distroless images; Checkov CKV_K8S_40 asks for >= 10000) cannot
+coincide with a host account if a container ever escaped. Every path the engines write is a mounted volume, so the
+root filesystem is read-only (:func:`container_security`)."""
+
+RUN_AS_USER_NAME = "inferplane"
+"""``USER`` for the uid above, which has no ``/etc/passwd`` entry: Python's ``getpass.getuser()`` reads ``USER``
+first and raises without it (torch.compile names its cache directory after the user)."""
+
+HF_TOKEN_VOLUME = "hf-token"
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+"""Where the Hugging Face token Secret is mounted, read-only; ``HF_TOKEN_PATH`` points huggingface_hub at the file
+(``huggingface_hub.constants.HF_TOKEN_PATH`` reads that variable), so the token never sits in the environment,
+where ``/proc/<pid>/environ``, crash dumps and ``kubectl describe`` of a pod spec would show it."""
 
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_BUDGET_FACTOR = 1.5
@@ -219,10 +232,12 @@ def probes(
 
 
 def container_security(*, non_root: bool) -> k8s.core.v1.SecurityContextArgs:
-    """No privilege escalation, every capability dropped, the runtime's default seccomp profile."""
+    """No privilege escalation, every capability dropped, the runtime's default seccomp profile, a read-only root
+    filesystem (every writable path is an ``emptyDir``: the weights, ``$HOME``, ``/tmp``, ``/dev/shm``)."""
     return k8s.core.v1.SecurityContextArgs(
         allow_privilege_escalation=False,
         privileged=False,
+        read_only_root_filesystem=True,
         capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
         run_as_non_root=True if non_root else None,
@@ -285,11 +300,18 @@ def disk_volume(name: str, size_bytes: int) -> k8s.core.v1.VolumeArgs:
 
 
 def s3_sync_container(
-    name: str, source: pulumi.Input[str], target: pulumi.Input[str], volume: str, *, include: tuple[str, ...] = ()
+    name: str,
+    source: pulumi.Input[str],
+    target: pulumi.Input[str],
+    volume: str,
+    *,
+    include: tuple[str, ...] = (),
+    image: str = AWS_CLI_IMAGE,
 ) -> k8s.core.v1.ContainerArgs:
     """A container copying between S3 and a mounted volume (``aws s3 sync`` skips unchanged files).
 
-    ``include`` limits the copy to matching names (``--exclude '*' --include ...``).
+    ``include`` limits the copy to matching names (``--exclude '*' --include ...``); ``image`` is the AWS CLI
+    reference to run (pinned by the stack's digest when it has one).
     """
     filters: list[pulumi.Input[str]] = []
     if include:
@@ -298,7 +320,7 @@ def s3_sync_container(
             filters += ["--include", pattern]
     return k8s.core.v1.ContainerArgs(
         name=name,
-        image=AWS_CLI_IMAGE,
+        image=image,
         command=["aws"],
         args=["s3", "sync", "--only-show-errors", *filters, source, target],
         env=[k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp")],
@@ -313,13 +335,29 @@ def s3_sync_container(
     )
 
 
-def hf_token_env(secret_name: pulumi.Input[str]) -> k8s.core.v1.EnvVarArgs:
-    """``HF_TOKEN`` read from the Kubernetes Secret, never inline."""
-    return k8s.core.v1.EnvVarArgs(
-        name="HF_TOKEN",
-        value_from=k8s.core.v1.EnvVarSourceArgs(
-            secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=HF_TOKEN_SECRET_KEY)
+def user_env() -> k8s.core.v1.EnvVarArgs:
+    """``USER`` for :data:`RUN_AS_USER` (see :data:`RUN_AS_USER_NAME`)."""
+    return k8s.core.v1.EnvVarArgs(name="USER", value=RUN_AS_USER_NAME)
+
+
+def hf_token_volume(secret_name: pulumi.Input[str]) -> k8s.core.v1.VolumeArgs:
+    """The Hugging Face token Secret as a volume holding one file, ``token``, readable by owner and group only (the
+    pod's ``fsGroup``)."""
+    return k8s.core.v1.VolumeArgs(
+        name=HF_TOKEN_VOLUME,
+        secret=k8s.core.v1.SecretVolumeSourceArgs(
+            secret_name=secret_name,
+            items=[k8s.core.v1.KeyToPathArgs(key=HF_TOKEN_SECRET_KEY, path="token")],
+            default_mode=0o440,
         ),
+    )
+
+
+def hf_token_file() -> tuple[k8s.core.v1.VolumeMountArgs, k8s.core.v1.EnvVarArgs]:
+    """(the read-only mount of :func:`hf_token_volume`, ``HF_TOKEN_PATH`` naming the file): the token as a file."""
+    return (
+        k8s.core.v1.VolumeMountArgs(name=HF_TOKEN_VOLUME, mount_path=HF_TOKEN_DIR, read_only=True),
+        k8s.core.v1.EnvVarArgs(name="HF_TOKEN_PATH", value=f"{HF_TOKEN_DIR}/token"),
     )
 
 

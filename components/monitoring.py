@@ -34,6 +34,8 @@ RELEASE_NAME = "kube-prometheus-stack"
 FULLNAME = "kube-prometheus"
 """``fullnameOverride``: fixes the Services' names (``<fullname>-prometheus``); the chart truncates it at 26."""
 PROMETHEUS_PORT = 9090
+MONITORING_NAMESPACE = "monitoring"
+"""Namespace of the monitoring stack by default (the model servers' NetworkPolicy admits its Prometheus)."""
 
 RETENTION_SIZE_SHARE = 0.85
 """Prometheus deletes old blocks once the TSDB reaches this share of the volume, before the volume fills (the WAL
@@ -101,7 +103,7 @@ class MonitoringStackArgs:
     observability: ObservabilitySpec
     """Retention, storage, scrape interval, Grafana on/off."""
     environment: Environment
-    namespace: str = "monitoring"
+    namespace: str = MONITORING_NAMESPACE
     labels: dict[str, str] = field(default_factory=dict)
     """Extra labels for the objects made here (the chart's own objects get ``commonLabels``)."""
 

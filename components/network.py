@@ -6,21 +6,37 @@ Load Balancer Controller and EKS look for (``kubernetes.io/role/elb`` on public,
 on private, ``kubernetes.io/cluster/<name>: shared`` on both; docs.aws.amazon.com/eks/latest/userguide/
 network-load-balancing.html, "Subnet tagging"). An S3 gateway endpoint on every private route table keeps
 model-weight downloads (tens to hundreds of GB per node start) off the NAT gateways, which bill per GB processed.
+
+Every flow of the VPC is recorded (AWS FSBP EC2.6, CIS AWS Foundations 3.7, EKS Best Practices "network
+security"): a VPC flow log of ALL traffic into a CloudWatch log group created here, encrypted with its own KMS key
+that CloudWatch Logs may use for that log group only, and kept ``flow_log_retention_days``. The flow-log service
+writes through a role it alone may assume, for this account's flow logs only (the confused-deputy conditions of the
+VPC user guide, flow-logs-iam-role.html).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
+from inferplane.components import kms_policy
 from inferplane.components.awscommon import raise_input_errors
+from inferplane.components.spec import LOG_RETENTION_VALUES, Environment
 
 ELB_ROLE_TAG = "kubernetes.io/role/elb"
 INTERNAL_ELB_ROLE_TAG = "kubernetes.io/role/internal-elb"
+
+FLOW_LOGS_PRINCIPAL = "vpc-flow-logs.amazonaws.com"
+"""The service that delivers VPC flow logs to CloudWatch Logs (VPC user guide, flow-logs-iam-role.html)."""
+
+FLOW_LOG_AGGREGATION_SECONDS = 60
+"""Flow records are published per minute rather than per ten minutes (the VPC flow log ``MaxAggregationInterval``
+choices are 60 and 600): an incident is visible in the log within a minute."""
 
 
 def cluster_tag(cluster_name: str) -> str:
@@ -42,6 +58,10 @@ class NetworkArgs:
     """VPC range. Private subnets get an eighth each, public subnets a sixty-fourth each."""
     tags: Mapping[str, str] = field(default_factory=dict)
     """Added to every taggable child."""
+    environment: Environment = "dev"
+    """``prod`` protects the flow-log key from ``pulumi destroy`` (deleting it makes the records unreadable)."""
+    flow_log_retention_days: int = 365
+    """How long CloudWatch keeps the VPC flow log; one of CloudWatch's retention values."""
 
 
 MAX_ZONES = 7
@@ -72,7 +92,48 @@ def _check(args: NetworkArgs) -> list[tuple[str, str]]:
     else:
         if vpc.version != 4 or not 16 <= vpc.prefixlen <= 20:
             errors.append(("cidr_block", f"{args.cidr_block} must be an IPv4 block between /16 and /20"))
+    if args.flow_log_retention_days not in LOG_RETENTION_VALUES:
+        allowed = ", ".join(str(days) for days in sorted(LOG_RETENTION_VALUES))
+        errors.append(
+            ("flow_log_retention_days", f"{args.flow_log_retention_days} is not a CloudWatch retention ({allowed})")
+        )
     return errors
+
+
+def flow_log_trust_policy(partition: str, region: str, account_id: str) -> str:
+    """The flow-log service may assume the role, for this account's flow logs in ``region`` only."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": FLOW_LOGS_PRINCIPAL},
+                    "Action": "sts:AssumeRole",
+                    "Condition": {
+                        "StringEquals": {"aws:SourceAccount": account_id},
+                        "ArnLike": {"aws:SourceArn": f"arn:{partition}:ec2:{region}:{account_id}:vpc-flow-log/*"},
+                    },
+                }
+            ],
+        }
+    )
+
+
+def flow_log_delivery_policy(log_group_arn: str) -> str:
+    """What the flow-log service needs to write into one existing log group (it never creates one)."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                    "Resource": [log_group_arn, f"{log_group_arn}:*"],
+                }
+            ],
+        }
+    )
 
 
 class Network(pulumi.ComponentResource):
@@ -87,7 +148,10 @@ class Network(pulumi.ComponentResource):
       ``{name}-private-rt-<zone>`` whose default route ``{name}-private-default-<zone>`` leads to its zone's NAT;
     * NAT gateways ``{name}-nat-<zone>`` with Elastic IPs ``{name}-nat-eip-<zone>``: per zone, or one in the
       first zone shared by all;
-    * ``{name}-s3``, the S3 gateway endpoint on every private route table.
+    * ``{name}-s3``, the S3 gateway endpoint on every private route table;
+    * the flow log ``{name}-flow-log`` of all traffic, into ``{name}-flow-logs`` (log group
+      ``/aws/vpc/<cluster name>/flow-logs``) encrypted with ``{name}-flow-logs-key``, written through the role
+      ``{name}-flow-logs-role`` and its inline policy ``{name}-flow-logs-delivery``.
     """
 
     vpc: aws.ec2.Vpc
@@ -218,6 +282,8 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
+        self._flow_log(name, args, region.region, tags)
+
         self.private_subnet_ids = [s.id for s in private_subnets]
         self.public_subnet_ids = [s.id for s in public_subnets]
         self.private_subnet_ids_by_zone = {zone: s.id for zone, s in zip(args.zones, private_subnets, strict=True)}
@@ -227,4 +293,61 @@ class Network(pulumi.ComponentResource):
                 "privateSubnetIds": self.private_subnet_ids,
                 "publicSubnetIds": self.public_subnet_ids,
             }
+        )
+
+    def _flow_log(self, name: str, args: NetworkArgs, region: pulumi.Output[str], tags: Mapping[str, str]) -> None:
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        partition = aws.get_partition_output(opts=invoke).partition
+        account = aws.get_caller_identity_output(opts=invoke).account_id
+        child = pulumi.ResourceOptions(parent=self)
+        group_name = f"/aws/vpc/{args.cluster_name}/flow-logs"
+        key = aws.kms.Key(
+            f"{name}-flow-logs-key",
+            description=f"Encryption of the VPC flow log of {args.cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            policy=pulumi.Output.all(partition, region, account).apply(
+                lambda values: kms_policy.key_policy(
+                    [
+                        kms_policy.administration_statement(values[0], values[2]),
+                        kms_policy.logs_usage_statement(values[0], values[1], values[2], group_name),
+                    ]
+                )
+            ),
+            tags=dict(tags),
+            opts=pulumi.ResourceOptions(parent=self, protect=args.environment == "prod"),
+        )
+        group = aws.cloudwatch.LogGroup(
+            f"{name}-flow-logs",
+            name=group_name,
+            retention_in_days=args.flow_log_retention_days,
+            kms_key_id=key.arn,
+            tags=dict(tags),
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-flow-logs-role",
+            description=f"VPC flow log delivery of {args.cluster_name}",
+            assume_role_policy=pulumi.Output.all(partition, region, account).apply(
+                lambda values: flow_log_trust_policy(values[0], values[1], values[2])
+            ),
+            tags=dict(tags),
+            opts=child,
+        )
+        delivery = aws.iam.RolePolicy(
+            f"{name}-flow-logs-delivery",
+            role=role.name,
+            policy=group.arn.apply(flow_log_delivery_policy),
+            opts=child,
+        )
+        aws.ec2.FlowLog(
+            f"{name}-flow-log",
+            vpc_id=self.vpc.id,
+            traffic_type="ALL",
+            log_destination_type="cloud-watch-logs",
+            log_destination=group.arn,
+            iam_role_arn=role.arn,
+            max_aggregation_interval=FLOW_LOG_AGGREGATION_SECONDS,
+            tags={**tags, "Name": f"{name}-flow-log"},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[delivery]),
         )

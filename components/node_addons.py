@@ -102,9 +102,13 @@ GPU_TOLERATION: dict[str, str] = {
 """Tolerates the GPU taint whatever its value; add-ons must run on every GPU node."""
 
 
-def cluster_autoscaler_policy(cluster_name: str) -> str:
+def cluster_autoscaler_policy(cluster_name: str, partition: str, region: str, account_id: str) -> str:
     """IAM policy from the cluster-autoscaler AWS README ("Full Cluster Autoscaler Features Policy"), with the
-    capacity-changing actions limited to Auto Scaling groups tagged as owned by this cluster."""
+    capacity-changing actions limited to Auto Scaling groups tagged as owned by this cluster, and
+    ``eks:DescribeNodegroup`` limited to this cluster's node groups (its ARN form
+    ``arn:<partition>:eks:<region>:<account>:nodegroup/<cluster>/<nodegroup>/<uuid>``, IAM service authorization
+    reference for Amazon EKS). The Describe* actions of Auto Scaling and EC2 support no resource-level scoping
+    (same reference) and keep ``*``."""
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -122,9 +126,14 @@ def cluster_autoscaler_policy(cluster_name: str) -> str:
                         "ec2:DescribeInstanceTypes",
                         "ec2:DescribeLaunchTemplateVersions",
                         "ec2:GetInstanceTypesFromInstanceRequirements",
-                        "eks:DescribeNodegroup",
                     ],
                     "Resource": "*",
+                },
+                {
+                    "Sid": "DescribeOwnNodegroups",
+                    "Effect": "Allow",
+                    "Action": "eks:DescribeNodegroup",
+                    "Resource": f"arn:{partition}:eks:{region}:{account_id}:nodegroup/{cluster_name}/*/*",
                 },
                 {
                     "Sid": "ScaleOwnGroups",
@@ -184,6 +193,9 @@ class NodeAddons(pulumi.ComponentResource):
         # Releases wait for somewhere to run and for cluster DNS; an atomic install would otherwise time out.
         self._after: list[pulumi.Resource] = [cluster.system_node_group, cluster.addons["coredns"]]
 
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        partition = aws.get_partition_output(opts=invoke).partition
+        account = aws.get_caller_identity_output(opts=invoke).account_id
         role = aws.iam.Role(
             f"{name}-cluster-autoscaler-role",
             assume_role_policy=service_trust_policy("pods.eks.amazonaws.com", tag_session=True),
@@ -193,7 +205,9 @@ class NodeAddons(pulumi.ComponentResource):
         aws.iam.RolePolicy(
             f"{name}-cluster-autoscaler-policy",
             role=role.name,
-            policy=cluster_autoscaler_policy(cluster.cluster_name),
+            policy=pulumi.Output.all(partition, account).apply(
+                lambda values: cluster_autoscaler_policy(cluster.cluster_name, values[0], args.region, values[1])
+            ),
             opts=child,
         )
         association = aws.eks.PodIdentityAssociation(

@@ -29,6 +29,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_random as random
 
+from inferplane.components import kms_policy
 from inferplane.components.awscommon import InputErrors, raise_input_errors
 from inferplane.components.spec import Environment
 
@@ -120,11 +121,18 @@ class RedisCache(pulumi.ComponentResource):
 
         token = random.RandomPassword(f"{name}-auth-token", length=AUTH_TOKEN_LENGTH, special=False, opts=child)
         self.auth_token = pulumi.Output.secret(token.result)
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        partition = aws.get_partition_output(opts=invoke).partition
+        account = aws.get_caller_identity_output(opts=invoke).account_id
+        region = aws.get_region_output(opts=invoke).region
         key = aws.kms.Key(
             f"{name}-key",
             description=f"ElastiCache {name}: encryption at rest",
             enable_key_rotation=True,
             deletion_window_in_days=30,
+            policy=pulumi.Output.all(partition, account, region).apply(
+                lambda values: cache_key_policy(values[0], values[1], values[2])
+            ),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, protect=prod),
         )
@@ -189,3 +197,33 @@ class RedisCache(pulumi.ComponentResource):
                 "authToken": self.auth_token,
             }
         )
+
+
+ELASTICACHE_KEY_ACTIONS: tuple[str, ...] = (
+    "kms:Encrypt",
+    "kms:Decrypt",
+    "kms:ReEncrypt*",
+    "kms:GenerateDataKey*",
+    "kms:CreateGrant",
+    "kms:ListGrants",
+    "kms:DescribeKey",
+)
+"""What ElastiCache needs on a customer-managed key, as the policy of the AWS managed ``aws/elasticache`` key grants
+it: ElastiCache creates a grant when the replication group is created and uses the key through it."""
+
+
+def cache_key_policy(partition: str, account_id: str, region: str) -> str:
+    """The cache key's policy: the account administers it; its principals use it only through ElastiCache."""
+    return kms_policy.key_policy(
+        [
+            kms_policy.administration_statement(partition, account_id),
+            kms_policy.via_service_statement(
+                "ThroughElastiCache",
+                partition=partition,
+                account_id=account_id,
+                service="elasticache",
+                region=region,
+                actions=ELASTICACHE_KEY_ACTIONS,
+            ),
+        ]
+    )

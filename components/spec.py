@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from inferplane.components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
 from inferplane.components.catalog.accelerators import AcceleratorId
+from inferplane.components.catalog.images import DIGEST_PATTERN, ImageName
 from inferplane.components.catalog.instances import tpu_topology_chips
 
 Environment = Literal["dev", "staging", "prod"]
@@ -39,6 +40,29 @@ SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3"]
 _DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=_DNS_LABEL, description="Lower-case RFC 1123 label, at most 40 characters.")]
 _AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+
+ALL_CONTROL_PLANE_LOGS: tuple[ControlPlaneLog, ...] = (
+    "api",
+    "audit",
+    "authenticator",
+    "controllerManager",
+    "scheduler",
+)
+"""Every EKS control-plane log type (botocore ``eks`` model, ``LogType``); all are enabled by default."""
+
+LOG_RETENTION_DAYS: dict[Environment, int] = {"dev": 90, "staging": 365, "prod": 365}
+"""Control-plane log retention when ``cluster.log_retention_days`` is not given. AWS FSBP CloudWatch.16 keeps log
+groups at least a year: staging and prod do; dev keeps 90 days (a disposable environment's logs)."""
+
+LOG_RETENTION_VALUES: frozenset[int] = frozenset(
+    (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+)
+"""The retention periods CloudWatch Logs accepts (botocore ``logs`` model, shape ``Days``; tests check it)."""
+
+MIN_PROD_LOG_RETENTION_DAYS = 365
+"""Prod never keeps less than a year of audit trail (AWS FSBP CloudWatch.16)."""
+
+_IAM_PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 
 
 class _Spec(BaseModel):
@@ -62,7 +86,19 @@ class ClusterSpec(_Spec):
         default=(), description="CIDRs allowed to reach a public endpoint; required when the endpoint is public."
     )
     log_types: tuple[ControlPlaneLog, ...] = Field(
-        default=("api", "audit", "authenticator"), description="Control-plane log types sent to CloudWatch."
+        default=ALL_CONTROL_PLANE_LOGS,
+        description="Control-plane log types sent to CloudWatch; every type by default, and the cluster refuses "
+        "fewer (CIS EKS 2.1.1, EKS Best Practices).",
+    )
+    log_retention_days: int | None = Field(
+        default=None,
+        description="Days CloudWatch keeps the control-plane logs; one of CloudWatch's retention values. By default "
+        "per environment (``LOG_RETENTION_DAYS``: dev 90, staging and prod 365); prod refuses less than 365.",
+    )
+    admin_principals: tuple[str, ...] = Field(
+        default=(),
+        description="IAM role or user ARNs that may assume the cluster-admin role. Empty: only the principal that "
+        "deploys the stack (its role or user) is trusted; never the whole account.",
     )
     system_instance_type: str = Field(default="m7i.large", description="Instance type of the system node group.")
     system_nodes: int = Field(default=2, ge=1, le=10, description="Nodes in the system node group (controllers).")
@@ -75,6 +111,24 @@ class ClusterSpec(_Spec):
                 ipaddress.ip_network(cidr, strict=True)
             except ValueError as exc:
                 raise ValueError(f"{cidr!r} is not a valid CIDR block: {exc}") from None
+        return value
+
+    @field_validator("admin_principals")
+    @classmethod
+    def _principals(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in value:
+            if not _IAM_PRINCIPAL.match(arn):
+                raise ValueError(f"{arn!r} is not an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)")
+        if len(set(value)) != len(value):
+            raise ValueError("admin_principals repeat")
+        return value
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, value: int | None) -> int | None:
+        if value is not None and value not in LOG_RETENTION_VALUES:
+            allowed = ", ".join(str(days) for days in sorted(LOG_RETENTION_VALUES))
+            raise ValueError(f"{value} is not a CloudWatch Logs retention period ({allowed})")
         return value
 
     @model_validator(mode="after")
@@ -171,6 +225,12 @@ class ModelDeploymentSpec(_Spec):
     chunked_prefill: bool = Field(default=True, description="Split long prompts so decodes keep flowing.")
     speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
+    image_digest: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU or Triton); wins over "
+        "the platform's ``image_digests`` and the catalog's tag.",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> ModelDeploymentSpec:
@@ -278,6 +338,24 @@ class PlatformSpec(_Spec):
     limits: LimitsSpec = Field(description="Ceilings for this environment.")
     gcp: GcpSpec | None = Field(default=None, description="GKE location, needed by TPU pools.")
     tags: dict[str, str] = Field(default_factory=dict, description="Tags added to every cloud resource.")
+    image_digests: dict[ImageName, Annotated[str, Field(pattern=DIGEST_PATTERN)]] = Field(
+        default_factory=dict,
+        description="``sha256:`` digests pinning catalog images by name (``vllm``, ``vllm-tpu``, ``triton-trtllm``, "
+        "``aws-cli``); a pinned digest wins over the catalog's tag. Prod's policy config asks for every image.",
+    )
+
+    def image_digests_for(self, deployment: ModelDeploymentSpec, image: ImageName) -> dict[str, str]:
+        """The digests a deployment's pods use: the platform's, with the deployment's own for its engine
+        ``image``."""
+        digests: dict[str, str] = {str(name): digest for name, digest in self.image_digests.items()}
+        if deployment.image_digest is not None:
+            digests[image] = deployment.image_digest
+        return digests
+
+    @property
+    def log_retention_days(self) -> int:
+        """The control-plane log retention: ``cluster.log_retention_days`` or the environment's default."""
+        return self.cluster.log_retention_days or LOG_RETENTION_DAYS[self.environment]
 
     def pool(self, name: str) -> PoolSpec:
         """The pool called ``name`` (valid after :func:`check_platform`)."""
@@ -360,11 +438,26 @@ def check_platform(spec: PlatformSpec) -> list[SpecIssue]:
         add(SpecIssue("zones", "zones repeat"))
     if spec.environment == "prod" and len(spec.zones) < 3:
         add(SpecIssue("zones", f"prod spreads over at least 3 zones, got {len(spec.zones)}"))
+    _check_cluster_security(spec, add)
 
     _check_pools(spec, add)
     _check_models(spec, add)
     _check_gateway(spec, add)
     return issues
+
+
+def _check_cluster_security(spec: PlatformSpec, add: Any) -> None:
+    missing = [log for log in ALL_CONTROL_PLANE_LOGS if log not in spec.cluster.log_types]
+    if missing:
+        add(SpecIssue("cluster.log_types", f"every control-plane log is kept; missing {', '.join(missing)}"))
+    if spec.environment == "prod" and spec.log_retention_days < MIN_PROD_LOG_RETENTION_DAYS:
+        add(
+            SpecIssue(
+                "cluster.log_retention_days",
+                f"prod keeps control-plane logs at least {MIN_PROD_LOG_RETENTION_DAYS} days, got "
+                f"{spec.log_retention_days}",
+            )
+        )
 
 
 def _check_pools(spec: PlatformSpec, add: Any) -> None:

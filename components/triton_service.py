@@ -23,15 +23,14 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
 from inferplane.components import triton_config as tc
-from inferplane.components.annotations import COMPONENT_LABEL, serving_annotations
+from inferplane.components.annotations import COMPONENT_LABEL, ENGINE_BUILD, serving_annotations
+from inferplane.components.catalog.images import image_reference
 from inferplane.components.sizing import DeploymentSizing, TrtLlmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec
 
-TRITON_RELEASE = "26.05"
-TRTLLM_VERSION = "1.2.1"
-TRITON_IMAGE = f"nvcr.io/nvidia/tritonserver:{TRITON_RELEASE}-trtllm-python-py3"
-"""NGC Triton with the TensorRT-LLM backend; 26.05 bundles TensorRT-LLM 1.2.1 (triton-inference-server/server
-issue #8805, 2026-05-29). The image carries ``trtllm-build``, TensorRT-LLM's examples under ``/app/tensorrt_llm`` and
+TRITON_IMAGE = image_reference("triton-trtllm")
+"""NGC Triton with the TensorRT-LLM backend (catalog ``triton-trtllm``: 26.05, TensorRT-LLM 1.2.1). The image
+carries ``trtllm-build``, TensorRT-LLM's examples under ``/app/tensorrt_llm`` and
 the ``inflight_batcher_llm`` Python models under ``/app/all_models``."""
 
 TRTLLM_EXAMPLES = "/app/tensorrt_llm/examples"
@@ -53,7 +52,8 @@ CONFIG_MOUNT = "/config"
 
 
 def engine_fingerprint(trtllm: TrtLlmSettings, repo: str) -> str:
-    """Ten hex digits naming an engine: the image (TensorRT-LLM version), the checkpoint and every build setting."""
+    """Ten hex digits naming an engine: the image tag (TensorRT-LLM version; a pinned digest of the same tag builds
+    the same engine), the checkpoint and every build setting."""
     payload = json.dumps({"image": TRITON_IMAGE, "repo": repo, "settings": trtllm.model_dump()}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:10]
 
@@ -138,6 +138,9 @@ class TritonTrtLlmServiceArgs:
     """PodMonitor scrape interval."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Stack tags, added to every object's labels."""
+    image_digests: Mapping[str, str] = field(default_factory=dict)
+    """Pinned ``sha256:`` digests by catalog image name (``triton-trtllm``, ``aws-cli``); a digest wins over the
+    catalog's tag (:mod:`components.catalog.images`)."""
 
 
 class TritonTrtLlmService(ms.ModelServer):
@@ -191,6 +194,7 @@ class TritonTrtLlmService(ms.ModelServer):
         ]
         home_env = [
             k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
+            ms.user_env(),
             k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
         ]
         if trtllm.tensor_parallel > 1:
@@ -208,6 +212,9 @@ class TritonTrtLlmService(ms.ModelServer):
                 )
             ]
         )
+        token_mount, token_env = ms.hf_token_file()
+        engine_image = image_reference("triton-trtllm", args.image_digests)
+        cli_image = image_reference("aws-cli", args.image_digests)
         build_job = k8s.batch.v1.Job(
             f"{name}-engine-build",
             metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -216,7 +223,7 @@ class TritonTrtLlmService(ms.ModelServer):
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=2,
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels={**labels, COMPONENT_LABEL: "engine-build"}),
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels={**labels, COMPONENT_LABEL: ENGINE_BUILD}),
                     spec=k8s.core.v1.PodSpecArgs(
                         restart_policy="Never",
                         service_account_name=account.metadata.name,
@@ -226,22 +233,27 @@ class TritonTrtLlmService(ms.ModelServer):
                         tolerations=ms.tolerations(placement),
                         security_context=ms.pod_security(non_root=True),
                         init_containers=[
-                            ms.s3_sync_container("fetch-checkpoint", checkpoint_uri, f"{ms.MODELS_MOUNT}/hf", "models"),
+                            ms.s3_sync_container(
+                                "fetch-checkpoint", checkpoint_uri, f"{ms.MODELS_MOUNT}/hf", "models", image=cli_image
+                            ),
                             k8s.core.v1.ContainerArgs(
                                 name="build-engine",
-                                image=TRITON_IMAGE,
+                                image=engine_image,
                                 command=["/bin/sh", "-c", build_script],
-                                env=[*home_env, ms.hf_token_env(args.hf_token_secret_name)],
+                                env=[*home_env, token_env],
                                 resources=resources.requirements(accelerators),
-                                volume_mounts=engine_mounts,
+                                volume_mounts=[*engine_mounts, token_mount],
                                 security_context=ms.container_security(non_root=True),
                             ),
                         ],
-                        containers=[ms.s3_sync_container("upload-engine", engine_dir, engine_uri, "models")],
+                        containers=[
+                            ms.s3_sync_container("upload-engine", engine_dir, engine_uri, "models", image=cli_image)
+                        ],
                         volumes=[
                             # Checkpoint, quantized checkpoint and engine side by side.
                             ms.disk_volume("models", resources.weights_volume_bytes * 3),
                             *common_volumes,
+                            ms.hf_token_volume(args.hf_token_secret_name),
                         ],
                     ),
                 ),
@@ -256,7 +268,7 @@ class TritonTrtLlmService(ms.ModelServer):
         )
         server = k8s.core.v1.ContainerArgs(
             name="triton",
-            image=TRITON_IMAGE,
+            image=engine_image,
             command=["tritonserver"],
             args=[
                 f"--model-repository={REPOSITORY_MOUNT}",
@@ -293,7 +305,7 @@ class TritonTrtLlmService(ms.ModelServer):
         )
         assemble = k8s.core.v1.ContainerArgs(
             name="assemble-repository",
-            image=TRITON_IMAGE,
+            image=engine_image,
             command=["/bin/sh", "-c", assemble_repository_script()],
             resources=k8s.core.v1.ResourceRequirementsArgs(
                 requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "256Mi"}
@@ -314,12 +326,13 @@ class TritonTrtLlmService(ms.ModelServer):
             termination_grace_period_seconds=ms.PRE_STOP_SLEEP_SECONDS + drain + 15,
             security_context=ms.pod_security(non_root=True),
             init_containers=[
-                ms.s3_sync_container("fetch-engine", engine_uri, engine_dir, "models"),
+                ms.s3_sync_container("fetch-engine", engine_uri, engine_dir, "models", image=cli_image),
                 ms.s3_sync_container(
                     "fetch-tokenizer",
                     checkpoint_uri,
                     f"{ms.MODELS_MOUNT}/tokenizer",
                     "models",
+                    image=cli_image,
                     include=("tokenizer*", "special_tokens_map.json", "config.json", "generation_config.json"),
                 ),
                 assemble,

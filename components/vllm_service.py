@@ -18,24 +18,21 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
 from inferplane.components.annotations import serving_annotations
+from inferplane.components.catalog.images import engine_image, image_reference
 from inferplane.components.sizing import DeploymentSizing, VllmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
 
-VLLM_VERSION = "0.32.0"
-"""vLLM release both images are pinned to: the newest with a ``vllm-tpu`` build (PyPI ``vllm`` 0.33.0 and
-``vllm-tpu`` 0.32.0 on 2026-11-29). Flags are verified against the ``vllm==0.32.0`` wheel's ``engine/arg_utils.py``,
-``config/*.py`` and ``entrypoints/launchers/cli_args.py``."""
-
-VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
-"""Docker Hub ``vllm/vllm-openai``; its ``ENTRYPOINT ["vllm", "serve"]`` takes the model first."""
+VLLM_IMAGE = image_reference("vllm")
+"""Docker Hub ``vllm/vllm-openai`` at ``catalog.images.VLLM_VERSION`` (catalog ``vllm``), unpinned; a stack's
+digest pins it."""
 
 VLLM_COMMAND = ("vllm", "serve")
 """Set explicitly: images before ~v0.10 used ``python3 -m vllm.entrypoints.openai.api_server`` (which wants
 ``--model``), and the TPU image's entrypoint is not documented; ``vllm serve`` is the CLI in both images."""
 
-VLLM_TPU_IMAGE = f"vllm/vllm-tpu:v{VLLM_VERSION}"
-"""Docker Hub ``vllm/vllm-tpu`` (tags ``v<vllm version>``, e.g. ``v0.27.0`` in Google's TPU recipes); same
-``vllm serve`` entrypoint and engine arguments, backed by ``tpu-inference``."""
+VLLM_TPU_IMAGE = image_reference("vllm-tpu")
+"""Docker Hub ``vllm/vllm-tpu`` (catalog ``vllm-tpu``); same ``vllm serve`` entrypoint and engine arguments, backed
+by ``tpu-inference``."""
 
 VLLM_PORT = 8000
 """vLLM's default ``--port``; ``/health``, ``/metrics`` and the OpenAI API share it."""
@@ -126,10 +123,18 @@ class VllmServiceArgs:
     """PodMonitor scrape interval (the spec's observability interval)."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Stack tags, added to every object's labels."""
+    image_digests: Mapping[str, str] = field(default_factory=dict)
+    """Pinned ``sha256:`` digests by catalog image name (``vllm``, ``vllm-tpu``, ``aws-cli``); a digest wins over
+    the catalog's tag (:mod:`components.catalog.images`)."""
 
 
 class VllmService(ms.ModelServer):
     """A vLLM model server: Deployment, Service, PodDisruptionBudget (when replicas can exceed one), PodMonitor.
+
+    Pods: read-only root filesystem (weights, ``$HOME``, ``/tmp`` and ``/dev/shm`` are ``emptyDir`` volumes), every
+    capability dropped, RuntimeDefault seccomp, uid :data:`model_server.RUN_AS_USER`; the Hugging Face token, when
+    the hub is read, is a mounted file. Exception: on TPU pools the container runs as root, because non-root access to
+    the TPU device nodes is unverified (README "Security baseline").
 
     Kubernetes objects go to the cluster of the provider the caller passes (``opts.providers`` or ``parent``).
     Outputs for the autoscaler: ``deployment_name``, ``namespace``, ``service_name``; for the model cache's Pod
@@ -154,6 +159,7 @@ class VllmService(ms.ModelServer):
 
         env = [
             k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
+            ms.user_env(),
             k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
             k8s.core.v1.EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
         ]
@@ -163,14 +169,23 @@ class VllmService(ms.ModelServer):
             # Offline: a missing file must fail the pod, not silently pull the checkpoint from the hub.
             env.append(k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1"))
             source = pulumi.Output.concat(args.model_cache_uri, repo, "/")
-            init_containers.append(ms.s3_sync_container("fetch-weights", source, model, "models"))
-        else:
-            env.append(ms.hf_token_env(args.hf_token_secret_name))
+            init_containers.append(
+                ms.s3_sync_container(
+                    "fetch-weights", source, model, "models", image=image_reference("aws-cli", args.image_digests)
+                )
+            )
+        token_mounts: list[k8s.core.v1.VolumeMountArgs] = []
+        token_volumes: list[k8s.core.v1.VolumeArgs] = []
+        if not from_cache:
+            token_mount, token_env = ms.hf_token_file()
+            env.append(token_env)
+            token_mounts.append(token_mount)
+            token_volumes.append(ms.hf_token_volume(args.hf_token_secret_name))
 
         startup, readiness, liveness = ms.probes(HEALTH_PATH, "http", sizing.result.engine_start_seconds)
         container = k8s.core.v1.ContainerArgs(
             name="vllm",
-            image=VLLM_TPU_IMAGE if placement.is_tpu else VLLM_IMAGE,
+            image=image_reference(engine_image("vllm", tpu=placement.is_tpu), args.image_digests),
             command=list(VLLM_COMMAND),
             args=vllm_args(
                 settings,
@@ -195,6 +210,7 @@ class VllmService(ms.ModelServer):
                 k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
                 k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
                 k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                *token_mounts,
             ],
             security_context=ms.container_security(non_root=not placement.is_tpu),
         )
@@ -203,6 +219,7 @@ class VllmService(ms.ModelServer):
             ms.memory_volume("dshm", resources.shm_bytes),
             ms.disk_volume("home", 10 * ms.GIB),
             ms.disk_volume("tmp", 2 * ms.GIB),
+            *token_volumes,
         ]
         pod = k8s.core.v1.PodSpecArgs(
             service_account_name=account.metadata.name,

@@ -103,8 +103,8 @@ def cluster_secrets_encryption(resource: Resource, config: Config, report: Repor
 @resource_policy(
     name="eks-cluster-enable-control-plane-logs",
     description=(
-        "The control plane must send its API, audit and authenticator logs to CloudWatch: without them nobody can "
-        "tell who changed a workload or read a Secret."
+        "The control plane must send all its logs (API, audit, authenticator, controller manager, scheduler) to "
+        "CloudWatch: without them nobody can tell who changed a workload, read a Secret or why a pod was placed."
     ),
     severity=Severity.HIGH,
     enforcement=EnforcementLevel.MANDATORY,
@@ -113,8 +113,8 @@ def cluster_secrets_encryption(resource: Resource, config: Config, report: Repor
         "requiredLogTypes": {
             "type": "array",
             "items": {"type": "string", "enum": ["api", "audit", "authenticator", "controllerManager", "scheduler"]},
-            "default": ["api", "audit", "authenticator"],
-            "description": "Control-plane log types that must be enabled.",
+            "default": ["api", "audit", "authenticator", "controllerManager", "scheduler"],
+            "description": "Control-plane log types that must be enabled (all five, EKS Best Practices).",
         }
     },
     remediation="List the log types in cluster.log_types.",

@@ -23,7 +23,13 @@ class T(StrEnum):
     S3_BUCKET_V2 = "aws:s3/bucketV2:BucketV2"
     CLOUDWATCH_LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
     EBS_VOLUME = "aws:ebs/volume:Volume"
+    IAM_ROLE = "aws:iam/role:Role"
+    VPC = "aws:ec2/vpc:Vpc"
+    FLOW_LOG = "aws:ec2/flowLog:FlowLog"
+    S3_BUCKET_LOGGING = "aws:s3/bucketLogging:BucketLogging"
     # pulumi_gcp
+    GKE_CLUSTER = "gcp:container/cluster:Cluster"
+    GCP_SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"
     GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
     # pulumi_kubernetes
     DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -33,6 +39,7 @@ class T(StrEnum):
     POD_DISRUPTION_BUDGET = "kubernetes:policy/v1:PodDisruptionBudget"
     SERVICE = "kubernetes:core/v1:Service"
     PERSISTENT_VOLUME_CLAIM = "kubernetes:core/v1:PersistentVolumeClaim"
+    NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
     # CustomResources: ``kubernetes:<group>/<version>:<Kind>``
     SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
     PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"

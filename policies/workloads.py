@@ -299,8 +299,9 @@ def image_digests(resource: Resource, config: Config, report: Report) -> None:
     config={
         "secretNamePattern": {
             "type": "string",
-            "default": r"(?i).*(token|secret|password|passwd|api_?key|credential).*",
-            "description": "Full-match regex of environment variable names that hold secrets.",
+            "default": r"(?i)(?!.*_(path|file|dir)$).*(token|secret|password|passwd|api_?key|credential).*",
+            "description": "Full-match regex of environment variable names that hold secrets; names ending in "
+            "_PATH, _FILE or _DIR hold where a mounted secret file is (HF_TOKEN_PATH), not the secret.",
         }
     },
     remediation="Put the value in a Kubernetes Secret and use env[].valueFrom.secretKeyRef.",

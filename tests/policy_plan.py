@@ -31,6 +31,16 @@ STACK = "prod"
 DIGEST = "@sha256:" + "ab" * 32
 TAGS = {"team": "ml-platform", "cost-center": "ml-prod"}
 KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/cluster-key-0000-0000"
+KEY_POLICY = (
+    '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": '
+    '"arn:aws:iam::123456789012:root"}, "Action": ["kms:Describe*", "kms:Put*"], "Resource": "*"}, '
+    '{"Effect": "Allow", "Principal": {"AWS": ["arn:aws:iam::123456789012:role/eks"]}, '
+    '"Action": ["kms:Encrypt", "kms:Decrypt"], "Resource": "*"}]}'
+)
+ADMIN_TRUST = (
+    '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": '
+    '["arn:aws:iam::123456789012:role/platform-admins"]}, "Action": "sts:AssumeRole"}]}'
+)
 
 
 def urn(type_token: str, name: str) -> str:
@@ -117,17 +127,13 @@ def model_server(name: str = "llama-70b") -> Registration:
                         "tolerations": [
                             {"key": GPU_TAINT.key, "operator": "Exists", "effect": GPU_TAINT.kubernetes_effect}
                         ],
+                        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [
                             {
                                 "name": "vllm",
                                 "image": f"vllm/vllm-openai:v0.11.0{DIGEST}",
                                 "args": vllm_args(sizing),
-                                "env": [
-                                    {
-                                        "name": "HF_TOKEN",
-                                        "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
-                                    }
-                                ],
+                                "env": [{"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/huggingface/token"}],
                                 "resources": {
                                     "requests": {"cpu": "16", "memory": "256Gi", NVIDIA_GPU_RESOURCE: gpus},
                                     "limits": {"memory": "256Gi", NVIDIA_GPU_RESOURCE: gpus},
@@ -135,7 +141,13 @@ def model_server(name: str = "llama-70b") -> Registration:
                                 "startupProbe": _probe(10, 30),
                                 "readinessProbe": _probe(5, 3),
                                 "livenessProbe": _probe(10, 3),
-                                "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]},
+                                    "runAsNonRoot": True,
+                                    "runAsUser": 65532,
+                                },
                             }
                         ],
                     },
@@ -158,8 +170,47 @@ def happy_plan() -> list[Registration]:
             "tags": TAGS,
         },
     )
+    vpc = registration("aws:ec2/vpc:Vpc", "vpc", {"cidrBlock": "10.0.0.0/16", "tags": TAGS})
+    bucket = registration(T.S3_BUCKET, "model-cache", {"tags": TAGS}, protect=True)
+    log_bucket = registration(T.S3_BUCKET, "model-cache-logs", {"tags": TAGS}, protect=True)
     return [
-        registration(T.KMS_KEY, "cluster-key", {"enableKeyRotation": True, "tags": TAGS}, protect=True),
+        registration(
+            T.KMS_KEY, "cluster-key", {"enableKeyRotation": True, "policy": KEY_POLICY, "tags": TAGS}, protect=True
+        ),
+        registration(
+            T.CLOUDWATCH_LOG_GROUP,
+            "cluster-logs",
+            {"name": "/aws/eks/x/cluster", "retentionInDays": 365, "kmsKeyId": KEY_ARN, "tags": TAGS},
+        ),
+        registration(
+            T.IAM_ROLE,
+            "admin-role",
+            {"assumeRolePolicy": ADMIN_TRUST, "tags": TAGS},
+        ),
+        vpc,
+        registration(T.FLOW_LOG, "vpc-flow-log", {"trafficType": "ALL", "tags": TAGS}, depends=(vpc.urn,)),
+        bucket,
+        log_bucket,
+        registration(T.S3_BUCKET_LOGGING, "model-cache-logging", {}, depends=(bucket.urn, log_bucket.urn)),
+        registration(
+            T.NETWORK_POLICY,
+            "default-deny",
+            {
+                "metadata": {"name": "default-deny", "namespace": "inference"},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+            },
+        ),
+        registration(
+            T.GKE_CLUSTER,
+            "gke",
+            {
+                "datapathProvider": "ADVANCED_DATAPATH",
+                "enableIntranodeVisibility": True,
+                "binaryAuthorization": {"evaluationMode": "PROJECT_SINGLETON_POLICY_ENFORCE"},
+                "masterAuth": {"clientCertificateConfig": {"issueClientCertificate": False}},
+            },
+        ),
+        registration(T.GCP_SUBNETWORK, "gke-subnet", {"logConfig": {"aggregationInterval": "INTERVAL_5_SEC"}}),
         registration(
             T.EKS_CLUSTER,
             "cluster",
@@ -171,7 +222,7 @@ def happy_plan() -> list[Registration]:
                     "endpointPublicAccess": False,
                 },
                 "encryptionConfig": {"provider": {"keyArn": KEY_ARN}, "resources": ["secrets"]},
-                "enabledClusterLogTypes": ["api", "audit", "authenticator"],
+                "enabledClusterLogTypes": ["api", "audit", "authenticator", "controllerManager", "scheduler"],
                 "tags": TAGS,
             },
         ),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferplane.components.vllm_service import VLLM_VERSION
+from inferplane.components.catalog.images import VLLM_VERSION
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ import pytest
 from inferplane.components.catalog import INSTANCE_TYPES
 from inferplane.components.gpu_node_group import AMI_TYPES, CAPACITY_TYPES
 from inferplane.components.scheduling import GPU_TAINT
-from inferplane.components.spec import ControlPlaneLog
+from inferplane.components.spec import LOG_RETENTION_VALUES, ControlPlaneLog
 from inferplane.tool.mockengine import Evaluation
 from inferplane.tool.stackfile import load_stack, stack_names
 from tests.stacks import evaluate_shipped_stack
@@ -80,6 +80,10 @@ def test_environment_shapes(stacks: dict[str, Evaluation]) -> None:
     assert prod.named("eks-cluster").inputs["vpcConfig"]["endpointPublicAccess"] is False
     assert dev.named("eks-cluster").inputs["vpcConfig"]["publicAccessCidrs"] == ["198.51.100.0/24"]
     assert prod.named("eks-logs").inputs["retentionInDays"] == 365
+    assert staging.named("eks-logs").inputs["retentionInDays"] == 365
+    assert dev.named("eks-logs").inputs["retentionInDays"] == 90
+    assert dev.named("network-flow-logs").inputs["retentionInDays"] == 90
+    assert prod.named("network-flow-logs-key").protect is True and dev.named("network-flow-logs-key").protect is False
     assert dev.named("gpu-l4-spot-nodes").inputs["capacityType"] == "SPOT"
 
 
@@ -102,6 +106,19 @@ def test_enum_values_are_the_eks_apis(stacks: dict[str, Evaluation]) -> None:
         for r in result.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
     ]
     assert {r.inputs["accessScope"]["type"] for r in policies} <= _enum("AccessScopeType")
+    # VPC flow logs: the EC2 API's own enums, and one of the two aggregation intervals CreateFlowLogs documents.
+    ec2 = botocore.session.get_session().get_service_model("ec2")
+    flows = [r for result in stacks.values() for r in result.of_type("aws:ec2/flowLog:FlowLog")]
+    assert len(flows) == 3
+    assert {r.inputs["trafficType"] for r in flows} <= set(ec2.shape_for("TrafficType").enum)
+    assert {r.inputs["logDestinationType"] for r in flows} <= set(ec2.shape_for("LogDestinationType").enum)
+    interval_doc = ec2.operation_model("CreateFlowLogs").input_shape.members["MaxAggregationInterval"].documentation
+    assert "60 seconds (1 minute) or 600 seconds" in interval_doc
+    assert {r.inputs["maxAggregationInterval"] for r in flows} <= {60, 600}
+    # Log retention: only values CloudWatch Logs accepts (spec.LOG_RETENTION_VALUES, checked in test_spec).
+    groups = [r for result in stacks.values() for r in result.of_type("aws:cloudwatch/logGroup:LogGroup")]
+    assert {r.inputs["retentionInDays"] for r in groups} <= LOG_RETENTION_VALUES
+    assert all(r.inputs["kmsKeyId"] for r in groups)
 
 
 def _taggable(type_token: str) -> bool:

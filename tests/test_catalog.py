@@ -88,3 +88,22 @@ def test_tpu_topologies_fit_their_machine_types() -> None:
             chips = tpu_topology_chips(topology)
             # Single-host slices use exactly the VM's chips; multi-host slices are whole multiples of it.
             assert chips % row.accelerators_per_node == 0, (row.name, topology)
+
+
+def test_image_references_pin_a_digest_over_the_tag() -> None:
+    from inferplane.components.catalog.images import IMAGES, ContainerImage, engine_image, image_reference
+
+    digest = "sha256:" + "d" * 64
+    assert image_reference("vllm") == "vllm/vllm-openai:v0.32.0"
+    assert image_reference("vllm", {"vllm": digest}) == f"vllm/vllm-openai:v0.32.0@{digest}"
+    assert image_reference("aws-cli", {"vllm": digest}) == "amazon/aws-cli:2.37.5"
+    catalog_pinned = ContainerImage(repository="r/x", tag="1", digest=digest, source="test")
+    assert catalog_pinned.reference() == f"r/x:1@{digest}"
+    assert catalog_pinned.reference("sha256:" + "e" * 64) == f"r/x:1@sha256:{'e' * 64}"
+    # No digest ships unverified: every catalog image is unpinned until a stack pins it.
+    assert all(image.digest is None for image in IMAGES.values())
+    assert [engine_image("vllm", tpu=False), engine_image("vllm", tpu=True), engine_image("triton", tpu=False)] == [
+        "vllm",
+        "vllm-tpu",
+        "triton-trtllm",
+    ]

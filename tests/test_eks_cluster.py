@@ -10,10 +10,18 @@ import pulumi
 import pytest
 
 from inferplane.components.eks_cluster import ADDON_VERSIONS, EksCluster
+from inferplane.components.kms_policy import KEY_ADMIN_ACTIONS
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
 from tests.aws_fixtures import SUBNETS, TAGS, cluster_args, make_cluster
 
 ACCOUNT_ROLE = "arn:aws:iam::123456789012:role"
+KEY_ADMINISTRATION = {
+    "Sid": "KeyAdministration",
+    "Effect": "Allow",
+    "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+    "Action": list(KEY_ADMIN_ACTIONS),
+    "Resource": "*",
+}
 
 
 def _evaluate(**changes: Any) -> tuple[Evaluation, list[str]]:
@@ -43,6 +51,7 @@ def test_cluster_children_and_their_inputs() -> None:
             ("aws:iam/rolePolicy:RolePolicy", "eks-cluster-encryption"),
             ("aws:kms/key:Key", "eks-secrets-key"),
             ("aws:kms/alias:Alias", "eks-secrets-key-alias"),
+            ("aws:kms/key:Key", "eks-logs-key"),
             ("aws:cloudwatch/logGroup:LogGroup", "eks-logs"),
             ("aws:eks/cluster:Cluster", "eks-cluster"),
             ("aws:iam/role:Role", "eks-admin-role"),
@@ -65,7 +74,7 @@ def test_cluster_children_and_their_inputs() -> None:
         ]
     )
     taggable = [r for r in children if "tags" in r.inputs]
-    assert len(taggable) == 15
+    assert len(taggable) == 16
     assert all(r.inputs["tags"] == TAGS for r in taggable)
 
     cluster = next(r for r in children if r.type == "aws:eks/cluster:Cluster").inputs
@@ -82,7 +91,7 @@ def test_cluster_children_and_their_inputs() -> None:
         "resources": ["secrets"],
         "provider": {"keyArn": "arn:aws:kms:us-east-1:123456789012:key/eks-secrets-key-0000-0000"},
     }
-    assert cluster["enabledClusterLogTypes"] == ["api", "audit", "authenticator"]
+    assert cluster["enabledClusterLogTypes"] == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
     assert cluster["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
     assert cluster["bootstrapSelfManagedAddons"] is False
     assert cluster["upgradePolicy"] == {"supportType": "STANDARD"}
@@ -97,15 +106,63 @@ def test_cluster_children_and_their_inputs() -> None:
         }
     ]
 
-    key = next(r for r in children if r.type == "aws:kms/key:Key").inputs
+    key = result.named("eks-secrets-key").inputs
     assert key["enableKeyRotation"] is True and key["deletionWindowInDays"] == 30
+    assert json.loads(key["policy"]) == {
+        "Version": "2012-10-17",
+        "Statement": [
+            KEY_ADMINISTRATION,
+            {
+                "Sid": "ClusterRoleEnvelopeEncryption",
+                "Effect": "Allow",
+                "Principal": {"AWS": [f"{ACCOUNT_ROLE}/eks-cluster-role"]},
+                "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ListGrants", "kms:DescribeKey"],
+                "Resource": "*",
+            },
+        ],
+    }
+    logs_key = result.named("eks-logs-key").inputs
+    assert logs_key["enableKeyRotation"] is True and logs_key["deletionWindowInDays"] == 30
+    assert json.loads(logs_key["policy"])["Statement"] == [
+        KEY_ADMINISTRATION,
+        {
+            "Sid": "CloudWatchLogs",
+            "Effect": "Allow",
+            "Principal": {"Service": "logs.us-east-1.amazonaws.com"},
+            "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            "Resource": "*",
+            "Condition": {
+                "ArnEquals": {
+                    "kms:EncryptionContext:aws:logs:arn": (
+                        "arn:aws:logs:us-east-1:123456789012:log-group:/aws/eks/inferplane-test/cluster"
+                    )
+                }
+            },
+        },
+    ]
     logs = result.named("eks-logs").inputs
-    assert logs["name"] == "/aws/eks/inferplane-test/cluster" and logs["retentionInDays"] == 90
+    assert logs == {
+        "name": "/aws/eks/inferplane-test/cluster",
+        "retentionInDays": 365,
+        "kmsKeyId": "arn:aws:kms:us-east-1:123456789012:key/eks-logs-key-0000-0000",
+        "tags": TAGS,
+    }
 
+    # No admin principals named: the deployer (the mock caller, an IAM user) is trusted, never the account root.
     admin_trust = json.loads(result.named("eks-admin-role").inputs["assumeRolePolicy"])
     assert admin_trust["Statement"] == [
-        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:root"}, "Action": "sts:AssumeRole"}
+        {
+            "Effect": "Allow",
+            "Principal": {"AWS": ["arn:aws:iam::123456789012:user/preview"]},
+            "Action": "sts:AssumeRole",
+        }
     ]
+    assert result.named("eks-vpc-cni").inputs["configurationValues"] == '{"enableNetworkPolicy": "true"}'
+    assert all(
+        "configurationValues" not in result.named(f"eks-{addon}").inputs
+        for addon in ADDON_VERSIONS["1.34"]
+        if addon != "vpc-cni"
+    )
     entry = next(r for r in children if r.type == "aws:eks/accessEntry:AccessEntry").inputs
     assert entry["type"] == "STANDARD" and entry["principalArn"] == f"{ACCOUNT_ROLE}/eks-admin-role"
     association = next(r for r in children if r.type == "aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
@@ -193,16 +250,25 @@ def test_admin_role_can_trust_named_principals_only() -> None:
     assert trust["Statement"] == [{"Effect": "Allow", "Principal": {"AWS": list(admins)}, "Action": "sts:AssumeRole"}]
 
 
-def test_more_log_types_and_another_version() -> None:
-    result, _ = _evaluate(
-        kubernetes_version="1.35", log_types=("api", "audit", "authenticator", "scheduler"), system_nodes=3
-    )
-    assert result.named("eks-cluster").inputs["enabledClusterLogTypes"] == [
-        "api",
-        "audit",
-        "authenticator",
-        "scheduler",
-    ]
+def test_deployer_on_an_assumed_role_is_trusted_as_its_role() -> None:
+    class AssumedRole(PlatformMocks):
+        def call(self, args: Any) -> Any:
+            if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+                arn = "arn:aws:sts::123456789012:assumed-role/deployer/ci-run-42"
+                return {"accountId": "123456789012", "arn": arn, "userId": "AROAX:ci-run-42"}, []
+            return super().call(args)
+
+    def program() -> None:
+        make_cluster()
+
+    result = evaluate(program, mocks=AssumedRole("us-east-1"), stack="test")
+    trust = json.loads(result.named("eks-admin-role").inputs["assumeRolePolicy"])
+    assert trust["Statement"][0]["Principal"] == {"AWS": ["arn:aws:iam::123456789012:role/deployer"]}
+
+
+def test_another_version_and_retention() -> None:
+    result, _ = _evaluate(kubernetes_version="1.35", system_nodes=3, log_retention_days=731)
+    assert result.named("eks-logs").inputs["retentionInDays"] == 731
     assert result.named("eks-kube-proxy").inputs["addonVersion"] == ADDON_VERSIONS["1.35"]["kube-proxy"]
     assert result.named("eks-system").inputs["scalingConfig"] == {"minSize": 3, "desiredSize": 3, "maxSize": 6}
 
@@ -232,10 +298,19 @@ def test_more_log_types_and_another_version() -> None:
             "public_access_cidrs[0]",
             "'198.51.100.1/24' is not a CIDR block: 198.51.100.1/24 has host bits set",
         ),
-        ({"log_types": ("api", "authenticator")}, "log_types", "control-plane logs must include audit"),
+        (
+            {"log_types": ("api", "authenticator")},
+            "log_types",
+            "control-plane logs must include audit, controllerManager, scheduler",
+        ),
         ({"subnet_ids": ["subnet-a"]}, "subnet_ids", "EKS needs subnets in at least 2 zones, got 1"),
         ({"system_nodes": 0}, "system_nodes", "between 1 and 10, got 0"),
-        ({"log_retention_days": 0}, "log_retention_days", "must be at least 1"),
+        (
+            {"log_retention_days": 100},
+            "log_retention_days",
+            "100 is not a CloudWatch retention (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, "
+            "1827, 2192, 2557, 2922, 3288, 3653)",
+        ),
         (
             {"admin_principal_arns": ("arn:aws:iam::123456789012:group/admins",)},
             "admin_principal_arns[0]",

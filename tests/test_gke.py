@@ -105,6 +105,10 @@ def test_cluster_children_and_inputs_outside_prod() -> None:
         "workloadIdentityConfig": {"workloadPool": f"{PROJECT}.svc.id.goog"},
         "releaseChannel": {"channel": "REGULAR"},
         "enableShieldedNodes": True,
+        "datapathProvider": "ADVANCED_DATAPATH",
+        "enableIntranodeVisibility": True,
+        "binaryAuthorization": {"evaluationMode": "PROJECT_SINGLETON_POLICY_ENFORCE"},
+        "masterAuth": {"clientCertificateConfig": {"issueClientCertificate": False}},
         "databaseEncryption": {"state": "ENCRYPTED", "keyName": "gke-secrets-id"},
         "deletionProtection": False,
         "resourceLabels": LABELS,
@@ -133,6 +137,7 @@ def test_cluster_children_and_inputs_outside_prod() -> None:
         "network": "gke-network-id",
         "ipCidrRange": "10.10.0.0/20",
         "privateIpGoogleAccess": True,
+        "logConfig": {"aggregationInterval": "INTERVAL_5_SEC", "flowSampling": 1.0, "metadata": "INCLUDE_ALL_METADATA"},
         "secondaryIpRanges": [
             {"rangeName": "pods", "ipCidrRange": "10.16.0.0/14"},
             {"rangeName": "services", "ipCidrRange": "10.20.0.0/20"},

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inferplane.components.kms_policy import KEY_ADMIN_ACTIONS
 from inferplane.components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
 from inferplane.components.platform.aws_foundation import build_aws_foundation, platform_tags
 from inferplane.components.platform.model_cache import build_model_cache, model_cache_accounts
@@ -92,6 +93,16 @@ def test_children_are_exact() -> None:
             ("aws:s3/bucketVersioning:BucketVersioning", "cache-versioning"),
             ("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "cache-lifecycle"),
             ("aws:s3/bucketPolicy:BucketPolicy", "cache-policy"),
+            ("aws:s3/bucket:Bucket", "cache-logs"),
+            ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "cache-logs-public-access-block"),
+            ("aws:s3/bucketOwnershipControls:BucketOwnershipControls", "cache-logs-ownership"),
+            (
+                "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+                "cache-logs-encryption",
+            ),
+            ("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "cache-logs-lifecycle"),
+            ("aws:s3/bucketPolicy:BucketPolicy", "cache-logs-policy"),
+            ("aws:s3/bucketLogging:BucketLogging", "cache-access-logging"),
             ("aws:iam/role:Role", "cache-role"),
             ("aws:iam/rolePolicy:RolePolicy", "cache-access"),
             ("aws:eks/podIdentityAssociation:PodIdentityAssociation", "cache-inference-llama-70b-sa"),
@@ -111,10 +122,30 @@ def test_bucket_is_private_owner_enforced_kms_encrypted_and_versioned() -> None:
     bucket = evaluation.named("cache-bucket")
     assert bucket.inputs == {"forceDestroy": False, "tags": TAGS}
     key = evaluation.named("cache-key")
-    assert {k: v for k, v in key.inputs.items() if k != "description"} == {
+    assert {k: v for k, v in key.inputs.items() if k not in {"description", "policy"}} == {
         "enableKeyRotation": True,
         "deletionWindowInDays": 30,
         "tags": TAGS,
+    }
+    assert json.loads(key.inputs["policy"]) == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "KeyAdministration",
+                "Effect": "Allow",
+                "Principal": {"AWS": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:root"},
+                "Action": list(KEY_ADMIN_ACTIONS),
+                "Resource": "*",
+            },
+            {
+                "Sid": "CacheRoleThroughS3",
+                "Effect": "Allow",
+                "Principal": {"AWS": [f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/cache-role"]},
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": "*",
+                "Condition": {"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}},
+            },
+        ],
     }
     bucket_id = f"{bucket.name}-id"
     assert evaluation.named("cache-public-access-block").inputs == {
@@ -176,6 +207,56 @@ def test_bucket_policy_refuses_every_request_without_tls() -> None:
         ],
     }
     assert evaluation.named("cache-public-access-block").urn in policy.dependencies
+
+
+def test_access_is_logged_to_a_private_sse_s3_bucket_that_expires_its_logs() -> None:
+    evaluation = _evaluate()
+    logs_id = "cache-logs-id"
+    assert evaluation.named("cache-logs").inputs == {"forceDestroy": False, "tags": TAGS}
+    logging = evaluation.named("cache-access-logging")
+    assert logging.inputs == {"bucket": "cache-bucket-id", "targetBucket": logs_id, "targetPrefix": "model-cache/"}
+    assert evaluation.named("cache-logs-policy").urn in logging.dependencies
+    assert evaluation.named("cache-logs-public-access-block").inputs == {
+        "bucket": logs_id,
+        "blockPublicAcls": True,
+        "blockPublicPolicy": True,
+        "ignorePublicAcls": True,
+        "restrictPublicBuckets": True,
+    }
+    assert evaluation.named("cache-logs-ownership").inputs == {
+        "bucket": logs_id,
+        "rule": {"objectOwnership": "BucketOwnerEnforced"},
+    }
+    assert evaluation.named("cache-logs-encryption").inputs == {
+        "bucket": logs_id,
+        "rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}],
+    }
+    assert evaluation.named("cache-logs-lifecycle").inputs["rules"] == [
+        {"id": "expire-access-logs", "status": "Enabled", "filter": {"prefix": ""}, "expiration": {"days": 365}}
+    ]
+    logs_arn = "arn:aws:s3:::cache-logs-33f7ce7"
+    assert _policy(evaluation, "cache-logs-policy")["Statement"] == [
+        {
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "s3:*",
+            "Resource": [logs_arn, f"{logs_arn}/*"],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        },
+        {
+            "Sid": "S3ServerAccessLogs",
+            "Effect": "Allow",
+            "Principal": {"Service": "logging.s3.amazonaws.com"},
+            "Action": "s3:PutObject",
+            "Resource": f"{logs_arn}/model-cache/*",
+            "Condition": {
+                "ArnLike": {"aws:SourceArn": BUCKET_ARN},
+                "StringEquals": {"aws:SourceAccount": MOCK_ACCOUNT_ID},
+            },
+        },
+    ]
+    assert evaluation.named("cache-logs-public-access-block").urn in evaluation.named("cache-logs-policy").dependencies
 
 
 def test_role_is_trusted_by_pod_identity_only() -> None:
@@ -243,7 +324,7 @@ def test_every_taggable_child_is_tagged() -> None:
     evaluation = _evaluate()
     children = evaluation.children_of(evaluation.named("cache").urn)
     taggable = [r for r in children if r.type in TAGGABLE]
-    assert len(taggable) == 5
+    assert len(taggable) == 6
     assert all(r.inputs["tags"] == TAGS for r in taggable)
     assert not [r.name for r in children if r.type not in TAGGABLE and "tags" in r.inputs]
 
@@ -252,7 +333,9 @@ def test_every_taggable_child_is_tagged() -> None:
 def test_bucket_and_key_are_protected_in_prod(environment: Environment, protected: bool) -> None:
     evaluation = _evaluate(environment=environment)
     children = evaluation.children_of(evaluation.named("cache").urn)
-    assert {r.name for r in children if r.protect} == ({"cache-bucket", "cache-key"} if protected else set())
+    assert {r.name for r in children if r.protect} == (
+        {"cache-bucket", "cache-key", "cache-logs"} if protected else set()
+    )
 
 
 def test_uri_waits_for_the_associations_and_permissions() -> None:

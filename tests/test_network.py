@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from typing import Any
 
 import pulumi
@@ -54,6 +55,11 @@ def test_two_zone_network_with_one_shared_nat() -> None:
             ("aws:ec2/route:Route", "net-private-default-us-east-1a"),
             ("aws:ec2/route:Route", "net-private-default-us-east-1b"),
             ("aws:ec2/vpcEndpoint:VpcEndpoint", "net-s3"),
+            ("aws:kms/key:Key", "net-flow-logs-key"),
+            ("aws:cloudwatch/logGroup:LogGroup", "net-flow-logs"),
+            ("aws:iam/role:Role", "net-flow-logs-role"),
+            ("aws:iam/rolePolicy:RolePolicy", "net-flow-logs-delivery"),
+            ("aws:ec2/flowLog:FlowLog", "net-flow-log"),
         ]
     )
     vpc = result.named("net-vpc").inputs
@@ -109,9 +115,70 @@ def test_two_zone_network_with_one_shared_nat() -> None:
     taggable = [
         r
         for r in children
-        if r.type not in {"aws:ec2/route:Route", "aws:ec2/routeTableAssociation:RouteTableAssociation"}
+        if r.type
+        not in {
+            "aws:ec2/route:Route",
+            "aws:ec2/routeTableAssociation:RouteTableAssociation",
+            "aws:iam/rolePolicy:RolePolicy",
+        }
     ]
     assert all(TAGS.items() <= r.inputs["tags"].items() for r in taggable)
+
+
+def test_every_flow_of_the_vpc_is_logged_encrypted_for_a_year() -> None:
+    result = _network(("us-east-1a", "us-east-1b"), nat_per_zone=False)
+    group_arn = "arn:aws:cloudwatch:us-east-1:123456789012:loggroup//aws/vpc/inferplane-test/flow-logs"
+    role_arn = "arn:aws:iam::123456789012:role/net-flow-logs-role"
+    flow = result.named("net-flow-log")
+    assert flow.inputs == {
+        "vpcId": "net-vpc-id",
+        "trafficType": "ALL",
+        "logDestinationType": "cloud-watch-logs",
+        "logDestination": group_arn,
+        "iamRoleArn": role_arn,
+        "maxAggregationInterval": 60,
+        "tags": {**TAGS, "Name": "net-flow-log"},
+    }
+    assert result.named("net-flow-logs-delivery").urn in flow.dependencies
+    assert result.named("net-flow-logs").inputs == {
+        "name": "/aws/vpc/inferplane-test/flow-logs",
+        "retentionInDays": 365,
+        "kmsKeyId": "arn:aws:kms:us-east-1:123456789012:key/net-flow-logs-key-0000-0000",
+        "tags": TAGS,
+    }
+    key = result.named("net-flow-logs-key")
+    assert key.inputs["enableKeyRotation"] is True and key.protect is False
+    statements = json.loads(key.inputs["policy"])["Statement"]
+    assert [s["Sid"] for s in statements] == ["KeyAdministration", "CloudWatchLogs"]
+    assert statements[1]["Principal"] == {"Service": "logs.us-east-1.amazonaws.com"}
+    assert statements[1]["Condition"] == {
+        "ArnEquals": {
+            "kms:EncryptionContext:aws:logs:arn": (
+                "arn:aws:logs:us-east-1:123456789012:log-group:/aws/vpc/inferplane-test/flow-logs"
+            )
+        }
+    }
+    assert json.loads(result.named("net-flow-logs-role").inputs["assumeRolePolicy"])["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "vpc-flow-logs.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+            "Condition": {
+                "StringEquals": {"aws:SourceAccount": "123456789012"},
+                "ArnLike": {"aws:SourceArn": "arn:aws:ec2:us-east-1:123456789012:vpc-flow-log/*"},
+            },
+        }
+    ]
+    assert json.loads(result.named("net-flow-logs-delivery").inputs["policy"])["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            "Resource": [group_arn, f"{group_arn}:*"],
+        }
+    ]
+    prod = _network(("us-east-1a", "us-east-1b"), nat_per_zone=False, environment="prod", flow_log_retention_days=731)
+    assert prod.named("net-flow-logs-key").protect is True
+    assert prod.named("net-flow-logs").inputs["retentionInDays"] == 731
 
 
 def test_prod_network_has_a_nat_per_zone() -> None:
@@ -135,6 +202,11 @@ def test_prod_network_has_a_nat_per_zone() -> None:
             ("us-east-1a", "us-east-1b"),
             {"cidr_block": "10.0.0.0/24"},
             "cidr_block: 10.0.0.0/24 must be an IPv4 block between /16 and /20",
+        ),
+        (
+            ("us-east-1a", "us-east-1b"),
+            {"flow_log_retention_days": 0},
+            "flow_log_retention_days: 0 is not a CloudWatch retention (1, 3, 5",
         ),
     ],
 )

@@ -108,7 +108,13 @@ def test_al2023_pool_gets_autoscaler_device_plugin_and_dcgm() -> None:
     assert write["Condition"] == {
         "StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/inferplane-test": "owned"}
     }
-    assert "eks:DescribeNodegroup" in next(s for s in policy["Statement"] if s["Sid"] == "Discover")["Action"]
+    assert "eks:DescribeNodegroup" not in next(s for s in policy["Statement"] if s["Sid"] == "Discover")["Action"]
+    assert next(s for s in policy["Statement"] if s["Sid"] == "DescribeOwnNodegroups") == {
+        "Sid": "DescribeOwnNodegroups",
+        "Effect": "Allow",
+        "Action": "eks:DescribeNodegroup",
+        "Resource": "arn:aws:eks:us-east-1:123456789012:nodegroup/inferplane-test/*/*",
+    }
 
     plugin = releases["addons-nvidia-device-plugin"]
     assert (plugin["chart"], plugin["version"], plugin["repositoryOpts"]["repo"]) == (

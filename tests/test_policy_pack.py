@@ -7,6 +7,7 @@ case changes one thing and asserts the exact violations (policy, enforcement, me
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -173,6 +174,7 @@ class Case:
     expected: list[tuple[str, str]]
     protect: bool | None = None
     environment: str = "prod"
+    drop_dependencies: bool = False
 
 
 def _case(id: str, name: str, edit: Edit | None, *expected: tuple[str, str], **kw: Any) -> Any:
@@ -232,6 +234,16 @@ NO_ALERT = (
 )
 
 LLAMA = "llama-70b"
+KEYPOL = "kms-key-require-explicit-policy"
+LOGGROUP = "cloudwatch-loggroup-require-encryption-and-retention"
+ROOTTRUST = "iam-role-disallow-account-root-trust"
+FLOW = "ec2-vpc-require-flow-logs"
+S3LOG = "s3-bucket-require-access-logging"
+DENY = "kubernetes-namespace-require-default-deny"
+GKEHARD = "gke-cluster-require-baseline-hardening"
+SUBNETLOG = "gcp-subnetwork-require-flow-logs"
+RESTRICTED = "kubernetes-workload-require-restricted-container"
+SECRETFILE = "kubernetes-workload-require-secret-files"
 
 
 def _args(*replacements: tuple[str, str]) -> Edit:
@@ -345,7 +357,7 @@ CASES = [
         "missing-logs",
         "cluster",
         at("enabledClusterLogTypes", value=["api"]),
-        (LOGS, "enabledClusterLogTypes lacks audit, authenticator"),
+        (LOGS, "enabledClusterLogTypes lacks audit, authenticator, controllerManager, scheduler"),
     ),
     _case(
         "unpinned-version",
@@ -487,7 +499,7 @@ CASES = [
     _case(
         "privileged",
         LLAMA,
-        container("securityContext", value={"privileged": True}),
+        container("securityContext", "privileged", value=True),
         (PRIV, "containers[0] (vllm) is privileged"),
     ),
     _case(
@@ -538,8 +550,8 @@ CASES = [
     _case(
         "literal-secret",
         LLAMA,
-        container("env", value=[{"name": "HF_TOKEN", "value": "hf_abc"}]),
-        (SECRET, "containers[0] (vllm) sets HF_TOKEN as a literal value"),
+        container("env", value=[{"name": "OPENAI_API_KEY", "value": "sk-abc"}]),
+        (SECRET, "containers[0] (vllm) sets OPENAI_API_KEY as a literal value"),
     ),
     _case(
         "configmap-secret",
@@ -846,9 +858,79 @@ CASES = [
 ]
 
 
+CASES += [
+    # the security baseline (issue 12)
+    _case("key-without-policy", "cluster-key", at("policy", value=DELETE),
+          (KEYPOL, "policy is not set: the account's default key policy applies")),
+    _case("key-policy-kms-star", "cluster-key",
+          at("policy", value='{"Statement": [{"Effect": "Allow", "Principal": {"AWS": "x"}, "Action": "kms:*"}]}'),
+          (KEYPOL, "Statement[0] allows kms:*")),
+    _case("log-group-unencrypted", "cluster-logs", at("kmsKeyId", value=DELETE),
+          (LOGGROUP, "kmsKeyId is not set: the log group is encrypted with a CloudWatch-owned key only")),
+    _case("log-group-short", "cluster-logs", at("retentionInDays", value=30),
+          (LOGGROUP, "retentionInDays 30 is below 365")),
+    _case("role-trusts-account", "admin-role",
+          at("assumeRolePolicy", value='{"Statement": [{"Effect": "Allow", "Principal": {"AWS": '
+             '"arn:aws:iam::123456789012:root"}, "Action": "sts:AssumeRole"}]}'),
+          (ROOTTRUST, "Statement[0] trusts arn:aws:iam::123456789012:root")),
+    _case("vpc-without-flow-log", "vpc-flow-log", lambda inputs: None,
+          (FLOW, "VPC vpc has no flow log"), drop_dependencies=True),
+    _case("bucket-without-logging", "model-cache-logging", lambda inputs: None,
+          (S3LOG, "bucket model-cache has no access logging"),
+          (S3LOG, "bucket model-cache-logs has no access logging"), drop_dependencies=True),
+    _case("policy-that-allows", "default-deny", at("spec", "ingress", value=[{"from": [{"podSelector": {}}]}]),
+          (DENY, "namespace inference of llama-70b has no default-deny NetworkPolicy")),
+    _case("gke-legacy-datapath", "gke", at("datapathProvider", value="LEGACY_DATAPATH"),
+          (GKEHARD, "datapathProvider is LEGACY_DATAPATH: NetworkPolicy is not enforced (use ADVANCED_DATAPATH)")),
+    _case("gke-client-certificates", "gke", at("masterAuth", value=DELETE),
+          (GKEHARD, "masterAuth.clientCertificateConfig.issueClientCertificate is not explicitly false")),
+    _case("gke-no-binauthz", "gke", at("binaryAuthorization", "evaluationMode", value="DISABLED"),
+          (GKEHARD, "binaryAuthorization.evaluationMode is DISABLED")),
+    _case("gke-no-intranode", "gke", at("enableIntranodeVisibility", value=False),
+          (GKEHARD, "enableIntranodeVisibility is not true")),
+    _case("subnet-without-flow-logs", "gke-subnet", at("logConfig", value=DELETE),
+          (SUBNETLOG, "logConfig is not set: the subnet has no flow logs")),
+    _case("writable-root", LLAMA, container("securityContext", "readOnlyRootFilesystem", value=False),
+          (RESTRICTED, "containers[0] (vllm) does not set readOnlyRootFilesystem")),
+    _case("low-uid", LLAMA, container("securityContext", "runAsUser", value=1000),
+          (RESTRICTED, "containers[0] (vllm) runs as uid 1000, below 10000")),
+    _case("capabilities-kept", LLAMA, container("securityContext", "capabilities", value={"drop": ["NET_RAW"]}),
+          (RESTRICTED, "containers[0] (vllm) does not drop ALL capabilities")),
+    _case("no-seccomp", LLAMA, pod("securityContext", value={}),
+          (RESTRICTED, "containers[0] (vllm) has no RuntimeDefault seccomp profile")),
+    _case("root-tpu-pod-is-the-documented-exception", LLAMA,
+          _both(container("securityContext", "runAsNonRoot", value=DELETE),
+                container("securityContext", "runAsUser", value=DELETE),
+                container("resources", "limits", value={"memory": "256Gi", "google.com/tpu": 4}),
+                container("resources", "requests", value={"cpu": "16", "memory": "256Gi", "google.com/tpu": 4})),
+          (PLACE, "requests google.com/tpu but does not tolerate the google.com/tpu taint")),
+    _case("root-gpu-pod", LLAMA, _both(container("securityContext", "runAsNonRoot", value=False),
+                                       container("securityContext", "runAsUser", value=DELETE)),
+          (RESTRICTED, "containers[0] (vllm) does not set runAsNonRoot"),
+          (RESTRICTED, "containers[0] (vllm) sets no numeric runAsUser")),
+    _case("no-security-context", LLAMA, container("securityContext", value=DELETE),
+          (RESTRICTED, "containers[0] (vllm) does not set readOnlyRootFilesystem"),
+          (RESTRICTED, "containers[0] (vllm) does not drop ALL capabilities"),
+          (RESTRICTED, "containers[0] (vllm) does not set runAsNonRoot"),
+          (RESTRICTED, "containers[0] (vllm) sets no numeric runAsUser")),
+    _case("hf-token-in-env", LLAMA,
+          container("env", value=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "h", "key": "t"}}}]),
+          (SECRETFILE, "containers[0] (vllm) puts HF_TOKEN in its environment")),
+]  # fmt: skip
+
+
+def test_dev_keeps_control_plane_logs_90_days_prod_a_year(pack: PolicyPackProcess) -> None:
+    plan = changed(happy_plan(), "cluster-logs", at("retentionInDays", value=90))
+    assert LOGGROUP not in {v.policy for v in evaluate(pack, plan, "dev").violations}
+    assert (LOGGROUP, "mandatory", "retentionInDays 90 is below 365") in found(evaluate(pack, plan, "prod"))
+    assert (LOGGROUP, "mandatory", "retentionInDays 90 is below 365") in found(evaluate(pack, plan, "staging"))
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_one_change_one_violation(pack: PolicyPackProcess, case: Case) -> None:
     plan = changed(happy_plan(), case.name, case.edit, protect=case.protect)
+    if case.drop_dependencies:
+        plan = [dataclasses.replace(r, dependencies=()) if r.name == case.name else r for r in plan]
     report = evaluate(pack, plan, case.environment)
     levels = {p.name: p.enforcement for p in report.policies}
     assert sorted(found(report)) == sorted((policy, levels[policy], detail) for policy, detail in case.expected)
@@ -938,7 +1020,7 @@ def test_unknowns_in_a_violating_plan_hide_only_what_they_hide(pack: PolicyPackP
     plan = changed(happy_plan(), "cluster", at("enabledClusterLogTypes", value=["api"]))
     plan = changed(plan, "cluster", at("encryptionConfig", value=rpc.UNKNOWN))
     assert found(evaluate(pack, plan, "prod")) == [
-        (LOGS, "mandatory", "enabledClusterLogTypes lacks audit, authenticator")
+        (LOGS, "mandatory", "enabledClusterLogTypes lacks audit, authenticator, controllerManager, scheduler")
     ]
 
 

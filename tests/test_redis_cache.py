@@ -13,6 +13,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from inferplane.components.kms_policy import KEY_ADMIN_ACTIONS
 from inferplane.components.platform.cache import build_cache
 from inferplane.components.redis_cache import AUTH_TOKEN_LENGTH, ENGINE_VERSIONS, REDIS_PORT, RedisCache, RedisCacheArgs
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
@@ -80,7 +81,41 @@ def test_cache_children_and_inputs() -> None:
         "tags": TAGS,
     }
     assert dict(result.named("cache-auth-token").inputs) == {"length": AUTH_TOKEN_LENGTH, "special": False}
-    assert dict(result.named("cache-key").inputs) == {
+    key = dict(result.named("cache-key").inputs)
+    assert json.loads(key.pop("policy")) == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "KeyAdministration",
+                "Effect": "Allow",
+                "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+                "Action": list(KEY_ADMIN_ACTIONS),
+                "Resource": "*",
+            },
+            {
+                "Sid": "ThroughElastiCache",
+                "Effect": "Allow",
+                "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+                "Action": [
+                    "kms:Encrypt",
+                    "kms:Decrypt",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                    "kms:CreateGrant",
+                    "kms:ListGrants",
+                    "kms:DescribeKey",
+                ],
+                "Resource": "*",
+                "Condition": {
+                    "StringEquals": {
+                        "kms:CallerAccount": "123456789012",
+                        "kms:ViaService": "elasticache.us-east-1.amazonaws.com",
+                    }
+                },
+            },
+        ],
+    }
+    assert key == {
         "description": "ElastiCache cache: encryption at rest",
         "enableKeyRotation": True,
         "deletionWindowInDays": 30,

@@ -14,6 +14,7 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 
 from inferplane.components.model_server import HF_TOKEN_SECRET_KEY
+from inferplane.components.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.platform.aws_foundation import build_aws_foundation, platform_tags
 from inferplane.components.platform.observability import ServingTarget, build_observability
 from inferplane.components.platform.serving import build_model_servers
@@ -101,7 +102,7 @@ def test_pod_monitors_validate_against_the_prometheus_operator_crd(stack: str) -
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_the_token_reaches_pods_only_through_secret_key_ref(stack: str) -> None:
+def test_the_token_reaches_pods_only_as_a_mounted_file(stack: str) -> None:
     evaluation = evaluate_servers(stack_spec(stack))
     everything = json.dumps(
         [[dict(r.inputs), dict(r.outputs)] for r in evaluation.registrations] + [dict(evaluation.outputs)]
@@ -111,8 +112,7 @@ def test_the_token_reaches_pods_only_through_secret_key_ref(stack: str) -> None:
     assert [s.inputs["stringData"] for s in secrets] == ["[secret]"] * len(secrets)
     for registration in evaluation.registrations:
         for env in _env_vars(registration.inputs):
-            if env["name"] == "HF_TOKEN":
-                assert env == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+            assert env["name"] != "HF_TOKEN" and "valueFrom" not in env
             assert "value" not in env or "hf_" not in str(env["value"])
 
 
@@ -145,12 +145,96 @@ def test_one_namespace_and_secret_per_cluster() -> None:
     assert evaluation.named("llama-8b-deployment").provider.rsplit("::", 1)[-1] == "eks-id"
 
 
+def _policy_spec(evaluation: Any, name: str) -> Any:
+    return evaluation.named(name).inputs["spec"]
+
+
+def test_each_serving_namespace_denies_by_default_and_admits_the_gateway_prometheus_dns_and_model_loading() -> None:
+    evaluation = evaluate_servers(stack_spec("staging"))
+    policies = evaluation.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    assert {(p.name, p.inputs["metadata"]["name"], p.provider.rsplit("::", 1)[-1]) for p in policies} == {
+        (f"{cluster}-serving-network-policy-{name}", name, f"{cluster}-id")
+        for cluster in ("eks", "gke")
+        for name in ("default-deny", "dns", "model-server-ingress", "model-loading-egress")
+    }
+    assert {p.inputs["metadata"]["namespace"] for p in policies} == {"inference"}
+    for cluster in ("eks", "gke"):
+        prefix = f"{cluster}-serving-network-policy"
+        assert _policy_spec(evaluation, f"{prefix}-default-deny") == {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+        }
+        assert _policy_spec(evaluation, f"{prefix}-dns") == {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+                }
+            ],
+        }
+    gateway = {
+        "namespaceSelector": {"matchLabels": {"app.kubernetes.io/part-of": "inferplane"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/component": "gateway"}},
+    }
+    prometheus = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "prometheus",
+                "app.kubernetes.io/managed-by": "prometheus-operator",
+            }
+        },
+    }
+    servers = {"matchLabels": {"app.kubernetes.io/component": "model-server"}}
+    # EKS serves Triton (HTTP, gRPC; metrics apart), GKE vLLM (one port for all).
+    assert _policy_spec(evaluation, "eks-serving-network-policy-model-server-ingress") == {
+        "podSelector": servers,
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {"from": [gateway], "ports": [{"port": 8000, "protocol": "TCP"}, {"port": 8001, "protocol": "TCP"}]},
+            {"from": [prometheus], "ports": [{"port": 8002, "protocol": "TCP"}]},
+        ],
+    }
+    assert _policy_spec(evaluation, "gke-serving-network-policy-model-server-ingress")["ingress"] == [
+        {"from": [gateway], "ports": [{"port": 8000, "protocol": "TCP"}]},
+        {"from": [prometheus], "ports": [{"port": 8000, "protocol": "TCP"}]},
+    ]
+    loaders = {
+        "matchExpressions": [
+            {"key": "app.kubernetes.io/component", "operator": "In", "values": ["model-server", "engine-build"]}
+        ]
+    }
+    https = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443, "protocol": "TCP"}]}
+    pod_identity = {"to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}], "ports": [{"port": 80, "protocol": "TCP"}]}
+    assert _policy_spec(evaluation, "eks-serving-network-policy-model-loading-egress") == {
+        "podSelector": loaders,
+        "policyTypes": ["Egress"],
+        "egress": [https, pod_identity],
+    }
+    assert _policy_spec(evaluation, "gke-serving-network-policy-model-loading-egress")["egress"] == [https]
+    # The selectors match what the servers and the engine build carry.
+    llama = evaluation.named("llama-8b-deployment").inputs["spec"]["template"]["metadata"]["labels"]
+    build = evaluation.named("llama-8b-engine-build").inputs["spec"]["template"]["metadata"]["labels"]
+    assert llama["app.kubernetes.io/component"] == "model-server"
+    assert build["app.kubernetes.io/component"] == "engine-build"
+    namespace = evaluation.named("eks-serving-namespace").inputs["metadata"]["labels"]
+    assert namespace["app.kubernetes.io/part-of"] == "inferplane"
+
+
 def test_every_deployment_gets_its_engine() -> None:
     evaluation = evaluate_servers(stack_spec("prod"))
     components = {r.name: r.type for r in evaluation.registrations if r.type.startswith("inferplane:")}
     assert components == {
         "llama-70b": "inferplane:index:VllmService",
         "llama-8b": "inferplane:index:TritonTrtLlmService",
+        "eks-serving-network-policy": "inferplane:index:ServingNetworkPolicy",
     }
 
 
@@ -191,7 +275,8 @@ def test_the_intended_program_call_keeps_the_config_secret_secret() -> None:
     assert HF_TOKEN not in json.dumps([dict(r.inputs) for r in evaluation.registrations])
     assert evaluation.named("eks-hf-token").inputs["stringData"] == SECRET_PLACEHOLDER
     env = _env_vars(evaluation.named("llama-8b-deployment").inputs)
-    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in env
+    assert {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/huggingface/token"} in env
+    assert not [e for e in env if e["name"] == "HF_TOKEN" or "valueFrom" in e]
 
 
 def test_on_the_aws_foundation_every_object_goes_through_the_eks_clusters_provider() -> None:
@@ -255,3 +340,45 @@ def test_the_policy_pack_passes_the_model_servers_with_their_autoscalers(stack: 
         report = pack.evaluate(list(evaluation.registrations))
     assert report.mandatory == ()
     assert {v.policy for v in report.violations} <= {"kubernetes-workload-require-image-digest"}
+
+
+def test_the_network_policy_refuses_missing_and_impossible_ports_before_declaring_anything() -> None:
+    def program() -> None:
+        ServingNetworkPolicy(
+            "policy", ServingNetworkPolicyArgs(namespace="inference", api_ports=[], metrics_ports=[8000, 70000])
+        )
+
+    with pytest.raises(pulumi.InputPropertiesError) as caught:
+        evaluate(program, mocks=PlatformMocks())
+    assert caught.value.errors == [
+        {"property_path": "api_ports", "reason": "give at least one port"},
+        {"property_path": "metrics_ports[1]", "reason": "70000 is not a TCP port"},
+    ]
+
+
+def test_pinned_digests_win_over_tags_and_a_deployments_own_wins_over_the_platforms() -> None:
+    platform_digest, model_digest, cli_digest = "sha256:" + "a" * 64, "sha256:" + "b" * 64, "sha256:" + "c" * 64
+    spec = stack_spec("prod")
+    triton = next(m for m in spec.models if m.engine == "triton")
+    pinned = spec.model_copy(
+        update={
+            "image_digests": {"vllm": platform_digest, "triton-trtllm": platform_digest, "aws-cli": cli_digest},
+            "models": tuple(
+                m.model_copy(update={"image_digest": model_digest}) if m is triton else m for m in spec.models
+            ),
+        }
+    )
+    evaluation = evaluate_servers(pinned)
+    vllm_pod = evaluation.named("llama-70b-deployment").inputs["spec"]["template"]["spec"]
+    assert vllm_pod["containers"][0]["image"] == f"vllm/vllm-openai:v0.32.0@{platform_digest}"
+    assert vllm_pod["initContainers"][0]["image"] == f"amazon/aws-cli:2.37.5@{cli_digest}"
+    triton_pod = evaluation.named("llama-8b-deployment").inputs["spec"]["template"]["spec"]
+    assert triton_pod["containers"][0]["image"] == f"nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3@{model_digest}"
+    images = {c["image"] for c in [*triton_pod["initContainers"], *triton_pod["containers"]]}
+    assert images == {
+        f"amazon/aws-cli:2.37.5@{cli_digest}",
+        f"nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3@{model_digest}",
+    }
+    # Unpinned, the catalog's tags run.
+    plain = evaluate_servers(spec).named("llama-70b-deployment").inputs["spec"]["template"]["spec"]
+    assert plain["containers"][0]["image"] == "vllm/vllm-openai:v0.32.0"

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
+import botocore.session  # botocore ships no type hints
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError, parse_platform
+from inferplane.components.spec import LOG_RETENTION_VALUES, PLATFORM_KEY, PlatformSpec, SpecError, parse_platform
 from inferplane.tool.stackfile import read_config
 from tests.conftest import PROJECT_DIR
 
@@ -142,6 +144,25 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
     ("triton-spec-decoding", "prod", _set("models[1].speculative_decoding", {"method": "ngram"}),
      "models[1].speculative_decoding",
      "speculative decoding with Triton needs the BLS model and a draft engine; not supported"),
+    ("prod-short-log-retention", "prod", _set("cluster.log_retention_days", 90), "cluster.log_retention_days",
+     "prod keeps control-plane logs at least 365 days, got 90"),
+    ("log-retention-not-cloudwatch", "dev", _set("cluster.log_retention_days", 100), "cluster.log_retention_days",
+     "100 is not a CloudWatch Logs retention period (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, "
+     "731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)"),
+    ("fewer-log-types", "dev", _set("cluster.log_types", ["api", "audit"]), "cluster.log_types",
+     "every control-plane log is kept; missing authenticator, controllerManager, scheduler"),
+    ("admin-principal-not-iam", "prod", _set("cluster.admin_principals", ["arn:aws:iam::123456789012:root"]),
+     "cluster.admin_principals",
+     "'arn:aws:iam::123456789012:root' is not an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)"),
+    ("admin-principal-repeats", "prod",
+     _set("cluster.admin_principals", ["arn:aws:iam::123456789012:role/a", "arn:aws:iam::123456789012:role/a"]),
+     "cluster.admin_principals", "admin_principals repeat"),
+    ("short-digest", "prod", _set("image_digests", {"vllm": "sha256:abc"}), "image_digests.vllm",
+     "String should match pattern '^sha256:[0-9a-f]{64}$'"),
+    ("digest-of-unknown-image", "prod", _set("image_digests", {"nginx": "sha256:" + "0" * 64}),
+     "image_digests.nginx.[key]", "Input should be 'vllm', 'vllm-tpu', 'triton-trtllm' or 'aws-cli'"),
+    ("model-digest-tag", "prod", _set("models[0].image_digest", "v0.32.0"), "models[0].image_digest",
+     "String should match pattern '^sha256:[0-9a-f]{64}$'"),
 ]  # fmt: skip
 
 
@@ -219,3 +240,17 @@ def test_valid_or_refused_never_half_applied(context: int, concurrency: int, rep
     assert isinstance(spec, PlatformSpec)
     assert spec.models[0].max_context == context <= 32768
     assert spec.models[0].min_replicas <= spec.models[0].max_replicas
+
+
+def test_log_retention_values_are_cloudwatch_logs_own() -> None:
+    documentation = botocore.session.get_session().get_service_model("logs").shape_for("Days").documentation
+    listed = documentation.split("Possible values are:", 1)[1].split(".", 1)[0]
+    assert {int(v) for v in re.findall(r"\d+", listed)} == LOG_RETENTION_VALUES
+
+
+@pytest.mark.parametrize(("environment", "days"), [("dev", 90), ("staging", 365), ("prod", 365)])
+def test_log_retention_defaults_per_environment(environment: str, days: int) -> None:
+    raw = _raw(environment)
+    raw["cluster"].pop("log_retention_days", None)
+    spec = parse_platform(raw, "us-east-1")
+    assert spec.cluster.log_retention_days is None and spec.log_retention_days == days

@@ -99,6 +99,28 @@ def test_job_and_deployment_of_prod_triton() -> None:
     assert build["image"] == TRITON_IMAGE == "nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3"
     assert build["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert "trtllm-build --checkpoint_dir /models/checkpoint" in build["command"][2]
+    # The build reads the Hugging Face token from a read-only file, never from its environment.
+    assert {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/huggingface/token"} in build["env"]
+    assert not [e for e in build["env"] if e["name"] == "HF_TOKEN" or "valueFrom" in e]
+    assert {"name": "hf-token", "mountPath": "/var/run/secrets/huggingface", "readOnly": True} in build["volumeMounts"]
+    job_pod = job.inputs["spec"]["template"]["spec"]
+    assert {
+        "name": "hf-token",
+        "secret": {"secretName": "hf-token", "items": [{"key": "token", "path": "token"}], "defaultMode": 0o440},
+    } in job_pod["volumes"]
+    every_container = [
+        *job_pod["initContainers"],
+        *job_pod["containers"],
+        *evaluation.named("llama-8b-deployment").inputs["spec"]["template"]["spec"]["initContainers"],
+        *evaluation.named("llama-8b-deployment").inputs["spec"]["template"]["spec"]["containers"],
+    ]
+    assert len(every_container) == 7
+    for each in every_container:
+        assert each["securityContext"]["readOnlyRootFilesystem"] is True
+        assert each["securityContext"]["runAsNonRoot"] is True and each["securityContext"]["runAsUser"] == 65532
+        assert each["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        # /tmp is writable wherever a container runs (the AWS CLI's HOME, Python's and torch's temporaries).
+        assert "/tmp" in {m["mountPath"] for m in each["volumeMounts"]} or each["name"] == "assemble-repository"
     upload = container(job, "upload-engine")
     assert upload["args"][-2:] == [
         "/models/engine",

@@ -250,8 +250,16 @@ def test_without_a_cache_the_hub_token_comes_from_the_secret() -> None:
     vllm = container(deployment, "vllm")
     assert vllm["args"][0] == "meta-llama/Llama-3.1-8B-Instruct"
     env = {e["name"]: e for e in vllm["env"]}
-    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
-    assert "initContainers" not in deployment.inputs["spec"]["template"]["spec"]
+    # The token is a read-only file, never an environment variable.
+    assert env["HF_TOKEN_PATH"] == {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/huggingface/token"}
+    assert not [e for e in vllm["env"] if "valueFrom" in e or e["name"] == "HF_TOKEN"]
+    assert {"name": "hf-token", "mountPath": "/var/run/secrets/huggingface", "readOnly": True} in vllm["volumeMounts"]
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    assert {
+        "name": "hf-token",
+        "secret": {"secretName": "hf-token", "items": [{"key": "token", "path": "token"}], "defaultMode": 0o440},
+    } in pod["volumes"]
+    assert "initContainers" not in pod
 
 
 def test_pod_security_drain_and_rollout() -> None:
@@ -266,11 +274,24 @@ def test_pod_security_drain_and_rollout() -> None:
         "allowPrivilegeEscalation": False,
         "privileged": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
         "seccompProfile": {"type": "RuntimeDefault"},
         "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "runAsGroup": 1000,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
     }
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    # Every path the engine writes is a volume: the read-only root filesystem holds.
+    assert {m["mountPath"] for m in vllm["volumeMounts"]} == {"/models", "/dev/shm", "/home/inferplane", "/tmp"}
+    env = {e["name"]: e.get("value") for e in vllm["env"]}
+    assert env["HOME"] == "/home/inferplane" and env["USER"] == "inferplane"
+    assert env["HF_HOME"] == "/models/.hf"
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == "llama-70b-sa"
     assert pod["terminationGracePeriodSeconds"] == 15 + 300 + 15

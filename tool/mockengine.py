@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -314,6 +315,11 @@ class PlatformMocks(pulumi_mocks.Mocks):
                 "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:user/preview",
                 "userId": "AIDAPREVIEW",
             }, []
+        if args.token == "aws:iam/getSessionContext:getSessionContext":
+            # An assumed-role session was issued by its role; any other ARN is its own issuer.
+            arn = str(args.args.get("arn", ""))
+            issuer = re.sub(r"^arn:([^:]+):sts::(\d+):assumed-role/([^/]+)/.*$", r"arn:\1:iam::\2:role/\3", arn)
+            return {"arn": arn, "issuerArn": issuer}, []
         if args.token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, []
         if args.token == "aws:index/getRegion:getRegion":

@@ -103,7 +103,9 @@ class _Generator:
             return f"list[{self.annotation(items[0], model, field)}]"
         if origin is dict:
             key, value = get_args(hint)
-            if key is not str:
+            # A map keyed by choices (``dict[ImageName, ...]``) is a map of strings to the schema; the spec's own
+            # validation (run before anything registers) refuses a key outside the choices.
+            if key is not str and get_origin(_unannotated(key)) is not Literal:
                 raise ValueError(f"{model.__name__}.{field}: map keys must be strings")
             return f"dict[str, {self.annotation(value, model, field)}]"
         if isinstance(hint, type) and issubclass(hint, BaseModel):

@@ -42,7 +42,11 @@ class ClusterArgs(TypedDict):
     public_access_cidrs: NotRequired[list[str]]
     """CIDRs allowed to reach a public endpoint; required when the endpoint is public."""
     log_types: NotRequired[list[str]]
-    """Control-plane log types sent to CloudWatch. Each one of: api, audit, authenticator, controllerManager, scheduler."""
+    """Control-plane log types sent to CloudWatch; every type by default, and the cluster refuses fewer (CIS EKS 2.1.1, EKS Best Practices). Each one of: api, audit, authenticator, controllerManager, scheduler."""
+    log_retention_days: NotRequired[int]
+    """Days CloudWatch keeps the control-plane logs; one of CloudWatch's retention values. By default per environment (``LOG_RETENTION_DAYS``: dev 90, staging and prod 365); prod refuses less than 365."""
+    admin_principals: NotRequired[list[str]]
+    """IAM role or user ARNs that may assume the cluster-admin role. Empty: only the principal that deploys the stack (its role or user) is trusted; never the whole account."""
     system_instance_type: NotRequired[str]
     """Instance type of the system node group."""
     system_nodes: NotRequired[int]
@@ -276,6 +280,8 @@ class ModelDeploymentArgs(TypedDict):
     """Optional speculation."""
     slo: NotRequired[SloArgs]
     """Latency objectives."""
+    image_digest: NotRequired[str]
+    """``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU or Triton); wins over the platform's ``image_digests`` and the catalog's tag."""
 
 
 class CacheEngine(StrEnum):
@@ -414,5 +420,7 @@ class PlatformArgs(TypedDict):
     """GKE location, needed by TPU pools."""
     tags: NotRequired[dict[str, str]]
     """Tags added to every cloud resource."""
+    image_digests: NotRequired[dict[str, str]]
+    """``sha256:`` digests pinning catalog images by name (``vllm``, ``vllm-tpu``, ``triton-trtllm``, ``aws-cli``); a pinned digest wins over the catalog's tag. Prod's policy config asks for every image."""
     hf_token: pulumi.Input[str]
     """Hugging Face token the model servers download gated weights with; pass it as a secret. In the stack's own program this is the ``inferplane:hfToken`` secret config."""

@@ -19,9 +19,6 @@ from inferplane.components.node_addons import NodeAddons, NodeAddonsArgs
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
 
-LOG_RETENTION_DAYS = {"dev": 14, "staging": 30, "prod": 365}
-"""Control-plane log retention by environment: prod keeps a year of audit trail."""
-
 
 @dataclass(frozen=True)
 class AwsFoundation:
@@ -64,6 +61,8 @@ def build_aws_foundation(
             # One NAT per zone in prod (a zone outage cannot strand the others); one shared elsewhere.
             nat_per_zone=spec.environment == "prod",
             tags=tags,
+            environment=spec.environment,
+            flow_log_retention_days=spec.log_retention_days,
         ),
         opts=opts,
     )
@@ -78,7 +77,8 @@ def build_aws_foundation(
             endpoint_access=spec.cluster.endpoint_access,
             public_access_cidrs=spec.cluster.public_access_cidrs,
             log_types=spec.cluster.log_types,
-            log_retention_days=LOG_RETENTION_DAYS[spec.environment],
+            log_retention_days=spec.log_retention_days,
+            admin_principal_arns=spec.cluster.admin_principals,
             system_instance_type=spec.cluster.system_instance_type,
             system_nodes=spec.cluster.system_nodes,
             tags=tags,

@@ -2,7 +2,9 @@
 
 Each deployment's objects go to the cluster of its pool (EKS for GPU pools, GKE for TPU pools), through the
 Kubernetes provider the caller maps the pool to. Per cluster this also creates the serving namespace (Pod Security
-admission enforced) and the Secret holding the Hugging Face token, which pods read through ``secretKeyRef`` only.
+admission enforced), the Secret holding the Hugging Face token, which pods mount as a read-only file only, and the
+namespace's NetworkPolicies (:class:`components.network_policy.ServingNetworkPolicy`: default deny, then DNS, the
+gateway and Prometheus in, model loading out).
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
+from inferplane.components import triton_service, vllm_service
+from inferplane.components.annotations import PLATFORM_NAMESPACE_LABELS
 from inferplane.components.catalog import get_instance_type
+from inferplane.components.catalog.images import engine_image
+from inferplane.components.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
 from inferplane.components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
@@ -26,8 +32,17 @@ HF_TOKEN_SECRET = "hf-token"
 
 POD_SECURITY_LEVEL = {"aws": "restricted", "gcp": "baseline"}
 """Pod Security admission per cluster: GPU pods meet "restricted" (non-root, no privilege escalation, capabilities
-dropped, RuntimeDefault seccomp). The TPU image runs as root (TPU device access as non-root is unverified), so the
-GKE namespace enforces "baseline", which still refuses privileged pods, host namespaces and hostPath."""
+dropped, RuntimeDefault seccomp). Exception: the TPU image runs as root (access to the TPU device nodes,
+``/dev/vfio/*``, by a non-root uid is unverified on GKE TPU nodes; it is otherwise locked down like the GPU pods:
+read-only root filesystem, every capability dropped, no privilege escalation, RuntimeDefault seccomp), so the GKE
+namespace enforces "baseline", which still refuses privileged pods, host namespaces and hostPath, and warns at
+"restricted"."""
+
+ENGINE_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "vllm": ((vllm_service.VLLM_PORT,), (vllm_service.VLLM_PORT,)),
+    "triton": ((triton_service.HTTP_PORT, triton_service.GRPC_PORT), (triton_service.METRICS_PORT,)),
+}
+"""(API ports the gateway calls, metrics ports Prometheus scrapes) per engine: what the NetworkPolicy admits."""
 
 ModelServer = VllmService | TritonTrtLlmService
 
@@ -58,6 +73,7 @@ def build_model_servers(
         )
     tags = dict(spec.tags)
     clusters: dict[int, tuple[k8s.core.v1.Namespace, k8s.core.v1.Secret]] = {}
+    ports: dict[int, tuple[str, str, pulumi.ProviderResource, set[int], set[int]]] = {}
     names_used: set[str] = set()
     servers: dict[str, ModelServer] = {}
     for deployment, sizing in zip(spec.models, plan.deployments, strict=True):
@@ -68,9 +84,14 @@ def build_model_servers(
             prefix = cluster if cluster not in names_used else f"{cluster}-{len(names_used)}"
             names_used.add(prefix)
             clusters[id(provider)] = _cluster_objects(prefix, cloud, provider, hf_token, tags, parent=parent)
+            ports[id(provider)] = (prefix, cloud, provider, set(), set())
         namespace, secret = clusters[id(provider)]
+        api_ports, metrics_ports = ENGINE_PORTS[deployment.engine]
+        ports[id(provider)][3].update(api_ports)
+        ports[id(provider)][4].update(metrics_ports)
         opts = pulumi.ResourceOptions(parent=parent, providers=[provider], depends_on=[namespace, secret])
         pool = spec.pool(sizing.pool)
+        digests = spec.image_digests_for(deployment, engine_image(deployment.engine, tpu=cloud == "gcp"))
         if deployment.engine == "vllm":
             servers[deployment.name] = VllmService(
                 deployment.name,
@@ -84,6 +105,7 @@ def build_model_servers(
                     model_cache_uri=model_cache_uri if cloud == "aws" else None,
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
+                    image_digests=digests,
                 ),
                 opts,
             )
@@ -99,9 +121,23 @@ def build_model_servers(
                     model_cache_uri=model_cache_uri,
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
+                    image_digests=digests,
                 ),
                 opts,
             )
+    for key, (prefix, cluster_cloud, provider, api, metrics) in ports.items():
+        namespace = clusters[key][0]
+        ServingNetworkPolicy(
+            f"{prefix}-serving-network-policy",
+            ServingNetworkPolicyArgs(
+                namespace=namespace.metadata.name,
+                api_ports=sorted(api),
+                metrics_ports=sorted(metrics),
+                pod_identity=cluster_cloud == "aws",
+                labels={**tags, **PLATFORM_NAMESPACE_LABELS},
+            ),
+            pulumi.ResourceOptions(parent=parent, providers=[provider], depends_on=[namespace]),
+        )
     return servers
 
 
@@ -123,7 +159,7 @@ def _cluster_objects(
             name=SERVING_NAMESPACE,
             labels={
                 **tags,
-                "app.kubernetes.io/part-of": "inferplane",
+                **PLATFORM_NAMESPACE_LABELS,
                 "pod-security.kubernetes.io/enforce": level,
                 "pod-security.kubernetes.io/warn": "restricted",
             },
