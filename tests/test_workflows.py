@@ -65,4 +65,3 @@ def test_every_action_runs_on_node24(workflow: str, uses: str) -> None:
     action, major = match["action"], int(match["major"])
     assert action in NODE24_SINCE, f"{workflow}: {action} has no known node24 major; add it to NODE24_SINCE"
     assert major >= NODE24_SINCE[action], f"{workflow}: {uses} runs on node20 or older; use v{NODE24_SINCE[action]}+"
-
