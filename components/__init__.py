@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         ModelCache,
         ModelCacheArgs,
     )
+    from inferplane.components.model_server import HF_TOKEN_SECRET_KEY
     from inferplane.components.monitoring import (
         MonitoringStack,
         MonitoringStackArgs,
@@ -114,6 +115,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, str] = {
+    "HF_TOKEN_SECRET_KEY": "model_server",
     "CacheSpec": "spec",
     "ClusterSpec": "spec",
     "GatewaySpec": "spec",
@@ -199,6 +201,7 @@ replace every resource under the component, so a rename keeps the old token as a
 
 __all__ = [
     "COMPONENT_TYPES",
+    "HF_TOKEN_SECRET_KEY",
     "PLATFORM_KEY",
     "REGION_KEY",
     "AutoscalingPolicy",
