@@ -13,10 +13,9 @@ from typing import Any
 
 from inferplane.components.sizing import PlatformSizing, size_platform
 from inferplane.components.spec import PLATFORM_KEY, REGION_KEY
-from inferplane.infra.program import SECRET_CONFIG_KEYS
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
 from inferplane.tool.preview.model import Cost, Plan, PlanResource, plain_mapping, stack_urn, tree_order
-from inferplane.tool.preview.policy import PolicyReport, PolicyRunner, no_policies
+from inferplane.tool.preview.policy import PolicyReport, PolicyRunner, no_policies, start_policies
 from inferplane.tool.preview.project import config_declarations, project_program
 from inferplane.tool.stackfile import SecretValue, Stack, StackConfig
 
@@ -69,7 +68,7 @@ def evaluation_config(stack: StackConfig) -> EvaluationConfig:
         values[key] = declared.defaults[key]
         if key in declared.secrets:
             secret_keys.append(key)
-    required = SECRET_CONFIG_KEYS if isinstance(stack, Stack) else ()
+    required = platform_secrets() if isinstance(stack, Stack) else ()
     for key in (*required, *(k for k in declared.secrets if k not in required)):
         if key not in values:
             values[key] = SECRET_PLACEHOLDER
@@ -79,6 +78,14 @@ def evaluation_config(stack: StackConfig) -> EvaluationConfig:
                 f"(set it with: pulumi config set --secret {key} ... --stack {stack.name})"
             )
     return EvaluationConfig(values=values, secret_keys=tuple(secret_keys), notes=tuple(notes))
+
+
+def platform_secrets() -> tuple[str, ...]:
+    """``inferplane.infra.program.SECRET_CONFIG_KEYS``, imported on first use: the program module loads every
+    provider SDK, which the preview needs only once the policy pack is starting beside the evaluation."""
+    from inferplane.infra.program import SECRET_CONFIG_KEYS  # noqa: PLC0415
+
+    return SECRET_CONFIG_KEYS
 
 
 def plan_resources(evaluation: Evaluation, project: str, stack: str) -> tuple[PlanResource, ...]:
@@ -150,11 +157,17 @@ def run_preview(
     Exceptions the program raises propagate unchanged (the command trims their tracebacks).
     """
     step = on_step or (lambda _: None)
-    step(f"evaluating the program for {stack.name}")
-    evaluation, config = evaluate_stack(stack, program)
-    resources = plan_resources(evaluation, stack.project, stack.name)
-    step(f"running policies on {len(resources)} resources")
-    report = policy_runner(resources, stack) if isinstance(stack, Stack) else PolicyReport()
+    # The pack starts first and comes up beside the program's evaluation (and the provider SDKs' imports).
+    policies = start_policies(policy_runner, stack) if isinstance(stack, Stack) else None
+    try:
+        step(f"evaluating the program for {stack.name}")
+        evaluation, config = evaluate_stack(stack, program)
+        resources = plan_resources(evaluation, stack.project, stack.name)
+        step(f"running policies on {len(resources)} resources")
+        report = policies.evaluate(resources) if policies is not None else PolicyReport()
+    finally:
+        if policies is not None:
+            policies.close()
     plan = build_plan(
         stack.project, stack.name, resources=resources, outputs=evaluation.outputs, sizing=sizing, report=report
     )
