@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: install preview test lint typecheck unit clean
+.PHONY: install preview test lint lint-workflows typecheck unit references clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,14 +23,23 @@ preview: install
 ## test: lint, type check and the whole suite (in parallel)
 test: lint typecheck unit
 
-lint: install
+lint: install lint-workflows
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+## lint-workflows: actionlint over .github/workflows, with shellcheck (both from the test extra) on its PATH
+lint-workflows: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/actionlint
+
+## references: the upstream definitions the model-server tests check against, downloaded once into .ci/cache
+references: install
+	PYTHON=$(BIN)/python .ci/fetch-references
 
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
+unit: install references
+	@command -v promtool >/dev/null 2>&1 || echo "note: promtool is not installed, so the alert-rule tests skip (apt-get install prometheus; .ci/run does)"
 	$(BIN)/pytest -n auto -q
 
 clean:

@@ -8,6 +8,13 @@ the best of ``--repeat`` runs (the machine is shared; the minimum is the least d
 
     python benchmarks/preview_overhead.py                     # the real program (inferplane.infra.program:main)
     python benchmarks/preview_overhead.py --program tests.preview_fixture:program
+
+Then the whole command against the SDK's floor for the same resources, each in a fresh process, wall-clock: the
+whole ``inferplane preview --stack <largest> --json FILE`` (interpreter start, imports, sizing, evaluation, the policy
+pack's process and its Analyzer calls, rendering) against loading the provider classes of every resource type the
+stack registers and registering the same resources bare (same types, names and parents, no inputs) under
+``set_mocks``, in a fresh interpreter. CPU seconds (this process's children, the pack's process included) are printed
+beside the wall-clock figures; the ratio is of the best wall-clock runs.
 """
 
 from __future__ import annotations
@@ -16,34 +23,29 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.settings import reset_options, set_root_resource
 from pulumi.runtime.stack import run_in_stack
+from sdk_floor import BareMocks  # beside this file; the script's directory is first on sys.path
 
 from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, parse_platform
 from inferplane.tool.mockengine import PlatformMocks
 from inferplane.tool.preview.engine import evaluation_config, run_preview, size_stack
+from inferplane.tool.preview.model import Plan
 from inferplane.tool.stackfile import Stack, find_project_dir, load_stack, stack_names
 
 GOAL_RATIO = 1.25
-
-
-class _BareMocks(pulumi_mocks.Mocks):
-    """The cheapest engine answers: an id, no outputs."""
-
-    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
-        return f"{args.name}-id", {}
-
-    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
 
 
 def floor_seconds(count: int) -> float:
@@ -58,7 +60,7 @@ def floor_seconds(count: int) -> float:
     start = time.process_time()
     try:
         reset_options()
-        pulumi_mocks.set_mocks(_BareMocks(), project="bench", stack="floor", preview=True)
+        pulumi_mocks.set_mocks(BareMocks(), project="bench", stack="floor", preview=True)
         set_root_resource(None)  # type: ignore[arg-type]
         loop.run_until_complete(run_in_stack(program))
     finally:
@@ -154,6 +156,51 @@ def synthetic_stack(base: Stack, models: int) -> Stack:
     )
 
 
+def _timed(command: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and every process it waited for) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def whole_preview_table(stack: Stack, plan: Plan, repeat: int) -> None:
+    """The whole ``inferplane preview`` of ``stack`` against the SDK floor for the same resources, fresh processes."""
+    bin_dir = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory() as scratch:
+        resources = Path(scratch) / "resources.json"
+        resources.write_text(
+            json.dumps([{"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent} for r in plan.resources])
+        )
+        preview = [str(bin_dir / "inferplane"), "preview", "--stack", stack.name, "--json", f"{scratch}/plan.json"]
+        preview += ["--project-dir", str(stack.project_dir)]
+        floor = [sys.executable, str(Path(__file__).with_name("sdk_floor.py")), str(resources)]
+        runs = {
+            "whole preview": [_timed(preview) for _ in range(repeat)],
+            "SDK floor": [_timed(floor) for _ in range(repeat)],
+        }
+    print()
+    print(
+        f"whole `inferplane preview --stack {stack.name}` ({len(plan.resources)} resources), "
+        f"fresh processes, best of {repeat}"
+    )
+    header = f"{'run':<16}{'wall s':>9}{'CPU s':>9}{'wall runs':>40}"
+    print(header)
+    print("-" * len(header))
+    best = {label: min(wall for wall, _ in timings) for label, timings in runs.items()}
+    for label, timings in runs.items():
+        cpu = min(c for _, c in timings)
+        walls = " ".join(f"{wall:.2f}" for wall, _ in timings)
+        print(f"{label:<16}{best[label]:>9.2f}{cpu:>9.2f}{walls:>40}")
+    ratio = best["whole preview"] / best["SDK floor"]
+    print(
+        f"ratio (wall): {ratio:.2f}x the SDK floor; goal <= {GOAL_RATIO}x; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
+
+
 def load_program(spec: str) -> Callable[[], None]:
     """``module:function`` -> the function."""
     module_name, _, function = spec.partition(":")
@@ -167,12 +214,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--program", default="inferplane.infra.program:main", help="module:function to evaluate")
     parser.add_argument("--repeat", type=int, default=5, help="runs per case; the best is reported")
     parser.add_argument("--models", type=int, nargs="*", default=[1, 10, 50], help="synthetic platform sizes")
+    parser.add_argument("--whole-repeat", type=int, default=3, help="runs of the whole command and its floor")
+    parser.add_argument("--whole-only", action="store_true", help="only the whole command against its SDK floor")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     program = load_program(args.program)
     project_dir = find_project_dir(Path(__file__).resolve().parent)
     stacks = [load_stack(project_dir, name) for name in stack_names(project_dir)]
     cases = [(s.name, s) for s in stacks] + [(f"synthetic x{n}", synthetic_stack(stacks[0], n)) for n in args.models]
+    plans = {s.name: run_preview(s, size_stack(s), program=program).plan for s in stacks}
+    largest = max(stacks, key=lambda s: len(plans[s.name].resources))
+    if args.whole_only:
+        whole_preview_table(largest, plans[largest.name], args.whole_repeat)
+        return 0
 
     print(f"program: {args.program}; best of {args.repeat}; goal: <= {GOAL_RATIO}x the SDK floor, linear")
     header = (
@@ -193,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{label:<16}{resources:>10}{seconds:>11.3f}{per_resource:>13}{floor:>14.3f}{ratio:>8}"
             f"{program_floor:>17.3f}{seconds / program_floor:>8.2f}"
         )
+    whole_preview_table(largest, plans[largest.name], args.whole_repeat)
     return 0
 
 

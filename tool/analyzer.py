@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent import futures
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -706,35 +706,97 @@ def check_stack(stack: str, project_dir: Path | None = None, pack: PolicyPackPro
     return pack.evaluate(plan.registrations, plan.outputs)
 
 
-def policy_runner(project_dir: Path) -> Any:
-    """The offline preview's policy runner (``inferplane.tool.preview.policy.PolicyRunner``) for ``project_dir``'s pack.
+def _preview_report(report: PolicyReport) -> Any:
+    """``report`` as the preview's own ``PolicyReport(policies, violations)``: every policy evaluated (not disabled)
+    and every diagnostic."""
+    # The preview's models live in inferplane.tool.preview (a sibling package); import them where they are needed.
+    model = importlib.import_module("inferplane.tool.preview.model")
+    seam = importlib.import_module("inferplane.tool.preview.policy")
+    return seam.PolicyReport(
+        policies=tuple(model.PolicyInfo(name=p.name, enforcement=p.enforcement) for p in report.evaluated),
+        violations=tuple(
+            model.Violation(policy=v.policy, enforcement=v.enforcement, urn=v.urn, message=v.message)
+            for v in report.violations
+        ),
+    )
 
-    ``runner(resources, stack)`` starts ``<project_dir>/policies`` as the engine does, configures it with
-    ``policies/config/<environment>.json`` for the stack's environment, evaluates the plan's resources (inputs to
-    ``Analyze``, outputs to ``AnalyzeStack``), stops the pack, and answers with the preview's own
-    ``PolicyReport(policies, violations)``: every policy evaluated (not disabled) and every diagnostic.
+
+def _outputs(resources: Sequence[Any]) -> dict[str, Mapping[str, Any]]:
+    return {r.urn: r.outputs for r in resources if getattr(r, "outputs", None)}
+
+
+class PackSession:
+    """The pack for one stack, started on a thread so it comes up while the caller evaluates the program.
+
+    The thread launches the pack as the engine does, handshakes and configures it with
+    ``policies/config/<environment>.json``; :meth:`evaluate` waits for it, then analyzes the plan; :meth:`close`
+    stops the pack on another (non-daemon) thread, so the caller renders the plan while the pack shuts down and the
+    interpreter still waits for it before exiting.
     """
-    pack_dir = project_dir / "policies"
 
-    def run(resources: Sequence[Any], stack: Any) -> Any:
-        # The preview's models live in inferplane.tool.preview (a sibling package); import them where they are needed.
-        model = importlib.import_module("inferplane.tool.preview.model")
-        seam = importlib.import_module("inferplane.tool.preview.policy")
-        outputs = {r.urn: r.outputs for r in resources if getattr(r, "outputs", None)}
+    def __init__(self, pack_dir: Path, stack: Any) -> None:
+        self._pack_dir = pack_dir
+        self._stack = stack
+        self._exit = ExitStack()
+        self._pack: PolicyPackProcess | None = None
+        self._error: BaseException | None = None
+        self._started = threading.Thread(target=self._start, name="policy-pack-start", daemon=True)
+        self._started.start()
+
+    def _start(self) -> None:
+        try:
+            config = load_policy_pack_config(policy_config_path(self._stack.platform.environment, self._pack_dir))
+            pack = self._exit.enter_context(
+                PolicyPackProcess.start(self._pack_dir, project=self._stack.project, stack=self._stack.name)
+            )
+            pack.configure(config)
+            self._pack = pack
+        except BaseException as exc:  # handed to the caller by evaluate()
+            self._error = exc
+
+    def evaluate(self, resources: Sequence[Any]) -> Any:
+        """The preview's ``PolicyReport`` for ``resources`` (inputs to ``Analyze``, outputs to ``AnalyzeStack``)."""
+        self._started.join()
+        if self._error is not None:
+            raise self._error
+        assert self._pack is not None
+        return _preview_report(self._pack.evaluate(resources, _outputs(resources)))
+
+    def close(self) -> None:
+        """Stop the pack once it has started; returns at once."""
+
+        def stop() -> None:
+            self._started.join()
+            self._exit.close()
+
+        threading.Thread(target=stop, name="policy-pack-stop").start()
+
+
+@dataclass(frozen=True)
+class PackRunner:
+    """The offline preview's policy runner (``inferplane.tool.preview.policy.PolicyRunner``) for one pack."""
+
+    pack_dir: Path
+
+    def __call__(self, resources: Sequence[Any], stack: Any) -> Any:
+        """Start the pack, configure it for the stack's environment, evaluate ``resources``, stop the pack."""
         report = run_policy_pack(
             resources,
             stack=stack.name,
             environment=stack.platform.environment,
             project=stack.project,
-            pack_dir=pack_dir,
-            outputs=outputs,
+            pack_dir=self.pack_dir,
+            outputs=_outputs(resources),
         )
-        return seam.PolicyReport(
-            policies=tuple(model.PolicyInfo(name=p.name, enforcement=p.enforcement) for p in report.evaluated),
-            violations=tuple(
-                model.Violation(policy=v.policy, enforcement=v.enforcement, urn=v.urn, message=v.message)
-                for v in report.violations
-            ),
-        )
+        return _preview_report(report)
 
-    return run
+    def start(self, stack: Any) -> PackSession:
+        """The pack for ``stack``, starting now (``inferplane.tool.preview.policy.start_policies``)."""
+        return PackSession(self.pack_dir, stack)
+
+
+def policy_runner(project_dir: Path) -> Any:
+    """The offline preview's policy runner for ``project_dir``'s pack (``<project_dir>/policies``): a
+    :class:`PackRunner`, which runs the pack as the engine does and answers with the preview's own
+    ``PolicyReport(policies, violations)``: every policy evaluated (not disabled) and every diagnostic."""
+    return PackRunner(project_dir / "policies")

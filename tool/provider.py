@@ -26,8 +26,7 @@ from pulumi.provider.provider import ConstructResult
 
 from inferplane import __version__
 from inferplane.components.platform import HOSTED_COMPONENTS, Platform
-from inferplane.components.platform.component import PLATFORM_TYPE, platform_spec
-from inferplane.tool.schema import PACKAGE_NAME
+from inferplane.components.platform.component import PACKAGE_NAME, PLATFORM_TYPE, platform_spec
 
 
 class InferplaneProvider(ComponentProvider):

@@ -31,9 +31,6 @@ from rich.console import Console
 from inferplane.components.spec import PlatformSpec
 from inferplane.tool.exitcodes import EXIT_OK, EXIT_REFUSED
 
-PACKAGE_NAME = "inferplane"
-"""The Pulumi package name: type tokens are ``inferplane:index:<Component>``."""
-
 ARGS_MODULE = Path(__file__).resolve().parent.parent / "components" / "platform" / "args.py"
 """The generated module of the Platform component's input types."""
 

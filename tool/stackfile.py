@@ -47,15 +47,14 @@ class SecretValue:
 
 
 @dataclass(frozen=True)
-class Stack:
-    """One stack as the CLI sees it."""
+class StackConfig:
+    """One stack's config as the CLI sees it, whatever program reads it (a stack without ``inferplane:platform``)."""
 
     project: str
     name: str
     project_dir: Path
     config_file: Path
     config: Mapping[str, Any]
-    platform: PlatformSpec
 
     @property
     def display_file(self) -> str:
@@ -64,6 +63,13 @@ class Stack:
             return str(self.config_file.relative_to(self.project_dir))
         except ValueError:
             return str(self.config_file)
+
+
+@dataclass(frozen=True)
+class Stack(StackConfig):
+    """One stack of an inferplane platform: its config and the platform spec it carries."""
+
+    platform: PlatformSpec
 
 
 def find_project_dir(start: Path | None = None) -> Path:
@@ -165,3 +171,20 @@ def _leaves(value: Any) -> list[Any]:
     if isinstance(value, list):
         return [leaf for v in value for leaf in _leaves(v)]
     return [value]
+
+
+def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
+    """``stack`` of any project: a :class:`Stack` (validated as :func:`load_stack` does) when its config carries
+    ``inferplane:platform``, else its plain :class:`StackConfig`."""
+    project, path, config = read_config(project_dir, stack)
+    if PLATFORM_KEY in config:
+        return load_stack(project_dir, stack)
+    return StackConfig(project=project, name=stack, project_dir=project_dir, config_file=path, config=config)
+
+
+def project_document(project_dir: Path) -> dict[str, Any]:
+    """``Pulumi.yaml`` as a mapping (checked to have a name), for the keys beyond name and stackConfigDir."""
+    project = _read_yaml(project_dir / "Pulumi.yaml", "Pulumi.yaml")
+    if not isinstance(project, dict) or not isinstance(project.get("name"), str):
+        raise StackFileError("Pulumi.yaml", "a project file needs a name", key="name")
+    return project

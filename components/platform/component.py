@@ -21,6 +21,8 @@ from inferplane.components.platform.args import PlatformArgs
 from inferplane.components.platform.compose import compose_platform
 from inferplane.components.spec import PlatformSpec, SpecError, parse_platform
 
+PACKAGE_NAME = "inferplane"
+"""The Pulumi package name: type tokens are ``inferplane:index:<Component>``."""
 PLATFORM_TYPE = "inferplane:index:Platform"
 NOT_SPEC_INPUTS = tuple(key for key in PlatformArgs.__annotations__ if key not in PlatformSpec.model_fields)
 """Inputs of :class:`Platform` that are not fields of :class:`PlatformSpec` (``hf_token``)."""

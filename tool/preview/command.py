@@ -16,16 +16,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-from inferplane.infra.program import main as program_main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.preview.diff import PlanDiff, creation_diff, diff_plans
 from inferplane.tool.preview.engine import PreviewResult, run_preview, size_stack
 from inferplane.tool.preview.markdown import render_markdown
 from inferplane.tool.preview.model import PlanFileError, load_plan
-from inferplane.tool.preview.policy import PolicyRunner, PolicySetupError, policy_runner_for
+from inferplane.tool.preview.policy import PolicyRunner, PolicySetupError, no_policies, policy_runner_for
+from inferplane.tool.preview.project import project_program
 from inferplane.tool.preview.render import render_preview
 from inferplane.tool.sizing_report import render_platform
-from inferplane.tool.stackfile import find_project_dir, load_stack
+from inferplane.tool.stackfile import Stack, find_project_dir, load_stack_config
 
 _TOOL_FILES = ("tool/mockengine.py", "tool/preview/")
 """The preview's own machinery: not the program, so left out of a failed program's traceback."""
@@ -83,11 +83,14 @@ def preview_command(
     out: Console,
     err: Console,
     *,
-    program: Callable[[], None] = program_main,
+    program: Callable[[], None] | None = None,
     policy_runner: PolicyRunner | None = None,
 ) -> int:
     """Run ``inferplane preview`` with parsed ``args``; returns the exit code.
 
+    The program is the project's own (the ``main`` of its ``Pulumi.yaml``, run as the ``pulumi`` CLI runs it)
+    unless ``program`` is given. A stack with an ``inferplane:platform`` spec is sized first (a refused plan
+    evaluates nothing) and checked by the project's policy pack; any other stack previews its resources and outputs.
     Stack-file errors propagate (the CLI maps them to exit 2 with the file and the key).
     """
     project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
@@ -98,14 +101,15 @@ def preview_command(
         except PlanFileError as exc:
             err.print(f"inferplane preview: --against {exc}", markup=False, highlight=False)
             return EXIT_INVALID
-    stack = load_stack(project_dir, args.stack)
-    sizing = size_stack(stack)
-    if not sizing.ok:
+    stack = load_stack_config(project_dir, args.stack)
+    program = program or project_program(project_dir)
+    sizing = size_stack(stack) if isinstance(stack, Stack) else None
+    if sizing is not None and not sizing.ok:
         render_platform(out, sizing)
         err.print(f"inferplane preview: the plan of {stack.name} is refused; nothing was evaluated")
         return EXIT_REFUSED
     try:
-        runner = policy_runner or policy_runner_for(project_dir)
+        runner = policy_runner or (policy_runner_for(project_dir) if sizing is not None else no_policies)
     except PolicySetupError as exc:
         err.print(f"inferplane preview: {exc}", markup=False, highlight=False)
         return EXIT_FAILED

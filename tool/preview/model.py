@@ -89,6 +89,11 @@ class Cost(_Model):
             monthly_max=monthly(sizing.hourly_usd_max),
         )
 
+    @classmethod
+    def unknown(cls) -> Cost:
+        """The cost of a stack without a platform spec: nothing sized, so nothing priced."""
+        return cls(hourly_min=None, hourly_max=None, monthly_min=None, monthly_max=None)
+
 
 class Plan(_Model):
     """The offline plan of one stack (``inferplane preview --json``)."""

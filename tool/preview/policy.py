@@ -41,6 +41,46 @@ class PolicyRunner(Protocol):
         ...
 
 
+class PolicySession(Protocol):
+    """A policy pack started for one stack, perhaps still starting: :meth:`evaluate` once, then :meth:`close`."""
+
+    def evaluate(self, resources: Sequence[PlanResource]) -> PolicyReport:
+        """Every policy evaluated and every violation, for ``resources`` (waits for the pack to be up)."""
+        ...
+
+    def close(self) -> None:
+        """Stop the pack (it may finish stopping after this returns)."""
+        ...
+
+
+@dataclass(frozen=True)
+class _DeferredSession:
+    """A session for a runner that cannot start ahead: it runs when evaluated."""
+
+    runner: PolicyRunner
+    stack: Stack
+
+    def evaluate(self, resources: Sequence[PlanResource]) -> PolicyReport:
+        return self.runner(resources, self.stack)
+
+    def close(self) -> None:
+        return None
+
+
+def start_policies(runner: PolicyRunner, stack: Stack) -> PolicySession:
+    """A session of ``runner`` for ``stack``, started now where the runner can start ahead of the plan.
+
+    A runner with a ``start(stack) -> PolicySession`` method (``inferplane.tool.analyzer``'s has one) launches its
+    pack here, so the pack's process start, handshake and configuration overlap the program's evaluation; any other
+    runner is called when the session is evaluated.
+    """
+    start = getattr(runner, "start", None)
+    if callable(start):
+        session: PolicySession = start(stack)
+        return session
+    return _DeferredSession(runner, stack)
+
+
 class PolicySetupError(Exception):
     """A policy pack exists but cannot be run."""
 

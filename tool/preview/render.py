@@ -167,10 +167,20 @@ def render_policies(console: Console, plan: Plan) -> None:
         console.print(table)
 
 
+def outputs_table(plan: Plan) -> Table:
+    """The stack's exports, one row each (for stacks without a platform spec, which have no sizing tables)."""
+    table = Table(title="Outputs", title_justify="left")
+    table.add_column("name")
+    table.add_column("value")
+    for name in sorted(plan.outputs):
+        table.add_row(escape(name), escape(show_value(plan.outputs[name])))
+    return table
+
+
 def render_preview(
     console: Console,
     plan: Plan,
-    sizing: PlatformSizing,
+    sizing: PlatformSizing | None,
     *,
     diff: PlanDiff | None = None,
     against: str | None = None,
@@ -182,8 +192,11 @@ def render_preview(
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     console.print(resource_tree(plan, diff))
     console.print(counts_table(plan.resources))
-    render_platform(console, sizing)
-    console.print(cost_line(plan.cost))
+    if sizing is not None:
+        render_platform(console, sizing)
+        console.print(cost_line(plan.cost))
+    else:
+        console.print(outputs_table(plan))
     render_policies(console, plan)
     if diff is not None and against is not None:
         render_diff(console, diff, against)

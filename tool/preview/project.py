@@ -1,0 +1,91 @@
+"""Any Pulumi project's program, run as the ``pulumi`` CLI runs it, and the config its ``Pulumi.yaml`` declares.
+
+The Python language host's ``pulumi-language-python-exec`` runs ``runpy.run_path(<main>, run_name="__main__")``
+inside ``run_in_stack``, where ``<main>`` is ``Pulumi.yaml``'s ``main`` (default: the project directory). For a
+directory, ``runpy`` runs its ``__main__.py`` with the directory first on ``sys.path``, so the project imports its own
+modules (a ``components/`` package of its own included) beside ``inferplane``'s.
+
+``Pulumi.yaml``'s ``config`` block declares keys (``name: {type, description, secret, default}``; a bare name is in
+the project's namespace): the CLI applies a declared ``default`` to a stack that lacks the key, and the offline
+preview stands a ``[secret]`` placeholder in for a declared secret that the stack lacks (it has no way to ask).
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inferplane.tool.stackfile import StackFileError, project_document
+
+PROJECT_FILE = "Pulumi.yaml"
+
+
+@dataclass(frozen=True)
+class ConfigDeclarations:
+    """What ``Pulumi.yaml``'s ``config`` block declares, with full (namespaced) keys."""
+
+    defaults: Mapping[str, Any]
+    """Key -> the declared ``default``."""
+    secrets: tuple[str, ...]
+    """Keys declared ``secret: true``, in file order."""
+
+
+def project_main(project_dir: Path) -> Path:
+    """The program ``Pulumi.yaml``'s ``main`` names (default: the project directory), checked to be runnable."""
+    main = project_document(project_dir).get("main") or "."
+    if not isinstance(main, str):
+        raise StackFileError(PROJECT_FILE, "must be a path", key="main")
+    path = (project_dir / main).resolve()
+    if path.is_dir() and not (path / "__main__.py").is_file():
+        raise StackFileError(PROJECT_FILE, f"{main} has no __main__.py to run", key="main")
+    if not path.exists():
+        raise StackFileError(PROJECT_FILE, f"{main} does not exist", key="main")
+    return path
+
+
+def config_declarations(project_dir: Path) -> ConfigDeclarations:
+    """The ``config`` block of ``Pulumi.yaml``; empty when there is none."""
+    document = project_document(project_dir)
+    block = document.get("config") or {}
+    if not isinstance(block, dict):
+        raise StackFileError(PROJECT_FILE, "must be a mapping of key to declaration", key="config")
+    defaults: dict[str, Any] = {}
+    secrets: list[str] = []
+    for name, declaration in block.items():
+        key = name if ":" in str(name) else f"{document['name']}:{name}"
+        if isinstance(declaration, dict):
+            if "default" in declaration:
+                defaults[key] = declaration["default"]
+            if declaration.get("secret") is True:
+                secrets.append(key)
+        else:  # the short form, `key: value`, is a default
+            defaults[key] = declaration
+    return ConfigDeclarations(defaults=defaults, secrets=tuple(secrets))
+
+
+def project_program(project_dir: Path) -> Callable[[], None]:
+    """The project's program as a function the mock engine can run (once per evaluation).
+
+    Modules the program loads from its own directory are forgotten afterwards, so another project evaluated in the
+    same process (with its own ``components`` package, say) imports its own; ``inferplane`` stays loaded.
+    """
+    main = project_main(project_dir)
+    home = main if main.is_dir() else main.parent
+
+    def program() -> None:
+        before = set(sys.modules)
+        try:
+            runpy.run_path(str(main), run_name="__main__")
+        finally:
+            for name in set(sys.modules) - before:
+                if name == "inferplane" or name.startswith("inferplane."):
+                    continue
+                file = getattr(sys.modules[name], "__file__", None)
+                if file and Path(file).resolve().is_relative_to(home):
+                    del sys.modules[name]
+
+    return program
