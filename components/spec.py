@@ -309,7 +309,7 @@ class SpecError(ValueError):
         """One line per issue, naming the file and the full key path."""
         lines = []
         for issue in self.issues:
-            path = f"{key}.{issue.path}" if issue.path else key
+            path = f"{key}.{issue.path}" if issue.path and not issue.path.startswith("[") else f"{key}{issue.path}"
             lines.append(f"{file}: {path}: {issue.message}")
         return "\n".join(lines)
 

@@ -7,12 +7,19 @@ decrypts (no passphrase is at hand offline); they become :class:`SecretValue` pl
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node
 
 from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError, parse_platform
 
@@ -24,7 +31,13 @@ class StackFileError(Exception):
         self.file = file
         self.key = key
         self.message = message
-        super().__init__(f"{file}: {key}: {message}" if key else f"{file}: {message}")
+        where = f"{file}: {key_label(key)}" if key is not None else file
+        super().__init__(printable(f"{where}: {message}"))
+
+
+def key_label(key: str) -> str:
+    """A config key as messages show it: as is, or quoted when it is empty or has blanks at its ends."""
+    return key if key and key == key.strip() else repr(key)
 
 
 class InvalidSpecError(Exception):
@@ -33,7 +46,7 @@ class InvalidSpecError(Exception):
     def __init__(self, file: str, error: SpecError) -> None:
         self.file = file
         self.error = error
-        super().__init__(error.render(file, PLATFORM_KEY))
+        super().__init__(printable(error.render(file, PLATFORM_KEY)))
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,15 @@ class Stack:
 
 
 def find_project_dir(start: Path | None = None) -> Path:
-    """The nearest directory at or above ``start`` holding ``Pulumi.yaml``."""
+    """The nearest directory at or above ``start`` holding ``Pulumi.yaml``; ``start`` must be a directory."""
+    if start is not None:
+        try:
+            is_dir = start.is_dir()
+        except OSError as exc:
+            raise StackFileError(str(start), f"--project-dir: cannot read: {_reason(exc)}") from None
+        if not is_dir:
+            what = "does not exist" if not start.exists() else "is not a directory"
+            raise StackFileError(str(start), f"--project-dir {what}")
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         if (candidate / "Pulumi.yaml").is_file():
@@ -75,15 +96,130 @@ def find_project_dir(start: Path | None = None) -> Path:
     raise StackFileError(str(here), "no Pulumi.yaml here or in any parent directory")
 
 
-def _read_yaml(path: Path, display: str) -> Any:
+MAX_STACK_FILE_BYTES = 1024 * 1024
+"""A stack file is a few kilobytes; anything over a mebibyte is refused before it is parsed."""
+MAX_NESTING = 64
+"""Deepest nesting of collections a stack file may use; the platform spec needs 6."""
+_STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+"""Pulumi's stack names: alphanumerics, hyphens, underscores and periods, at most 100 characters."""
+
+
+class _StackLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter the way a stack file should be read.
+
+    * Aliases are refused: a config never needs them and a few hundred bytes of nested aliases expand into
+      gigabytes once decoded (the "billion laughs").
+    * Collections nest at most :data:`MAX_NESTING` deep (deeper input would exhaust the recursion limit).
+    * A key given twice in one mapping is refused, naming both lines, rather than silently last-wins.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: object) -> Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ComposerError(
+                None,
+                None,
+                f"alias *{event.anchor} is not allowed in a stack file (write the value out)",
+                event.start_mark,
+            )
+        if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            self._depth += 1
+            if self._depth > MAX_NESTING:
+                raise ComposerError(
+                    None, None, f"nested deeper than {MAX_NESTING} levels", self.peek_event().start_mark
+                )
+            try:
+                return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            finally:
+                self._depth -= 1
+        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key '{printable(str(key))}' on line {first} and line {line} (say it once)",
+                    key_node.start_mark,
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+
+def _read_text(path: Path, display: str) -> str:
+    """The file's text, or a :class:`StackFileError` naming it: never a hang on a FIFO, never a traceback."""
     try:
-        text = path.read_text(encoding="utf-8")
+        info = os.stat(path)
     except FileNotFoundError:
         raise StackFileError(display, "no such file") from None
+    except OSError as exc:
+        raise StackFileError(display, f"cannot read: {_reason(exc)}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise StackFileError(display, "is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise StackFileError(display, "is not a regular file (a pipe, socket or device is never read)")
+    if info.st_size > MAX_STACK_FILE_BYTES:
+        raise StackFileError(display, f"is {info.st_size} bytes; a stack file is at most {MAX_STACK_FILE_BYTES}")
     try:
-        return yaml.safe_load(text)
+        # O_NONBLOCK: should the file be swapped for a FIFO after the stat, the open still returns at once.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_STACK_FILE_BYTES + 1)
+    except OSError as exc:
+        raise StackFileError(display, f"cannot read: {_reason(exc)}") from None
+    if len(data) > MAX_STACK_FILE_BYTES:
+        raise StackFileError(display, f"is larger than {MAX_STACK_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise StackFileError(
+            display, f"is not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} (offset {exc.start})"
+        ) from None
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.ENAMETOOLONG:
+        return "the file name is too long"
+    if exc.errno == errno.ENOTDIR:
+        return "a part of the path is a file, not a directory"
+    return exc.strerror or type(exc).__name__
+
+
+def _read_yaml(path: Path, display: str) -> Any:
+    text = _read_text(path, display)
+    try:
+        return yaml.load(text, Loader=_StackLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise StackFileError(display, f"not valid YAML: {exc}") from None
+        detail = str(exc).replace('in "<unicode string>", ', "")
+        raise StackFileError(display, f"not valid YAML: {detail}") from None
+    except RecursionError:
+        raise StackFileError(display, f"nested deeper than {MAX_NESTING} levels") from None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escapes among them) written as ``\\xNN``; newlines and tabs kept."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _decode(value: Any) -> Any:
@@ -119,6 +255,11 @@ def read_config(project_dir: Path, stack: str) -> tuple[str, Path, dict[str, Any
     project, config_dir = project_settings(project_dir)
     path = config_dir / f"Pulumi.{stack}.yaml"
     display = str(path.relative_to(project_dir)) if path.is_relative_to(project_dir) else str(path)
+    if not _STACK_NAME.match(stack):
+        raise StackFileError(
+            display,
+            f"--stack: a stack name is 1 to 100 letters, digits, '-', '_' or '.' ({len(stack)} characters given)",
+        )
     document = _read_yaml(path, display)
     if document is None:
         document = {}
@@ -140,12 +281,20 @@ def load_stack(project_dir: Path, stack: str) -> Stack:
     """Read and validate ``stack``; raises :class:`StackFileError` or :class:`InvalidSpecError`."""
     project, path, config = read_config(project_dir, stack)
     display = str(path.relative_to(project_dir)) if path.is_relative_to(project_dir) else str(path)
-    region = config.get(REGION_KEY)
-    if not isinstance(region, str):
+    if REGION_KEY not in config:
         raise StackFileError(display, "the AWS region is required (pulumi config set aws:region ...)", key=REGION_KEY)
+    region = config[REGION_KEY]
+    if not isinstance(region, str):
+        raise StackFileError(
+            display, f"must be a region name such as us-east-1, not {type(region).__name__} {region!r}", key=REGION_KEY
+        )
     raw = config.get(PLATFORM_KEY)
     if not isinstance(raw, dict):
-        raise StackFileError(display, "a mapping describing the platform is required", key=PLATFORM_KEY)
+        if PLATFORM_KEY not in config:
+            raise StackFileError(display, "a mapping describing the platform is required", key=PLATFORM_KEY)
+        raise StackFileError(
+            display, f"must be a mapping describing the platform, not {type(raw).__name__}", key=PLATFORM_KEY
+        )
     if any(isinstance(v, SecretValue) for v in _leaves(raw)):
         raise StackFileError(
             display, "secrets do not belong in the platform spec; use their own keys", key=PLATFORM_KEY
