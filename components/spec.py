@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from inferplane.components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
 from inferplane.components.catalog.accelerators import AcceleratorId
 from inferplane.components.catalog.instances import tpu_topology_chips
+from inferplane.components.gcp_labels import to_gcp_labels
+from inferplane.components.tags import aws_tag_problems, label_problems
 
 Environment = Literal["dev", "staging", "prod"]
 CapacityType = Literal["on_demand", "spot", "capacity_block"]
@@ -39,6 +41,11 @@ SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3"]
 _DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=_DNS_LABEL, description="Lower-case RFC 1123 label, at most 40 characters.")]
 _AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+
+MAX_CONCURRENCY = 4096
+"""Most concurrent sequences per replica, for the spec and ``inferplane size --concurrency`` alike."""
+MAX_POOL_NODES = 1000
+"""Most nodes a pool may keep at minimum (an EKS managed node group holds at most 1000 nodes per group quota)."""
 
 
 class _Spec(BaseModel):
@@ -104,7 +111,9 @@ class PoolSpec(_Spec):
     efa: bool = Field(default=False, description="Attach EFA interfaces and a cluster placement group.")
     disk_gib: int = Field(default=200, ge=50, le=16384, description="Encrypted gp3 root volume, GiB.")
     ami_family: AmiFamily = Field(default="al2023", description="EKS accelerated AMI: AL2023 NVIDIA or Bottlerocket.")
-    min_nodes: int = Field(default=0, ge=0, description="Nodes kept even when no replica needs them.")
+    min_nodes: int = Field(
+        default=0, ge=0, le=MAX_POOL_NODES, description="Nodes kept even when no replica needs them."
+    )
     tpu_topology: str | None = Field(
         default=None, pattern=r"^\d+x\d+$", description="GKE TPU slice topology (``2x4``); TPU pools only."
     )
@@ -156,7 +165,9 @@ class ModelDeploymentSpec(_Spec):
         default="auto", description="KV-cache precision; ``auto`` is the model's 16-bit dtype, as in vLLM."
     )
     max_context: int = Field(gt=0, description="Longest sequence (prompt + output) served, tokens.")
-    concurrency: int = Field(gt=0, le=4096, description="Target concurrent sequences per replica at max_context.")
+    concurrency: int = Field(
+        gt=0, le=MAX_CONCURRENCY, description="Target concurrent sequences per replica at max_context."
+    )
     gpus_per_replica: int | None = Field(
         default=None, ge=1, description="Force the tensor-parallel size; by default sizing picks the smallest fit."
     )
@@ -248,10 +259,14 @@ class ObservabilitySpec(_Spec):
 class LimitsSpec(_Spec):
     """The environment's own ceilings, checked at preview time."""
 
-    max_total_gpus: int = Field(ge=1, description="Accelerators across all pools at max scale.")
-    max_hourly_cost_usd: float = Field(gt=0, description="On-demand USD per hour at max scale.")
+    max_total_gpus: int = Field(ge=1, le=1_000_000, description="Accelerators across all pools at max scale.")
+    max_hourly_cost_usd: float = Field(
+        gt=0, le=1e9, allow_inf_nan=False, description="On-demand USD per hour at max scale."
+    )
     allowed_accelerators: tuple[AcceleratorId, ...] = Field(min_length=1, description="Accelerators pools may use.")
-    max_context: int = Field(default=131072, gt=0, description="Longest max_context any deployment may serve.")
+    max_context: int = Field(
+        default=131072, gt=0, le=10_000_000, description="Longest max_context any deployment may serve."
+    )
     allow_spot: bool = Field(default=True, description="Whether pools may use spot capacity.")
 
 
@@ -364,7 +379,49 @@ def check_platform(spec: PlatformSpec) -> list[SpecIssue]:
     _check_pools(spec, add)
     _check_models(spec, add)
     _check_gateway(spec, add)
+    _check_surface(spec, add)
     return issues
+
+
+def tensor_parallel_problem(gpus: int, per_node: int, instance_type: str) -> str | None:
+    """Why ``gpus`` accelerators per replica cannot run on ``instance_type`` nodes, or None when they can.
+
+    One rule for the spec's ``gpus_per_replica`` and ``inferplane size --gpus``.
+    """
+    if gpus > per_node:
+        return (
+            f"{gpus} GPUs per replica exceeds the {per_node} per {instance_type} node: "
+            "tensor parallelism never crosses a node"
+        )
+    if per_node % gpus:
+        return f"{gpus} does not divide the {per_node} accelerators of a {instance_type} node"
+    return None
+
+
+def _check_surface(spec: PlatformSpec, add: Any) -> None:
+    """What the cloud or the components would refuse later: tags, open endpoints, single points of failure."""
+    for key, problem in aws_tag_problems(spec.tags) + label_problems(spec.tags):
+        add(SpecIssue(f"tags[{key!r}]" if key else "tags", problem))
+    if spec.gcp is not None:
+        try:
+            to_gcp_labels(spec.tags)
+        except ValueError as exc:
+            add(SpecIssue("tags", f"as GCP labels: {exc}"))
+        if not spec.gcp.zone.startswith(f"{spec.gcp.region}-"):
+            add(SpecIssue("gcp.zone", f"{spec.gcp.zone!r} is not a zone of GCP region {spec.gcp.region}"))
+    for i, cidr in enumerate(spec.cluster.public_access_cidrs):
+        if ipaddress.ip_network(cidr).prefixlen == 0:
+            add(SpecIssue(f"cluster.public_access_cidrs[{i}]", f"{cidr} opens the API endpoint to the whole internet"))
+    if spec.environment == "prod":
+        if spec.cluster.endpoint_access != "private":
+            add(SpecIssue("cluster.endpoint_access", "prod clusters keep the API endpoint private"))
+        if spec.cache.enabled and spec.cache.replicas < 2:
+            add(
+                SpecIssue(
+                    "cache.replicas",
+                    f"prod needs at least 2 cache nodes (multi-AZ automatic failover), got {spec.cache.replicas}",
+                )
+            )
 
 
 def _check_pools(spec: PlatformSpec, add: Any) -> None:
@@ -374,9 +431,6 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
         if pool.name in seen:
             add(SpecIssue(f"{at}.name", f"pool name {pool.name!r} is used twice"))
         seen.add(pool.name)
-        if pool.accelerator not in spec.limits.allowed_accelerators:
-            allowed = ", ".join(spec.limits.allowed_accelerators)
-            add(SpecIssue(f"{at}.accelerator", f"{pool.accelerator} is not allowed in {spec.environment} ({allowed})"))
         instance = INSTANCE_TYPES.get(pool.instance_type)
         if instance is None:
             add(SpecIssue(f"{at}.instance_type", f"unknown instance type {pool.instance_type!r}"))
@@ -388,8 +442,6 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
                     f"{pool.instance_type} carries {instance.accelerator}, not {pool.accelerator}",
                 )
             )
-        if pool.capacity_type == "spot" and not spec.limits.allow_spot:
-            add(SpecIssue(f"{at}.capacity_type", f"spot capacity is not allowed in {spec.environment}"))
         if pool.capacity_type == "capacity_block":
             if not instance.capacity_block:
                 add(SpecIssue(f"{at}.capacity_type", f"{pool.instance_type} is not sold as a capacity block"))
@@ -403,6 +455,10 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
             add(SpecIssue(f"{at}.zone", f"{pool.zone!r} is not one of the platform's zones"))
         if pool.efa and not instance.supports_efa:
             add(SpecIssue(f"{at}.efa", f"{pool.instance_type} does not support EFA"))
+        elif pool.efa and pool.zone is None and instance.cloud == "aws":
+            add(SpecIssue(f"{at}.zone", "EFA pools need one zone: a cluster placement group lives in a single zone"))
+        if not any(m.pool == pool.name for m in spec.models):
+            add(SpecIssue(f"{at}.name", f"no model runs on pool {pool.name!r}: place a model on it or remove it"))
         if pool.min_nodes > 0 and pool.capacity_type == "capacity_block":
             add(SpecIssue(f"{at}.min_nodes", "capacity-block pools scale from 0 (the block ends on a schedule)"))
         if instance.cloud == "gcp":
@@ -443,13 +499,6 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
                     f"{deployment.max_context} exceeds the {arch.max_context} tokens {deployment.model_label} supports",
                 )
             )
-        if deployment.max_context > spec.limits.max_context:
-            add(
-                SpecIssue(
-                    f"{at}.max_context",
-                    f"{deployment.max_context} exceeds this environment's limit of {spec.limits.max_context} tokens",
-                )
-            )
         kv_16bit = {"bf16": "bf16", "fp16": "fp16"}.get(deployment.kv_cache_dtype)
         compute_dtype = "fp16" if deployment.weights_dtype in ("fp16", "int4") else arch.native_dtype
         if kv_16bit is not None and kv_16bit != compute_dtype:
@@ -470,23 +519,11 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
             continue
         accelerator = get_accelerator(instance.accelerator)
         if deployment.gpus_per_replica is not None:
-            if deployment.gpus_per_replica > instance.accelerators_per_node:
-                add(
-                    SpecIssue(
-                        f"{at}.gpus_per_replica",
-                        f"{deployment.gpus_per_replica} GPUs per replica exceeds the "
-                        f"{instance.accelerators_per_node} per {pool.instance_type} node: "
-                        "tensor parallelism never crosses a node",
-                    )
-                )
-            elif instance.accelerators_per_node % deployment.gpus_per_replica:
-                add(
-                    SpecIssue(
-                        f"{at}.gpus_per_replica",
-                        f"{deployment.gpus_per_replica} does not divide the {instance.accelerators_per_node} "
-                        f"accelerators of a {pool.instance_type} node",
-                    )
-                )
+            problem = tensor_parallel_problem(
+                deployment.gpus_per_replica, instance.accelerators_per_node, pool.instance_type
+            )
+            if problem:
+                add(SpecIssue(f"{at}.gpus_per_replica", problem))
         if accelerator.vendor == "google":
             chips = tpu_topology_chips(pool.tpu_topology) if pool.tpu_topology else instance.accelerators_per_node
             if deployment.engine != "vllm":

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pulumi
 
+from inferplane.components.buildable import validate_platform
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.sizing import PlatformSizing, size_platform
-from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError, parse_platform
+from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError
 from inferplane.infra.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
 from inferplane.infra.cache import build_cache
 from inferplane.infra.gke_foundation import GkeFoundation, build_gke_foundation
@@ -29,7 +30,7 @@ def platform_from_config() -> PlatformSpec:
     raw = pulumi.Config("inferplane").require_object("platform")
     region = pulumi.Config("aws").require("region")
     try:
-        return parse_platform(raw, region)
+        return validate_platform(raw, region)
     except SpecError as exc:
         stack_file = f"Pulumi.{pulumi.get_stack()}.yaml"
         raise pulumi.RunError(exc.render(stack_file, PLATFORM_KEY)) from None

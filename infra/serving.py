@@ -16,6 +16,7 @@ from inferplane.components import model_server as ms
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
+from inferplane.components.tags import kubernetes_labels
 from inferplane.components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
 from inferplane.components.vllm_service import VllmService, VllmServiceArgs
 
@@ -53,7 +54,7 @@ def build_model_servers(
             "every pool that serves a model needs a Kubernetes provider",
             errors=[{"property_path": f"providers_by_pool.{pool}", "reason": "no provider"} for pool in missing],
         )
-    tags = dict(spec.tags)
+    tags = kubernetes_labels(spec.tags)
     clusters: dict[int, tuple[k8s.core.v1.Namespace, k8s.core.v1.Secret]] = {}
     names_used: set[str] = set()
     servers: dict[str, ModelServer] = {}

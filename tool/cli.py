@@ -17,9 +17,10 @@ from typing import get_args
 
 from rich.console import Console
 
+from inferplane.components.buildable import validate_platform
 from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
 from inferplane.components.sizing import SizingRequest, size, size_platform
-from inferplane.components.spec import PLATFORM_KEY, KvCacheDtype, SpecError, WeightsDtype, parse_platform
+from inferplane.components.spec import PLATFORM_KEY, KvCacheDtype, SpecError, WeightsDtype
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.preflight import (
     AwsCaller,
@@ -120,7 +121,7 @@ def _preflight(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.region and args.region != spec.region:
         # As if aws:region were set to R: the spec is validated again, so its zones must belong to R.
         try:
-            spec = parse_platform(stack.config[PLATFORM_KEY], args.region)
+            spec = validate_platform(stack.config[PLATFORM_KEY], args.region)
         except SpecError as exc:
             raise InvalidSpecError(stack.display_file, exc) from None
     caller = AwsCaller(boto3_client_for(spec.region))

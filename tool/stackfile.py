@@ -21,7 +21,8 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node
 
-from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError, parse_platform
+from inferplane.components.buildable import validate_platform
+from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError
 
 
 class StackFileError(Exception):
@@ -300,7 +301,7 @@ def load_stack(project_dir: Path, stack: str) -> Stack:
             display, "secrets do not belong in the platform spec; use their own keys", key=PLATFORM_KEY
         )
     try:
-        platform = parse_platform(raw, region)
+        platform = validate_platform(raw, region)
     except SpecError as exc:
         raise InvalidSpecError(display, exc) from None
     return Stack(

@@ -1,0 +1,49 @@
+"""Whole validation of a platform spec: :func:`~inferplane.components.spec.parse_platform`, then what the
+components themselves would refuse once the program runs (versions without pinned add-ons, missing control-plane
+logs, cache node types), so a stack the CLI accepts never fails inside the program.
+
+Kept apart from :mod:`inferplane.components.spec` because these facts live in the components that own them, which
+load the Pulumi SDK; the spec module stays light for ``inferplane size``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from inferplane.components.eks_cluster import ADDON_VERSIONS, REQUIRED_LOG_TYPES
+from inferplane.components.node_addons import CLUSTER_AUTOSCALER_IMAGE_TAGS
+from inferplane.components.spec import PlatformSpec, SpecError, SpecIssue, parse_platform
+
+
+def check_buildable(spec: PlatformSpec) -> list[SpecIssue]:
+    """Every way ``spec`` would be refused by a component; empty when the program can declare it."""
+    issues: list[SpecIssue] = []
+    version = spec.cluster.kubernetes_version
+    supported = sorted(set(ADDON_VERSIONS) & set(CLUSTER_AUTOSCALER_IMAGE_TAGS))
+    if version not in supported:
+        issues.append(
+            SpecIssue(
+                "cluster.kubernetes_version",
+                f"{version} is not supported: add-ons and the cluster autoscaler are pinned for {', '.join(supported)}",
+            )
+        )
+    missing = [log for log in REQUIRED_LOG_TYPES if log not in spec.cluster.log_types]
+    if missing:
+        issues.append(SpecIssue("cluster.log_types", f"control-plane logs must include {', '.join(missing)}"))
+    if spec.cache.enabled and spec.cache.node_type.split(".")[1].endswith("gd"):
+        issues.append(
+            SpecIssue(
+                "cache.node_type", f"{spec.cache.node_type} needs data tiering, which a response cache does not use"
+            )
+        )
+    return issues
+
+
+def validate_platform(raw: Mapping[str, Any], region: str) -> PlatformSpec:
+    """:func:`parse_platform` plus :func:`check_buildable`; raises :class:`SpecError` with every issue."""
+    spec = parse_platform(raw, region)
+    issues = check_buildable(spec)
+    if issues:
+        raise SpecError(issues)
+    return spec
