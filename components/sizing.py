@@ -353,7 +353,8 @@ def size(request: SizingRequest) -> SizingResult:
     alternatives: tuple[str, ...] = ()
     if not fits:
         reason = problem or _misfit_reason(request, chosen, weights)
-        alternatives = tuple(_alternatives(request, chosen))
+        # A tensor-parallel size that cannot run leaves nothing to vary but the size itself.
+        alternatives = tuple(_tp_alternatives(request) if problem else _alternatives(request, chosen))
 
     tokens_per_second, step_ms = _decode_roofline(request, chosen, weights)
     fetch = weights / WEIGHTS_FETCH_BYTES_PER_SECOND
@@ -447,6 +448,17 @@ def _misfit_reason(request: SizingRequest, ev: _Evaluation, weights: int) -> str
 
 def _fits_with(request: SizingRequest, **changes: object) -> SizingResult:
     return size(replace(request, **changes))  # type: ignore[arg-type]
+
+
+def _tp_alternatives(request: SizingRequest) -> list[str]:
+    """The tensor-parallel sizes that run on this node and model, each sized again; those that fit first."""
+    sizes = tensor_parallel_candidates(replace(request, tensor_parallel_size=None))
+    fitting = [alt for alt in (_fits_with(request, tensor_parallel_size=tp) for tp in sizes) if alt.fits]
+    if fitting:
+        return [f"TP {alt.tensor_parallel_size}: fits ({alt.max_concurrent_sequences} sequences)" for alt in fitting]
+    if not sizes:
+        return [f"no tensor-parallel size divides both the node and {request.model.attention_heads} attention heads"]
+    return [f"tensor-parallel sizes that run here: {', '.join(map(str, sizes))}; none fits at these settings"]
 
 
 def _alternatives(request: SizingRequest, largest: _Evaluation) -> list[str]:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from inferplane.components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
 from inferplane.components.catalog.accelerators import AcceleratorId
 from inferplane.components.catalog.instances import tpu_topology_chips
+from inferplane.components.catalog.models import HF_REPO_PATTERN, MAX_CONTEXT_TOKENS
 from inferplane.components.gcp_labels import to_gcp_labels
 from inferplane.components.tags import aws_tag_problems, label_problems
 
@@ -44,6 +45,8 @@ _AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 
 MAX_CONCURRENCY = 4096
 """Most concurrent sequences per replica, for the spec and ``inferplane size --concurrency`` alike."""
+MAX_GPUS_PER_REPLICA = 64
+"""Most accelerators one replica may span (tensor parallelism stays within a node; none has more)."""
 MAX_POOL_NODES = 1000
 """Most nodes a pool may keep at minimum (an EKS managed node group holds at most 1000 nodes per group quota)."""
 
@@ -124,7 +127,9 @@ class SpeculativeDecodingSpec(_Spec):
 
     method: SpeculativeMethod = Field(description="``ngram`` (prompt lookup), ``draft_model``, ``eagle``/``eagle3``.")
     draft_model: str | None = Field(
-        default=None, description="Hugging Face repo of the draft or EAGLE head; required except for ``ngram``."
+        default=None,
+        pattern=HF_REPO_PATTERN,
+        description="Hugging Face repo of the draft or EAGLE head; required except for ``ngram``.",
     )
     num_speculative_tokens: int = Field(default=3, ge=1, le=10, description="Tokens proposed per step.")
     prompt_lookup_max: int | None = Field(default=None, ge=1, le=16, description="n-gram window (``ngram`` only).")
@@ -159,17 +164,24 @@ class ModelDeploymentSpec(_Spec):
     pool: Name = Field(description="Name of the pool the replicas run on.")
     weights_dtype: WeightsDtype = Field(default="bf16", description="Weight precision: bf16, fp16, fp8 or int4 (AWQ).")
     weights_repo: str | None = Field(
-        default=None, description="Override the weights repository (an AWQ checkpoint for int4)."
+        default=None,
+        pattern=HF_REPO_PATTERN,
+        description="Override the weights repository (an AWQ checkpoint for int4).",
     )
     kv_cache_dtype: KvCacheDtype = Field(
         default="auto", description="KV-cache precision; ``auto`` is the model's 16-bit dtype, as in vLLM."
     )
-    max_context: int = Field(gt=0, description="Longest sequence (prompt + output) served, tokens.")
+    max_context: int = Field(
+        gt=0, le=MAX_CONTEXT_TOKENS, description="Longest sequence (prompt + output) served, tokens."
+    )
     concurrency: int = Field(
         gt=0, le=MAX_CONCURRENCY, description="Target concurrent sequences per replica at max_context."
     )
     gpus_per_replica: int | None = Field(
-        default=None, ge=1, description="Force the tensor-parallel size; by default sizing picks the smallest fit."
+        default=None,
+        ge=1,
+        le=MAX_GPUS_PER_REPLICA,
+        description="Force the tensor-parallel size; by default sizing picks the smallest fit.",
     )
     gpu_memory_utilization: float = Field(
         default=0.90, ge=0.5, le=0.93, description="Share of device memory the engine may take (never above 0.93)."
@@ -265,7 +277,7 @@ class LimitsSpec(_Spec):
     )
     allowed_accelerators: tuple[AcceleratorId, ...] = Field(min_length=1, description="Accelerators pools may use.")
     max_context: int = Field(
-        default=131072, gt=0, le=10_000_000, description="Longest max_context any deployment may serve."
+        default=131072, gt=0, le=MAX_CONTEXT_TOKENS, description="Longest max_context any deployment may serve."
     )
     allow_spot: bool = Field(default=True, description="Whether pools may use spot capacity.")
 

@@ -7,10 +7,7 @@ decrypts (no passphrase is at hand offline); they become :class:`SecretValue` pl
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +20,7 @@ from yaml.nodes import MappingNode, Node
 
 from inferplane.components.buildable import validate_platform
 from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError
+from inferplane.tool.files import UnreadableFileError, os_reason, read_regular_file
 
 
 class StackFileError(Exception):
@@ -86,7 +84,7 @@ def find_project_dir(start: Path | None = None) -> Path:
         try:
             is_dir = start.is_dir()
         except OSError as exc:
-            raise StackFileError(str(start), f"--project-dir: cannot read: {_reason(exc)}") from None
+            raise StackFileError(str(start), f"--project-dir: cannot read: {os_reason(exc)}") from None
         if not is_dir:
             what = "does not exist" if not start.exists() else "is not a directory"
             raise StackFileError(str(start), f"--project-dir {what}")
@@ -162,41 +160,9 @@ class _StackLoader(yaml.SafeLoader):
 def _read_text(path: Path, display: str) -> str:
     """The file's text, or a :class:`StackFileError` naming it: never a hang on a FIFO, never a traceback."""
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise StackFileError(display, "no such file") from None
-    except OSError as exc:
-        raise StackFileError(display, f"cannot read: {_reason(exc)}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise StackFileError(display, "is a directory, not a file")
-    if not stat.S_ISREG(info.st_mode):
-        raise StackFileError(display, "is not a regular file (a pipe, socket or device is never read)")
-    if info.st_size > MAX_STACK_FILE_BYTES:
-        raise StackFileError(display, f"is {info.st_size} bytes; a stack file is at most {MAX_STACK_FILE_BYTES}")
-    try:
-        # O_NONBLOCK: should the file be swapped for a FIFO after the stat, the open still returns at once.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read(MAX_STACK_FILE_BYTES + 1)
-    except OSError as exc:
-        raise StackFileError(display, f"cannot read: {_reason(exc)}") from None
-    if len(data) > MAX_STACK_FILE_BYTES:
-        raise StackFileError(display, f"is larger than {MAX_STACK_FILE_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise StackFileError(
-            display, f"is not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} (offset {exc.start})"
-        ) from None
-
-
-def _reason(exc: OSError) -> str:
-    if exc.errno == errno.ENAMETOOLONG:
-        return "the file name is too long"
-    if exc.errno == errno.ENOTDIR:
-        return "a part of the path is a file, not a directory"
-    return exc.strerror or type(exc).__name__
+        return read_regular_file(path, MAX_STACK_FILE_BYTES)
+    except UnreadableFileError as exc:
+        raise StackFileError(display, str(exc)) from None
 
 
 def _read_yaml(path: Path, display: str) -> Any:
