@@ -341,11 +341,16 @@ class SpecError(ValueError):
         return "\n".join(lines)
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def _loc_to_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
+        elif not _PLAIN_KEY.match(part):  # an empty key, a tag key with '-' or spaces: quoted, never blank
+            path += f"[{part!r}]"
         else:
             path += f".{part}" if path else part
     return path
@@ -359,7 +364,11 @@ def parse_platform(raw: Mapping[str, Any], region: str) -> PlatformSpec:
         spec = PlatformSpec.model_validate({**raw, "region": region})
     except ValidationError as exc:
         issues = []
-        for err in exc.errors():
+        errors = exc.errors()
+        item_errors = {tuple(e["loc"][:-1]) for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}
+        for err in errors:
+            if err["type"] == "too_short" and tuple(err["loc"]) in item_errors:
+                continue  # the list is short only because its items failed, which are reported
             # Pydantic reports model-validator errors at the model's location with a "Value error, " prefix.
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
@@ -413,7 +422,7 @@ def tensor_parallel_problem(gpus: int, per_node: int, instance_type: str) -> str
 def _check_surface(spec: PlatformSpec, add: Any) -> None:
     """What the cloud or the components would refuse later: tags, open endpoints, single points of failure."""
     for key, problem in aws_tag_problems(spec.tags) + label_problems(spec.tags):
-        add(SpecIssue(f"tags[{key!r}]" if key else "tags", problem))
+        add(SpecIssue("tags" if key is None else f"tags[{key!r}]", problem))
     if spec.gcp is not None:
         try:
             to_gcp_labels(spec.tags)

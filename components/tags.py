@@ -34,13 +34,13 @@ _RESERVED_LABEL_PREFIXES = ("kubernetes.io", "k8s.io")
 MAX_LABEL_NAME = 63
 
 
-def aws_tag_problems(tags: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(tag key, problem) for every way ``tags`` break AWS's tag rules; ``""`` as the key for the count."""
-    problems: list[tuple[str, str]] = []
+def aws_tag_problems(tags: Mapping[str, str]) -> list[tuple[str | None, str]]:
+    """(tag key, problem) for every way ``tags`` break AWS's tag rules; None as the key for the count."""
+    problems: list[tuple[str | None, str]] = []
     allowed = MAX_USER_TAGS - PLATFORM_TAG_COUNT
     if len(tags) > allowed:
         problems.append(
-            ("", f"{len(tags)} tags; AWS allows {MAX_USER_TAGS} per resource, {allowed} after the platform's")
+            (None, f"{len(tags)} tags; AWS allows {MAX_USER_TAGS} per resource, {allowed} after the platform's")
         )
     for key, value in tags.items():
         if not 1 <= len(key) <= MAX_TAG_KEY:
@@ -68,9 +68,9 @@ def _label_key(tag_key: str) -> str:
     return _label_name(tag_key)
 
 
-def label_problems(tags: Mapping[str, str]) -> list[tuple[str, str]]:
+def label_problems(tags: Mapping[str, str]) -> list[tuple[str | None, str]]:
     """(tag key, problem) for tags that cannot become Kubernetes labels: an empty or reserved key, or a collision."""
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[str | None, str]] = []
     origin: dict[str, str] = {}
     for key in tags:
         label = _label_key(key)

@@ -22,6 +22,9 @@ from inferplane.components.buildable import validate_platform
 from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError
 from inferplane.tool.files import UnreadableFileError, os_reason, read_regular_file
 
+_CONFIG_KEY = re.compile(r"^[^:\s]+:[^\s]+$")
+"""A namespaced config key, as ``pulumi config`` takes it: ``namespace:name``, both parts non-empty."""
+
 
 class StackFileError(Exception):
     """A stack that cannot be read: names the file and, where there is one, the key."""
@@ -34,9 +37,12 @@ class StackFileError(Exception):
         super().__init__(printable(f"{where}: {message}"))
 
 
+_PLAIN_CONFIG_KEY = re.compile(r"^[\w.-]+(:[\w./-]+)?$")
+
+
 def key_label(key: str) -> str:
-    """A config key as messages show it: as is, or quoted when it is empty or has blanks at its ends."""
-    return key if key and key == key.strip() else repr(key)
+    """A config key as messages show it: as is (``aws:region``), or quoted when it is empty or unusual."""
+    return key if _PLAIN_CONFIG_KEY.match(key) else repr(key)
 
 
 class InvalidSpecError(Exception):
@@ -239,7 +245,7 @@ def read_config(project_dir: Path, stack: str) -> tuple[str, Path, dict[str, Any
     if not isinstance(config, dict):
         raise StackFileError(display, "must be a mapping", key="config")
     for key in config:
-        if not isinstance(key, str) or ":" not in key:
+        if not isinstance(key, str) or not _CONFIG_KEY.match(key):
             raise StackFileError(display, "config keys are namespaced, e.g. inferplane:platform", key=str(key))
     return project, path, {k: _decode(v) for k, v in config.items()}
 
