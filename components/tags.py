@@ -3,7 +3,9 @@
 AWS tag rules (the "Tag restrictions" every tagging service documents, e.g. docs.aws.amazon.com ECS API ``Tag`` and
 AWS Batch "Tag restrictions", read 2026-12-01): at most 50 user tags per resource; keys 1-128 and values 0-256
 Unicode characters; letters, numbers, spaces and ``_ . : / = + - @``; keys and values must not start with ``aws:``
-in any case (reserved for AWS).
+in any case (reserved for AWS). Some services accept more characters, but IAM (``API_Tag``: pattern
+``[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]``) does not, and the platform tags its IAM roles: so ``ML Platform (EU)`` is
+refused (the parentheses), while ``ML Platform EU`` passes and becomes the label value ``ML_Platform_EU``.
 
 Kubernetes label rules (kubernetes.io "Labels and Selectors", "Syntax and character set"): a key is an optional
 DNS-subdomain prefix and ``/``, then a name of at most 63 characters, alphanumerics at both ends with ``-``, ``_``
@@ -16,6 +18,7 @@ GCP label rules live in :mod:`inferplane.components.gcp_labels`.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 
 MAX_USER_TAGS = 50
@@ -24,8 +27,13 @@ PLATFORM_TAG_COUNT = 3
 """Tags the program adds to the stack's own (environment, managed-by, app): they count against the AWS limit."""
 MAX_TAG_KEY = 128
 MAX_TAG_VALUE = 256
-_AWS_TAG_TEXT = re.compile(r"^[\w\s.:/=+\-@]*$")
-"""Letters, digits and ``_`` (``\\w`` is Unicode-aware), whitespace, and ``. : / = + - @``."""
+_AWS_TAG_SYMBOLS = frozenset("_.:/=+-@")
+
+
+def _aws_tag_text(text: str) -> bool:
+    """IAM's tag pattern ``[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]``, the strictest among the services the platform tags:
+    letters, separators (spaces) and numbers of any script, and ``_ . : / = + - @``."""
+    return all(c in _AWS_TAG_SYMBOLS or unicodedata.category(c)[0] in "LZN" for c in text)
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -48,7 +56,7 @@ def aws_tag_problems(tags: Mapping[str, str]) -> list[tuple[str | None, str]]:
         if len(value) > MAX_TAG_VALUE:
             problems.append((key, f"a tag value is at most {MAX_TAG_VALUE} characters, got {len(value)}"))
         for part, text in (("key", key), ("value", value)):
-            if not _AWS_TAG_TEXT.match(text):
+            if not _aws_tag_text(text):
                 problems.append((key, f"the tag {part} may use letters, digits, spaces and _ . : / = + - @ only"))
             if text.lower().startswith("aws:"):
                 problems.append((key, f"the tag {part} starts with 'aws:', which AWS reserves for itself"))
