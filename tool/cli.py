@@ -19,10 +19,10 @@ from rich.console import Console
 
 from inferplane.components.buildable import validate_platform
 from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
+from inferplane.components.catalog.models import MAX_CONTEXT_TOKENS
 from inferplane.components.sizing import SizingRequest, size, size_platform
 from inferplane.components.spec import (
     MAX_CONCURRENCY,
-    MAX_CONTEXT_TOKENS,
     MAX_GPUS_PER_REPLICA,
     PLATFORM_KEY,
     KvCacheDtype,

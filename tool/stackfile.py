@@ -122,9 +122,9 @@ class _StackLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: Node | None, index: object) -> Node | None:
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self._next_event()
             raise ComposerError(
                 None,
                 None,
@@ -135,18 +135,18 @@ class _StackLoader(yaml.SafeLoader):
             self._depth += 1
             if self._depth > MAX_NESTING:
                 raise ComposerError(
-                    None, None, f"nested deeper than {MAX_NESTING} levels", self.peek_event().start_mark
+                    None, None, f"nested deeper than {MAX_NESTING} levels", self._next_event().start_mark
                 )
             try:
-                return super().compose_node(parent, index)  # type: ignore[no-any-return]
+                return super().compose_node(parent, index)
             finally:
                 self._depth -= 1
-        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
             except TypeError:  # an unhashable key: the base class reports it
@@ -160,7 +160,10 @@ class _StackLoader(yaml.SafeLoader):
                     key_node.start_mark,
                 )
             seen[key] = line
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+        return super().construct_mapping(node, deep=deep)
+
+    def _next_event(self) -> Any:
+        return self.peek_event()  # type: ignore[no-untyped-call]
 
 
 def _read_text(path: Path, display: str) -> str:
