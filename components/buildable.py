@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from inferplane.components.catalog import INSTANCE_TYPES
 from inferplane.components.eks_cluster import ADDON_VERSIONS, REQUIRED_LOG_TYPES
 from inferplane.components.node_addons import CLUSTER_AUTOSCALER_IMAGE_TAGS
 from inferplane.components.spec import PlatformSpec, SpecError, SpecIssue, parse_platform
+from inferplane.components.tpu_node_pool import slice_shape
 
 
 def check_buildable(spec: PlatformSpec) -> list[SpecIssue]:
@@ -37,6 +39,19 @@ def check_buildable(spec: PlatformSpec) -> list[SpecIssue]:
                 "cache.node_type", f"{spec.cache.node_type} needs data tiering, which a response cache does not use"
             )
         )
+    for i, pool in enumerate(spec.pools):
+        instance = INSTANCE_TYPES[pool.instance_type]
+        if instance.cloud != "gcp" or pool.tpu_topology is None:
+            continue
+        shape = slice_shape(pool.instance_type, pool.tpu_topology)
+        if shape.multi_host and pool.min_nodes % shape.hosts:
+            issues.append(
+                SpecIssue(
+                    f"pools[{i}].min_nodes",
+                    f"{pool.min_nodes} nodes is not a whole number of {pool.tpu_topology} slices "
+                    f"({shape.hosts} {pool.instance_type} hosts each)",
+                )
+            )
     return issues
 
 

@@ -478,8 +478,15 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
             add(SpecIssue(f"{at}.efa", f"{pool.instance_type} does not support EFA"))
         elif pool.efa and pool.zone is None and instance.cloud == "aws":
             add(SpecIssue(f"{at}.zone", "EFA pools need one zone: a cluster placement group lives in a single zone"))
-        if not any(m.pool == pool.name for m in spec.models):
-            add(SpecIssue(f"{at}.name", f"no model runs on pool {pool.name!r}: place a model on it or remove it"))
+        if pool.min_nodes == 0 and not any(m.pool == pool.name for m in spec.models):
+            # A standby pool (min_nodes > 0, no model yet) is fine; one that can never hold a node is a mistake.
+            add(
+                SpecIssue(
+                    f"{at}.name",
+                    f"no model runs on pool {pool.name!r} and it keeps no nodes: place a model on it, "
+                    "keep standby nodes (min_nodes), or remove it",
+                )
+            )
         if pool.min_nodes > 0 and pool.capacity_type == "capacity_block":
             add(SpecIssue(f"{at}.min_nodes", "capacity-block pools scale from 0 (the block ends on a schedule)"))
         if instance.cloud == "gcp":

@@ -35,6 +35,7 @@ def _aws_tag_text(text: str) -> bool:
     letters, separators (spaces) and numbers of any script, and ``_ . : / = + - @``."""
     return all(c in _AWS_TAG_SYMBOLS or unicodedata.category(c)[0] in "LZN" for c in text)
 
+
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NOT_LABEL_CHAR = re.compile(r"[^-A-Za-z0-9_.]")

@@ -260,6 +260,10 @@ CASES: tuple[Case, ...] = (
     Case("gcp-tag-collision", "validation", ("size", "--stack", "staging"), EXIT_INVALID,
          (STAGING, f"{P}.tags: as GCP labels: tags 'Team' and 'team' both become the GCP label key 'team'"),
          stack="staging", edit=_tags({"Team": "a", "team": "b"})),
+    Case("tpu-partial-slice", "validation", ("size", "--stack", "staging"), EXIT_INVALID,
+         (STAGING, f"{P}.pools[2].min_nodes: 6 nodes is not a whole number of 4x4 slices"), stack="staging",
+         edit=lambda d: _platform_of(d)["pools"].append({"name": "tpu-slice", "accelerator": "tpu-v5e",
+             "instance_type": "ct5lp-hightpu-4t", "tpu_topology": "4x4", "min_nodes": 6})),
     Case("data-tiering-cache", "validation", SIZE, EXIT_INVALID, (DEV, f"{P}.cache.node_type: cache.r6gd.xlarge"),
          edit=_set("cache.node_type", "cache.r6gd.xlarge")),
     # 7. Tags: AWS's rules (IAM's characters), and Kubernetes labels that can always be derived.
