@@ -26,15 +26,9 @@ from inferplane.tool.cli import main
 from inferplane.tool.stackfile import MAX_STACK_FILE_BYTES
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-
-
-def _billion_laughs() -> str:
-    lines = ["config:", "  aws:region: us-east-1", "  other:unread:", '    a: &a ["lol","lol","lol","lol","lol"]']
-    previous = "a"
-    for name in "bcdefghi":
-        lines.append(f"    {name}: &{name} [{', '.join([f'*{previous}'] * 9)}]")
-        previous = name
-    return "\n".join(lines) + "\n"
+sys.path.insert(0, str(PROJECT_DIR))  # the hostile inputs and the mutation generator live with the tests
+from tests.test_bad_inputs import billion_laughs  # noqa: E402
+from tests.test_bad_inputs_property import mutated_stack  # noqa: E402
 
 
 def _dev() -> str:
@@ -43,7 +37,7 @@ def _dev() -> str:
 
 CASES: dict[str, Callable[[], str]] = {
     "shipped dev stack (floor)": _dev,
-    "nested aliases (billion laughs)": _billion_laughs,
+    "nested aliases (billion laughs)": billion_laughs,
     "20,000 nested lists": lambda: "config:\n  other:unread: " + "[" * 20000 + "]" * 20000 + "\n",
     "duplicate key": lambda: _dev().replace("max_replicas: 1\n", "max_replicas: 1\n        max_replicas: 50\n"),
     "over the size limit": lambda: "# " + "x" * MAX_STACK_FILE_BYTES + "\n" + _dev(),
@@ -81,9 +75,6 @@ def _best(project: Path, text: str, repeat: int) -> tuple[int, float]:
 
 def _mutations(project: Path, examples: int) -> tuple[int, float, dict[int, int]]:
     from hypothesis import HealthCheck, Phase, given, settings  # noqa: PLC0415 (a test-only dependency)
-
-    sys.path.insert(0, str(PROJECT_DIR))  # the generator lives with the tests
-    from tests.test_bad_inputs_property import mutated_stack  # noqa: PLC0415
 
     seconds: list[float] = []
     codes: dict[int, int] = {}

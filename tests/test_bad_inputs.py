@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
+from inferplane.components.catalog import MODELS
 from inferplane.components.tags import is_label_value, kubernetes_labels
 from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
+from tests.test_spec import _set as set_path
 
 Edit = Callable[[dict[str, Any]], None]
 """Changes a stack file's parsed document in place (the file is then written back as YAML)."""
@@ -51,19 +53,8 @@ class Case:
 
 def _set(path: str, value: Any) -> Edit:
     """Set ``inferplane:platform.<path>`` (dots and [i]) to ``value``."""
-
-    def apply(document: dict[str, Any]) -> None:
-        node: Any = document["config"]["inferplane:platform"]
-        parts = path.replace("[", ".").replace("]", "").split(".")
-        for part in parts[:-1]:
-            node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
-        last = parts[-1]
-        if last.isdigit():
-            node[int(last)] = value
-        else:
-            node[last] = value
-
-    return apply
+    set_in_platform = set_path(path, value)
+    return lambda document: set_in_platform(document["config"]["inferplane:platform"])
 
 
 def _config(key: str, value: Any) -> Edit:
@@ -81,7 +72,8 @@ def _raw_stack(transform: Callable[[str], str], stack: str = "dev") -> str:
     return transform((PROJECT_DIR / "stacks" / f"Pulumi.{stack}.yaml").read_text())
 
 
-def _billion_laughs() -> str:
+def billion_laughs() -> str:
+    """Nine levels of nine aliases: under 500 bytes that expand to 9**8 x 5 strings once decoded."""
     lines = ["config:", "  aws:region: us-east-1", "  other:unread:", '    a: &a ["lol","lol","lol","lol","lol"]']
     previous = "a"
     for name in "bcdefghi":
@@ -157,23 +149,13 @@ PREVIEW = ("preview", "--stack", "dev")
 PREFLIGHT = ("preflight", "--stack", "dev")
 MODEL_8B = ("size", "--model", "llama-3.1-8b", "--accelerator", "l4-24gb")
 MODEL_70B = ("size", "--model", "llama-3.3-70b", "--accelerator", "h100-80gb")
-ARCH = {
-    "hf_repo": "acme/huge",
-    "parameters": 10**400,
-    "layers": 32,
-    "attention_heads": 32,
-    "kv_heads": 8,
-    "head_dim": 128,
-    "hidden_size": 4096,
-    "vocab_size": 128256,
-    "max_context": 8192,
-}
+ARCH = {**MODELS["llama-3.1-8b"].model_dump(exclude={"source"}), "hf_repo": "acme/huge", "parameters": 10**400}
 
 # fmt: off
 CASES: tuple[Case, ...] = (
     # 1. YAML resource exhaustion, and nesting beyond any spec.
     Case("yaml-aliases", "yaml", SIZE, EXIT_INVALID, (DEV, "alias *", "not allowed in a stack file"),
-         text=_billion_laughs()),
+         text=billion_laughs()),
     Case("yaml-deep-nesting", "yaml", SIZE, EXIT_INVALID, (DEV, "nested deeper than 64 levels"),
          text="config:\n  other:unread: " + "[" * 20000 + "]" * 20000 + "\n"),
     Case("yaml-deep-mapping", "yaml", SIZE, EXIT_INVALID, (DEV, "nested deeper than 64 levels"),

@@ -150,35 +150,33 @@ def _check_verdict(stack: str, code: int, out: str, err: str) -> None:
         assert "refused" in text, text
 
 
-@settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+_HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large]
+
+
+def _project_with(case: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    stack, text = case
+    project = copy_project(tmp_path_factory.mktemp("mutated"))
+    (project / "stacks" / f"Pulumi.{stack}.yaml").write_text(text, encoding="utf-8")
+    return stack, project
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=_HEALTH)
 @given(case=mutated_stack())
 def test_mutated_stack_gets_a_verdict_from_size(
     case: tuple[str, str], tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stack, text = case
-    project = copy_project(tmp_path_factory.mktemp("mutated"))
-    (project / "stacks" / f"Pulumi.{stack}.yaml").write_text(text, encoding="utf-8")
+    stack, project = _project_with(case, tmp_path_factory)
     with alarm(EXAMPLE_TIMEOUT_S):
         code, out, err = run_cli(["size", "--stack", stack, "--project-dir", str(project)], capsys)
     _check_verdict(stack, code, out, err)
 
 
-@settings(
-    max_examples=4,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@settings(max_examples=4, deadline=None, suppress_health_check=_HEALTH)
 @given(case=mutated_stack())
 def test_mutated_stack_gets_a_verdict_from_preview(
     case: tuple[str, str], tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stack, text = case
-    project = copy_project(tmp_path_factory.mktemp("mutated"))
-    (project / "stacks" / f"Pulumi.{stack}.yaml").write_text(text, encoding="utf-8")
+    stack, project = _project_with(case, tmp_path_factory)
     plan = project / "plan.json"
     with alarm(EXAMPLE_TIMEOUT_S):
         code, out, err = run_cli(
