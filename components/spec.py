@@ -51,10 +51,31 @@ MAX_POOL_NODES = 1000
 """Most nodes a pool may keep at minimum (an EKS managed node group holds at most 1000 nodes per group quota)."""
 
 
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 class _Spec(BaseModel):
-    """Base for every spec model: unknown keys are errors and values never change after validation."""
+    """Base for every spec model: unknown keys are errors and values never change after validation.
+
+    No text may hold control characters: they end up in resource names, arguments and terminals (an escape
+    sequence in a stack file would otherwise reach whoever reads the preview).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _printable(cls, value: Any) -> Any:
+        texts = (
+            [value]
+            if isinstance(value, str)
+            else [v for v in value if isinstance(v, str)]
+            if isinstance(value, tuple)
+            else []
+        )
+        if any(_CONTROL_CHARACTERS.search(text) for text in texts):
+            raise ValueError("control characters (escape sequences, NUL, newlines) are not allowed")
+        return value
 
 
 class ClusterSpec(_Spec):
@@ -74,7 +95,11 @@ class ClusterSpec(_Spec):
     log_types: tuple[ControlPlaneLog, ...] = Field(
         default=("api", "audit", "authenticator"), description="Control-plane log types sent to CloudWatch."
     )
-    system_instance_type: str = Field(default="m7i.large", description="Instance type of the system node group.")
+    system_instance_type: str = Field(
+        default="m7i.large",
+        pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
+        description="Instance type of the system node group.",
+    )
     system_nodes: int = Field(default=2, ge=1, le=10, description="Nodes in the system node group (controllers).")
 
     @field_validator("public_access_cidrs")

@@ -60,7 +60,9 @@ class ModelArchitecture(BaseModel):
         default=0, ge=0, le=10_000, description="How many layers use the sliding window."
     )
     native_dtype: NativeDtype = Field(default="bf16", description="``torch_dtype`` of the published weights.")
-    source: str = Field(default="stack file", description="Where the figures come from.")
+    source: str = Field(
+        default="stack file", pattern=r"^[^\x00-\x1f\x7f-\x9f]*$", description="Where the figures come from."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelArchitecture:
