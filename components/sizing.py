@@ -452,7 +452,13 @@ def _fits_with(request: SizingRequest, **changes: object) -> SizingResult:
 
 def _tp_alternatives(request: SizingRequest) -> list[str]:
     """The tensor-parallel sizes that run on this node and model, each sized again; those that fit first."""
-    sizes = tensor_parallel_candidates(replace(request, tensor_parallel_size=None))
+    if request.whole_node:
+        return [f"a TPU host's {request.accelerators_per_node} chips serve one replica; pick another host size"]
+    sizes = [
+        tp
+        for tp in tensor_parallel_candidates(replace(request, tensor_parallel_size=None))
+        if tp != request.tensor_parallel_size and _tp_problem(request, tp) is None
+    ]
     fitting = [alt for alt in (_fits_with(request, tensor_parallel_size=tp) for tp in sizes) if alt.fits]
     if fitting:
         return [f"TP {alt.tensor_parallel_size}: fits ({alt.max_concurrent_sequences} sequences)" for alt in fitting]

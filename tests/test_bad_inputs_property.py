@@ -16,13 +16,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inferplane.components.catalog import ACCELERATORS, MODELS
+from inferplane.components.spec import KvCacheDtype, WeightsDtype
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
 from tests.test_bad_inputs import copy_project, run_cli
@@ -186,3 +188,35 @@ def test_mutated_stack_gets_a_verdict_from_preview(
     # A plan is written only when the preview reached one; never a temporary file left behind.
     assert plan.exists() == (code == EXIT_OK or (code == EXIT_REFUSED and "mandatory policy" in err))
     assert not list(Path(project).glob(".plan.json.*"))
+
+
+NUMBERS = st.one_of(
+    st.integers(min_value=-(10**20), max_value=10**20).map(str),
+    st.sampled_from(
+        ["0", "1", "3", "64", "65", "4096", "4097", "1e308", "inf", "-inf", "nan", "0x10", "", " 8", "1_0"]
+    ),
+    st.floats().map(str),
+    st.text(max_size=8),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=_HEALTH)
+@given(
+    model=st.sampled_from(sorted(MODELS)),
+    accelerator=st.sampled_from(sorted(ACCELERATORS)),
+    flags=st.dictionaries(
+        st.sampled_from(["--gpus", "--context", "--concurrency", "--gpu-memory-utilization"]), NUMBERS, max_size=3
+    ),
+    dtypes=st.tuples(st.sampled_from(get_args(WeightsDtype)), st.sampled_from(get_args(KvCacheDtype))),
+)
+def test_size_flags_get_a_verdict(
+    model: str, accelerator: str, flags: dict[str, str], dtypes: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["size", "--model", model, "--accelerator", accelerator, "--weights-dtype", dtypes[0]]
+    argv += ["--kv-cache-dtype", dtypes[1], *(f"{flag}={value}" for flag, value in flags.items())]
+    with alarm(EXAMPLE_TIMEOUT_S):
+        code, out, err = run_cli(argv, capsys)
+    assert "Traceback" not in out + err
+    assert code in {EXIT_OK, EXIT_REFUSED, EXIT_INVALID}, out + err
+    if code == EXIT_INVALID:
+        assert err.strip(), "an invalid flag is explained"
