@@ -187,6 +187,13 @@ CASES: tuple[Case, ...] = (
          EXIT_INVALID, ("Pulumi.yaml", "--project-dir is not a directory")),
     Case("project-dir-missing", "file", ("size", "--stack", "dev", "--project-dir", "{project}/nowhere"),
          EXIT_INVALID, ("nowhere", "--project-dir does not exist")),
+    Case("project-file-nul", "file", SIZE, EXIT_INVALID, ("Pulumi.yaml: stackConfigDir: must be a path",),
+         setup=_write("Pulumi.yaml", 'name: inferplane\nstackConfigDir: "st\\0acks"\n')),
+    Case("project-file-duplicate-key", "file", SIZE, EXIT_INVALID, ("Pulumi.yaml", "duplicate key 'name'"),
+         setup=_write("Pulumi.yaml", "name: inferplane\nname: other\nstackConfigDir: stacks\n")),
+    Case("config-dir-through-file", "file", SIZE, EXIT_INVALID,
+         ("stacks/Pulumi.dev.yaml/Pulumi.dev.yaml", "a part of the path is a file"),
+         setup=_write("Pulumi.yaml", "name: inferplane\nstackConfigDir: stacks/Pulumi.dev.yaml\n")),
     # 4. Output paths: checked before evaluating, nothing left behind.
     Case("json-into-directory", "output", (*PREVIEW, "--json", "{project}/stacks"), EXIT_INVALID,
          ("--json", "stacks: is a directory")),

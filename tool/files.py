@@ -41,6 +41,8 @@ def read_regular_file(path: Path, limit: int) -> str:
         raise UnreadableFileError("no such file") from None
     except OSError as exc:
         raise UnreadableFileError(f"cannot read: {os_reason(exc)}") from None
+    except ValueError:  # os.stat refuses a path with a NUL byte this way
+        raise UnreadableFileError("the path holds a NUL byte") from None
     if stat.S_ISDIR(info.st_mode):
         raise UnreadableFileError("is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
@@ -90,7 +92,7 @@ class OutputFiles:
         where = f"{flag} {path}"
         try:
             resolved = target.resolve()
-        except (OSError, RuntimeError) as exc:
+        except (OSError, RuntimeError, ValueError) as exc:
             raise UnwritableFileError(f"{where}: cannot resolve the path ({exc})") from None
         for other_flag, other_path, _ in (v for k, v in self._claimed.items() if k == resolved):
             raise UnwritableFileError(f"{where}: the same file as {other_flag} {other_path}; give each its own")

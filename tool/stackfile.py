@@ -262,7 +262,7 @@ def project_settings(project_dir: Path) -> tuple[str, Path]:
     if not isinstance(project, dict) or not isinstance(project.get("name"), str):
         raise StackFileError("Pulumi.yaml", "a project file needs a name", key="name")
     config_dir = project.get("stackConfigDir", ".")
-    if not isinstance(config_dir, str):
+    if not isinstance(config_dir, str) or "\x00" in config_dir:
         raise StackFileError("Pulumi.yaml", "must be a path", key="stackConfigDir")
     return project["name"], project_dir / config_dir
 
