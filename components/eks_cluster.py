@@ -28,7 +28,6 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -36,6 +35,7 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components import kms_policy
 from inferplane.components.awscommon import managed_policy_arn, raise_input_errors, service_trust_policy
+from inferplane.components.catalog.eks import ADDON_VERSIONS, AddonName
 from inferplane.components.spec import (
     ALL_CONTROL_PLANE_LOGS,
     LOG_RETENTION_VALUES,
@@ -43,47 +43,6 @@ from inferplane.components.spec import (
     EndpointAccess,
     Environment,
 )
-
-AddonName = Literal["vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"]
-
-ADDON_VERSIONS: dict[str, dict[AddonName, str]] = {
-    "1.33": {
-        "vpc-cni": "v1.21.1-eksbuild.3",
-        "kube-proxy": "v1.33.10-eksbuild.2",
-        "coredns": "v1.12.4-eksbuild.18",
-        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
-        "aws-ebs-csi-driver": "v1.55.0-eksbuild.2",
-    },
-    "1.34": {
-        "vpc-cni": "v1.21.1-eksbuild.3",
-        "kube-proxy": "v1.34.6-eksbuild.2",
-        "coredns": "v1.13.2-eksbuild.11",
-        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
-        "aws-ebs-csi-driver": "v1.55.0-eksbuild.2",
-    },
-    "1.35": {
-        "vpc-cni": "v1.21.1-eksbuild.3",
-        "kube-proxy": "v1.35.3-eksbuild.2",
-        "coredns": "v1.14.3-eksbuild.3",
-        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
-        "aws-ebs-csi-driver": "v1.55.0-eksbuild.2",
-    },
-}
-"""EKS managed add-on versions per Kubernetes minor, read 2026-11-29. Confidence per column:
-
-* kube-proxy, coredns: the "latest version of the Amazon EKS add-on type for each Kubernetes version" tables of
-  docs.aws.amazon.com/eks/latest/userguide/managing-kube-proxy.html and managing-coredns.html (stored copies of
-  the current pages; the coredns table there already lists 1.36) -- verified against AWS documentation.
-* vpc-cni, aws-ebs-csi-driver: one public Terraform stack pinning ``vpc-cni v1.21.1-eksbuild.3`` and
-  ``aws-ebs-csi-driver v1.55.0-eksbuild.2`` on a 1.34 cluster -- third-party. Both add-ons publish one build for
-  every supported minor (every AWS vpc-cni table read lists the same version for all minors), so the same build
-  is used for 1.33 and 1.35; unverified for those two minors.
-* eks-pod-identity-agent: ``v1.3.10-eksbuild.3``, what a public 1.36 cluster test record reports the add-on
-  resolved to -- third-party; the agent is not tied to a Kubernetes minor.
-
-Before an upgrade, check with ``aws eks describe-addon-versions --kubernetes-version <minor> --addon-name <name>``
-(moto does not implement it, so no test can).
-"""
 
 ADDON_CONFIGURATION: dict[AddonName, dict[str, str]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 """Add-on configuration values. vpc-cni's network policy agent enforces Kubernetes NetworkPolicy objects; without it

@@ -36,6 +36,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from inferplane.components.awscommon import raise_input_errors, service_trust_policy
+from inferplane.components.catalog.eks import CLUSTER_AUTOSCALER_IMAGE_TAGS
 from inferplane.components.eks_cluster import SYSTEM_ROLE, SYSTEM_ROLE_LABEL, EksCluster
 from inferplane.components.gpu_node_group import AMI_FAMILY_LABEL, CA_TAG_PREFIX, GpuNodeGroup
 from inferplane.components.scheduling import ACCELERATOR_LABEL, GPU_TAINT
@@ -78,16 +79,6 @@ EFA_DEVICE_PLUGIN_CHART = Chart(
     version="v0.5.30",
     source="aws/eks-charts stable/aws-efa-k8s-device-plugin/Chart.yaml @2026-08-03 (app v0.5.20)",
 )
-
-CLUSTER_AUTOSCALER_IMAGE_TAGS: dict[str, str] = {
-    "1.33": "v1.33.6",
-    "1.34": "v1.34.5",
-    "1.35": "v1.35.2",
-    "1.36": "v1.36.1",
-}
-"""Newest cluster-autoscaler patch per Kubernetes minor: git tags ``cluster-autoscaler-1.3x.y`` of
-kubernetes/autoscaler, read 2026-11-29 (repository snapshot of 2026-08-22). The chart's own default (v1.35.0) is
-overridden because the autoscaler's minor must match the cluster's."""
 
 CLUSTER_AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 DCGM_SERVICE_LABELS: dict[str, str] = {"app.kubernetes.io/name": "dcgm-exporter"}

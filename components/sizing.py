@@ -36,7 +36,7 @@ from inferplane.components.catalog import (
     hourly_price,
     instances_for,
 )
-from inferplane.components.spec import KvCacheDtype, ModelDeploymentSpec, PlatformSpec, WeightsDtype
+from inferplane.components.spec import PLATFORM_KEY, KvCacheDtype, ModelDeploymentSpec, PlatformSpec, WeightsDtype
 
 GIB = 1024**3
 
@@ -353,7 +353,8 @@ def size(request: SizingRequest) -> SizingResult:
     alternatives: tuple[str, ...] = ()
     if not fits:
         reason = problem or _misfit_reason(request, chosen, weights)
-        alternatives = tuple(_alternatives(request, chosen))
+        # A tensor-parallel size that cannot run leaves nothing to vary but the size itself.
+        alternatives = tuple(_tp_alternatives(request) if problem else _alternatives(request, chosen))
 
     tokens_per_second, step_ms = _decode_roofline(request, chosen, weights)
     fetch = weights / WEIGHTS_FETCH_BYTES_PER_SECOND
@@ -447,6 +448,23 @@ def _misfit_reason(request: SizingRequest, ev: _Evaluation, weights: int) -> str
 
 def _fits_with(request: SizingRequest, **changes: object) -> SizingResult:
     return size(replace(request, **changes))  # type: ignore[arg-type]
+
+
+def _tp_alternatives(request: SizingRequest) -> list[str]:
+    """The tensor-parallel sizes that run on this node and model, each sized again; those that fit first."""
+    if request.whole_node:
+        return [f"a TPU host's {request.accelerators_per_node} chips serve one replica; pick another host size"]
+    sizes = [
+        tp
+        for tp in tensor_parallel_candidates(replace(request, tensor_parallel_size=None))
+        if tp != request.tensor_parallel_size and _tp_problem(request, tp) is None
+    ]
+    fitting = [alt for alt in (_fits_with(request, tensor_parallel_size=tp) for tp in sizes) if alt.fits]
+    if fitting:
+        return [f"TP {alt.tensor_parallel_size}: fits ({alt.max_concurrent_sequences} sequences)" for alt in fitting]
+    if not sizes:
+        return [f"no tensor-parallel size divides both the node and {request.model.attention_heads} attention heads"]
+    return [f"tensor-parallel sizes that run here: {', '.join(map(str, sizes))}; none fits at these settings"]
 
 
 def _alternatives(request: SizingRequest, largest: _Evaluation) -> list[str]:
@@ -584,6 +602,51 @@ def _sum_or_none(values: list[float | None]) -> float | None:
     return round(sum(v for v in values if v is not None), 4)
 
 
+LIMIT_POLICIES: dict[str, str] = {
+    "max_total_gpus": "compute-stack-limit-total-accelerators",
+    "max_hourly_cost_usd": "cost-stack-limit-hourly-cost",
+    "allowed_accelerators": "eks-nodegroup-configure-allowed-instance-types",
+    "allow_spot": "eks-nodegroup-disallow-spot-capacity",
+    "max_context": "inference-server-limit-max-model-len",
+}
+"""Each of ``spec.limits``' fields and the policy of the pack (``policies/``) that enforces it on the plan."""
+
+
+def _limit(field: str, message: str) -> str:
+    """A limit breach as reported: the limit's key, the policy enforcing it, then what breaks it."""
+    return f"{PLATFORM_KEY}.limits.{field} (policy {LIMIT_POLICIES[field]}): {message}"
+
+
+def _limit_breaches(spec: PlatformSpec) -> list[str]:
+    """Pools and models outside the environment's limits other than the totals: refused plans (exit 1), not
+    invalid input, as a total over the ceiling is."""
+    problems: list[str] = []
+    allowed = spec.limits.allowed_accelerators
+    for i, pool in enumerate(spec.pools):
+        if pool.accelerator not in allowed:
+            problems.append(
+                _limit(
+                    "allowed_accelerators",
+                    f"pools[{i}] {pool.name}: {pool.accelerator} is not allowed in {spec.environment} "
+                    f"({', '.join(allowed)})",
+                )
+            )
+        if pool.capacity_type == "spot" and not spec.limits.allow_spot:
+            problems.append(
+                _limit("allow_spot", f"pools[{i}] {pool.name}: spot capacity is not allowed in {spec.environment}")
+            )
+    for i, deployment in enumerate(spec.models):
+        if deployment.max_context > spec.limits.max_context:
+            problems.append(
+                _limit(
+                    "max_context",
+                    f"models[{i}] {deployment.name}: max_context {deployment.max_context} exceeds the limit of "
+                    f"{spec.limits.max_context} tokens",
+                )
+            )
+    return problems
+
+
 def size_platform(spec: PlatformSpec) -> PlatformSizing:
     """Size every deployment, then the pools they land on, then check the environment's limits."""
     deployments: list[DeploymentSizing] = []
@@ -651,20 +714,27 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
     cost_max = _sum_or_none([p.hourly_usd_max for p in pools])
     if total_gpus > spec.limits.max_total_gpus:
         problems.append(
-            f"limits.max_total_gpus: {total_gpus} accelerators at max scale exceed the limit of "
-            f"{spec.limits.max_total_gpus}"
+            _limit(
+                "max_total_gpus",
+                f"{total_gpus} accelerators at max scale exceed the limit of {spec.limits.max_total_gpus}",
+            )
         )
     if cost_max is None:
         unpriced = sorted({p.instance_type for p in pools if p.node_hourly_usd is None})
         problems.append(
-            f"limits.max_hourly_cost_usd: no on-demand price for {', '.join(unpriced)}; "
-            "the cost ceiling cannot be checked"
+            _limit(
+                "max_hourly_cost_usd",
+                f"no on-demand price for {', '.join(unpriced)}; the cost ceiling cannot be checked",
+            )
         )
     elif cost_max > spec.limits.max_hourly_cost_usd:
         problems.append(
-            f"limits.max_hourly_cost_usd: ${cost_max:,.2f}/h at max scale exceeds the limit of "
-            f"${spec.limits.max_hourly_cost_usd:,.2f}/h"
+            _limit(
+                "max_hourly_cost_usd",
+                f"${cost_max:,.2f}/h at max scale exceeds the limit of ${spec.limits.max_hourly_cost_usd:,.2f}/h",
+            )
         )
+    problems += _limit_breaches(spec)
     return PlatformSizing(
         environment=spec.environment,
         deployments=tuple(deployments),

@@ -25,6 +25,9 @@ from inferplane.components.catalog import INSTANCE_TYPES, MODELS, ModelArchitect
 from inferplane.components.catalog.accelerators import AcceleratorId
 from inferplane.components.catalog.images import DIGEST_PATTERN, ImageName
 from inferplane.components.catalog.instances import tpu_topology_chips
+from inferplane.components.catalog.models import HF_REPO_PATTERN, MAX_CONTEXT_TOKENS
+from inferplane.components.gcp_labels import to_gcp_labels
+from inferplane.components.tags import aws_tag_problems, label_problems
 
 Environment = Literal["dev", "staging", "prod"]
 CapacityType = Literal["on_demand", "spot", "capacity_block"]
@@ -65,10 +68,39 @@ MIN_PROD_LOG_RETENTION_DAYS = 365
 _IAM_PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 
 
+MAX_CONCURRENCY = 4096
+"""Most concurrent sequences per replica, for the spec and ``inferplane size --concurrency`` alike."""
+MAX_GPUS_PER_REPLICA = 64
+"""Most accelerators one replica may span (tensor parallelism stays within a node; none has more)."""
+MAX_POOL_NODES = 1000
+"""Most nodes a pool may keep at minimum (an EKS managed node group holds at most 1000 nodes per group quota)."""
+
+
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 class _Spec(BaseModel):
-    """Base for every spec model: unknown keys are errors and values never change after validation."""
+    """Base for every spec model: unknown keys are errors and values never change after validation.
+
+    No text may hold control characters: they end up in resource names, arguments and terminals (an escape
+    sequence in a stack file would otherwise reach whoever reads the preview).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _printable(cls, value: Any) -> Any:
+        texts = (
+            [value]
+            if isinstance(value, str)
+            else [v for v in value if isinstance(v, str)]
+            if isinstance(value, tuple)
+            else []
+        )
+        if any(_CONTROL_CHARACTERS.search(text) for text in texts):
+            raise ValueError("control characters (escape sequences, NUL, newlines) are not allowed")
+        return value
 
 
 class ClusterSpec(_Spec):
@@ -100,7 +132,11 @@ class ClusterSpec(_Spec):
         description="IAM role or user ARNs that may assume the cluster-admin role. Empty: only the principal that "
         "deploys the stack (its role or user) is trusted; never the whole account.",
     )
-    system_instance_type: str = Field(default="m7i.large", description="Instance type of the system node group.")
+    system_instance_type: str = Field(
+        default="m7i.large",
+        pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
+        description="Instance type of the system node group.",
+    )
     system_nodes: int = Field(default=2, ge=1, le=10, description="Nodes in the system node group (controllers).")
 
     @field_validator("public_access_cidrs")
@@ -158,7 +194,9 @@ class PoolSpec(_Spec):
     efa: bool = Field(default=False, description="Attach EFA interfaces and a cluster placement group.")
     disk_gib: int = Field(default=200, ge=50, le=16384, description="Encrypted gp3 root volume, GiB.")
     ami_family: AmiFamily = Field(default="al2023", description="EKS accelerated AMI: AL2023 NVIDIA or Bottlerocket.")
-    min_nodes: int = Field(default=0, ge=0, description="Nodes kept even when no replica needs them.")
+    min_nodes: int = Field(
+        default=0, ge=0, le=MAX_POOL_NODES, description="Nodes kept even when no replica needs them."
+    )
     tpu_topology: str | None = Field(
         default=None, pattern=r"^\d+x\d+$", description="GKE TPU slice topology (``2x4``); TPU pools only."
     )
@@ -169,7 +207,9 @@ class SpeculativeDecodingSpec(_Spec):
 
     method: SpeculativeMethod = Field(description="``ngram`` (prompt lookup), ``draft_model``, ``eagle``/``eagle3``.")
     draft_model: str | None = Field(
-        default=None, description="Hugging Face repo of the draft or EAGLE head; required except for ``ngram``."
+        default=None,
+        pattern=HF_REPO_PATTERN,
+        description="Hugging Face repo of the draft or EAGLE head; required except for ``ngram``.",
     )
     num_speculative_tokens: int = Field(default=3, ge=1, le=10, description="Tokens proposed per step.")
     prompt_lookup_max: int | None = Field(default=None, ge=1, le=16, description="n-gram window (``ngram`` only).")
@@ -204,15 +244,24 @@ class ModelDeploymentSpec(_Spec):
     pool: Name = Field(description="Name of the pool the replicas run on.")
     weights_dtype: WeightsDtype = Field(default="bf16", description="Weight precision: bf16, fp16, fp8 or int4 (AWQ).")
     weights_repo: str | None = Field(
-        default=None, description="Override the weights repository (an AWQ checkpoint for int4)."
+        default=None,
+        pattern=HF_REPO_PATTERN,
+        description="Override the weights repository (an AWQ checkpoint for int4).",
     )
     kv_cache_dtype: KvCacheDtype = Field(
         default="auto", description="KV-cache precision; ``auto`` is the model's 16-bit dtype, as in vLLM."
     )
-    max_context: int = Field(gt=0, description="Longest sequence (prompt + output) served, tokens.")
-    concurrency: int = Field(gt=0, le=4096, description="Target concurrent sequences per replica at max_context.")
+    max_context: int = Field(
+        gt=0, le=MAX_CONTEXT_TOKENS, description="Longest sequence (prompt + output) served, tokens."
+    )
+    concurrency: int = Field(
+        gt=0, le=MAX_CONCURRENCY, description="Target concurrent sequences per replica at max_context."
+    )
     gpus_per_replica: int | None = Field(
-        default=None, ge=1, description="Force the tensor-parallel size; by default sizing picks the smallest fit."
+        default=None,
+        ge=1,
+        le=MAX_GPUS_PER_REPLICA,
+        description="Force the tensor-parallel size; by default sizing picks the smallest fit.",
     )
     gpu_memory_utilization: float = Field(
         default=0.90, ge=0.5, le=0.93, description="Share of device memory the engine may take (never above 0.93)."
@@ -308,10 +357,14 @@ class ObservabilitySpec(_Spec):
 class LimitsSpec(_Spec):
     """The environment's own ceilings, checked at preview time."""
 
-    max_total_gpus: int = Field(ge=1, description="Accelerators across all pools at max scale.")
-    max_hourly_cost_usd: float = Field(gt=0, description="On-demand USD per hour at max scale.")
+    max_total_gpus: int = Field(ge=1, le=1_000_000, description="Accelerators across all pools at max scale.")
+    max_hourly_cost_usd: float = Field(
+        gt=0, le=1e9, allow_inf_nan=False, description="On-demand USD per hour at max scale."
+    )
     allowed_accelerators: tuple[AcceleratorId, ...] = Field(min_length=1, description="Accelerators pools may use.")
-    max_context: int = Field(default=131072, gt=0, description="Longest max_context any deployment may serve.")
+    max_context: int = Field(
+        default=131072, gt=0, le=MAX_CONTEXT_TOKENS, description="Longest max_context any deployment may serve."
+    )
     allow_spot: bool = Field(default=True, description="Whether pools may use spot capacity.")
 
 
@@ -387,9 +440,12 @@ class SpecError(ValueError):
         """One line per issue, naming the file and the full key path."""
         lines = []
         for issue in self.issues:
-            path = f"{key}.{issue.path}" if issue.path else key
+            path = f"{key}.{issue.path}" if issue.path and not issue.path.startswith("[") else f"{key}{issue.path}"
             lines.append(f"{file}: {path}: {issue.message}")
         return "\n".join(lines)
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _loc_to_path(loc: tuple[int | str, ...]) -> str:
@@ -397,6 +453,10 @@ def _loc_to_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
+        elif part == "[key]":  # pydantic's marker: the mapping key just named is itself invalid
+            path += " (key)"
+        elif not _PLAIN_KEY.match(part):  # an empty key, a tag key with '-' or spaces: quoted, never blank
+            path += f"[{part!r}]"
         else:
             path += f".{part}" if path else part
     return path
@@ -410,7 +470,11 @@ def parse_platform(raw: Mapping[str, Any], region: str) -> PlatformSpec:
         spec = PlatformSpec.model_validate({**raw, "region": region})
     except ValidationError as exc:
         issues = []
-        for err in exc.errors():
+        errors = exc.errors()
+        item_errors = {tuple(e["loc"][:-1]) for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}
+        for err in errors:
+            if err["type"] == "too_short" and tuple(err["loc"]) in item_errors:
+                continue  # the list is short only because its items failed, which are reported
             # Pydantic reports model-validator errors at the model's location with a "Value error, " prefix.
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
@@ -443,6 +507,7 @@ def check_platform(spec: PlatformSpec) -> list[SpecIssue]:
     _check_pools(spec, add)
     _check_models(spec, add)
     _check_gateway(spec, add)
+    _check_surface(spec, add)
     return issues
 
 
@@ -460,6 +525,47 @@ def _check_cluster_security(spec: PlatformSpec, add: Any) -> None:
         )
 
 
+def tensor_parallel_problem(gpus: int, per_node: int, instance_type: str) -> str | None:
+    """Why ``gpus`` accelerators per replica cannot run on ``instance_type`` nodes, or None when they can.
+
+    One rule for the spec's ``gpus_per_replica`` and ``inferplane size --gpus``.
+    """
+    if gpus > per_node:
+        return (
+            f"{gpus} GPUs per replica exceeds the {per_node} per {instance_type} node: "
+            "tensor parallelism never crosses a node"
+        )
+    if per_node % gpus:
+        return f"{gpus} does not divide the {per_node} accelerators of a {instance_type} node"
+    return None
+
+
+def _check_surface(spec: PlatformSpec, add: Any) -> None:
+    """What the cloud or the components would refuse later: tags, open endpoints, single points of failure."""
+    for key, problem in aws_tag_problems(spec.tags) + label_problems(spec.tags):
+        add(SpecIssue("tags" if key is None else f"tags[{key!r}]", problem))
+    if spec.gcp is not None:
+        try:
+            to_gcp_labels(spec.tags)
+        except ValueError as exc:
+            add(SpecIssue("tags", f"as GCP labels: {exc}"))
+        if not spec.gcp.zone.startswith(f"{spec.gcp.region}-"):
+            add(SpecIssue("gcp.zone", f"{spec.gcp.zone!r} is not a zone of GCP region {spec.gcp.region}"))
+    for i, cidr in enumerate(spec.cluster.public_access_cidrs):
+        if ipaddress.ip_network(cidr).prefixlen == 0:
+            add(SpecIssue(f"cluster.public_access_cidrs[{i}]", f"{cidr} opens the API endpoint to the whole internet"))
+    if spec.environment == "prod":
+        if spec.cluster.endpoint_access != "private":
+            add(SpecIssue("cluster.endpoint_access", "prod clusters keep the API endpoint private"))
+        if spec.cache.enabled and spec.cache.replicas < 2:
+            add(
+                SpecIssue(
+                    "cache.replicas",
+                    f"prod needs at least 2 cache nodes (multi-AZ automatic failover), got {spec.cache.replicas}",
+                )
+            )
+
+
 def _check_pools(spec: PlatformSpec, add: Any) -> None:
     seen: set[str] = set()
     for i, pool in enumerate(spec.pools):
@@ -467,9 +573,6 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
         if pool.name in seen:
             add(SpecIssue(f"{at}.name", f"pool name {pool.name!r} is used twice"))
         seen.add(pool.name)
-        if pool.accelerator not in spec.limits.allowed_accelerators:
-            allowed = ", ".join(spec.limits.allowed_accelerators)
-            add(SpecIssue(f"{at}.accelerator", f"{pool.accelerator} is not allowed in {spec.environment} ({allowed})"))
         instance = INSTANCE_TYPES.get(pool.instance_type)
         if instance is None:
             add(SpecIssue(f"{at}.instance_type", f"unknown instance type {pool.instance_type!r}"))
@@ -481,8 +584,6 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
                     f"{pool.instance_type} carries {instance.accelerator}, not {pool.accelerator}",
                 )
             )
-        if pool.capacity_type == "spot" and not spec.limits.allow_spot:
-            add(SpecIssue(f"{at}.capacity_type", f"spot capacity is not allowed in {spec.environment}"))
         if pool.capacity_type == "capacity_block":
             if not instance.capacity_block:
                 add(SpecIssue(f"{at}.capacity_type", f"{pool.instance_type} is not sold as a capacity block"))
@@ -496,6 +597,17 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
             add(SpecIssue(f"{at}.zone", f"{pool.zone!r} is not one of the platform's zones"))
         if pool.efa and not instance.supports_efa:
             add(SpecIssue(f"{at}.efa", f"{pool.instance_type} does not support EFA"))
+        elif pool.efa and pool.zone is None and instance.cloud == "aws":
+            add(SpecIssue(f"{at}.zone", "EFA pools need one zone: a cluster placement group lives in a single zone"))
+        if pool.min_nodes == 0 and not any(m.pool == pool.name for m in spec.models):
+            # A standby pool (min_nodes > 0, no model yet) is fine; one that can never hold a node is a mistake.
+            add(
+                SpecIssue(
+                    f"{at}.name",
+                    f"no model runs on pool {pool.name!r} and it keeps no nodes: place a model on it, "
+                    "keep standby nodes (min_nodes), or remove it",
+                )
+            )
         if pool.min_nodes > 0 and pool.capacity_type == "capacity_block":
             add(SpecIssue(f"{at}.min_nodes", "capacity-block pools scale from 0 (the block ends on a schedule)"))
         if instance.cloud == "gcp":
@@ -536,13 +648,6 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
                     f"{deployment.max_context} exceeds the {arch.max_context} tokens {deployment.model_label} supports",
                 )
             )
-        if deployment.max_context > spec.limits.max_context:
-            add(
-                SpecIssue(
-                    f"{at}.max_context",
-                    f"{deployment.max_context} exceeds this environment's limit of {spec.limits.max_context} tokens",
-                )
-            )
         kv_16bit = {"bf16": "bf16", "fp16": "fp16"}.get(deployment.kv_cache_dtype)
         compute_dtype = "fp16" if deployment.weights_dtype in ("fp16", "int4") else arch.native_dtype
         if kv_16bit is not None and kv_16bit != compute_dtype:
@@ -563,23 +668,11 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
             continue
         accelerator = get_accelerator(instance.accelerator)
         if deployment.gpus_per_replica is not None:
-            if deployment.gpus_per_replica > instance.accelerators_per_node:
-                add(
-                    SpecIssue(
-                        f"{at}.gpus_per_replica",
-                        f"{deployment.gpus_per_replica} GPUs per replica exceeds the "
-                        f"{instance.accelerators_per_node} per {pool.instance_type} node: "
-                        "tensor parallelism never crosses a node",
-                    )
-                )
-            elif instance.accelerators_per_node % deployment.gpus_per_replica:
-                add(
-                    SpecIssue(
-                        f"{at}.gpus_per_replica",
-                        f"{deployment.gpus_per_replica} does not divide the {instance.accelerators_per_node} "
-                        f"accelerators of a {pool.instance_type} node",
-                    )
-                )
+            problem = tensor_parallel_problem(
+                deployment.gpus_per_replica, instance.accelerators_per_node, pool.instance_type
+            )
+            if problem:
+                add(SpecIssue(f"{at}.gpus_per_replica", problem))
         if accelerator.vendor == "google":
             chips = tpu_topology_chips(pool.tpu_topology) if pool.tpu_topology else instance.accelerators_per_node
             if deployment.engine != "vllm":

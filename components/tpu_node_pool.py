@@ -28,7 +28,7 @@ import pulumi_gcp as gcp
 
 from inferplane.components.awscommon import InputErrors, raise_input_errors
 from inferplane.components.catalog import INSTANCE_TYPES
-from inferplane.components.catalog.instances import tpu_topology_chips
+from inferplane.components.catalog.instances import slice_shape
 from inferplane.components.gcp_labels import label_problems
 from inferplane.components.gke_cluster import GkeCluster, node_config
 from inferplane.components.scheduling import (
@@ -45,33 +45,6 @@ COMPACT_PLACEMENT = "COMPACT"
 
 GKE_ACCELERATOR_VALUES: dict[str, str] = {"tpu-v5e": GKE_TPU_V5E_ACCELERATOR}
 """GKE's ``cloud.google.com/gke-tpu-accelerator`` value per catalog accelerator (ct5lp machine types)."""
-
-
-@dataclass(frozen=True)
-class SliceShape:
-    """How a topology maps onto VMs of a machine type."""
-
-    chips: int
-    """TPU chips in one slice."""
-    chips_per_host: int
-    """TPU chips on one VM (node)."""
-
-    @property
-    def hosts(self) -> int:
-        """VMs (Kubernetes nodes) in one slice."""
-        return self.chips // self.chips_per_host
-
-    @property
-    def multi_host(self) -> bool:
-        """Whether a slice spans more than one VM (and needs COMPACT placement)."""
-        return self.hosts > 1
-
-
-def slice_shape(machine_type: str, topology: str) -> SliceShape:
-    """The slice shape of ``topology`` on ``machine_type`` (both valid per the catalog)."""
-    return SliceShape(
-        chips=tpu_topology_chips(topology), chips_per_host=INSTANCE_TYPES[machine_type].accelerators_per_node
-    )
 
 
 @dataclass(frozen=True)

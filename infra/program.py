@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pulumi
 
+from inferplane.components.buildable import validate_platform
 from inferplane.components.platform.compose import compose_platform
 from inferplane.components.sizing import PlatformSizing
-from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError, parse_platform
+from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError
 
 SECRET_CONFIG_KEYS: tuple[str, ...] = ("inferplane:hfToken",)
 """Secrets the program reads with ``require_secret``. Stack files in the repository cannot carry them (``secure:``
@@ -23,7 +24,7 @@ def platform_from_config() -> PlatformSpec:
     raw = pulumi.Config("inferplane").require_object("platform")
     region = pulumi.Config("aws").require("region")
     try:
-        return parse_platform(raw, region)
+        return validate_platform(raw, region)
     except SpecError as exc:
         stack_file = f"Pulumi.{pulumi.get_stack()}.yaml"
         raise pulumi.RunError(exc.render(stack_file, PLATFORM_KEY)) from None

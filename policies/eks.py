@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from inferplane.components.catalog import ACCELERATORS, INSTANCE_TYPES
-from inferplane.components.eks_cluster import ADDON_VERSIONS
+from inferplane.components.catalog.eks import ADDON_VERSIONS
 from inferplane.components.scheduling import GPU_TAINT, POOL_LABEL
 from inferplane.policies.base import (
     UNKNOWN,

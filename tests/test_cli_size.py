@@ -112,10 +112,10 @@ def test_invalid_stack_exits_2_naming_file_and_key(tmp_path: Path, capsys: pytes
 
     project = _project(tmp_path, edit)
     assert main(["size", "--stack", "prod", "--project-dir", str(project)]) == EXIT_INVALID
-    assert capsys.readouterr().err.splitlines()[0] == (
+    assert (
         "stacks/Pulumi.prod.yaml: inferplane:platform.models[1].max_context: "
         "262144 exceeds the 131072 tokens llama-3.3-70b supports"
-    )
+    ) in capsys.readouterr().err.splitlines()
 
 
 def test_stack_that_does_not_fit_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

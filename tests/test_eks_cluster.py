@@ -9,7 +9,8 @@ from typing import Any
 import pulumi
 import pytest
 
-from inferplane.components.eks_cluster import ADDON_VERSIONS, EksCluster
+from inferplane.components.catalog.eks import ADDON_VERSIONS
+from inferplane.components.eks_cluster import EksCluster
 from inferplane.components.kms_policy import KEY_ADMIN_ACTIONS
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
 from tests.aws_fixtures import SUBNETS, TAGS, cluster_args, make_cluster

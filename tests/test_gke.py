@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inferplane.components.catalog import INSTANCE_TYPES
+from inferplane.components.catalog.instances import slice_shape
 from inferplane.components.gke_cluster import (
     CLOUD_PLATFORM_SCOPE,
     GKE_AUTH_PLUGIN,
@@ -23,7 +24,7 @@ from inferplane.components.gke_cluster import (
     GkeClusterArgs,
 )
 from inferplane.components.scheduling import TPU_TAINT
-from inferplane.components.tpu_node_pool import COMPACT_PLACEMENT, TpuNodePool, TpuNodePoolArgs, slice_shape, validate
+from inferplane.components.tpu_node_pool import COMPACT_PLACEMENT, TpuNodePool, TpuNodePoolArgs, validate
 from inferplane.tool.mockengine import MOCK_GCP_PROJECT_NUMBER, Evaluation, PlatformMocks, Registration, evaluate
 
 PROJECT = "inferplane-test"

@@ -8,10 +8,10 @@ from typing import Any
 import pulumi
 import pytest
 
+from inferplane.components.catalog.eks import CLUSTER_AUTOSCALER_IMAGE_TAGS
 from inferplane.components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from inferplane.components.node_addons import (
     CLUSTER_AUTOSCALER_CHART,
-    CLUSTER_AUTOSCALER_IMAGE_TAGS,
     DCGM_EXPORTER_CHART,
     EFA_DEVICE_PLUGIN_CHART,
     NVIDIA_DEVICE_PLUGIN_CHART,

@@ -256,6 +256,7 @@ def test_diff_reports_added_removed_nested_and_replaced_resources(tmp_path: Path
     old, new = fixture_plan(project, "base"), fixture_plan(project, "next")
     # Same stack name in the URNs, as a pull request's head and base would have.
     old = Plan.model_validate_json(old.to_json().replace(":base::", ":next::").replace("-base", "-next"))
+    old = old.model_copy(update={"stack": "next"})
     diff = diff_plans(old, new)
 
     ops = {(c.op, c.type, c.name) for c in diff.changes}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -17,9 +17,19 @@ from typing import get_args
 
 from rich.console import Console
 
+from inferplane.components.buildable import validate_platform
 from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
+from inferplane.components.catalog.models import MAX_CONTEXT_TOKENS
 from inferplane.components.sizing import SizingRequest, size, size_platform
-from inferplane.components.spec import PLATFORM_KEY, KvCacheDtype, SpecError, WeightsDtype, parse_platform
+from inferplane.components.spec import (
+    MAX_CONCURRENCY,
+    MAX_GPUS_PER_REPLICA,
+    PLATFORM_KEY,
+    KvCacheDtype,
+    SpecError,
+    WeightsDtype,
+    tensor_parallel_problem,
+)
 from inferplane.tool import plan as plan_cmd
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.preflight import (
@@ -33,10 +43,22 @@ from inferplane.tool.preflight import (
     run_preflight,
 )
 from inferplane.tool.sizing_report import render_platform, render_result
-from inferplane.tool.stackfile import InvalidSpecError, StackFileError, find_project_dir, load_stack
+from inferplane.tool.stackfile import InvalidSpecError, StackFileError, find_project_dir, load_stack, printable
 
 
 def _size_stack(args: argparse.Namespace, out: Console, err: Console) -> int:
+    given = [
+        flag
+        for flag, value in (("--model", args.model), ("--accelerator", args.accelerator), ("--gpus", args.gpus))
+        if value is not None
+    ]
+    if given:
+        err.print(
+            f"inferplane size: --stack sizes the stack's own models; drop {' and '.join(given)}",
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_INVALID
     project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
     stack = load_stack(project_dir, args.stack)
     plan = size_platform(stack.platform)
@@ -71,6 +93,12 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not 0.5 <= args.gpu_memory_utilization <= 0.93:
         err.print("inferplane size: --gpu-memory-utilization must be within 0.5 and 0.93")
         return EXIT_INVALID
+    if accelerator.vendor != "google" and args.gpus is not None:
+        instance = instances_for(accelerator.id)[0]
+        problem = tensor_parallel_problem(args.gpus, instance.accelerators_per_node, instance.name)
+        if problem:
+            err.print(f"inferplane size: --gpus {problem}", markup=False, highlight=False)
+            return EXIT_INVALID
     request = SizingRequest(
         model=model,
         model_label=args.model,
@@ -133,7 +161,7 @@ def _preflight(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.region and args.region != spec.region:
         # As if aws:region were set to R: the spec is validated again, so its zones must belong to R.
         try:
-            spec = parse_platform(stack.config[PLATFORM_KEY], args.region)
+            spec = validate_platform(stack.config[PLATFORM_KEY], args.region)
         except SpecError as exc:
             raise InvalidSpecError(stack.display_file, exc) from None
     caller = AwsCaller(boto3_client_for(spec.region))
@@ -149,18 +177,33 @@ def _preflight(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_OK if report.ok else EXIT_REFUSED
 
 
+MAX_HORIZON_HOURS = 24 * 366
+"""``preflight --horizon-hours`` looks at most a year ahead (capacity blocks and support windows are shorter)."""
+
+
 def _positive_hours(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of hours")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not 0 < value <= MAX_HORIZON_HOURS:  # also false for nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not within 0 and {MAX_HORIZON_HOURS} hours")
     return value
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
+def _bounded(upper: int) -> Callable[[str], int]:
+    """An argparse type: an integer from 1 to ``upper``, the same bounds the spec holds stack files to."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not 1 <= value <= upper:
+            raise argparse.ArgumentTypeError(f"{text!r} is not within 1 and {upper}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,17 +216,29 @@ def build_parser() -> argparse.ArgumentParser:
     size_cmd.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")
     size_cmd.add_argument("--model", choices=sorted(MODELS), help="catalog model")
     size_cmd.add_argument("--accelerator", choices=sorted(ACCELERATORS), help="catalog accelerator")
-    size_cmd.add_argument("--gpus", type=_positive, help="GPUs per replica (tensor parallel); default: smallest fit")
+    size_cmd.add_argument(
+        "--gpus", type=_bounded(MAX_GPUS_PER_REPLICA), help="GPUs per replica (tensor parallel); default: smallest fit"
+    )
     size_cmd.add_argument("--weights-dtype", choices=get_args(WeightsDtype), default="bf16")
     size_cmd.add_argument("--kv-cache-dtype", choices=get_args(KvCacheDtype), default="auto")
-    size_cmd.add_argument("--context", type=_positive, default=8192, help="max context, tokens (default 8192)")
-    size_cmd.add_argument("--concurrency", type=_positive, default=32, help="concurrent sequences (default 32)")
-    size_cmd.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     size_cmd.add_argument(
-        "--input-tokens", type=_positive, default=1000, help="prompt tokens of the mix (default 1000)"
+        "--context", type=_bounded(MAX_CONTEXT_TOKENS), default=8192, help="max context, tokens (default 8192)"
     )
     size_cmd.add_argument(
-        "--output-tokens", type=_positive, default=1000, help="output tokens of the mix (default 1000)"
+        "--concurrency", type=_bounded(MAX_CONCURRENCY), default=32, help="concurrent sequences (default 32)"
+    )
+    size_cmd.add_argument("--gpu-memory-utilization", type=_utilization, default=0.90)
+    size_cmd.add_argument(
+        "--input-tokens",
+        type=_bounded(MAX_CONTEXT_TOKENS),
+        default=1000,
+        help="prompt tokens of the mix (default 1000)",
+    )
+    size_cmd.add_argument(
+        "--output-tokens",
+        type=_bounded(MAX_CONTEXT_TOKENS),
+        default=1000,
+        help="output tokens (default 1000)",
     )
     size_cmd.add_argument("--engine", choices=["vllm", "triton"], default="vllm", help="triton = TensorRT-LLM")
     size_cmd.add_argument("--json", action="store_true", help="print one JSON object")
@@ -235,6 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _utilization(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``inferplane`` console script."""
     args = build_parser().parse_args(argv)
@@ -244,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args, out, err)
     except (StackFileError, InvalidSpecError) as exc:
-        err.print(str(exc), markup=False, highlight=False)
+        err.print(printable(str(exc)), markup=False, highlight=False)
         return EXIT_INVALID
     return code
 

@@ -7,14 +7,23 @@ decrypts (no passphrase is at hand offline); they become :class:`SecretValue` pl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node
 
-from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError, parse_platform
+from inferplane.components.buildable import validate_platform
+from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError
+from inferplane.tool.files import UnreadableFileError, os_reason, read_regular_file
+
+_CONFIG_KEY = re.compile(r"^[^:\s]+:[^\s]+$")
+"""A namespaced config key, as ``pulumi config`` takes it: ``namespace:name``, both parts non-empty."""
 
 
 class StackFileError(Exception):
@@ -24,7 +33,16 @@ class StackFileError(Exception):
         self.file = file
         self.key = key
         self.message = message
-        super().__init__(f"{file}: {key}: {message}" if key else f"{file}: {message}")
+        where = f"{file}: {key_label(key)}" if key is not None else file
+        super().__init__(printable(f"{where}: {message}"))
+
+
+_PLAIN_CONFIG_KEY = re.compile(r"^[\w.-]+(:[\w./-]+)?$")
+
+
+def key_label(key: str) -> str:
+    """A config key as messages show it: as is (``aws:region``), or quoted when it is empty or unusual."""
+    return key if _PLAIN_CONFIG_KEY.match(key) else repr(key)
 
 
 class InvalidSpecError(Exception):
@@ -33,7 +51,7 @@ class InvalidSpecError(Exception):
     def __init__(self, file: str, error: SpecError) -> None:
         self.file = file
         self.error = error
-        super().__init__(error.render(file, PLATFORM_KEY))
+        super().__init__(printable(error.render(file, PLATFORM_KEY)))
 
 
 @dataclass(frozen=True)
@@ -73,7 +91,15 @@ class Stack(StackConfig):
 
 
 def find_project_dir(start: Path | None = None) -> Path:
-    """The nearest directory at or above ``start`` holding ``Pulumi.yaml``."""
+    """The nearest directory at or above ``start`` holding ``Pulumi.yaml``; ``start`` must be a directory."""
+    if start is not None:
+        try:
+            is_dir = start.is_dir()
+        except OSError as exc:
+            raise StackFileError(str(start), f"--project-dir: cannot read: {os_reason(exc)}") from None
+        if not is_dir:
+            what = "does not exist" if not start.exists() else "is not a directory"
+            raise StackFileError(str(start), f"--project-dir {what}")
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         if (candidate / "Pulumi.yaml").is_file():
@@ -81,15 +107,148 @@ def find_project_dir(start: Path | None = None) -> Path:
     raise StackFileError(str(here), "no Pulumi.yaml here or in any parent directory")
 
 
+MAX_STACK_FILE_BYTES = 256 * 1024
+"""A stack file is a few kilobytes; one over 256 KiB is refused unparsed (PyYAML reads about 60 KB a second)."""
+MAX_NESTING = 64
+"""Deepest nesting of collections a stack file may use; the platform spec needs 6."""
+_STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+"""Pulumi's stack names: alphanumerics, hyphens, underscores and periods, at most 100 characters."""
+
+
+class _StackLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter the way a stack file should be read.
+
+    * Aliases are refused: a config never needs them and a few hundred bytes of nested aliases expand into
+      gigabytes once decoded (the "billion laughs").
+    * Collections nest at most :data:`MAX_NESTING` deep (deeper input would exhaust the recursion limit).
+    * A key given twice in one mapping is refused, naming both lines, rather than silently last-wins.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self._next_event()
+            raise ComposerError(
+                None,
+                None,
+                f"alias *{event.anchor} is not allowed in a stack file (write the value out)",
+                event.start_mark,
+            )
+        if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            self._depth += 1
+            if self._depth > MAX_NESTING:
+                raise ComposerError(
+                    None, None, f"nested deeper than {MAX_NESTING} levels", self._next_event().start_mark
+                )
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key '{printable(str(key))}' on line {first} and line {line} (say it once)",
+                    key_node.start_mark,
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+    def _next_event(self) -> Any:
+        return self.peek_event()  # type: ignore[no-untyped-call]
+
+
+def _read_text(path: Path, display: str) -> str:
+    """The file's text, or a :class:`StackFileError` naming it: never a hang on a FIFO, never a traceback."""
+    try:
+        return read_regular_file(path, MAX_STACK_FILE_BYTES)
+    except UnreadableFileError as exc:
+        raise StackFileError(display, str(exc)) from None
+
+
+def flow_nesting_line(text: str, limit: int = MAX_NESTING) -> int | None:
+    """The line where ``[``/``{`` flow collections first nest deeper than ``limit``, or None.
+
+    A linear pre-scan: PyYAML's scanner looks ahead over every open bracket for a possible key, which grows
+    faster than linearly (20,000 brackets take a third of a second, 80,000 several seconds), so deep flow
+    nesting is refused before the parser sees it. Quoted scalars and comments are skipped; brackets inside
+    plain scalars count, which only matters for a file that no spec could use anyway.
+    """
+    depth = 0
+    line = 1
+    quote = ""
+    comment = False
+    previous = "\n"
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\n":
+            line += 1
+            comment = False
+        elif comment:
+            pass
+        elif quote == '"':
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quote = ""
+        elif quote == "'":
+            if char == "'":
+                quote = ""
+        elif char == "#" and previous in " \t\n":
+            comment = True
+        elif char in "\"'" and previous in " \t\n[{,:-":
+            quote = char
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return line
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        previous = char
+        index += 1
+    return None
+
+
 def _read_yaml(path: Path, display: str) -> Any:
+    text = _read_text(path, display)
+    deep = flow_nesting_line(text)
+    if deep is not None:
+        raise StackFileError(display, f"not valid YAML: nested deeper than {MAX_NESTING} levels (line {deep})")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise StackFileError(display, "no such file") from None
-    try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_StackLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise StackFileError(display, f"not valid YAML: {exc}") from None
+        detail = str(exc).replace('in "<unicode string>", ', "")
+        raise StackFileError(display, f"not valid YAML: {detail}") from None
+    except RecursionError:
+        raise StackFileError(display, f"nested deeper than {MAX_NESTING} levels") from None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escapes among them) written as ``\\xNN``; newlines and tabs kept."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _decode(value: Any) -> Any:
@@ -109,7 +268,7 @@ def project_settings(project_dir: Path) -> tuple[str, Path]:
     if not isinstance(project, dict) or not isinstance(project.get("name"), str):
         raise StackFileError("Pulumi.yaml", "a project file needs a name", key="name")
     config_dir = project.get("stackConfigDir", ".")
-    if not isinstance(config_dir, str):
+    if not isinstance(config_dir, str) or "\x00" in config_dir:
         raise StackFileError("Pulumi.yaml", "must be a path", key="stackConfigDir")
     return project["name"], project_dir / config_dir
 
@@ -125,6 +284,11 @@ def read_config(project_dir: Path, stack: str) -> tuple[str, Path, dict[str, Any
     project, config_dir = project_settings(project_dir)
     path = config_dir / f"Pulumi.{stack}.yaml"
     display = str(path.relative_to(project_dir)) if path.is_relative_to(project_dir) else str(path)
+    if not _STACK_NAME.match(stack):
+        raise StackFileError(
+            display,
+            f"--stack: a stack name is 1 to 100 letters, digits, '-', '_' or '.' ({len(stack)} characters given)",
+        )
     document = _read_yaml(path, display)
     if document is None:
         document = {}
@@ -137,7 +301,7 @@ def read_config(project_dir: Path, stack: str) -> tuple[str, Path, dict[str, Any
     if not isinstance(config, dict):
         raise StackFileError(display, "must be a mapping", key="config")
     for key in config:
-        if not isinstance(key, str) or ":" not in key:
+        if not isinstance(key, str) or not _CONFIG_KEY.match(key):
             raise StackFileError(display, "config keys are namespaced, e.g. inferplane:platform", key=str(key))
     return project, path, {k: _decode(v) for k, v in config.items()}
 
@@ -146,18 +310,26 @@ def load_stack(project_dir: Path, stack: str) -> Stack:
     """Read and validate ``stack``; raises :class:`StackFileError` or :class:`InvalidSpecError`."""
     project, path, config = read_config(project_dir, stack)
     display = str(path.relative_to(project_dir)) if path.is_relative_to(project_dir) else str(path)
-    region = config.get(REGION_KEY)
-    if not isinstance(region, str):
+    if REGION_KEY not in config:
         raise StackFileError(display, "the AWS region is required (pulumi config set aws:region ...)", key=REGION_KEY)
+    region = config[REGION_KEY]
+    if not isinstance(region, str):
+        raise StackFileError(
+            display, f"must be a region name such as us-east-1, not {type(region).__name__} {region!r}", key=REGION_KEY
+        )
     raw = config.get(PLATFORM_KEY)
     if not isinstance(raw, dict):
-        raise StackFileError(display, "a mapping describing the platform is required", key=PLATFORM_KEY)
+        if PLATFORM_KEY not in config:
+            raise StackFileError(display, "a mapping describing the platform is required", key=PLATFORM_KEY)
+        raise StackFileError(
+            display, f"must be a mapping describing the platform, not {type(raw).__name__}", key=PLATFORM_KEY
+        )
     if any(isinstance(v, SecretValue) for v in _leaves(raw)):
         raise StackFileError(
             display, "secrets do not belong in the platform spec; use their own keys", key=PLATFORM_KEY
         )
     try:
-        platform = parse_platform(raw, region)
+        platform = validate_platform(raw, region)
     except SpecError as exc:
         raise InvalidSpecError(display, exc) from None
     return Stack(

@@ -10,6 +10,7 @@ GKE rows: cloud.google.com/tpu/docs/v5e (machine types and single-host topologie
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -154,3 +155,30 @@ def tpu_topology_chips(topology: str) -> int:
     """Chips in a TPU slice topology such as ``2x4``."""
     x, y = topology.split("x")
     return int(x) * int(y)
+
+
+@dataclass(frozen=True)
+class SliceShape:
+    """How a topology maps onto VMs of a machine type."""
+
+    chips: int
+    """TPU chips in one slice."""
+    chips_per_host: int
+    """TPU chips on one VM (node)."""
+
+    @property
+    def hosts(self) -> int:
+        """VMs (Kubernetes nodes) in one slice."""
+        return self.chips // self.chips_per_host
+
+    @property
+    def multi_host(self) -> bool:
+        """Whether a slice spans more than one VM (and needs COMPACT placement)."""
+        return self.hosts > 1
+
+
+def slice_shape(machine_type: str, topology: str) -> SliceShape:
+    """The slice shape of ``topology`` on ``machine_type`` (both valid per the catalog)."""
+    return SliceShape(
+        chips=tpu_topology_chips(topology), chips_per_host=INSTANCE_TYPES[machine_type].accelerators_per_node
+    )

@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NativeDtype = Literal["bf16", "fp16"]
 
+MAX_CONTEXT_TOKENS = 100_000_000
+"""Longest context any model (and so any deployment or ``inferplane size --context``) is taken to support."""
+HF_REPO_PATTERN = r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$"
+"""A Hugging Face repository id, ``org/name`` (huggingface_hub's ``validate_repo_id``: word characters, ``-`` and
+``.``, at most 96 per part). Bounds on the figures below keep arithmetic on a custom architecture finite."""
+
 
 class ModelArchitecture(BaseModel):
     """The shape of a decoder-only transformer, as its ``config.json`` gives it.
@@ -23,29 +29,52 @@ class ModelArchitecture(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    hf_repo: str = Field(description="Hugging Face repository id of the weights (``org/name``).")
-    parameters: int = Field(gt=0, description="Total parameters (all experts for a mixture of experts).")
+    hf_repo: str = Field(
+        pattern=HF_REPO_PATTERN, description="Hugging Face repository id of the weights (``org/name``)."
+    )
+    parameters: int = Field(gt=0, le=10**14, description="Total parameters (all experts for a mixture of experts).")
     active_parameters: int | None = Field(
-        default=None, gt=0, description="Parameters read per token for a mixture of experts; None for dense models."
+        default=None,
+        gt=0,
+        le=10**14,
+        description="Parameters read per token for a mixture of experts; None for dense models.",
+    )
+    layers: int = Field(gt=0, le=10_000, description="``num_hidden_layers``.")
+    attention_heads: int = Field(
+        gt=0, le=10_000, description="``num_attention_heads``; tensor parallelism must divide it."
+    )
+    kv_heads: int = Field(gt=0, le=10_000, description="``num_key_value_heads`` (grouped-query attention).")
+    head_dim: int = Field(gt=0, le=65_536, description="``head_dim``, or hidden size / attention heads when absent.")
+    hidden_size: int = Field(gt=0, le=1_000_000, description="``hidden_size``.")
+    vocab_size: int = Field(
+        gt=0, le=100_000_000, description="``vocab_size``; embeddings and LM head stay 16-bit when quantized."
     )
     experts: int | None = Field(
-        default=None, gt=1, description="``num_local_experts`` of a mixture of experts; None for dense models."
+        default=None,
+        gt=1,
+        le=10_000,
+        description="``num_local_experts`` of a mixture of experts; None for dense models.",
     )
     experts_per_token: int | None = Field(
-        default=None, gt=0, description="``num_experts_per_tok``: experts each token is routed to; None when dense."
+        default=None,
+        gt=0,
+        le=10_000,
+        description="``num_experts_per_tok``: experts each token is routed to; None when dense.",
     )
-    layers: int = Field(gt=0, description="``num_hidden_layers``.")
-    attention_heads: int = Field(gt=0, description="``num_attention_heads``; tensor parallelism must divide it.")
-    kv_heads: int = Field(gt=0, description="``num_key_value_heads`` (grouped-query attention).")
-    head_dim: int = Field(gt=0, description="``head_dim``, or hidden size / attention heads when absent.")
-    hidden_size: int = Field(gt=0, description="``hidden_size``.")
-    vocab_size: int = Field(gt=0, description="``vocab_size``; embeddings and LM head stay 16-bit when quantized.")
     tie_word_embeddings: bool = Field(default=False, description="Whether the LM head shares the embedding matrix.")
-    max_context: int = Field(gt=0, description="``max_position_embeddings`` the served checkpoint supports, tokens.")
-    sliding_window: int | None = Field(default=None, gt=0, description="Sliding-window size, tokens, where used.")
-    sliding_window_layers: int = Field(default=0, ge=0, description="How many layers use the sliding window.")
+    max_context: int = Field(
+        gt=0, le=MAX_CONTEXT_TOKENS, description="``max_position_embeddings`` the served checkpoint supports, tokens."
+    )
+    sliding_window: int | None = Field(
+        default=None, gt=0, le=MAX_CONTEXT_TOKENS, description="Sliding-window size, tokens, where used."
+    )
+    sliding_window_layers: int = Field(
+        default=0, ge=0, le=10_000, description="How many layers use the sliding window."
+    )
     native_dtype: NativeDtype = Field(default="bf16", description="``torch_dtype`` of the published weights.")
-    source: str = Field(default="stack file", description="Where the figures come from.")
+    source: str = Field(
+        default="stack file", pattern=r"^[^\x00-\x1f\x7f-\x9f]*$", description="Where the figures come from."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelArchitecture:

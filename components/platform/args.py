@@ -137,10 +137,6 @@ class ModelArchitectureArgs(TypedDict):
     """Total parameters (all experts for a mixture of experts)."""
     active_parameters: NotRequired[int]
     """Parameters read per token for a mixture of experts; None for dense models."""
-    experts: NotRequired[int]
-    """``num_local_experts`` of a mixture of experts; None for dense models."""
-    experts_per_token: NotRequired[int]
-    """``num_experts_per_tok``: experts each token is routed to; None when dense."""
     layers: int
     """``num_hidden_layers``."""
     attention_heads: int
@@ -153,6 +149,10 @@ class ModelArchitectureArgs(TypedDict):
     """``hidden_size``."""
     vocab_size: int
     """``vocab_size``; embeddings and LM head stay 16-bit when quantized."""
+    experts: NotRequired[int]
+    """``num_local_experts`` of a mixture of experts; None for dense models."""
+    experts_per_token: NotRequired[int]
+    """``num_experts_per_tok``: experts each token is routed to; None when dense."""
     tie_word_embeddings: NotRequired[bool]
     """Whether the LM head shares the embedding matrix."""
     max_context: int

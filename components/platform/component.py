@@ -2,7 +2,7 @@
 
 Its one input is the platform spec (:class:`~inferplane.components.platform.args.PlatformArgs`, generated from
 :class:`~inferplane.components.spec.PlatformSpec`) plus the Hugging Face token. It validates the spec exactly as a
-stack file is validated (:func:`~inferplane.components.spec.parse_platform`; every problem reported at once as
+stack file is validated (:func:`~inferplane.components.buildable.validate_platform`; every problem reported at once as
 ``pulumi.InputPropertiesError`` naming the input's property paths), then runs the composition the stack's own
 program runs (:func:`~inferplane.components.platform.compose.compose_platform`) with itself as the parent.
 
@@ -17,9 +17,10 @@ import pulumi
 from pulumi.provider.experimental.util import camel_case
 
 from inferplane.components.awscommon import raise_input_errors
+from inferplane.components.buildable import validate_platform
 from inferplane.components.platform.args import PlatformArgs
 from inferplane.components.platform.compose import compose_platform
-from inferplane.components.spec import PlatformSpec, SpecError, parse_platform
+from inferplane.components.spec import PlatformSpec, SpecError
 
 PACKAGE_NAME = "inferplane"
 """The Pulumi package name: type tokens are ``inferplane:index:<Component>``."""
@@ -79,7 +80,7 @@ def platform_spec(args: Mapping[str, Any]) -> PlatformSpec:
         raise_input_errors("the platform spec is invalid:", [("region", "the AWS region is required")])
         raise AssertionError("unreachable")  # raise_input_errors raised
     try:
-        return parse_platform(raw, region)
+        return validate_platform(raw, region)
     except SpecError as exc:
         raise_input_errors(
             "the platform spec is invalid:", [(schema_path(issue.path), issue.message) for issue in exc.issues]

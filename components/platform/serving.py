@@ -22,6 +22,7 @@ from inferplane.components.catalog.images import engine_image
 from inferplane.components.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
+from inferplane.components.tags import kubernetes_labels
 from inferplane.components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
 from inferplane.components.vllm_service import VllmService, VllmServiceArgs
 
@@ -71,7 +72,7 @@ def build_model_servers(
             "every pool that serves a model needs a Kubernetes provider",
             errors=[{"property_path": f"providers_by_pool.{pool}", "reason": "no provider"} for pool in missing],
         )
-    tags = dict(spec.tags)
+    tags = kubernetes_labels(spec.tags)
     clusters: dict[int, tuple[k8s.core.v1.Namespace, k8s.core.v1.Secret]] = {}
     ports: dict[int, tuple[str, str, pulumi.ProviderResource, set[int], set[int]]] = {}
     names_used: set[str] = set()

@@ -120,7 +120,10 @@ class AwsCaller:
         if api not in check.calls:
             # A programming error, not a user's: the registry (and so the IAM policy) must list every call.
             raise AssertionError(f"{check.id} makes {api.iam_action} without registering it")
-        return self._client_for(api)
+        try:
+            return self._client_for(api)
+        except ValueError as exc:  # botocore refuses a malformed endpoint (AWS_ENDPOINT_URL) this way
+            raise PreflightError(f"cannot make an AWS {api.service} client: {exc}") from None
 
     @staticmethod
     def _guard(api: ApiCall, thunk: Callable[[], Any]) -> Any:

@@ -17,15 +17,16 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.files import OutputFiles, UnwritableFileError
 from inferplane.tool.preview.diff import PlanDiff, creation_diff, diff_plans
 from inferplane.tool.preview.engine import PreviewResult, run_preview, size_stack
 from inferplane.tool.preview.markdown import render_markdown
-from inferplane.tool.preview.model import PlanFileError, load_plan
+from inferplane.tool.preview.model import Plan, PlanFileError, load_plan
 from inferplane.tool.preview.policy import PolicyRunner, PolicySetupError, no_policies, policy_runner_for
 from inferplane.tool.preview.project import project_program
 from inferplane.tool.preview.render import render_preview
 from inferplane.tool.sizing_report import render_platform
-from inferplane.tool.stackfile import Stack, find_project_dir, load_stack_config
+from inferplane.tool.stackfile import Stack, StackConfig, find_project_dir, load_stack_config, printable
 
 _TOOL_FILES = ("tool/mockengine.py", "tool/preview/")
 """The preview's own machinery: not the program, so left out of a failed program's traceback."""
@@ -78,6 +79,13 @@ def progress(err: Console) -> Iterator[Callable[[str], None]]:
         yield step
 
 
+def _missing_config_key(exc: BaseException) -> str | None:
+    """The config key a program's ``require``/``require_object`` found missing, or None for any other failure."""
+    from pulumi.config import ConfigMissingError  # noqa: PLC0415 - the SDK is loaded by the evaluation already
+
+    return exc.key if isinstance(exc, ConfigMissingError) else None
+
+
 def preview_command(
     args: argparse.Namespace,
     out: Console,
@@ -99,10 +107,59 @@ def preview_command(
         try:
             old_plan = load_plan(Path(args.against))
         except PlanFileError as exc:
-            err.print(f"inferplane preview: --against {exc}", markup=False, highlight=False)
+            err.print(printable(f"inferplane preview: --against {exc}"), markup=False, highlight=False)
             return EXIT_INVALID
     stack = load_stack_config(project_dir, args.stack)
-    program = program or project_program(project_dir)
+    if old_plan is not None and (old_plan.project, old_plan.stack) != (stack.project, stack.name):
+        err.print(
+            printable(
+                f"inferplane preview: --against {args.against} is the plan of project {old_plan.project!r} "
+                f"stack {old_plan.stack!r}, not of project {stack.project!r} stack {stack.name!r}: "
+                "diff a stack only against an earlier plan of itself"
+            ),
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_INVALID
+    # Destinations are claimed before the evaluation and written only if it ends with a plan; a command that
+    # fails leaves no new or half-written file.
+    try:
+        with OutputFiles() as outputs:
+            try:
+                for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
+                    if path:
+                        outputs.claim(flag, path)
+            except UnwritableFileError as exc:
+                err.print(printable(f"inferplane preview: {exc}"), markup=False, highlight=False)
+                return EXIT_INVALID
+            return _evaluate(
+                args,
+                out,
+                err,
+                stack=stack,
+                old_plan=old_plan,
+                outputs=outputs,
+                program=program or project_program(project_dir),
+                policy_runner=policy_runner,
+            )
+    except UnwritableFileError as exc:
+        err.print(printable(f"inferplane preview: {exc}"), markup=False, highlight=False)
+        return EXIT_FAILED
+
+
+def _evaluate(
+    args: argparse.Namespace,
+    out: Console,
+    err: Console,
+    *,
+    stack: StackConfig,
+    old_plan: Plan | None,
+    outputs: OutputFiles,
+    program: Callable[[], None],
+    policy_runner: PolicyRunner | None,
+) -> int:
+    """Size, evaluate, render and stage the outputs of a stack whose inputs and destinations were checked."""
+    project_dir = stack.project_dir
     sizing = size_stack(stack) if isinstance(stack, Stack) else None
     if sizing is not None and not sizing.ok:
         render_platform(out, sizing)
@@ -117,6 +174,17 @@ def preview_command(
         with progress(err) as step:
             result: PreviewResult = run_preview(stack, sizing, program=program, policy_runner=runner, on_step=step)
     except Exception as exc:  # the program may raise anything; report it as the CLI would, trimmed
+        missing = _missing_config_key(exc)
+        if missing is not None:  # a stack file without a key the program requires: bad input, not a crash
+            err.print(
+                printable(
+                    f"{stack.display_file}: {missing}: required by the program and not set "
+                    f"(pulumi config set {missing} ... --stack {stack.name})"
+                ),
+                markup=False,
+                highlight=False,
+            )
+            return EXIT_INVALID
         err.print(format_program_error(exc, project_dir), markup=False, highlight=False)
         return EXIT_FAILED
     plan = result.plan
@@ -130,10 +198,9 @@ def preview_command(
         notes=result.notes,
     )
     if args.json:
-        Path(args.json).write_text(plan.to_json(), encoding="utf-8")
+        outputs.publish(args.json, plan.to_json())
     if args.markdown:
-        markdown = render_markdown(plan, diff, against=args.against, notes=result.notes)
-        Path(args.markdown).write_text(markdown, encoding="utf-8")
+        outputs.publish(args.markdown, render_markdown(plan, diff, against=args.against, notes=result.notes))
     if plan.mandatory_violations:
         err.print(f"inferplane preview: {len(plan.mandatory_violations)} mandatory policy violations")
         return EXIT_REFUSED

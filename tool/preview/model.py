@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferplane.components.sizing import PlatformSizing
+from inferplane.tool.files import UnreadableFileError, read_regular_file
 
 HOURS_PER_MONTH = 730
 """The month AWS's pricing calculator and Google's price list use (8,760 hours / 12)."""
@@ -129,14 +130,20 @@ class PlanFileError(Exception):
         super().__init__(f"{file}: {message}")
 
 
+MAX_PLAN_FILE_BYTES = 256 * 1024 * 1024
+"""A plan of a few hundred resources is a few megabytes; a file over 256 MiB is refused unread."""
+
+
 def load_plan(path: Path) -> Plan:
     """Read a plan written by :meth:`Plan.to_json`."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PlanFileError(str(path), "no such file") from None
+        document = json.loads(read_regular_file(path, MAX_PLAN_FILE_BYTES))
+    except UnreadableFileError as exc:
+        raise PlanFileError(str(path), str(exc)) from None
     except json.JSONDecodeError as exc:
         raise PlanFileError(str(path), f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise PlanFileError(str(path), "not valid JSON: nested too deeply") from None
     try:
         return Plan.model_validate(document)
     except ValidationError as exc:
