@@ -1,7 +1,9 @@
 """The response cache's part of the processor's configuration (``ProcessorConfig.cache``).
 
 The renderer (``components/cache_config.py``) fills it from the stack's ``cache`` section, the gateway tiers and
-the sizing; the processor reads it at start. Nothing here imports Pulumi or the platform's other packages.
+the sizing; the processor reads it at start. The server's address and AUTH token are not here: they come with the
+processor's Redis URL (``ProcessorConfig.redis_url_env``). Nothing here imports Pulumi or the platform's other
+packages.
 """
 
 from __future__ import annotations
@@ -46,26 +48,6 @@ class EndpointEmbedderConfig(_Config):
 EmbedderConfig = Annotated[WordLlamaEmbedderConfig | EndpointEmbedderConfig, Field(discriminator="kind")]
 
 
-class RedisConfig(_Config):
-    """Where the cache lives: the platform's ElastiCache replication group (or any Redis/Valkey with FT.*)."""
-
-    host: str = Field(min_length=1, description="Primary endpoint host.")
-    port: int = Field(default=6379, ge=1, le=65535, description="Port.")
-    tls: bool = Field(default=True, description="TLS in transit (ElastiCache requires it).")
-    password_file: str | None = Field(
-        default=None, description="File holding the AUTH token (a mounted Secret); none for an open local server."
-    )
-    timeout_ms: int = Field(
-        default=20, ge=1, le=5000, description="Bound on one cache round trip; past it the request goes on uncached."
-    )
-    retry_after_failure_s: float = Field(
-        default=2.0,
-        ge=0.0,
-        le=300.0,
-        description="After a failed round trip, requests skip the cache this long (doubling while it keeps failing).",
-    )
-
-
 class CachedModel(_Config):
     """What the cache needs to know about one served model."""
 
@@ -98,11 +80,22 @@ class CacheConfig(_Config):
         default=True,
         description="Clients may ask to cache sampled (temperature > 0) requests with ``x-inferplane-cache: allow``.",
     )
+    tenant_isolation: bool = Field(
+        default=True, description="Key entries by tenant; false shares every tier's entries across its tenants."
+    )
     shared_tiers: tuple[str, ...] = Field(
-        default=(), description="Tiers whose tenants share entries; every other tier keys entries by tenant."
+        default=(), description="Tiers whose tenants share entries (the tier opted in); others key entries by tenant."
     )
     embedder: EmbedderConfig = Field(default_factory=WordLlamaEmbedderConfig, description="Semantic embedder.")
-    redis: RedisConfig = Field(description="The cache server.")
+    timeout_ms: int = Field(
+        default=20, ge=1, le=5000, description="Bound on one lookup or store; past it the request goes on uncached."
+    )
+    retry_after_failure_s: float = Field(
+        default=2.0,
+        ge=0.0,
+        le=300.0,
+        description="After a failed round trip, requests skip the cache this long (doubling while it keeps failing).",
+    )
     models: dict[str, CachedModel] = Field(
         default_factory=dict, description="Served model name -> revision and cost; other models are never cached."
     )

@@ -232,14 +232,7 @@ def _plain(token: str) -> str:
 
 def _name(token: str, plain: str, opening: bool) -> bool:
     """A capitalised word that is not the pronoun I, nor a common word opening a sentence (acronyms always count)."""
-    if plain in NOT_NAMES or not token[0].isupper():
-        return False
-    return not opening or plain not in COMMON_OPENERS or (token.isupper() and len(token) > 1)
-
-
-def _name(token: str, plain: str, opening: bool) -> bool:
-    """A capitalised word that is not the pronoun I, nor a common word opening a sentence (acronyms always count)."""
-    if plain in NOT_NAMES or not token[0].isupper():
+    if plain in NOT_NAMES or plain in NEGATIONS or not token[0].isupper():
         return False
     return not opening or plain not in COMMON_OPENERS or (token.isupper() and len(token) > 1)
 

@@ -35,6 +35,7 @@ class CacheMetrics:
     """The cache's metrics in one registry (the processor's, or a fresh one per test)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         self.hits = Counter(
             _name(HITS, "_total"), "Requests answered from the cache.", ["model", "kind"], registry=registry
         )

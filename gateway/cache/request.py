@@ -132,7 +132,9 @@ def _well_formed(body: Mapping[str, Any], endpoint: Endpoint) -> bool:
 
 def sharing_scope(config: CacheConfig, tenant: str, tier: str) -> str:
     """Whose entries a request may see: its tenant's, or its tier's when the tier shares across tenants."""
-    return f"tier:{tier}" if tier in config.shared_tiers else f"tenant:{tenant}"
+    if not config.tenant_isolation or tier in config.shared_tiers:
+        return f"tier:{tier}"
+    return f"tenant:{tenant}"
 
 
 def classify(

@@ -17,7 +17,7 @@ The index uses only the FT.* subset that ElastiCache for Valkey 8.2's valkey-sea
 
 (hash only, a TAG pre-filter, no RETURN clause, the distance read from the ``__v_score`` field both return).
 
-Failure: every round trip is bounded by ``redis.timeout_ms`` (socket timeouts, no client retries, and an
+Failure: every lookup and store is bounded by ``timeout_ms`` (socket timeouts, no client retries, and an
 ``asyncio`` timeout over the whole lookup). A failed round trip is counted, sets the ``up`` gauge to 0 and makes
 requests skip the cache for ``retry_after_failure_s`` (doubling up to 60 s while it keeps failing), so a dead or
 stalled cache costs at most one timeout per back-off period and never an error.
@@ -31,7 +31,6 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
@@ -114,16 +113,11 @@ def _error_kind(error: BaseException) -> str:
     return "response"
 
 
-def connect(config: CacheConfig) -> aioredis.Redis:
-    """A client whose every round trip is bounded and never retried (the request must not wait on the cache)."""
-    redis = config.redis
-    password = Path(redis.password_file).read_text().strip() if redis.password_file else None
-    timeout = redis.timeout_ms / 1000
-    return aioredis.Redis(
-        host=redis.host,
-        port=redis.port,
-        password=password,
-        ssl=redis.tls,
+def connect(url: str, config: CacheConfig) -> aioredis.Redis:
+    """A client for ``url`` (``rediss://:token@host:6379``) whose round trips are bounded and never retried."""
+    timeout = config.timeout_ms / 1000
+    return aioredis.Redis.from_url(
+        url,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
@@ -142,13 +136,13 @@ class ResponseCache:
         config: CacheConfig,
         metrics: CacheMetrics,
         *,
-        client: aioredis.Redis | None = None,
+        client: aioredis.Redis,
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.metrics = metrics
-        self.client = client if client is not None else connect(config)
+        self.client = client
         self.embedder: Embedder | None = None
         if config.semantic:
             self.embedder = embedder if embedder is not None else make_embedder(config.embedder)
@@ -160,7 +154,7 @@ class ResponseCache:
         self.index_name = f"{config.key_prefix}:idx:{ident}"
         self.doc_prefix = f"{config.key_prefix}:s:{ident}:"
         self.exact_prefix = f"{config.key_prefix}:x:"
-        self._timeout = config.redis.timeout_ms / 1000
+        self._timeout = config.timeout_ms / 1000
 
     # --- availability ---------------------------------------------------------------------------------------------
 
@@ -173,7 +167,7 @@ class ResponseCache:
         self.metrics.errors.labels(operation=operation, error=_error_kind(error)).inc()
         if _error_kind(error) == "response":
             return  # the cache answered: it is up, the command was wrong (e.g. the index is missing)
-        base = self.config.redis.retry_after_failure_s
+        base = self.config.retry_after_failure_s
         self._backoff = min(max(self._backoff * 2, base), MAX_BACKOFF_S)
         self._skip_until = self._clock() + self._backoff
         self.metrics.up.set(0)
@@ -199,7 +193,7 @@ class ResponseCache:
             return self._index_ready
         try:
             async with asyncio.timeout(self._timeout * 5):
-                await self.client.execute_command(*self.index_definition())
+                await self.client.execute_command(*self.index_definition())  # type: ignore[no-untyped-call]
         except ResponseError as error:
             if "already exists" not in str(error).lower():
                 self._failed("index", error)
