@@ -196,6 +196,45 @@ class ModelDeploymentSpec(_Spec):
         return self.model or self.architecture_resolved.hf_repo
 
 
+CacheEvictionPolicy = Literal[
+    "volatile-lru", "allkeys-lru", "volatile-lfu", "allkeys-lfu", "volatile-ttl", "volatile-random", "allkeys-random"
+]
+"""``maxmemory-policy`` values the cache may use (``noeviction`` would turn a full cache into failed writes)."""
+
+
+class CacheEmbedderSpec(_Spec):
+    """What turns prompts into vectors for the semantic cache."""
+
+    kind: Literal["wordllama", "endpoint"] = Field(
+        default="wordllama",
+        description="``wordllama``: in the processor, static embeddings the image ships (no network, ~20 us); "
+        "``endpoint``: an OpenAI-compatible ``/v1/embeddings`` service.",
+    )
+    url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Base URL of the endpoint's OpenAI API (``http://embed.ml:8000/v1``); endpoint only.",
+    )
+    model: str | None = Field(default=None, min_length=1, description="``model`` of the embeddings requests.")
+    dimensions: int | None = Field(
+        default=None, ge=2, le=32768, description="Vector length: 64, 128 or 256 for wordllama (default 256)."
+    )
+    timeout_ms: int = Field(default=50, ge=1, le=5000, description="Per-request timeout of the endpoint.")
+
+    @model_validator(mode="after")
+    def _kind(self) -> CacheEmbedderSpec:
+        if self.kind == "endpoint":
+            missing = [f for f in ("url", "model", "dimensions") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"an endpoint embedder needs {', '.join(missing)}")
+        else:
+            if self.url is not None or self.model is not None:
+                raise ValueError("url and model apply to kind 'endpoint' only")
+            if self.dimensions not in (None, 64, 128, 256):
+                raise ValueError(f"wordllama's bundled model has 64, 128 or 256 dimensions, not {self.dimensions}")
+        return self
+
+
 class CacheSpec(_Spec):
     """The gateway's response cache: an ElastiCache replication group."""
 
@@ -208,6 +247,30 @@ class CacheSpec(_Spec):
     semantic: bool = Field(default=True, description="Also serve near-duplicate prompts by embedding similarity.")
     semantic_similarity_threshold: float = Field(default=0.95, gt=0.5, le=1.0, description="Cosine similarity.")
     ttl_seconds: int = Field(default=3600, ge=1, description="Entry lifetime.")
+    embedder: CacheEmbedderSpec = Field(default_factory=CacheEmbedderSpec, description="Semantic cache embedder.")
+    semantic_guards: bool = Field(
+        default=True,
+        description="Refuse semantic hits whose numbers, negations, names or directions differ (never off in prod).",
+    )
+    max_entry_bytes: int = Field(
+        default=262_144, ge=1024, le=16 * 1024 * 1024, description="Larger answers are not stored."
+    )
+    eviction_policy: CacheEvictionPolicy = Field(
+        default="volatile-lru", description="``maxmemory-policy`` of the cache's parameter group."
+    )
+    cache_tool_requests: bool = Field(default=False, description="Cache requests that offer tools or functions.")
+    cache_non_text: bool = Field(default=False, description="Cache requests with non-text content (images, audio).")
+    allow_nondeterministic_opt_in: bool = Field(
+        default=True, description="Let clients cache sampled requests with the ``x-inferplane-cache: allow`` header."
+    )
+    tenant_isolation: bool = Field(
+        default=True,
+        description="Key entries by tenant. ``false`` shares every tier's entries across its tenants (not in prod: "
+        "there a tier opts in with ``share_cache_across_tenants``).",
+    )
+    lookup_timeout_ms: int = Field(
+        default=20, ge=1, le=1000, description="Bound on one cache lookup; past it the request goes on uncached."
+    )
 
 
 class RateLimitSpec(_Spec):
@@ -221,6 +284,9 @@ class RoutingTierSpec(_Spec):
     """A gateway tier: the models it routes to, in order of preference."""
 
     name: Name = Field(description="Tier name clients select.")
+    share_cache_across_tenants: bool = Field(
+        default=False, description="The tier's tenants share response-cache entries (public, tenant-neutral answers)."
+    )
     models: tuple[Name, ...] = Field(min_length=1, description="Deployments serving the tier, preferred first.")
     fallback: tuple[Name, ...] = Field(default=(), description="Deployments tried when all of ``models`` fail.")
 

@@ -253,6 +253,9 @@ class PlatformMocks(pulumi_mocks.Mocks):
             # Autonamed like Pulumi does, lower-cased as ElastiCache stores subnet group names.
             group_name = inputs.get("name") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
             return {"arn": self._arn("elasticache", f"subnetgroup:{group_name}"), "name": group_name}
+        if type_token == "aws:elasticache/parameterGroup:ParameterGroup":
+            group_name = inputs.get("name") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
+            return {"arn": self._arn("elasticache", f"parametergroup:{group_name}"), "name": group_name}
         if type_token == "aws:elasticache/replicationGroup:ReplicationGroup":
             group = inputs.get("replicationGroupId") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
             area, direction, number = [*self.region.split("-"), "", "", ""][:3]

@@ -12,12 +12,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-EvictionPolicy = Literal[
-    "volatile-lru", "allkeys-lru", "volatile-lfu", "allkeys-lfu", "volatile-ttl", "volatile-random", "allkeys-random"
-]
-"""Redis/Valkey ``maxmemory-policy`` values a cache may use (``noeviction`` would turn a full cache into failed
-writes, so it is not offered)."""
-
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
