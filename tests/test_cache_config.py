@@ -41,9 +41,11 @@ def test_revision_changes_with_what_decides_the_answers_and_nothing_else() -> No
     deployment = spec.models[0]
     base = model_revision(deployment, spec)
     assert len(base) == 16 and base == model_revision(deployment, spec)
-    for change in ({"weights_dtype": "fp8"}, {"kv_cache_dtype": "auto"}, {"weights_repo": "org/other"}):
+    changes: list[dict[str, object]] = [{"weights_dtype": "fp8"}, {"kv_cache_dtype": "auto"}, {"weights_repo": "o/x"}]
+    for change in changes:
         assert model_revision(deployment.model_copy(update=change), spec) != base, change
-    for change in ({"max_replicas": 3}, {"concurrency": 2}, {"routing_tier": "x"}):
+    unrelated: list[dict[str, object]] = [{"max_replicas": 3}, {"concurrency": 2}, {"routing_tier": "x"}]
+    for change in unrelated:
         assert model_revision(deployment.model_copy(update=change), spec) == base, change
     triton = spec.models[1]
     assert model_revision(triton.model_copy(update={"engine": "vllm"}), spec) != model_revision(triton, spec)
