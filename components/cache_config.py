@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from inferplane.components.catalog.instances import get_instance_type
 from inferplane.components.sizing import DeploymentSizing, PlatformSizing
-from inferplane.components.spec import ModelDeploymentSpec, PlatformSpec
+from inferplane.components.spec import CacheSpec, ModelDeploymentSpec, PlatformSpec
 from inferplane.components.triton_service import TRITON_IMAGE
 from inferplane.components.vllm_service import VLLM_IMAGE, VLLM_TPU_IMAGE
 from inferplane.gateway.cache.config import (
@@ -63,9 +63,9 @@ def usd_per_token(sizing: DeploymentSizing) -> float | None:
     return sizing.replica_hourly_usd / 3600 / per_second
 
 
-def embedder_config(spec: PlatformSpec) -> EmbedderConfig:
+def embedder_config(cache: CacheSpec) -> EmbedderConfig:
     """The processor's embedder settings from ``cache.embedder``."""
-    embedder = spec.cache.embedder
+    embedder = cache.embedder
     if embedder.kind == "endpoint":
         assert embedder.url is not None and embedder.model is not None and embedder.dimensions is not None
         return EndpointEmbedderConfig(
@@ -104,7 +104,7 @@ def render_cache_config(
         nondeterministic_opt_in=cache.allow_nondeterministic_opt_in,
         tenant_isolation=cache.tenant_isolation,
         shared_tiers=tuple(t.name for t in spec.gateway.tiers if t.share_cache_across_tenants),
-        embedder=embedder_config(spec),
+        embedder=embedder_config(cache),
         timeout_ms=cache.lookup_timeout_ms,
         models=entries,
     )

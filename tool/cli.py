@@ -20,6 +20,7 @@ from rich.console import Console
 from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
 from inferplane.components.sizing import SizingRequest, size, size_platform
 from inferplane.components.spec import PLATFORM_KEY, KvCacheDtype, SpecError, WeightsDtype, parse_platform
+from inferplane.tool.cache_eval import add_cache_commands
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.preflight import (
     AwsCaller,
@@ -200,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--print-iam-policy", action="store_true", help="print the read-only IAM policy the checks need, and exit"
     )
     preflight.set_defaults(handler=_preflight)
+    add_cache_commands(sub)
     return parser
 
 
