@@ -6,7 +6,18 @@ tests and the offline preview read the policies from here.
 
 from __future__ import annotations
 
-from inferplane.policies import autoscaling, cost, ec2, eks, elasticache, governance, observability, serving, workloads
+from inferplane.policies import (
+    autoscaling,
+    cache,
+    cost,
+    ec2,
+    eks,
+    elasticache,
+    governance,
+    observability,
+    serving,
+    workloads,
+)
 from inferplane.policies.base import AnyPolicy
 
 PACK_NAME = "inferplane"
@@ -19,6 +30,7 @@ POLICIES: list[AnyPolicy] = [
     *eks.POLICIES,
     *ec2.POLICIES,
     *elasticache.POLICIES,
+    *cache.POLICIES,
     *governance.POLICIES,
     *workloads.POLICIES,
     *serving.POLICIES,

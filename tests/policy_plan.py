@@ -8,6 +8,7 @@ prod stack's sizing, so the plan is what the components will produce, not a gues
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
@@ -323,7 +324,18 @@ def happy_plan() -> list[Registration]:
                 }
             },
         ),
+        registration(T.CONFIG_MAP, "gateway-config", {"data": {"processor.json": json.dumps({"cache": PROD_CACHE})}}),
     ]
+
+
+PROD_CACHE: dict[str, Any] = {
+    "threshold": 0.95,
+    "guards": True,
+    "tenant_isolation": True,
+    "shared_tiers": ["public"],
+    "models": {"llama-70b": {"revision": "0123456789abcdef", "usd_per_token": 2e-6}},
+}
+"""The cache section of the gateway's processor config, as prod requires (a tier may opt in to sharing)."""
 
 
 DELETE = object()

@@ -7,6 +7,7 @@ case changes one thing and asserts the exact violations (policy, enforcement, me
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from inferplane.tool.stackfile import find_project_dir, load_stack
 from tests.policy_plan import (
     DELETE,
     DIGEST,
+    PROD_CACHE,
     at,
     changed,
     container,
@@ -269,7 +271,33 @@ def _both(*edits: Edit) -> Edit:
     return edit
 
 
+def _cache(**changes: Any) -> Edit:
+    """Edit the cache section of the gateway's processor config."""
+    return at("data", "processor.json", value=json.dumps({"cache": {**PROD_CACHE, **changes}}))
+
+
 CASES = [
+    _case(
+        "cache-shared-across-tenants",
+        "gateway-config",
+        _cache(tenant_isolation=False),
+        (
+            "gateway-cache-require-tenant-isolation",
+            "processor.json: cache.tenant_isolation is false: every tier shares cached answers across its tenants",
+        ),
+    ),
+    _case(
+        "cache-threshold-too-low",
+        "gateway-config",
+        _cache(threshold=0.9),
+        ("gateway-cache-configure-semantic-threshold", "processor.json: semantic threshold 0.9 is below 0.95"),
+    ),
+    _case(
+        "cache-guards-off",
+        "gateway-config",
+        _cache(guards=False),
+        ("gateway-cache-configure-semantic-threshold", "processor.json: semantic guards are off"),
+    ),
     # EKS control plane
     _case(
         "public-endpoint",
@@ -1028,6 +1056,7 @@ def test_type_tokens_are_the_sdks_tokens() -> None:
         T.POD_DISRUPTION_BUDGET: k8s.policy.v1.PodDisruptionBudget,
         T.SERVICE: k8s.core.v1.Service,
         T.PERSISTENT_VOLUME_CLAIM: k8s.core.v1.PersistentVolumeClaim,
+        T.CONFIG_MAP: k8s.core.v1.ConfigMap,
     }
     for token, cls in classes.items():
         assert cls.pulumi_type == token  # type: ignore[attr-defined]
