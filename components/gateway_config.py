@@ -741,7 +741,7 @@ def render_gateway(
     )
 
 
-API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=-]{16,512}$"
+API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=_-]{16,512}$"
 """What an API key may be: printable token characters, long enough to be secret (RandomPassword, special=False)."""
 
 
