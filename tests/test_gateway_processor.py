@@ -189,7 +189,7 @@ def test_context_is_checked_with_the_models_tokenizer(tokenizer_file: str) -> No
 def test_admission_holds_exactly_the_context(tokenizer_file: str, prompt: int, max_tokens: int | None) -> None:
     async def run() -> None:
         processor = _processor(_config(tokenizer_file))
-        extra = {} if max_tokens is None else {"max_tokens": max_tokens}
+        extra: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
         _, response = await _request(processor, _chat(words(prompt), **extra))
         counted = prompt + OVERHEAD
         if counted + (max_tokens or 1) <= 1024:
