@@ -32,6 +32,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferplane.components.cache_config import render_cache_config
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.naming import model_service_host, model_service_port
 from inferplane.components.sizing import DeploymentSizing, PlatformSizing
@@ -255,6 +256,7 @@ def processor_config(
     if not auth:
         anonymous = _tenant(TenantSpec(name=ANONYMOUS_TENANT, tiers=tuple(sorted(tier_names))), spec, tuple(tier_names))
     return ProcessorConfig(
+        cache=render_cache_config(spec, sizing, (d.name for d, _ in placed)),
         grpc_port=addresses.processor_port,
         metrics_port=addresses.processor_metrics_port,
         listen_host="127.0.0.1",

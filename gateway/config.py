@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferplane.gateway.cache.config import CacheConfig
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -85,6 +87,9 @@ class ProcessorConfig(_Config):
     models: tuple[ModelConfig, ...] = Field(min_length=1, description="Models this gateway routes to.")
     tiers: tuple[TierConfig, ...] = Field(default=(), description="Routing tiers.")
     tenants: tuple[TenantConfig, ...] = Field(default=(), description="Callers and their budgets.")
+    cache: CacheConfig | None = Field(
+        default=None, description="Exact and semantic response caching in the same Redis/Valkey (none: off)."
+    )
 
     @model_validator(mode="after")
     def _references(self) -> ProcessorConfig:

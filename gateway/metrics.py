@@ -12,7 +12,7 @@ NAMESPACE: Final = "inferplane_gateway"
 
 REQUESTS_TOTAL: Final = f"{NAMESPACE}_requests_total"
 """Counter: requests the processor decided on, by ``model``, ``tier``, ``tenant`` and ``outcome``
-(``admitted`` or ``rejected``)."""
+(``admitted``, ``rejected``, or ``cached``: answered from the response cache, ``gateway.cache``)."""
 REJECTIONS_TOTAL: Final = f"{NAMESPACE}_rejections_total"
 """Counter: requests answered by the processor itself, by ``reason`` (one of :data:`RejectionReason`) and ``model``."""
 TOKENS_TOTAL: Final = f"{NAMESPACE}_tokens_total"

@@ -34,6 +34,9 @@ from redis.asyncio import Redis
 from inferplane.gateway import metrics as m
 from inferplane.gateway.admission import ModelGate, Readiness
 from inferplane.gateway.budgets import SharedBudgets
+from inferplane.gateway.cache.metrics import CacheMetrics
+from inferplane.gateway.cache.stage import CacheStage, Pending
+from inferplane.gateway.cache.store import Lookup, ResponseCache, connect
 from inferplane.gateway.config import ModelConfig, ProcessorConfig, TenantConfig
 from inferplane.gateway.tokens import TokenCounter, prompt_texts
 
@@ -88,6 +91,8 @@ class _Stream:
     buffer: bytearray = field(default_factory=bytearray)
     usage: tuple[int, int] | None = None
     accounted: bool = False
+    cache_lookup: Lookup | None = None
+    cache_pending: Pending | None = None
 
 
 def _header(key: str, value: str) -> Any:
@@ -170,8 +175,15 @@ class Metrics:
 class Processor:
     """The decisions; transport-free (the gRPC servicer feeds it ``ProcessingRequest`` messages)."""
 
-    def __init__(self, config: ProcessorConfig, redis: Redis | None, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        config: ProcessorConfig,
+        redis: Redis | None,
+        registry: CollectorRegistry,
+        cache: CacheStage | None = None,
+    ) -> None:
         self.config = config
+        self.cache = cache
         self.metrics = Metrics(registry)
         self.budgets = SharedBudgets(redis, config.redis_key_prefix, self._redis_error)
         self.tokens = TokenCounter({model.name: model.tokenizer_path for model in config.models})
@@ -202,7 +214,11 @@ class Processor:
             )
         else:
             log.error("%s is not set: shared request and token budgets are off", config.redis_url_env)
-        return cls(config, redis, registry)
+        cache = None
+        if url and config.cache is not None and config.cache.enabled:
+            client = connect(url, config.cache)
+            cache = CacheStage(ResponseCache(config.cache, CacheMetrics(registry), client=client))
+        return cls(config, redis, registry, cache)
 
     def _redis_error(self) -> None:
         self.metrics.errors.labels("redis").inc()
@@ -416,6 +432,18 @@ class Processor:
             )
         if verdict.redis_ok:
             stream.reserved_tokens = prompt
+        if self.cache is not None:
+            body["model"] = model.name  # the key names the deployment that answers, whatever tier was asked
+            stream.cache_lookup = lookup = await self.cache.lookup(
+                stream.path, body, tenant=tenant.name, tier=stream.tier, headers=stream.headers
+            )
+            if lookup is not None and lookup.hit is not None:
+                if stream.reserved_tokens:  # a cached answer spends no model tokens
+                    await self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
+                    stream.reserved_tokens = 0
+                self.metrics.requests.labels(model.name, stream.tier, tenant.name, "cached").inc()
+                return self.cache.reply(lookup)
+            stream.cache_pending = self.cache.pending_for(lookup)
         started = time.monotonic()
         try:
             await self._wait_ready(model)
@@ -480,9 +508,17 @@ class Processor:
         headers = _headers_of(message)
         stream.status = int(headers.get(":status", "0") or 0)
         stream.event_stream = headers.get("content-type", "").startswith("text/event-stream")
+        if self.cache is not None and stream.cache_lookup is not None:
+            return pb.ProcessingResponse(
+                response_headers=self.cache.on_response_headers(
+                    stream.cache_pending, stream.cache_lookup, stream.status, stream.event_stream
+                )
+            )
         return pb.ProcessingResponse(response_headers=pb.HeadersResponse())
 
     async def _on_response_body(self, stream: _Stream, message: Any) -> Any:
+        if self.cache is not None:
+            self.cache.on_response_body(stream.cache_pending, message.body, message.end_of_stream)
         if stream.tenant is not None and stream.model is not None and stream.status == 200 and not stream.accounted:
             try:
                 self._scan(stream, message.body, message.end_of_stream)

@@ -41,6 +41,8 @@ async def serve(config: ProcessorConfig, processor: Processor | None = None) -> 
     server.add_insecure_port(f"{config.listen_host}:{config.grpc_port}")
     start_http_server(config.metrics_port, addr=config.metrics_host, registry=registry)
     await server.start()
+    if processor.cache is not None:
+        await processor.cache.start()
     log.info(
         "ext_proc on %s:%d, metrics on %s:%d",
         config.listen_host,
@@ -54,3 +56,5 @@ async def serve(config: ProcessorConfig, processor: Processor | None = None) -> 
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
+    if processor.cache is not None:
+        await processor.cache.aclose()

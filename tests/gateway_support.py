@@ -26,6 +26,7 @@ from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
+from tests.redis_server import binaries
 
 VLLM_VENV = PROJECT_DIR / ".ci" / "cache" / "vllm-venv"
 VLLM_READY_MARKER = VLLM_VENV / ".inferplane-vllm-ready"
@@ -138,12 +139,11 @@ class Procs:
 
 
 def start_redis(procs: Procs, name: str = "redis") -> int:
-    """A fresh redis-server without persistence; returns its port."""
+    """A fresh redis-server without persistence, with RediSearch (the semantic cache's FT.*); returns its port."""
     port = free_port()
-    procs.start(
-        name,
-        [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-    )
+    _, search = binaries()
+    args = [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    procs.start(name, [*args, "--loadmodule", str(search)])
     wait_port(port, 20)
     return port
 

@@ -28,6 +28,7 @@ from inferplane.components import gateway_config as gc
 from inferplane.components.sizing import size_platform
 from inferplane.components.spec import parse_platform
 from inferplane.gateway import metrics as gm
+from inferplane.gateway.cache import metrics as cm
 from tests.gateway_support import (
     Gateway,
     Procs,
@@ -54,6 +55,8 @@ TINY: dict[str, Any] = {
     "vocab_size": 512,
     "max_context": 4096,
 }
+CACHE_TTL_SECONDS = 8
+"""Short, so the response cache's expiry is observable (``test_cache_entries_expire``)."""
 TENANTS: dict[str, dict[str, Any]] = {
     "team-a": {"tiers": ["standard", "batch"]},
     "accounting": {"tiers": ["standard"]},
@@ -84,6 +87,7 @@ def _spec() -> Any:
             "tenants": [{"name": name, **limits} for name, limits in TENANTS.items()],
             "admission": {"queue_max": 2, "queue_timeout_seconds": 1.5},
         },
+        "cache": {"ttl_seconds": CACHE_TTL_SECONDS},
         "limits": {"max_total_gpus": 4, "max_hourly_cost_usd": 50, "allowed_accelerators": ["l4-24gb"]},
     }
     return parse_platform(raw, "us-east-1")
@@ -328,11 +332,94 @@ def test_scale_from_zero_holds_until_a_replica_is_ready(platform: Platform) -> N
     assert _metric(platform.a, gm.PENDING_REQUESTS, model="gamma") == 0
 
 
+# --- the response cache (issue 14): Redis 8.2 with RediSearch, so exact and semantic ---------------------------------
+
+RESET = "How do I reset my password?"
+
+
+def _cached(client: openai.OpenAI, prompt: str, **kwargs: Any) -> tuple[str, str, str]:
+    """(x-inferplane-cache, its kind, the answer) of a deterministic chat request to ``alpha``."""
+    response = _chat(client, "alpha", prompt, temperature=0, **kwargs)
+    answer = response.parse().choices[0].message.content or ""
+    return response.headers.get("x-inferplane-cache", ""), response.headers.get("x-inferplane-cache-kind", ""), answer
+
+
+def _vllm_requests(platform: Platform) -> int:
+    return platform.vllm_posts("vllm-alpha") + platform.vllm_posts("vllm-beta")
+
+
+def test_cache_answers_repeats_and_paraphrases_without_vllm(platform: Platform) -> None:
+    client = platform.client("team-a")
+    first = _cached(client, RESET)
+    assert first[0] == "miss"
+    time.sleep(0.5)  # the processor stores in the background, after the answer went out
+    before = _vllm_requests(platform)
+    exact = _cached(client, RESET)
+    paraphrase = _cached(client, "How can I reset my password?")
+    other_replica = _cached(platform.client("team-a", platform.b), RESET)  # the replicas share the cache
+    assert exact == ("hit", "exact", first[2])
+    assert paraphrase == ("hit", "semantic", first[2])
+    assert other_replica == ("hit", "exact", first[2])
+    assert _vllm_requests(platform) == before  # vLLM never saw them
+    near_miss = _cached(client, "How do I not reset my password?")  # a guard (negation) refuses the match
+    assert near_miss[0] == "miss" and _vllm_requests(platform) == before + 1
+    assert _metric(platform.a, cm.HITS, kind="exact") >= 1 and _metric(platform.a, cm.HITS, kind="semantic") >= 1
+    assert _metric(platform.a, gm.REQUESTS_TOTAL, outcome="cached") >= 2
+
+
+def test_cache_never_serves_another_tenant(platform: Platform) -> None:
+    _cached(platform.client("team-a"), "Where is my package?")
+    time.sleep(0.5)
+    before = _vllm_requests(platform)
+    other = _cached(platform.client("accounting"), "Where is my package?")
+    assert other[0] == "miss" and _vllm_requests(platform) == before + 1
+
+
+def test_cache_replays_streams_and_bypasses_on_request(platform: Platform) -> None:
+    client = platform.client("team-a")
+    answer = _cached(client, "Summarize the plot of Hamlet.")[2]
+    time.sleep(0.5)
+    before = _vllm_requests(platform)
+    stream = client.chat.completions.create(
+        model="alpha",
+        messages=[{"role": "user", "content": "Summarize the plot of Hamlet."}],
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == answer
+    assert chunks[-1].usage is not None
+    assert _vllm_requests(platform) == before
+    bypass = _chat(
+        client, "alpha", "Summarize the plot of Hamlet.", temperature=0, extra_headers={"x-inferplane-cache": "bypass"}
+    )
+    assert bypass.headers["x-inferplane-cache"] == "bypass" and _vllm_requests(platform) == before + 1
+    sampled = _chat(client, "alpha", "Summarize the plot of Hamlet.", temperature=0.8)
+    assert sampled.headers["x-inferplane-cache"] == "bypass"
+
+
+def test_cache_entries_expire(platform: Platform) -> None:
+    client = platform.client("team-a")
+    assert _cached(client, "What is the boiling point of water?")[0] == "miss"
+    time.sleep(0.5)
+    assert _cached(client, "What is the boiling point of water?")[0] == "hit"
+    time.sleep(CACHE_TTL_SECONDS + 0.5)
+    assert _cached(client, "What is the boiling point of water?")[0] == "miss"
+
+
 def test_redis_down_fails_open(platform: Platform) -> None:
     platform.procs.stop("redis")
     client = platform.client("team-a")
     assert _chat(client, "alpha").parse().model == "alpha"
     assert _metric(platform.a, gm.PROCESSOR_ERRORS_TOTAL, stage="redis") >= 1
+    # The cache too: a deterministic request is answered by vLLM within the lookup timeout, and counted.
+    started = time.monotonic()
+    response = _chat(client, "alpha", RESET, temperature=0)
+    assert response.status_code == 200 and response.headers["x-inferplane-cache"] in ("miss", "bypass")
+    assert time.monotonic() - started < 10
+    assert _metric(platform.a, cm.ERRORS) >= 1 or _metric(platform.a, cm.BYPASSES, reason="unavailable") >= 1
 
 
 def test_fallback_when_the_primary_is_killed(platform: Platform) -> None:
