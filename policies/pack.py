@@ -6,7 +6,18 @@ tests and the offline preview read the policies from here.
 
 from __future__ import annotations
 
-from inferplane.policies import autoscaling, cost, ec2, eks, elasticache, governance, observability, serving, workloads
+from inferplane.policies import (
+    autoscaling,
+    cost,
+    ec2,
+    eks,
+    elasticache,
+    gateway,
+    governance,
+    observability,
+    serving,
+    workloads,
+)
 from inferplane.policies.base import AnyPolicy
 
 PACK_NAME = "inferplane"
@@ -25,6 +36,7 @@ POLICIES: list[AnyPolicy] = [
     *autoscaling.POLICIES,
     *cost.POLICIES,
     *observability.POLICIES,
+    *gateway.POLICIES,
 ]
 
 

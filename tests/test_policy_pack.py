@@ -20,6 +20,10 @@ from pulumi.runtime import rpc
 from inferplane.components.annotations import (
     ENGINE,
     ENGINE_START_SECONDS,
+    GATEWAY_AUTH,
+    GATEWAY_REQUESTS_PER_MINUTE,
+    GATEWAY_ROUTES,
+    GATEWAY_TOKENS_PER_MINUTE,
     INSTANCE_TYPE,
     MODEL,
     TENSOR_PARALLEL_SIZE,
@@ -222,6 +226,10 @@ KEDAGPU = "keda-scaledobject-limit-max-gpus"
 TOTAL = "compute-stack-limit-total-accelerators"
 COST = "cost-stack-limit-hourly-cost"
 ALERT = "monitoring-prometheusrule-require-preemption-alert"
+GWAUTH = "gateway-deployment-require-authentication"
+GWRATE = "gateway-deployment-require-rate-limits"
+GWROUTE = "gateway-models-require-tier-route"
+GWCTX = "gateway-context-limit-max-model-len"
 NO_QUEUE = (
     "no prometheus trigger queries a queue metric (vllm:num_requests_waiting, nv_inference_pending_request_count, "
     "nv_trt_llm_request_metrics)"
@@ -842,6 +850,55 @@ CASES = [
             0,
             value={"alert": "KvCacheExhausted", "labels": {"model": "llama-70b", "inferplane.io/alert": "preemption"}},
         ),
+    ),
+    # gateway
+    _case(
+        "gateway-open",
+        "gateway",
+        _annotation(GATEWAY_AUTH, "none"),
+        (GWAUTH, f"gateway admits unauthenticated callers ({GATEWAY_AUTH}=none)"),
+    ),
+    _case(
+        "gateway-auth-unsaid",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_AUTH, value=DELETE),
+        (GWAUTH, f"gateway does not say how callers authenticate ({GATEWAY_AUTH} is absent)"),
+    ),
+    _case(
+        "gateway-no-token-budget",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_TOKENS_PER_MINUTE, value=DELETE),
+        (GWRATE, f"gateway does not limit tokens per minute ({GATEWAY_TOKENS_PER_MINUTE} is absent)"),
+    ),
+    _case(
+        "gateway-no-request-limit",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_REQUESTS_PER_MINUTE, value=DELETE),
+        (GWRATE, f"gateway does not limit requests per minute ({GATEWAY_REQUESTS_PER_MINUTE} is absent)"),
+    ),
+    _case(
+        "gateway-model-unrouted",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, "{}"),
+        (GWROUTE, "llama-70b (model llama-70b) is reachable through no gateway tier"),
+    ),
+    _case(
+        "gateway-model-without-tier",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, '{"llama-70b": {"tiers": [], "max_context": 32768}}'),
+        (GWROUTE, "llama-70b (model llama-70b) is reachable through no gateway tier"),
+    ),
+    _case(
+        "gateway-context-beyond-engine",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, '{"llama-70b": {"tiers": ["premium"], "max_context": 65536}}'),
+        (GWCTX, "gateway admits 65536 tokens for llama-70b, but llama-70b runs with max-model-len 32768"),
+    ),
+    _case(
+        "gateway-one-replica",
+        "gateway",
+        at("spec", "replicas", value=1),
+        (MINREP, "gateway runs at least 1 replica(s); this environment requires 2"),
     ),
 ]
 
