@@ -225,14 +225,57 @@ class RoutingTierSpec(_Spec):
     fallback: tuple[Name, ...] = Field(default=(), description="Deployments tried when all of ``models`` fail.")
 
 
+class TenantSpec(_Spec):
+    """A caller of the gateway. Its API key is generated at deploy time and never appears in stack config."""
+
+    name: Name = Field(description="Tenant name; Envoy forwards it upstream and metrics are labelled with it.")
+    tiers: tuple[Name, ...] = Field(min_length=1, description="Tiers the tenant may use (and the models behind them).")
+    requests_per_minute: int | None = Field(
+        default=None, ge=1, description="Overrides ``gateway.rate_limit.requests_per_minute`` for this tenant."
+    )
+    tokens_per_minute: int | None = Field(
+        default=None, ge=1, description="Overrides ``gateway.rate_limit.tokens_per_minute`` for this tenant."
+    )
+
+
+class AdmissionSpec(_Spec):
+    """KV-capacity admission at the gateway: what happens beyond replicas x ``max_num_seqs`` in flight."""
+
+    queue_max: int = Field(
+        default=32, ge=0, le=4096, description="Requests per model and gateway replica that may wait for a slot."
+    )
+    queue_timeout_seconds: float = Field(
+        default=2.0, gt=0, le=60, description="Longest wait for a slot; then 429 with Retry-After."
+    )
+    cold_start_hold_factor: float = Field(
+        default=1.2,
+        ge=1.0,
+        le=5.0,
+        description="A request for a model with no ready replica waits this times sizing's cold start, then 503.",
+    )
+
+
 class GatewaySpec(_Spec):
     """The OpenAI-compatible front door."""
 
     replicas: int = Field(default=2, ge=1, le=50, description="Gateway replicas.")
-    auth: Literal["api_key", "oidc"] = Field(default="api_key", description="How callers authenticate.")
+    auth: Literal["api_key", "oidc", "none"] = Field(
+        default="api_key", description="How callers authenticate (``none`` only outside prod)."
+    )
     rate_limit: RateLimitSpec = Field(default_factory=RateLimitSpec, description="Limits answered with 429.")
     tiers: tuple[RoutingTierSpec, ...] = Field(
         default=(), description="Routing tiers; by default one per ``routing_tier`` named by the models."
+    )
+    tenants: tuple[TenantSpec, ...] = Field(default=(), description="Callers, their tiers and limits (never keys).")
+    admission: AdmissionSpec = Field(default_factory=AdmissionSpec, description="Queueing beyond KV capacity.")
+    request_timeout_seconds: int = Field(
+        default=900, ge=10, le=7200, description="Longest a whole request (a long stream included) may take."
+    )
+    stream_idle_timeout_seconds: int = Field(
+        default=300, ge=5, le=3600, description="Longest silence on a stream (e.g. waiting for the first token)."
+    )
+    max_request_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024, description="Largest request body accepted."
     )
 
 
@@ -508,7 +551,35 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
             add(SpecIssue(f"{at}.weights_dtype", "int4 (AWQ) is served with vLLM; build TensorRT-LLM engines in fp8"))
 
 
+def gateway_tiers(spec: PlatformSpec) -> tuple[RoutingTierSpec, ...]:
+    """The gateway's tiers: ``gateway.tiers`` when given, else one per ``routing_tier`` (models in spec order)."""
+    if spec.gateway.tiers:
+        return spec.gateway.tiers
+    order: dict[str, list[str]] = {}
+    for deployment in spec.models:
+        order.setdefault(deployment.routing_tier, []).append(deployment.name)
+    return tuple(RoutingTierSpec(name=tier, models=tuple(models)) for tier, models in order.items())
+
+
+def _check_tenants(spec: PlatformSpec, add: Any) -> None:
+    gateway = spec.gateway
+    tiers = {t.name for t in gateway_tiers(spec)}
+    seen: set[str] = set()
+    for i, tenant in enumerate(gateway.tenants):
+        if tenant.name in seen:
+            add(SpecIssue(f"gateway.tenants[{i}].name", f"tenant {tenant.name!r} is defined twice"))
+        seen.add(tenant.name)
+        for j, tier in enumerate(tenant.tiers):
+            if tier not in tiers:
+                add(SpecIssue(f"gateway.tenants[{i}].tiers[{j}]", f"no gateway tier named {tier!r}"))
+    if gateway.auth == "none" and gateway.tenants:
+        add(SpecIssue("gateway.tenants", "tenants need authentication: set auth to api_key"))
+    if gateway.auth == "oidc":
+        add(SpecIssue("gateway.auth", "the gateway implements api_key authentication; oidc is not supported yet"))
+
+
 def _check_gateway(spec: PlatformSpec, add: Any) -> None:
+    _check_tenants(spec, add)
     names = {m.name for m in spec.models}
     tier_names: set[str] = set()
     for i, tier in enumerate(spec.gateway.tiers):

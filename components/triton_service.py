@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 from inferplane.components import model_server as ms
 from inferplane.components import triton_config as tc
 from inferplane.components.annotations import COMPONENT_LABEL, serving_annotations
+from inferplane.components.naming import TRITON_HTTP_PORT, model_service_name
 from inferplane.components.sizing import DeploymentSizing, TrtLlmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec
 
@@ -37,7 +38,7 @@ the ``inflight_batcher_llm`` Python models under ``/app/all_models``."""
 TRTLLM_EXAMPLES = "/app/tensorrt_llm/examples"
 TEMPLATE_REPOSITORY = "/app/all_models/inflight_batcher_llm"
 
-HTTP_PORT = 8000
+HTTP_PORT = TRITON_HTTP_PORT
 GRPC_PORT = 8001
 METRICS_PORT = 8002
 """Triton's defaults; ``/metrics`` is served on the metrics port only."""
@@ -365,7 +366,9 @@ class TritonTrtLlmService(ms.ModelServer):
         )
         self._service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=deployment.name, namespace=args.namespace, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=model_service_name(deployment.name), namespace=args.namespace, labels=labels
+            ),
             spec=k8s.core.v1.ServiceSpecArgs(
                 type="ClusterIP",
                 selector=selector,

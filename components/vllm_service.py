@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
 from inferplane.components.annotations import serving_annotations
+from inferplane.components.naming import VLLM_PORT, model_service_name
 from inferplane.components.sizing import DeploymentSizing, VllmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
 
@@ -37,8 +38,6 @@ VLLM_TPU_IMAGE = f"vllm/vllm-tpu:v{VLLM_VERSION}"
 """Docker Hub ``vllm/vllm-tpu`` (tags ``v<vllm version>``, e.g. ``v0.27.0`` in Google's TPU recipes); same
 ``vllm serve`` entrypoint and engine arguments, backed by ``tpu-inference``."""
 
-VLLM_PORT = 8000
-"""vLLM's default ``--port``; ``/health``, ``/metrics`` and the OpenAI API share it."""
 
 HEALTH_PATH = "/health"
 """200 once the engine is up, 503 when it died (``EngineDeadError``)."""
@@ -247,7 +246,9 @@ class VllmService(ms.ModelServer):
         )
         self._service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=deployment.name, namespace=args.namespace, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=model_service_name(deployment.name), namespace=args.namespace, labels=labels
+            ),
             spec=k8s.core.v1.ServiceSpecArgs(
                 type="ClusterIP",
                 selector=selector,

@@ -9,16 +9,16 @@ import pulumi
 from inferplane.components import model_server as ms
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
+from inferplane.components.naming import SERVING_NAMESPACE
 from inferplane.components.spec import PlatformSpec
 from inferplane.infra.gateway import gateway_service_account
-from inferplane.infra.serving import SERVING_NAMESPACE
 
 
 def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
     """The ServiceAccount of every deployment on an AWS pool, in spec order; Triton's may write (engine builds).
 
     The names are those :func:`infra.serving.build_model_servers` gives the servers (``<deployment>-sa`` in
-    :data:`infra.serving.SERVING_NAMESPACE`); GKE pools read the Hugging Face hub and get none.
+    :data:`components.naming.SERVING_NAMESPACE`); GKE pools read the Hugging Face hub and get none.
     """
     accounts = [
         ServiceAccountRef(

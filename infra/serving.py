@@ -14,13 +14,11 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
 from inferplane.components.catalog import get_instance_type
+from inferplane.components.naming import SERVING_NAMESPACE
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
 from inferplane.components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
 from inferplane.components.vllm_service import VllmService, VllmServiceArgs
-
-SERVING_NAMESPACE = "inference"
-"""Namespace of the model servers in every cluster (the gateway and KEDA look for them here)."""
 
 HF_TOKEN_SECRET = "hf-token"
 
