@@ -25,7 +25,7 @@ servers' NetworkPolicies admit exactly those pods. The Deployment carries the ga
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -176,9 +176,7 @@ def policy_annotations(config: ProcessorConfig) -> dict[str, str]:
         auth="api_key" if config.auth_required else "none",
         requests_per_minute=max((t.requests_per_minute for t in tenants), default=None),
         tokens_per_minute=max((t.tokens_per_minute for t in tenants), default=None),
-        routes={
-            m.name: GatewayRoute(tiers=tuple(routes[m.name]), max_context=m.max_model_len) for m in config.models
-        },
+        routes={m.name: GatewayRoute(tiers=tuple(routes[m.name]), max_context=m.max_model_len) for m in config.models},
     )
 
 
@@ -237,7 +235,10 @@ class Gateway(pulumi.ComponentResource):
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta(f"{name}-config"),
-            data={rendered.envoy_config_file: rendered.envoy_yaml, rendered.processor_config_file: rendered.processor_json},
+            data={
+                rendered.envoy_config_file: rendered.envoy_yaml,
+                rendered.processor_config_file: rendered.processor_json,
+            },
             opts=child,
         )
         keys = {
@@ -252,9 +253,7 @@ class Gateway(pulumi.ComponentResource):
                 name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=config_map.metadata.name)
             ),
             k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi")),
-            k8s.core.v1.VolumeArgs(
-                name="tokenizers", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="2Gi")
-            ),
+            k8s.core.v1.VolumeArgs(name="tokenizers", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="2Gi")),
         ]
         envoy_mounts = [
             k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
@@ -461,7 +460,7 @@ class Gateway(pulumi.ComponentResource):
             },
             opts=child,
         )
-        _network_policy(name, args, rendered, selector, labels, child)
+        _network_policy(name, args=args, rendered=rendered, selector=selector, labels=labels, opts=child)
         series = pulumi.Output.from_input(args.namespace).apply(lambda namespace: GatewaySeries(name, namespace))
         k8s.apiextensions.CustomResource(
             f"{name}-rules",
@@ -515,7 +514,7 @@ def _container_security() -> k8s.core.v1.SecurityContextArgs:
     )
 
 
-def _tokenizer_fetch(model_cache_uri: pulumi.Input[str], files: Sequence[str]) -> k8s.core.v1.ContainerArgs:
+def _tokenizer_fetch(model_cache_uri: pulumi.Input[str], files: tuple[str, ...]) -> k8s.core.v1.ContainerArgs:
     """``aws s3 sync`` of exactly the models' tokenizer files from the model cache into the tokenizers volume."""
     fetch = ms.s3_sync_container("fetch-tokenizers", model_cache_uri, ms.MODELS_MOUNT, "tokenizers", include=files)
     return k8s.core.v1.ContainerArgs(
@@ -558,9 +557,12 @@ def scaled_object_spec(
         "fallback": {"failureThreshold": 3, "replicas": min_replicas, "behavior": "currentReplicasIfHigher"},
         "advanced": {
             "horizontalPodAutoscalerConfig": {
-                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300, "policies": [
-                    {"type": "Pods", "value": 1, "periodSeconds": 60}
-                ]}}
+                "behavior": {
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": 300,
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    }
+                }
             }
         },
         "triggers": [
@@ -581,6 +583,7 @@ def scaled_object_spec(
 
 def _network_policy(
     name: str,
+    *,
     args: GatewayArgs,
     rendered: RenderedGateway,
     selector: Mapping[str, str],

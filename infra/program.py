@@ -9,10 +9,10 @@ from __future__ import annotations
 import pulumi
 
 from inferplane.components.catalog import get_instance_type
+from inferplane.components.gateway_observability import wake_query
 from inferplane.components.sizing import PlatformSizing, size_platform
 from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError, parse_platform
 from inferplane.infra.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
-from inferplane.components.gateway_observability import wake_query
 from inferplane.infra.cache import build_cache
 from inferplane.infra.gateway import ClusterInputs, build_gateways, eks_system_nodes, gke_system_nodes, redis_url
 from inferplane.infra.gke_foundation import GkeFoundation, build_gke_foundation

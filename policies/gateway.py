@@ -56,8 +56,10 @@ def _annotations(resource: Resource) -> dict[str, Any] | _Unknown:
     """The object's (and its pod template's) annotations; UNKNOWN while either map is unknown."""
     for path in (("metadata", "annotations"), ("spec", "template", "metadata", "annotations")):
         if resource.get(*path) is UNKNOWN:
-            return UNKNOWN
-    return object_annotations(resource)
+            unknown: _Unknown = UNKNOWN
+            return unknown
+    annotations: dict[str, Any] = object_annotations(resource)
+    return annotations
 
 
 def _routes(resource: Resource) -> dict[str, GatewayRoute] | _Unknown | None:

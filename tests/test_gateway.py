@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -30,12 +31,21 @@ from inferplane.components.gateway import (
     Gateway,
     GatewayArgs,
 )
-from inferplane.components.gateway_config import RenderedGateway, render_api_key_file, render_gateway
+from inferplane.components.gateway_config import (
+    API_KEYS_DIR,
+    API_KEYS_FILE,
+    ENVOY_CONFIG_FILE,
+    PROCESSOR_CONFIG_FILE,
+    RenderedGateway,
+    render_api_key_file,
+    render_gateway,
+)
 from inferplane.components.sizing import size_platform
 from inferplane.gateway.config import ProcessorConfig
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
 from tests.crds import errors as crd_errors
 from tests.crds import integral
+from tests.envoy import validate
 from tests.serving_support import kubernetes_objects, stack_spec
 from tests.stacks import evaluate_shipped_stack
 from tests.test_serving import kubernetes_schema_version
@@ -121,16 +131,21 @@ def test_the_config_map_holds_the_rendered_files_and_the_checksum_rolls_the_pods
     rendered = _rendered("prod")
     evaluation = _evaluate(_args(rendered))
     data = evaluation.named("gateway-config").inputs["data"]
-    assert data == {rendered.envoy_config_file: rendered.envoy_yaml, rendered.processor_config_file: rendered.processor_json}
+    assert data == {
+        rendered.envoy_config_file: rendered.envoy_yaml,
+        rendered.processor_config_file: rendered.processor_json,
+    }
     deployment = evaluation.named("gateway-deployment")
     template = deployment.inputs["spec"]["template"]["metadata"]
     assert template["annotations"] == {CONFIG_CHECKSUM_ANNOTATION: rendered.checksum}
     # A change of the spec (a tighter request limit) is a new checksum, so a new pod template.
     spec = stack_spec("prod")
     tighter = spec.model_copy(
-        update={"gateway": spec.gateway.model_copy(update={"rate_limit": spec.gateway.rate_limit.model_copy(
-            update={"requests_per_minute": 7}
-        )})}
+        update={
+            "gateway": spec.gateway.model_copy(
+                update={"rate_limit": spec.gateway.rate_limit.model_copy(update={"requests_per_minute": 7})}
+            )
+        }
     )
     assert render_gateway(tighter, size_platform(tighter), "eks").checksum != rendered.checksum
 
@@ -335,7 +350,9 @@ def test_every_stack_runs_one_gateway_per_serving_cluster(stacks: dict[str, Eval
     )
     for gateway in gateways:
         config_map = next(
-            r for r in evaluation.children_of(gateway.urn) if r.type == "kubernetes:core/v1:ConfigMap" and "config" in r.name
+            r
+            for r in evaluation.children_of(gateway.urn)
+            if r.type == "kubernetes:core/v1:ConfigMap" and "config" in r.name
         )
         assert "static_resources" in config_map.inputs["data"]["envoy.yaml"]
 
@@ -348,4 +365,34 @@ def test_scale_to_zero_models_wake_on_the_gateways_pending_requests(stacks: dict
         triggers = {t.get("name"): t for t in scaled.inputs["spec"]["triggers"]}
         target = scaled.inputs["spec"]["scaleTargetRef"]["name"]
         if target in sleepy:
-            assert triggers["wake"]["metadata"]["query"] == f'sum(inferplane_gateway_pending_requests{{model="{target}"}})'
+            assert (
+                triggers["wake"]["metadata"]["query"] == f'sum(inferplane_gateway_pending_requests{{model="{target}"}})'
+            )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stacks_planned_gateway_config_passes_envoy_validate(
+    stacks: dict[str, Evaluation], stack: str, tmp_path: Path
+) -> None:
+    """The bootstrap as the plan's ConfigMap holds it; only the key directory moves to where this test wrote a key
+    file (Envoy reads the watched file while validating), since /etc/inferplane is not writable here."""
+    evaluation = stacks[stack]
+    config_maps = [
+        r
+        for g in evaluation.of_type("inferplane:index:Gateway")
+        for r in evaluation.children_of(g.urn)
+        if r.name == f"{g.name}-config"
+    ]
+    assert config_maps
+    for config_map in config_maps:
+        envoy_yaml = config_map.inputs["data"][ENVOY_CONFIG_FILE]
+        processor = ProcessorConfig.model_validate_json(config_map.inputs["data"][PROCESSOR_CONFIG_FILE])
+        keys_dir = tmp_path / config_map.name
+        keys_dir.mkdir()
+        tenants = [t.name for t in processor.tenants] or ["nobody"]
+        (keys_dir / API_KEYS_FILE).write_text(render_api_key_file({t: f"test-key-{t}-0123456789" for t in tenants}))
+        assert (API_KEYS_DIR in envoy_yaml) == processor.auth_required
+        config = tmp_path / f"{config_map.name}.yaml"
+        config.write_text(envoy_yaml.replace(API_KEYS_DIR, str(keys_dir)))
+        result = validate(config)
+        assert result.returncode == 0, (config_map.name, result.stdout + result.stderr)

@@ -121,7 +121,11 @@ def test_the_5xx_ratio_alert_fires_above_five_percent_and_not_below(tmp_path: Pa
                 _alerts("InferplaneGatewayErrorRatioHigh", "15m", error),
             ],
         },
-        {"interval": "1m", "input_series": quiet, "alert_rule_test": [_alerts("InferplaneGatewayErrorRatioHigh", "20m")]},
+        {
+            "interval": "1m",
+            "input_series": quiet,
+            "alert_rule_test": [_alerts("InferplaneGatewayErrorRatioHigh", "20m")],
+        },
     ]
     result = run_rule_tests([GROUP], tests, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -276,8 +276,8 @@ class PlatformMocks(pulumi_mocks.Mocks):
             alphabet = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789" + str(
                 inputs.get("overrideSpecial") or ""
             )
-            digest = hashlib.sha256(name.encode()).digest()
-            return {"result": "".join(alphabet[(digest[i % 32] + i * 7) % len(alphabet)] for i in range(length))}
+            seed = hashlib.sha256(name.encode()).digest()
+            return {"result": "".join(alphabet[(seed[i % 32] + i * 7) % len(alphabet)] for i in range(length))}
         return {}
 
     def _gcp_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
