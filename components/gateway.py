@@ -14,8 +14,9 @@ config, exactly what ``envoy --mode validate`` checks in the tests); this compon
   system, no capabilities and the runtime's seccomp profile; spread over zones and nodes;
 * a Service (a load balancer where the environment needs one: internal, see :data:`LOAD_BALANCER`), a
   PodDisruptionBudget, a KEDA ScaledObject on the requests in flight through Envoy (never CPU), a PodMonitor for
-  Envoy's and the processor's metrics, and a NetworkPolicy admitting callers only on the API port and Prometheus
-  only on the metrics ports.
+  Envoy's and the processor's metrics, its alerts and dashboard, and a NetworkPolicy admitting callers only on the
+  API port and Prometheus only on the metrics ports, and letting the pods reach only the model servers, DNS, Redis
+  and S3.
 
 The pods carry ``app.kubernetes.io/component: gateway`` (:data:`components.annotations.GATEWAY`): the model
 servers' NetworkPolicies admit exactly those pods. The Deployment carries the gateway annotations of
@@ -28,6 +29,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -37,6 +39,7 @@ from inferplane.components import model_server as ms
 from inferplane.components.annotations import (
     COMPONENT_LABEL,
     GATEWAY,
+    MODEL_SERVER,
     NAME_LABEL,
     GatewayRoute,
     gateway_annotations,
@@ -46,6 +49,7 @@ from inferplane.components.dashboards import DASHBOARD_SIDECAR_LABELS
 from inferplane.components.gateway_config import RenderedGateway, render_api_key_file
 from inferplane.components.gateway_observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
 from inferplane.components.metrics import SCRAPE_LABELS
+from inferplane.components.redis_cache import REDIS_PORT
 from inferplane.components.spec import Environment
 from inferplane.gateway.config import ProcessorConfig
 
@@ -460,7 +464,7 @@ class Gateway(pulumi.ComponentResource):
             },
             opts=child,
         )
-        _network_policy(name, args=args, rendered=rendered, selector=selector, labels=labels, opts=child)
+        _network_policy(name, args=args, rendered=rendered, config=config, selector=selector, labels=labels, opts=child)
         series = pulumi.Output.from_input(args.namespace).apply(lambda namespace: GatewaySeries(name, namespace))
         k8s.apiextensions.CustomResource(
             f"{name}-rules",
@@ -586,23 +590,48 @@ def _network_policy(
     *,
     args: GatewayArgs,
     rendered: RenderedGateway,
+    config: ProcessorConfig,
     selector: Mapping[str, str],
     labels: Mapping[str, str],
     opts: pulumi.ResourceOptions,
 ) -> k8s.networking.v1.NetworkPolicy:
-    """Ingress: anyone on the API port (authentication is Envoy's job; the load balancer keeps it in the VPC),
-    Prometheus on the metrics ports, nothing else. Egress is left open: the model servers, Redis, DNS and S3."""
+    """What the gateway pods may receive and send; everything else stays denied (the serving namespace denies all
+    traffic by default, so this policy grants exactly what the gateway needs).
+
+    Ingress: anyone on the API port (authentication is Envoy's job; the load balancer keeps callers in the VPC),
+    Prometheus on the metrics ports. Egress: the model servers' API ports (read from the processor config's
+    upstream URLs), DNS, Redis/Valkey when one is configured (its address is only known after deploy; its security
+    group admits the cluster's nodes only), and HTTPS for the tokenizer fetch from S3 when a model cache is given.
+    """
     tcp = "TCP"
+
+    def ports(*numbers: int, protocol: str = tcp) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
+        return [k8s.networking.v1.NetworkPolicyPortArgs(port=n, protocol=protocol) for n in numbers]
+
+    upstream_ports = sorted({urlsplit(m.upstream_url).port or 80 for m in config.models})
+    egress = [
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[
+                k8s.networking.v1.NetworkPolicyPeerArgs(
+                    pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: MODEL_SERVER})
+                )
+            ],
+            ports=ports(*upstream_ports),
+        ),
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=[*ports(53, protocol="UDP"), *ports(53)]),
+    ]
+    if args.redis_url is not None:
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(REDIS_PORT)))
+    if args.model_cache_uri is not None:
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(443)))
     return k8s.networking.v1.NetworkPolicy(
         f"{name}-netpol",
         metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=args.namespace, labels=dict(labels)),
         spec=k8s.networking.v1.NetworkPolicySpecArgs(
             pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
-            policy_types=["Ingress"],
+            policy_types=["Ingress", "Egress"],
             ingress=[
-                k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                    ports=[k8s.networking.v1.NetworkPolicyPortArgs(port=rendered.listener_port, protocol=tcp)]
-                ),
+                k8s.networking.v1.NetworkPolicyIngressRuleArgs(ports=ports(rendered.listener_port)),
                 k8s.networking.v1.NetworkPolicyIngressRuleArgs(
                     from_=[
                         k8s.networking.v1.NetworkPolicyPeerArgs(
@@ -611,12 +640,10 @@ def _network_policy(
                             )
                         )
                     ],
-                    ports=[
-                        k8s.networking.v1.NetworkPolicyPortArgs(port=rendered.stats_port, protocol=tcp),
-                        k8s.networking.v1.NetworkPolicyPortArgs(port=rendered.processor_metrics_port, protocol=tcp),
-                    ],
+                    ports=ports(rendered.stats_port, rendered.processor_metrics_port),
                 ),
             ],
+            egress=egress,
         ),
         opts=opts,
     )

@@ -291,7 +291,6 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
     rendered = _rendered("prod")
     policy = _evaluate(_args(rendered)).named("gateway-netpol").inputs["spec"]
     assert policy["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "gateway", COMPONENT_LABEL: GATEWAY}}
-    assert policy["policyTypes"] == ["Ingress"]
     assert policy["ingress"] == [
         {"ports": [{"port": rendered.listener_port, "protocol": "TCP"}]},
         {
@@ -302,6 +301,19 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
             ],
         },
     ]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["egress"] == [
+        {
+            "to": [{"podSelector": {"matchLabels": {COMPONENT_LABEL: "model-server"}}}],
+            "ports": [{"port": 8000, "protocol": "TCP"}],
+        },
+        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {"ports": [{"port": 6379, "protocol": "TCP"}]},
+        {"ports": [{"port": 443, "protocol": "TCP"}]},
+    ]
+    # Without Redis or a model cache (the GKE cluster), neither port opens.
+    bare = _evaluate(_args(rendered, redis_url=None, model_cache_uri=None)).named("gateway-netpol").inputs["spec"]
+    assert bare["egress"] == policy["egress"][:2]
 
 
 def test_every_object_validates_strictly_against_the_clusters_kubernetes() -> None:
