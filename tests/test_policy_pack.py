@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from pulumi.runtime import rpc
 
 from inferplane.components.annotations import (
+    COMPONENT_LABEL,
     ENGINE,
     ENGINE_START_SECONDS,
+    GATEWAY,
     GATEWAY_AUTH,
     GATEWAY_REQUESTS_PER_MINUTE,
     GATEWAY_ROUTES,
@@ -32,6 +34,7 @@ from inferplane.components.annotations import (
 from inferplane.components.scheduling import GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
 from inferplane.components.sizing import size_platform
 from inferplane.policies.pack import POLICIES
+from inferplane.policies.resource_types import T
 from inferplane.policies.serving import serving_settings, sizing_for
 from inferplane.tool.analyzer import (
     PolicyConfig,
@@ -914,6 +917,44 @@ def test_one_change_one_violation(pack: PolicyPackProcess, case: Case) -> None:
 def test_every_policy_has_a_violating_case() -> None:
     covered = {policy for param in CASES for policy, _ in param.values[0].expected}
     assert covered == {p.meta.name for p in POLICIES}
+
+
+def test_the_gateways_scaled_object_needs_no_engine_queue_but_stays_in_bounds(pack: PolicyPackProcess) -> None:
+    """The gateway scales on requests in flight through Envoy; model servers' queue rule is not its rule."""
+    gateway_scaler = registration(
+        T.SCALED_OBJECT,
+        "gateway-scaledobject",
+        {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": "gateway", "labels": {COMPONENT_LABEL: GATEWAY}},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gateway"},
+                "minReplicaCount": 3,
+                "maxReplicaCount": 12,
+                "cooldownPeriod": 300,
+                "triggers": [
+                    {
+                        "type": "prometheus",
+                        "metadata": {
+                            "serverAddress": "http://prometheus.monitoring:9090",
+                            "query": 'sum(envoy_http_downstream_rq_active{envoy_http_conn_manager_prefix="gateway"})',
+                            "threshold": "200",
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    assert found(evaluate(pack, [*happy_plan(), gateway_scaler])) == []
+    # Its floor is the gateway's replica floor: one replica is refused in prod, as on the Deployment.
+    low = changed([gateway_scaler], "gateway-scaledobject", at("spec", "minReplicaCount", value=1))
+    assert found(evaluate(pack, [*happy_plan(), *low])) == [
+        (MINREP, "mandatory", "gateway runs at least 1 replica(s); this environment requires 2")
+    ]
+    # Labelled as a model server's, the same object must watch an engine queue.
+    unlabelled = changed([gateway_scaler], "gateway-scaledobject", at("metadata", "labels", value={}))
+    assert found(evaluate(pack, [*happy_plan(), *unlabelled])) == [(QUEUE, "mandatory", NO_QUEUE)]
 
 
 def test_triton_servers_need_no_preemption_alert(pack: PolicyPackProcess) -> None:
