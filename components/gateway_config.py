@@ -77,9 +77,6 @@ TENANT_HEADER = "x-inferplane-tenant"
 """Request header with the authenticated tenant, set by Envoy's api_key_auth (the client cannot forge it)."""
 UPSTREAM_HEADER = "x-inferplane-upstream"
 """Response header naming the model cluster that answered (the fallback shows here)."""
-ERROR_TYPE_HEADER = "x-inferplane-error-type"
-ERROR_CODE_HEADER = "x-inferplane-error-code"
-"""Headers the processor sets on its own replies; Envoy's local-reply format puts them in OpenAI's error shape."""
 METADATA_NAMESPACE = "inferplane"
 """Dynamic-metadata namespace where ``json_to_metadata`` puts the body's ``model`` for routing."""
 API_KEY_FILTER = "inferplane.api_key_auth"
@@ -417,7 +414,19 @@ def _error_body(message: str, error_type: str, code: str) -> dict[str, Any]:
 
 
 def _local_reply_config() -> dict[str, Any]:
-    """OpenAI's error shape for every reply Envoy makes itself (and for the processor's, through its headers)."""
+    """OpenAI's error shape for the replies Envoy makes itself. The processor's replies already carry it (and a
+    200 it answers, ``GET /v1/models``, must pass untouched), so only Envoy's own cases are mapped: a limited
+    request (flag RL), a missing or unknown key (401), no healthy or reachable upstream (flags UH, UF, URX, UO),
+    the processor unreachable (500, which the processor itself never answers), an oversized body (413) and an
+    upstream timeout (504)."""
+
+    def status(code: int) -> dict[str, Any]:
+        return {
+            "status_code_filter": {
+                "comparison": {"op": "EQ", "value": {"default_value": code, "runtime_key": f"unused_{code}"}}
+            }
+        }
+
     return {
         "mappers": [
             {
@@ -427,29 +436,38 @@ def _local_reply_config() -> dict[str, Any]:
                 ),
             },
             {
-                "filter": {
-                    "status_code_filter": {
-                        "comparison": {"op": "EQ", "value": {"default_value": 401, "runtime_key": "unused_401"}}
-                    }
-                },
+                "filter": status(401),
                 "body_format_override": _error_body(
                     "missing or invalid API key (Authorization: Bearer <key>)",
                     "invalid_request_error",
                     "invalid_api_key",
                 ),
             },
-        ],
-        "body_format": {
-            "json_format": {
-                "error": {
-                    "message": "%LOCAL_REPLY_BODY%",
-                    "type": f"%RESP({ERROR_TYPE_HEADER})%",
-                    "code": f"%RESP({ERROR_CODE_HEADER})%",
-                }
+            {
+                "filter": {"response_flag_filter": {"flags": ["UH", "UF", "URX", "UO"]}},
+                "body_format_override": _error_body(
+                    "no replica of the model is reachable", "service_unavailable", "upstream_unavailable"
+                ),
             },
-            "omit_empty_values": True,
-            "content_type": "application/json",
-        },
+            {
+                "filter": status(500),
+                "body_format_override": _error_body(
+                    "the gateway's processor is unavailable", "server_error", "processor_unavailable"
+                ),
+            },
+            {
+                "filter": status(413),
+                "body_format_override": _error_body(
+                    "the request body is too large", "invalid_request_error", "request_too_large"
+                ),
+            },
+            {
+                "filter": status(504),
+                "body_format_override": _error_body(
+                    "the model did not answer in time", "server_error", "upstream_timeout"
+                ),
+            },
+        ],
     }
 
 
@@ -723,7 +741,7 @@ def render_gateway(
     )
 
 
-API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=-]{16,512}$"
+API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=_-]{16,512}$"
 """What an API key may be: printable token characters, long enough to be secret (RandomPassword, special=False)."""
 
 

@@ -64,7 +64,8 @@ class ProcessorConfig(_Config):
 
     grpc_port: int = Field(gt=0, lt=65536, description="Port of the ext_proc gRPC server (Envoy's processor cluster).")
     metrics_port: int = Field(gt=0, lt=65536, description="Port of the Prometheus ``/metrics`` endpoint.")
-    listen_host: str = Field(default="127.0.0.1", description="Address both servers bind (the pod's loopback).")
+    listen_host: str = Field(default="127.0.0.1", description="Address of the gRPC server (the pod's loopback).")
+    metrics_host: str = Field(default="0.0.0.0", description="Address of the metrics server (Prometheus scrapes).")
     tenant_header: str = Field(description="Request header carrying the authenticated tenant (set by Envoy).")
     auth_required: bool = Field(description="Refuse requests without a tenant header (Envoy authenticates).")
     anonymous_tenant: TenantConfig | None = Field(

@@ -1,0 +1,77 @@
+"""A tiny Llama-architecture model directory for vLLM on CPU (``--load-format dummy``: random weights).
+
+Shapes vLLM's CPU attention backend accepts (head_dim 64; 16 is refused), a word-level ``tokenizer.json`` built with
+``tokenizers`` (the same file the gateway's processor counts with) and a chat template.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+VOCAB_SIZE = 512
+SPECIAL = ("<unk>", "<s>", "</s>")
+WORDS = ("system", "user", "assistant", ":", ".", ",", "?", "!")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }} : {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant :{% endif %}"
+)
+"""Per message: role, ':' and the content's words; the generation prompt adds two tokens."""
+
+
+def vocabulary() -> dict[str, int]:
+    """Special tokens, chat words, then ``w0``.. up to :data:`VOCAB_SIZE`."""
+    words = [*SPECIAL, *WORDS]
+    words += [f"w{i}" for i in range(VOCAB_SIZE - len(words))]
+    return {word: i for i, word in enumerate(words)}
+
+
+def build_tokenizer() -> Tokenizer:
+    """Word-level: every whitespace- or punctuation-separated word is one token."""
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary(), unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tokenizer
+
+
+def words(count: int) -> str:
+    """A prompt of exactly ``count`` tokens."""
+    return " ".join(f"w{i % 400}" for i in range(count))
+
+
+def write_model(directory: Path, max_position_embeddings: int = 4096) -> Path:
+    """Write the model directory; returns it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "num_hidden_layers": 2,
+        "vocab_size": VOCAB_SIZE,
+        "max_position_embeddings": max_position_embeddings,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    build_tokenizer().save(str(directory / "tokenizer.json"))
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "model_max_length": max_position_embeddings,
+        "chat_template": CHAT_TEMPLATE,
+    }
+    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    (directory / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
+    return directory
