@@ -12,6 +12,8 @@ import kubernetes_validate
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inferplane.components.annotations import (
     COMPONENT_LABEL,
@@ -20,6 +22,7 @@ from inferplane.components.annotations import (
     GATEWAY_REQUESTS_PER_MINUTE,
     GATEWAY_ROUTES,
     GATEWAY_TOKENS_PER_MINUTE,
+    AnnotationError,
     parse_gateway_annotations,
 )
 from inferplane.components.gateway import (
@@ -30,6 +33,7 @@ from inferplane.components.gateway import (
     TARGET_INFLIGHT_PER_REPLICA,
     Gateway,
     GatewayArgs,
+    policy_annotations,
 )
 from inferplane.components.gateway_config import (
     API_KEYS_DIR,
@@ -41,7 +45,7 @@ from inferplane.components.gateway_config import (
     render_gateway,
 )
 from inferplane.components.sizing import size_platform
-from inferplane.gateway.config import ProcessorConfig
+from inferplane.gateway.config import ProcessorConfig, TenantConfig
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
 from tests.crds import errors as crd_errors
 from tests.crds import integral
@@ -408,3 +412,49 @@ def test_every_stacks_planned_gateway_config_passes_envoy_validate(
         config.write_text(envoy_yaml.replace(API_KEYS_DIR, str(keys_dir)))
         result = validate(config)
         assert result.returncode == 0, (config_map.name, result.stdout + result.stderr)
+
+
+_LIMITS = st.integers(min_value=1, max_value=10_000_000)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    limits=st.lists(st.tuples(_LIMITS, _LIMITS), min_size=1, max_size=5),
+    auth=st.booleans(),
+    contexts=st.tuples(st.integers(1, 262144), st.integers(1, 262144)),
+)
+def test_policy_annotations_round_trip_over_the_config_space(
+    limits: list[tuple[int, int]], auth: bool, contexts: tuple[int, int]
+) -> None:
+    base = ProcessorConfig.model_validate_json(_rendered("prod").processor_json)
+    models = tuple(m.model_copy(update={"max_model_len": contexts[i % 2]}) for i, m in enumerate(base.models))
+    tenants = tuple(
+        TenantConfig(name=f"t{i}", tiers=(base.tiers[0].name,), requests_per_minute=rpm, tokens_per_minute=tpm)
+        for i, (rpm, tpm) in enumerate(limits)
+    )
+    config = base.model_copy(
+        update={
+            "models": models,
+            "auth_required": auth,
+            "tenants": tenants if auth else (),
+            "anonymous_tenant": None if auth else tenants[0],
+        }
+    )
+    parsed = parse_gateway_annotations(policy_annotations(config))
+    budgets = tenants if auth else tenants[:1]
+    assert parsed.auth == ("api_key" if auth else "none")
+    assert parsed.requests_per_minute == max(t.requests_per_minute for t in budgets)
+    assert parsed.tokens_per_minute == max(t.tokens_per_minute for t in budgets)
+    assert parsed.routes is not None
+    assert {name: r.max_context for name, r in parsed.routes.items()} == {m.name: m.max_model_len for m in models}
+    reached = {m for t in config.tiers for m in (*t.models, *t.fallback)} | {m.name for m in models}
+    assert {name for name, r in parsed.routes.items() if r.tiers} == reached
+
+
+def test_malformed_gateway_annotations_name_the_key() -> None:
+    with pytest.raises(AnnotationError, match=f"{GATEWAY_ROUTES}=.*not JSON"):
+        parse_gateway_annotations({GATEWAY_ROUTES: "{"})
+    with pytest.raises(AnnotationError, match=f"{GATEWAY_TOKENS_PER_MINUTE}='0'"):
+        parse_gateway_annotations({GATEWAY_TOKENS_PER_MINUTE: "0"})
+    with pytest.raises(AnnotationError, match=f"{GATEWAY_AUTH}='basic'"):
+        parse_gateway_annotations({GATEWAY_AUTH: "basic"})
