@@ -328,17 +328,8 @@ class Gateway(pulumi.ComponentResource):
                 timeout_seconds=2,
                 failure_threshold=2,
             ),
-            liveness_probe=k8s.core.v1.ProbeArgs(
-                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port="stats"),
-                period_seconds=10,
-                timeout_seconds=3,
-                failure_threshold=3,
-            ),
-            lifecycle=k8s.core.v1.LifecycleArgs(
-                pre_stop=k8s.core.v1.LifecycleHandlerArgs(
-                    sleep=k8s.core.v1.SleepActionArgs(seconds=ms.PRE_STOP_SLEEP_SECONDS)
-                )
-            ),
+            liveness_probe=_tcp_liveness("stats"),
+            lifecycle=_pre_stop_sleep(),
             volume_mounts=envoy_mounts,
             security_context=_container_security(),
         )
@@ -355,17 +346,8 @@ class Gateway(pulumi.ComponentResource):
             resources=PROCESSOR_RESOURCES,
             # Envoy's readiness already depends on the processor (failure_mode_allow: false answers 500s);
             # the processor's own probe restarts it when its event loop stops accepting connections.
-            liveness_probe=k8s.core.v1.ProbeArgs(
-                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port="processor-metrics"),
-                period_seconds=10,
-                timeout_seconds=3,
-                failure_threshold=3,
-            ),
-            lifecycle=k8s.core.v1.LifecycleArgs(
-                pre_stop=k8s.core.v1.LifecycleHandlerArgs(
-                    sleep=k8s.core.v1.SleepActionArgs(seconds=ms.PRE_STOP_SLEEP_SECONDS)
-                )
-            ),
+            liveness_probe=_tcp_liveness("processor-metrics"),
+            lifecycle=_pre_stop_sleep(),
             volume_mounts=[
                 k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
                 k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=rendered.tokenizers_dir, read_only=True),
@@ -502,6 +484,20 @@ def _metadata(namespace: pulumi.Input[str], labels: Mapping[str, str]) -> Any:
         return k8s.meta.v1.ObjectMetaArgs(name=object_name, namespace=namespace, labels=dict(labels))
 
     return meta
+
+
+def _tcp_liveness(port: str) -> k8s.core.v1.ProbeArgs:
+    """Restart a container whose port stops accepting connections for 30 s."""
+    return k8s.core.v1.ProbeArgs(
+        tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=port), period_seconds=10, timeout_seconds=3, failure_threshold=3
+    )
+
+
+def _pre_stop_sleep() -> k8s.core.v1.LifecycleArgs:
+    """Keep serving while endpoints and the load balancer stop sending new requests to a terminating pod."""
+    return k8s.core.v1.LifecycleArgs(
+        pre_stop=k8s.core.v1.LifecycleHandlerArgs(sleep=k8s.core.v1.SleepActionArgs(seconds=ms.PRE_STOP_SLEEP_SECONDS))
+    )
 
 
 def _container_security() -> k8s.core.v1.SecurityContextArgs:

@@ -64,21 +64,18 @@ CONFIG = ProcessorConfig(
 )
 
 
-def _envoy(metric: str, pod: str, values: str, **extra: str) -> dict[str, str]:
-    labels = {
-        "namespace": "inference",
-        "pod": pod,
-        "container": "envoy",
-        "endpoint": "stats",
-        "envoy_http_conn_manager_prefix": "gateway",
-        **extra,
-    }
+def _scraped(container: str, endpoint: str, metric: str, pod: str, values: str, **extra: str) -> dict[str, str]:
+    """A series as Prometheus stores it from the gateway's PodMonitor: the target labels plus the metric's own."""
+    labels = {"namespace": "inference", "pod": pod, "container": container, "endpoint": endpoint, **extra}
     return {"series": metric + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "values": values}
+
+
+def _envoy(metric: str, pod: str, values: str, **extra: str) -> dict[str, str]:
+    return _scraped("envoy", "stats", metric, pod, values, envoy_http_conn_manager_prefix="gateway", **extra)
 
 
 def _processor(metric: str, pod: str, values: str, **extra: str) -> dict[str, str]:
-    labels = {"namespace": "inference", "pod": pod, "container": "processor", "endpoint": "processor-metrics", **extra}
-    return {"series": metric + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "values": values}
+    return _scraped("processor", "processor-metrics", metric, pod, values, **extra)
 
 
 def _alerts(name: str, at: str, *alerts: dict[str, Any]) -> dict[str, Any]:
