@@ -11,6 +11,7 @@ from inferplane.components.catalog import get_instance_type
 from inferplane.components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
 from inferplane.components.naming import SERVING_NAMESPACE
 from inferplane.components.spec import PlatformSpec
+from inferplane.infra.gateway import gateway_service_account
 
 
 def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
@@ -19,7 +20,7 @@ def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
     The names are those :func:`infra.serving.build_model_servers` gives the servers (``<deployment>-sa`` in
     :data:`components.naming.SERVING_NAMESPACE`); GKE pools read the Hugging Face hub and get none.
     """
-    return [
+    accounts = [
         ServiceAccountRef(
             namespace=SERVING_NAMESPACE,
             name=ms.service_account_name(deployment.name),
@@ -28,6 +29,11 @@ def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
         for deployment in spec.models
         if get_instance_type(spec.pool(deployment.pool).instance_type).cloud == "aws"
     ]
+    # The EKS gateway's processor reads the models' tokenizer files from the cache.
+    gateway = gateway_service_account(spec)
+    if gateway is not None:
+        accounts.append(ServiceAccountRef(namespace=SERVING_NAMESPACE, name=gateway, write=False))
+    return accounts
 
 
 def build_model_cache(

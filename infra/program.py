@@ -9,10 +9,12 @@ from __future__ import annotations
 import pulumi
 
 from inferplane.components.catalog import get_instance_type
+from inferplane.components.gateway_observability import wake_query
 from inferplane.components.sizing import PlatformSizing, size_platform
 from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError, parse_platform
 from inferplane.infra.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
 from inferplane.infra.cache import build_cache
+from inferplane.infra.gateway import ClusterInputs, build_gateways, eks_system_nodes, gke_system_nodes, redis_url
 from inferplane.infra.gke_foundation import GkeFoundation, build_gke_foundation
 from inferplane.infra.model_cache import build_model_cache
 from inferplane.infra.observability import ServingTarget, build_observability
@@ -84,7 +86,7 @@ def build(spec: PlatformSpec) -> PlatformSizing:
         model_cache_uri=model_cache.uri if model_cache is not None else None,
     )
     pulumi.export("modelServers", {name: server.service_name for name, server in servers.items()})
-    build_observability(
+    observability = build_observability(
         spec,
         plan,
         providers,
@@ -93,9 +95,39 @@ def build(spec: PlatformSpec) -> PlatformSizing:
                 deployment=servers[deployment.name].deployment_name,
                 namespace=servers[deployment.name].namespace,
                 cluster=clusters[deployment.pool],
+                # A model at zero replicas exposes no queue: the gateway's pending requests wake it.
+                wake_query=wake_query(deployment.name) if deployment.scale_to_zero else None,
             )
             for deployment in spec.models
         },
+    )
+    gateways = build_gateways(
+        spec,
+        plan,
+        {
+            cluster: ClusterInputs(
+                provider=providers[cluster],
+                prometheus_url=stack.monitoring.prometheus_url,
+                system_nodes=eks_system_nodes()
+                if cluster == "eks"
+                else gke_system_nodes(gke_foundation.cluster.system_pool.name if gke_foundation else ""),
+                after=(
+                    stack.keda,
+                    stack.monitoring,
+                    *(servers[m.name] for m in spec.models if clusters[m.pool] == cluster),
+                ),
+                redis_url=redis_url(response_cache.primary_endpoint, response_cache.auth_token)
+                if cluster == "eks" and response_cache is not None
+                else None,
+                model_cache_uri=model_cache.uri if cluster == "eks" and model_cache is not None else None,
+            )
+            for cluster, stack in observability.clusters.items()
+        },
+    )
+    pulumi.export("gatewayEndpoints", {cluster: gateway.endpoint for cluster, gateway in gateways.items()})
+    pulumi.export(
+        "gatewayApiKeys",
+        pulumi.Output.secret({cluster: gateway.api_keys for cluster, gateway in gateways.items()}),
     )
     return plan
 

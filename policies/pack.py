@@ -13,6 +13,7 @@ from inferplane.policies import (
     ec2,
     eks,
     elasticache,
+    gateway,
     governance,
     observability,
     serving,
@@ -37,6 +38,7 @@ POLICIES: list[AnyPolicy] = [
     *autoscaling.POLICIES,
     *cost.POLICIES,
     *observability.POLICIES,
+    *gateway.POLICIES,
 ]
 
 

@@ -20,6 +20,8 @@ from inferplane.components.annotations import (
     MODEL_SERVER,
     NAME_LABEL,
     SERVED_MODEL_LABEL,
+    GatewayRoute,
+    gateway_annotations,
     serving_annotations,
 )
 from inferplane.components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
@@ -271,7 +273,16 @@ def happy_plan() -> list[Registration]:
             T.DEPLOYMENT,
             "gateway",
             {
-                "metadata": {"name": "gateway", "labels": {COMPONENT_LABEL: GATEWAY}},
+                "metadata": {
+                    "name": "gateway",
+                    "labels": {COMPONENT_LABEL: GATEWAY},
+                    "annotations": gateway_annotations(
+                        auth="api_key",
+                        requests_per_minute=1200,
+                        tokens_per_minute=1_000_000,
+                        routes={"llama-70b": GatewayRoute(tiers=("premium",), max_context=32768)},
+                    ),
+                },
                 "spec": {
                     "replicas": 3,
                     "selector": {"matchLabels": {NAME_LABEL: "gateway"}},

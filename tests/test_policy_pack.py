@@ -19,8 +19,14 @@ from hypothesis import strategies as st
 from pulumi.runtime import rpc
 
 from inferplane.components.annotations import (
+    COMPONENT_LABEL,
     ENGINE,
     ENGINE_START_SECONDS,
+    GATEWAY,
+    GATEWAY_AUTH,
+    GATEWAY_REQUESTS_PER_MINUTE,
+    GATEWAY_ROUTES,
+    GATEWAY_TOKENS_PER_MINUTE,
     INSTANCE_TYPE,
     MODEL,
     TENSOR_PARALLEL_SIZE,
@@ -29,6 +35,7 @@ from inferplane.components.annotations import (
 from inferplane.components.scheduling import GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
 from inferplane.components.sizing import size_platform
 from inferplane.policies.pack import POLICIES
+from inferplane.policies.resource_types import T
 from inferplane.policies.serving import serving_settings, sizing_for
 from inferplane.tool.analyzer import (
     PolicyConfig,
@@ -224,6 +231,10 @@ KEDAGPU = "keda-scaledobject-limit-max-gpus"
 TOTAL = "compute-stack-limit-total-accelerators"
 COST = "cost-stack-limit-hourly-cost"
 ALERT = "monitoring-prometheusrule-require-preemption-alert"
+GWAUTH = "gateway-deployment-require-authentication"
+GWRATE = "gateway-deployment-require-rate-limits"
+GWROUTE = "gateway-models-require-tier-route"
+GWCTX = "gateway-context-limit-max-model-len"
 NO_QUEUE = (
     "no prometheus trigger queries a queue metric (vllm:num_requests_waiting, nv_inference_pending_request_count, "
     "nv_trt_llm_request_metrics)"
@@ -871,6 +882,55 @@ CASES = [
             value={"alert": "KvCacheExhausted", "labels": {"model": "llama-70b", "inferplane.io/alert": "preemption"}},
         ),
     ),
+    # gateway
+    _case(
+        "gateway-open",
+        "gateway",
+        _annotation(GATEWAY_AUTH, "none"),
+        (GWAUTH, f"gateway admits unauthenticated callers ({GATEWAY_AUTH}=none)"),
+    ),
+    _case(
+        "gateway-auth-unsaid",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_AUTH, value=DELETE),
+        (GWAUTH, f"gateway does not say how callers authenticate ({GATEWAY_AUTH} is absent)"),
+    ),
+    _case(
+        "gateway-no-token-budget",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_TOKENS_PER_MINUTE, value=DELETE),
+        (GWRATE, f"gateway does not limit tokens per minute ({GATEWAY_TOKENS_PER_MINUTE} is absent)"),
+    ),
+    _case(
+        "gateway-no-request-limit",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_REQUESTS_PER_MINUTE, value=DELETE),
+        (GWRATE, f"gateway does not limit requests per minute ({GATEWAY_REQUESTS_PER_MINUTE} is absent)"),
+    ),
+    _case(
+        "gateway-model-unrouted",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, "{}"),
+        (GWROUTE, "llama-70b (model llama-70b) is reachable through no gateway tier"),
+    ),
+    _case(
+        "gateway-model-without-tier",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, '{"llama-70b": {"tiers": [], "max_context": 32768}}'),
+        (GWROUTE, "llama-70b (model llama-70b) is reachable through no gateway tier"),
+    ),
+    _case(
+        "gateway-context-beyond-engine",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, '{"llama-70b": {"tiers": ["premium"], "max_context": 65536}}'),
+        (GWCTX, "gateway admits 65536 tokens for llama-70b, but llama-70b runs with max-model-len 32768"),
+    ),
+    _case(
+        "gateway-one-replica",
+        "gateway",
+        at("spec", "replicas", value=1),
+        (MINREP, "gateway runs at least 1 replica(s); this environment requires 2"),
+    ),
 ]
 
 
@@ -885,6 +945,44 @@ def test_one_change_one_violation(pack: PolicyPackProcess, case: Case) -> None:
 def test_every_policy_has_a_violating_case() -> None:
     covered = {policy for param in CASES for policy, _ in param.values[0].expected}
     assert covered == {p.meta.name for p in POLICIES}
+
+
+def test_the_gateways_scaled_object_needs_no_engine_queue_but_stays_in_bounds(pack: PolicyPackProcess) -> None:
+    """The gateway scales on requests in flight through Envoy; model servers' queue rule is not its rule."""
+    gateway_scaler = registration(
+        T.SCALED_OBJECT,
+        "gateway-scaledobject",
+        {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": "gateway", "labels": {COMPONENT_LABEL: GATEWAY}},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gateway"},
+                "minReplicaCount": 3,
+                "maxReplicaCount": 12,
+                "cooldownPeriod": 300,
+                "triggers": [
+                    {
+                        "type": "prometheus",
+                        "metadata": {
+                            "serverAddress": "http://prometheus.monitoring:9090",
+                            "query": 'sum(envoy_http_downstream_rq_active{envoy_http_conn_manager_prefix="gateway"})',
+                            "threshold": "200",
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    assert found(evaluate(pack, [*happy_plan(), gateway_scaler])) == []
+    # Its floor is the gateway's replica floor: one replica is refused in prod, as on the Deployment.
+    low = changed([gateway_scaler], "gateway-scaledobject", at("spec", "minReplicaCount", value=1))
+    assert found(evaluate(pack, [*happy_plan(), *low])) == [
+        (MINREP, "mandatory", "gateway runs at least 1 replica(s); this environment requires 2")
+    ]
+    # Labelled as a model server's, the same object must watch an engine queue.
+    unlabelled = changed([gateway_scaler], "gateway-scaledobject", at("metadata", "labels", value={}))
+    assert found(evaluate(pack, [*happy_plan(), *unlabelled])) == [(QUEUE, "mandatory", NO_QUEUE)]
 
 
 def test_triton_servers_need_no_preemption_alert(pack: PolicyPackProcess) -> None:

@@ -273,12 +273,14 @@ class PlatformMocks(pulumi_mocks.Mocks):
         if type_token.startswith("gcp:"):
             return self._gcp_computed(type_token, name, inputs)
         if type_token == "random:index/randomPassword:RandomPassword":
-            # Deterministic, but of the requested length and alphabet, as the provider's result would be.
+            # Deterministic, but of the requested length and alphabet, as the provider's result would be, and
+            # different per resource name (two passwords of a program never coincide, as real ones would not).
             length = int(inputs.get("length") or 32)
             alphabet = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789" + str(
                 inputs.get("overrideSpecial") or ""
             )
-            return {"result": "".join(alphabet[(i * 7 + len(name)) % len(alphabet)] for i in range(length))}
+            seed = hashlib.sha256(name.encode()).digest()
+            return {"result": "".join(alphabet[(seed[i % 32] + i * 7) % len(alphabet)] for i in range(length))}
         return {}
 
     def _gcp_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
