@@ -465,7 +465,11 @@ class Gateway(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(
                     name=f"{name}-dashboard", namespace=args.namespace, labels={**labels, **DASHBOARD_SIDECAR_LABELS}
                 ),
-                data=series.apply(lambda s: {f"inferplane-{name}.json": gateway_dashboard(s, costs).to_json()}),
+                data=series.apply(
+                    lambda s: {
+                        f"inferplane-{name}.json": gateway_dashboard(s, costs, cache=config.cache is not None).to_json()
+                    }
+                ),
                 opts=child,
             )
         self.endpoint = pulumi.Output.concat("http://", self.service.metadata.name, ".", args.namespace, ".svc:80")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferplane.components.alerts import AlertingRule, RecordingRule, RuleGroup, record_name
+from inferplane.components.cache_observability import cache_panels, cache_rule_group
 from inferplane.components.dashboards import Dashboard, GridPos, Panel, Target
 from inferplane.components.metrics import ModelSeries
 from inferplane.gateway import metrics as gm
@@ -205,8 +206,9 @@ class ModelCost:
     replica_hourly_usd: float
 
 
-def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost]) -> Dashboard:
-    """Requests, rejections by reason, tokens per tenant and on-demand cost per 1,000 tokens per model."""
+def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost], *, cache: bool = False) -> Dashboard:
+    """Requests, rejections by reason, tokens per tenant and on-demand cost per 1,000 tokens per model; with
+    ``cache``, the response cache's panels below (``components.cache_observability``)."""
     pods = series.pods
     specs: list[tuple[str, str, list[tuple[str, str]], str]] = [
         (
@@ -277,6 +279,8 @@ def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost]) -> 
         )
         for index, (title, unit, t, description) in enumerate(specs)
     )
+    if cache:
+        panels += cache_panels(series.pods, first_id=len(panels) + 1, y=((len(panels) + 1) // 2) * 8)
     return Dashboard(
         uid=f"inferplane-gw-{series.name}"[:40],
         title=f"inferplane / gateway {series.name}",
@@ -287,4 +291,7 @@ def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost]) -> 
 
 def render_rules(series: GatewaySeries, config: ProcessorConfig) -> dict[str, Any]:
     """The PrometheusRule ``spec`` for one gateway."""
-    return {"groups": [gateway_rule_group(series, config).render()]}
+    groups = [gateway_rule_group(series, config).render()]
+    if config.cache is not None and config.cache.enabled:
+        groups.append(cache_rule_group(f"{series.namespace}:{series.name}", series.pods).render())
+    return {"groups": groups}

@@ -111,3 +111,24 @@ def test_panels_query_the_processors_cache_metrics(tmp_path: Path) -> None:
         assert any(metric in e for e in exprs), metric
     assert check_expressions(exprs, tmp_path).returncode == 0
     Dashboard(uid="cache", title="cache", panels=panels).render()
+
+
+def test_a_gateway_with_a_cache_gets_the_cache_rules_and_panels(tmp_path: Path) -> None:
+    from inferplane.components.gateway_observability import GatewaySeries, gateway_dashboard, render_rules
+    from inferplane.gateway.cache.config import CacheConfig
+    from tests.test_gateway_observability import CONFIG
+
+    series = GatewaySeries("gateway", "inference")
+    plain = render_rules(series, CONFIG)
+    cached = render_rules(series, CONFIG.model_copy(update={"cache": CacheConfig()}))
+    assert cached["groups"][:-1] == plain["groups"]
+    assert cached["groups"][-1] == cache_rule_group("inference:gateway", series.pods).render()
+    off = render_rules(series, CONFIG.model_copy(update={"cache": CacheConfig(enabled=False)}))
+    assert off == plain
+    without = gateway_dashboard(series, {})
+    with_cache = gateway_dashboard(series, {}, cache=True)
+    assert with_cache.panels[: len(without.panels)] == without.panels
+    added = with_cache.panels[len(without.panels) :]
+    assert [p.title for p in added] == [p.title for p in cache_panels(series.pods, 1, 0)]
+    assert len({p.id for p in with_cache.panels}) == len(with_cache.panels)
+    assert min(p.grid.y for p in added) >= max(p.grid.y + p.grid.h for p in without.panels)
