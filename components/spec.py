@@ -269,7 +269,7 @@ class CacheSpec(_Spec):
         "there a tier opts in with ``share_cache_across_tenants``).",
     )
     lookup_timeout_ms: int = Field(
-        default=20, ge=1, le=1000, description="Bound on one cache lookup; past it the request goes on uncached."
+        default=50, ge=1, le=1000, description="Bound on one cache lookup; past it the request goes on uncached."
     )
 
 

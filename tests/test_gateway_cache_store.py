@@ -22,6 +22,7 @@ from inferplane.gateway.cache.request import Bypass
 from inferplane.gateway.cache.sse import SSE_CONTENT_TYPE, assemble, events
 from inferplane.gateway.cache.store import ResponseCache, connect
 from tests.redis_server import RedisServer, free_port, redis_server
+from tests.test_gateway_cache_rules import completion
 
 T = TypeVar("T")
 WORDLLAMA = WordLlamaEmbedder()
@@ -48,14 +49,7 @@ def chat(text: str, **extra: Any) -> dict[str, Any]:
 
 
 def answer(text: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-engine",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-    }
+    return completion(text, prompt_tokens=10, completion_tokens=5, total_tokens=15)
 
 
 def with_cache(

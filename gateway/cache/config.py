@@ -82,7 +82,7 @@ class CacheConfig(_Config):
     )
     embedder: EmbedderConfig = Field(default_factory=WordLlamaEmbedderConfig, description="Semantic embedder.")
     timeout_ms: int = Field(
-        default=20, ge=1, le=5000, description="Bound on one lookup or store; past it the request goes on uncached."
+        default=50, ge=1, le=5000, description="Bound on one lookup or store; past it the request goes on uncached."
     )
     retry_after_failure_s: float = Field(
         default=2.0,
