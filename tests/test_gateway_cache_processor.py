@@ -37,7 +37,9 @@ def _set_headers(response: Any) -> dict[str, str]:
 def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_processor(redis_port: int) -> None:  # noqa: F811
     async def main() -> list[Any]:
         config = _config(None).model_copy(
-            update={"cache": CacheConfig(models={"short": CachedModel(revision="r1")}, key_prefix="proc", timeout_ms=1000)}
+            update={
+                "cache": CacheConfig(models={"short": CachedModel(revision="r1")}, key_prefix="proc", timeout_ms=1000)
+            }
         )
         assert config.cache is not None
         client = connect(f"redis://127.0.0.1:{redis_port}", config.cache)
