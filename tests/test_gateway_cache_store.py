@@ -244,7 +244,7 @@ def test_a_dead_cache_costs_one_bounded_failure_then_is_skipped_and_retried(tmp_
             await cache.aclose()
 
     first, elapsed, stored, second, third = asyncio.run(main())
-    assert first == {"x-inferplane-cache": "miss"} and elapsed < 0.05 + 0.05
+    assert first == {"x-inferplane-cache": "miss"} and elapsed < 0.05 + 0.25  # the timeout, plus a loaded machine
     assert stored is False and second == Bypass("unavailable")
     assert third == {"x-inferplane-cache": "miss"}  # tried again after the back-off, failed again
     assert value(metrics, "inferplane_gateway_cache_errors_total", operation="lookup", error="connection") == 2
@@ -269,7 +269,7 @@ def test_a_stalled_cache_adds_at_most_the_timeout_and_recovers(tmp_path: Path) -
             return [during.hit, elapsed, after.response_headers(), await cache.check()]
 
         (during, elapsed, after, healthy), metrics = with_cache(stalled.port, cfg, body)
-    assert during is None and 0.09 <= elapsed < 0.1 + 0.1
+    assert during is None and 0.09 <= elapsed < 0.1 + 0.25  # the timeout, plus a loaded machine
     assert after == {"x-inferplane-cache": "hit", "x-inferplane-cache-kind": "exact"} and healthy
     assert value(metrics, "inferplane_gateway_cache_errors_total", operation="lookup", error="timeout") == 1
     assert value(metrics, "inferplane_gateway_cache_up") == 1
