@@ -247,7 +247,9 @@ def test_a_dead_cache_costs_one_bounded_failure_then_is_skipped_and_retried(tmp_
     assert first == {"x-inferplane-cache": "miss"} and elapsed < 0.05 + 0.25  # the timeout, plus a loaded machine
     assert stored is False and second == Bypass("unavailable")
     assert third == {"x-inferplane-cache": "miss"}  # tried again after the back-off, failed again
-    assert value(metrics, "inferplane_gateway_cache_errors_total", operation="lookup", error="connection") == 2
+    refused = value(metrics, "inferplane_gateway_cache_errors_total", operation="lookup", error="connection")
+    late = value(metrics, "inferplane_gateway_cache_errors_total", operation="lookup", error="timeout")
+    assert refused + late == 2 and refused >= 1  # refused, unless a loaded machine ran past the timeout first
     assert value(metrics, "inferplane_gateway_cache_bypasses_total", model="m", reason="unavailable") == 1
     assert value(metrics, "inferplane_gateway_cache_up") == 0
 
