@@ -573,7 +573,7 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
                 failure_mode_allow=False,
                 processing_mode={
                     "request_header_mode": "SEND",
-                    "response_header_mode": "SEND",
+                    "response_header_mode": "SKIP",
                     "request_body_mode": "BUFFERED",
                     "response_body_mode": "STREAMED",
                     "request_trailer_mode": "SKIP",
