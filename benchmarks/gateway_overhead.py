@@ -36,7 +36,6 @@ sys.path.insert(0, str(PROJECT))
 
 from inferplane.components import gateway_config as gc  # noqa: E402
 from inferplane.components.sizing import size_platform  # noqa: E402
-from inferplane.components.spec import parse_platform  # noqa: E402
 from tests.envoy import ENVOY_BIN  # noqa: E402
 from tests.gateway_support import (  # noqa: E402
     Procs,
@@ -47,7 +46,7 @@ from tests.gateway_support import (  # noqa: E402
     wait_http,
     wait_port,
 )
-from tests.tiny_model import write_model  # noqa: E402
+from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model  # noqa: E402
 
 LITELLM_VENV = PROJECT / ".ci" / "cache" / "litellm-venv"
 MODEL = "bench"
@@ -132,40 +131,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def _spec() -> Any:
-    arch = {
-        "hf_repo": "inferplane-test/tiny-llama",
-        "parameters": 1_600_000,
-        "layers": 2,
-        "attention_heads": 4,
-        "kv_heads": 4,
-        "head_dim": 64,
-        "hidden_size": 256,
-        "vocab_size": 512,
-        "max_context": 4096,
-    }
-    raw = {
-        "environment": "dev",
-        "zones": ["us-east-1a", "us-east-1b"],
-        "cluster": {"endpoint_access": "public_and_private", "public_access_cidrs": ["198.51.100.0/24"]},
-        "pools": [{"name": "l4", "accelerator": "l4-24gb", "instance_type": "g6.2xlarge"}],
-        "models": [
-            {
-                "name": MODEL,
-                "architecture": arch,
-                "pool": "l4",
-                "max_context": 2048,
-                "concurrency": 64,
-                "routing_tier": "standard",
-            }
-        ],
-        "gateway": {
+    return tiny_platform(
+        [{"name": MODEL, "concurrency": 64, "routing_tier": "standard"}],
+        {
             "replicas": 1,
             "rate_limit": {"requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000},
             "tenants": [{"name": "bench", "tiers": ["standard"]}],
         },
-        "limits": {"max_total_gpus": 4, "max_hourly_cost_usd": 50, "allowed_accelerators": ["l4-24gb"]},
-    }
-    return parse_platform(raw, "us-east-1")
+    )
 
 
 def start_envoy_only(procs: Procs, rendered: gc.RenderedGateway, directory: Path) -> int:
@@ -229,7 +202,7 @@ def main() -> None:
         keys_dir, tokenizers = directory / "keys", directory / "tokenizers"
         keys_dir.mkdir()
         (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"bench": BENCH_KEY}))
-        write_model(tokenizers / "inferplane-test" / "tiny-llama")
+        write_model(tokenizers / ARCHITECTURE["hf_repo"])
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
         addresses = gateway_addresses({MODEL: ("127.0.0.1", stub_port)}, keys_dir, tokenizers, "-bench")
         gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
