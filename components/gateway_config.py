@@ -37,6 +37,8 @@ from inferplane.components.catalog import get_instance_type
 from inferplane.components.naming import model_service_host, model_service_port
 from inferplane.components.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.spec import ModelDeploymentSpec, PlatformSpec, TenantSpec, gateway_tiers
+from inferplane.gateway.cache.request import CACHE_HEADER
+from inferplane.gateway.cache.request import RESULT_HEADER as CACHE_RESULT_HEADER
 from inferplane.gateway.config import ModelConfig, ProcessorConfig, TenantConfig, TierConfig
 
 Cluster = Literal["eks", "gke"]
@@ -174,6 +176,19 @@ def max_num_seqs(sizing: DeploymentSizing) -> int:
 def tokenizer_file(deployment: ModelDeploymentSpec) -> str:
     """A model's ``tokenizer.json`` relative to the tokenizer root, as the model cache lays out checkpoints."""
     return f"{deployment.weights_repo or deployment.architecture_resolved.hf_repo}/tokenizer.json"
+
+
+def fallback_aliases(spec: PlatformSpec, deployment: str) -> tuple[str, ...]:
+    """The primaries (on the same cluster) that ``deployment`` is a tier fallback for: names its server must also
+    answer to, because Envoy retries a failed request on the fallback with the body (and its ``model``) unchanged."""
+    by_name = {d.name: d for d in spec.models}
+    cluster = cluster_of(spec, by_name[deployment])
+    on_cluster = {d.name for d in spec.models if cluster_of(spec, d) == cluster}
+    aliases: list[str] = []
+    for tier in _cluster_tiers(spec, on_cluster):
+        if deployment in tier.fallback:
+            aliases.extend(m for m in tier.models if m not in aliases)
+    return tuple(aliases)
 
 
 def _cluster_tiers(spec: PlatformSpec, on_cluster: set[str]) -> tuple[TierConfig, ...]:
@@ -403,7 +418,12 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
             {
                 "header": {"key": UPSTREAM_HEADER, "value": "%UPSTREAM_CLUSTER%"},
                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-            }
+            },
+            {
+                # The response cache's verdict (miss or bypass), set by the processor on the request (gateway.cache).
+                "header": {"key": CACHE_HEADER, "value": f"%REQ({CACHE_RESULT_HEADER})%"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            },
         ],
     }
 
@@ -575,7 +595,7 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
                 failure_mode_allow=False,
                 processing_mode={
                     "request_header_mode": "SEND",
-                    "response_header_mode": "SEND",
+                    "response_header_mode": "SKIP",
                     "request_body_mode": "BUFFERED",
                     "response_body_mode": "STREAMED",
                     "request_trailer_mode": "SKIP",

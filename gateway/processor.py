@@ -87,6 +87,7 @@ class _Stream:
     reserved_tokens: int = 0
     gate: ModelGate | None = None
     status: int = 0
+    seen_response: bool = False
     event_stream: bool = False
     buffer: bytearray = field(default_factory=bytearray)
     usage: tuple[int, int] | None = None
@@ -254,8 +255,9 @@ class Processor:
         finally:
             if stream.gate is not None:
                 stream.gate.release()
-            if stream.tenant is not None and not stream.accounted and stream.status and stream.status != 200:
-                await self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
+            if stream.tenant is not None and not stream.accounted and stream.reserved_tokens:
+                # no usage came back (an error, a client gone): return the prompt's reservation
+                self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
 
     def _on_request_headers(self, stream: _Stream, message: Any) -> Any:
         stream.headers = _headers_of(message)
@@ -439,7 +441,7 @@ class Processor:
             )
             if lookup is not None and lookup.hit is not None:
                 if stream.reserved_tokens:  # a cached answer spends no model tokens
-                    await self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
+                    self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
                     stream.reserved_tokens = 0
                 self.metrics.requests.labels(model.name, stream.tier, tenant.name, "cached").inc()
                 return self.cache.reply(lookup)
@@ -460,13 +462,17 @@ class Processor:
             stream.gate = gate
         except RejectError:
             if stream.reserved_tokens:
-                await self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
+                self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
                 stream.reserved_tokens = 0
             raise
         finally:
             self.metrics.queue_seconds.labels(model.name).observe(time.monotonic() - started)
         self.metrics.requests.labels(model.name, stream.tier, tenant.name, "admitted").inc()
-        return self._forward(body, model)
+        return (
+            self._forward(body, model)
+            if self.cache is None
+            else self.cache.tag(self._forward(body, model), stream.cache_lookup)
+        )
 
     async def _wait_ready(self, model: ModelConfig) -> None:
         readiness = self.readiness.get(model.name)
@@ -507,19 +513,24 @@ class Processor:
     def _on_response_headers(self, stream: _Stream, message: Any) -> Any:
         headers = _headers_of(message)
         stream.status = int(headers.get(":status", "0") or 0)
+        stream.seen_response = True
         stream.event_stream = headers.get("content-type", "").startswith("text/event-stream")
-        if self.cache is not None and stream.cache_lookup is not None:
-            return pb.ProcessingResponse(
-                response_headers=self.cache.on_response_headers(
-                    stream.cache_pending, stream.cache_lookup, stream.status, stream.event_stream
-                )
-            )
         return pb.ProcessingResponse(response_headers=pb.HeadersResponse())
 
     async def _on_response_body(self, stream: _Stream, message: Any) -> Any:
+        if not stream.seen_response:
+            # Response headers are not sent to the processor (one round trip less): an event stream's body
+            # starts with an SSE field, a JSON body with "{"; an error body carries no usage.
+            stream.seen_response = True
+            stream.event_stream = message.body[:5] in (b"data:", b"event", b": ", b"id: ")
         if self.cache is not None:
-            self.cache.on_response_body(stream.cache_pending, message.body, message.end_of_stream)
-        if stream.tenant is not None and stream.model is not None and stream.status == 200 and not stream.accounted:
+            self.cache.on_response_body(stream.cache_pending, message.body, message.end_of_stream, stream.event_stream)
+        if (
+            stream.tenant is not None
+            and stream.model is not None
+            and not stream.accounted
+            and stream.status in (0, 200)
+        ):
             try:
                 self._scan(stream, message.body, message.end_of_stream)
                 if stream.usage is not None or message.end_of_stream:
@@ -544,18 +555,23 @@ class Processor:
         if len(stream.buffer) + len(chunk) <= MAX_ACCOUNTED_BODY_BYTES:
             stream.buffer += chunk
         if end and len(stream.buffer) > 0:
-            stream.usage = _usage(json.loads(bytes(stream.buffer)))
+            try:
+                stream.usage = _usage(json.loads(bytes(stream.buffer)))
+            except ValueError:  # not JSON (a proxy's error page): nothing to account
+                stream.usage = None
 
     async def _account(self, stream: _Stream) -> None:
         assert stream.tenant is not None and stream.model is not None
         stream.accounted = True
         if stream.usage is None:
+            self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
+            stream.reserved_tokens = 0
             return
         prompt, completion = stream.usage
         labels = (stream.tenant.name, stream.tier, stream.model.name)
         self.metrics.tokens.labels(*labels, "prompt").inc(prompt)
         self.metrics.tokens.labels(*labels, "completion").inc(completion)
-        await self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
+        self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
         stream.reserved_tokens = prompt + completion
 
 

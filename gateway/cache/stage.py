@@ -3,9 +3,9 @@
 :class:`inferplane.gateway.processor.Processor` calls :meth:`CacheStage.lookup` once a request is admitted (tenant,
 model and budgets settled; the body as it will be forwarded). A hit is answered at once with an immediate response
 (JSON, or the SSE replay for a stream) and never reaches the model server. A miss keeps its :class:`Lookup`; the
-response headers get ``x-inferplane-cache: miss`` (or ``bypass``), the response body chunks are collected (bounded by
-the entry size) and, when the stream ends with a complete 200 answer, stored in the background so the client never
-waits on the cache.
+request goes upstream tagged with :data:`RESULT_HEADER` (``miss`` or ``bypass``), which Envoy's model routes echo as
+the response's ``x-inferplane-cache``; the response body chunks are collected (bounded by the entry size) and, when
+the stream ends with a complete answer, stored in the background so the client never waits on the cache.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 
-from inferplane.gateway.cache.request import CACHE_HEADER, Cacheable, Endpoint
+from inferplane.gateway.cache.request import CACHE_HEADER, RESULT_HEADER, Cacheable, Endpoint
 from inferplane.gateway.cache.sse import assemble, events
 from inferplane.gateway.cache.store import Lookup, ResponseCache
 
@@ -47,7 +47,6 @@ class Pending:
     lookup: Lookup
     body: bytearray = field(default_factory=bytearray)
     event_stream: bool = False
-    ok: bool = False
     overflow: bool = False
 
 
@@ -101,17 +100,14 @@ class CacheStage:
             )
         )
 
-    def on_response_headers(
-        self, pending: Pending | None, lookup: Lookup | None, status: int, event_stream: bool
-    ) -> Any:
-        """Mark the response (miss or bypass) and start collecting it when it may be stored."""
-        if lookup is None:
-            return pb.HeadersResponse()
-        if pending is not None:
-            pending.ok = status == 200
-            pending.event_stream = event_stream
-        mutation = pb.HeaderMutation(set_headers=[header(k, v) for k, v in lookup.response_headers().items()])
-        return pb.HeadersResponse(response=pb.CommonResponse(header_mutation=mutation))
+    @staticmethod
+    def tag(forwarded: Any, lookup: Lookup | None) -> Any:
+        """Set :data:`RESULT_HEADER` (miss or bypass) on the request going upstream; Envoy's model routes copy it
+        into the response's ``x-inferplane-cache`` (response headers do not pass through the processor)."""
+        if lookup is not None:
+            value = lookup.response_headers()[CACHE_HEADER]
+            forwarded.request_body.response.header_mutation.set_headers.append(header(RESULT_HEADER, value))
+        return forwarded
 
     @staticmethod
     def pending_for(lookup: Lookup | None) -> Pending | None:
@@ -120,10 +116,12 @@ class CacheStage:
             return None
         return Pending(lookup)
 
-    def on_response_body(self, pending: Pending | None, chunk: bytes, end: bool) -> None:
-        """Collect a chunk; at the end of a complete 200 answer, store it in the background."""
-        if pending is None or not pending.ok or pending.overflow:
+    def on_response_body(self, pending: Pending | None, chunk: bytes, end: bool, event_stream: bool) -> None:
+        """Collect a chunk; at the end of a complete answer, store it in the background. The status is not seen
+        (response headers skip the processor): error bodies carry no finished ``choices`` and are never stored."""
+        if pending is None or pending.overflow:
             return
+        pending.event_stream = event_stream
         limit = self.cache.config.max_entry_bytes * (4 if pending.event_stream else 1)
         if len(pending.body) + len(chunk) > limit:
             pending.overflow = True
