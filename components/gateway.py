@@ -344,8 +344,15 @@ class Gateway(pulumi.ComponentResource):
                 )
             ],
             resources=PROCESSOR_RESOURCES,
-            # Envoy's readiness already depends on the processor (failure_mode_allow: false answers 500s);
-            # the processor's own probe restarts it when its event loop stops accepting connections.
+            # Envoy refuses requests (500) while its processor is away (failure_mode_allow: false), so the pod is
+            # ready only once the processor serves too; its gRPC port is loopback-only, its metrics port is not, and
+            # both open at start. Liveness restarts a processor that no longer accepts connections at all.
+            readiness_probe=k8s.core.v1.ProbeArgs(
+                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port="processor-metrics"),
+                period_seconds=5,
+                timeout_seconds=2,
+                failure_threshold=2,
+            ),
             liveness_probe=_tcp_liveness("processor-metrics"),
             lifecycle=_pre_stop_sleep(),
             volume_mounts=[

@@ -199,6 +199,8 @@ def test_envoy_and_the_processor_run_locked_down_on_the_system_nodes() -> None:
     assert "subPath" not in mounts["api-keys"]  # Envoy watches the directory: the Secret's atomic swap reaches it
     processor = _container(deployment, "processor")
     assert processor["image"] == rendered.processor_image
+    assert processor["args"] == ["--config", f"{rendered.config_dir}/{rendered.processor_config_file}"]
+    assert processor["readinessProbe"]["tcpSocket"] == {"port": "processor-metrics"}
     assert processor["env"] == [
         {"name": rendered.redis_url_env, "valueFrom": {"secretKeyRef": {"name": "gateway-redis", "key": "url"}}}
     ]

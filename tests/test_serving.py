@@ -17,6 +17,7 @@ from inferplane.components.model_server import HF_TOKEN_SECRET_KEY
 from inferplane.components.sizing import size_platform
 from inferplane.components.spec import parse_platform
 from inferplane.infra.aws_foundation import build_aws_foundation, platform_tags
+from inferplane.infra.gateway import ClusterInputs, build_gateways, eks_system_nodes
 from inferplane.infra.observability import ServingTarget, build_observability
 from inferplane.infra.serving import build_model_servers
 from inferplane.tool.analyzer import PolicyPackProcess, load_policy_pack_config, policy_config_path
@@ -242,7 +243,20 @@ def test_the_policy_pack_passes_the_model_servers_with_their_autoscalers(stack: 
             model_cache_uri="s3://inferplane-models/hf/",
         )
         targets = {n: ServingTarget(deployment=s.deployment_name, namespace=s.namespace) for n, s in servers.items()}
-        build_observability(spec, plan, {"eks": provider}, targets)
+        observability = build_observability(spec, plan, {"eks": provider}, targets)
+        # The gateway in front of them: every model must be reachable through a tier.
+        build_gateways(
+            spec,
+            plan,
+            {
+                "eks": ClusterInputs(
+                    provider=provider,
+                    prometheus_url=observability.primary.monitoring.prometheus_url,
+                    system_nodes=eks_system_nodes(),
+                    after=tuple(servers.values()),
+                )
+            },
+        )
 
     evaluation = evaluate(
         program,
