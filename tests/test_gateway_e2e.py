@@ -70,7 +70,8 @@ def _spec() -> Any:
             "tenants": [{"name": name, **limits} for name, limits in TENANTS.items()],
             "admission": {"queue_max": 2, "queue_timeout_seconds": 1.5},
         },
-        cache={"ttl_seconds": CACHE_TTL_SECONDS},
+        # A generous lookup bound: on a loaded test machine a 50 ms bound would turn lookups into bypasses.
+        cache={"ttl_seconds": CACHE_TTL_SECONDS, "lookup_timeout_ms": 500},
     )
 
 
