@@ -26,7 +26,7 @@ from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
-from tests.redis_server import binaries
+from tests.redis_server import search_module
 
 VLLM_VENV = PROJECT_DIR / ".ci" / "cache" / "vllm-venv"
 VLLM_READY_MARKER = VLLM_VENV / ".inferplane-vllm-ready"
@@ -141,7 +141,7 @@ class Procs:
 def start_redis(procs: Procs, name: str = "redis") -> int:
     """A fresh redis-server without persistence, with RediSearch (the semantic cache's FT.*); returns its port."""
     port = free_port()
-    _, search = binaries()
+    search = search_module()
     args = [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     procs.start(name, [*args, "--loadmodule", str(search)])
     wait_port(port, 20)

