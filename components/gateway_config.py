@@ -438,9 +438,9 @@ def _error_body(message: str, error_type: str, code: str) -> dict[str, Any]:
 def _local_reply_config() -> dict[str, Any]:
     """OpenAI's error shape for the replies Envoy makes itself. The processor's replies already carry it (and a
     200 it answers, ``GET /v1/models``, must pass untouched), so only Envoy's own cases are mapped: a limited
-    request (flag RL), a missing or unknown key (401), no healthy or reachable upstream (flags UH, UF, URX, UO),
-    the processor unreachable (500, which the processor itself never answers), an oversized body (413) and an
-    upstream timeout (504)."""
+    request (details ``local_rate_limited``), a missing or unknown key (401), no healthy or reachable upstream
+    (flags UH, UF, URX, UO), the processor unreachable (500, which the processor never answers), an oversized body
+    (413) and an upstream timeout (504)."""
 
     def status(code: int) -> dict[str, Any]:
         return {
@@ -452,7 +452,16 @@ def _local_reply_config() -> dict[str, Any]:
     return {
         "mappers": [
             {
-                "filter": {"response_flag_filter": {"flags": ["RL"]}},
+                # local_ratelimit sets its RL flag only after the reply is built: match its details instead
+                "filter": {
+                    "extension_filter": {
+                        "name": "envoy.access_loggers.extension_filters.cel",
+                        "typed_config": _any(
+                            "envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+                            expression="response.code_details == 'local_rate_limited'",
+                        ),
+                    }
+                },
                 "body_format_override": _error_body(
                     "request rate limit exceeded for this API key", "requests", "rate_limit_exceeded"
                 ),

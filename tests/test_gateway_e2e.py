@@ -246,7 +246,7 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
 
     def one(_: int) -> int:
         try:
-            _chat(client, "beta", max_tokens=120, extra_body={"ignore_eos": True})
+            _chat(client, "beta", max_tokens=400, extra_body={"ignore_eos": True})
         except openai.RateLimitError as error:
             assert error.code == "capacity_exceeded"
             assert error.response.headers["retry-after"] == "1"
@@ -288,8 +288,9 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
                 streamed_usage = chunk.usage
         assert streamed_usage is not None and streamed_usage.completion_tokens == 200
         usage_total += streamed_usage.prompt_tokens + streamed_usage.completion_tokens
-        assert len(arrivals) > 20
-        assert arrivals[1] < arrivals[-1] / 2  # the first tokens arrived long before the last
+        # Unbuffered: the chunks arrive over the generation, not all at once at its end.
+        assert len({round(t, 3) for t in arrivals}) > 10
+        assert arrivals[-2] - arrivals[1] > 0.03
     accounted = sum(_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b))
     assert accounted == usage_total
 
@@ -391,11 +392,19 @@ def test_cache_entries_expire(platform: Platform) -> None:
     assert _cached(client, "What is the boiling point of water?")[0] == "miss"
 
 
-def test_redis_down_fails_open(platform: Platform) -> None:
+def test_redis_down_fails_open_and_envoys_own_limit_holds(platform: Platform) -> None:
     platform.procs.stop("redis")
     client = platform.client("team-a")
     assert _chat(client, "alpha").parse().model == "alpha"
     assert _metric(platform.a, gm.PROCESSOR_ERRORS_TOTAL, stage="redis") >= 1
+    # Without the shared budget, each replica's Envoy bucket (3 a minute for rpm-tight) still limits the tenant.
+    tight = platform.client("rpm-tight", platform.a)
+    with pytest.raises(openai.RateLimitError) as error:
+        for _ in range(4):
+            _chat(tight, "alpha")
+    headers = error.value.response.headers
+    assert error.value.code == "rate_limit_exceeded"
+    assert (headers["x-ratelimit-limit"], headers["retry-after"]) == ("3", "20")
     # The cache too: a deterministic request is answered by vLLM within the lookup timeout, and counted.
     started = time.monotonic()
     response = _chat(client, "alpha", RESET, temperature=0)
