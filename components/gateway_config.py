@@ -175,6 +175,19 @@ def tokenizer_file(deployment: ModelDeploymentSpec) -> str:
     return f"{deployment.weights_repo or deployment.architecture_resolved.hf_repo}/tokenizer.json"
 
 
+def fallback_aliases(spec: PlatformSpec, deployment: str) -> tuple[str, ...]:
+    """The primaries (on the same cluster) that ``deployment`` is a tier fallback for: names its server must also
+    answer to, because Envoy retries a failed request on the fallback with the body (and its ``model``) unchanged."""
+    by_name = {d.name: d for d in spec.models}
+    cluster = cluster_of(spec, by_name[deployment])
+    on_cluster = {d.name for d in spec.models if cluster_of(spec, d) == cluster}
+    aliases: list[str] = []
+    for tier in _cluster_tiers(spec, on_cluster):
+        if deployment in tier.fallback:
+            aliases.extend(m for m in tier.models if m not in aliases)
+    return tuple(aliases)
+
+
 def _cluster_tiers(spec: PlatformSpec, on_cluster: set[str]) -> tuple[TierConfig, ...]:
     tiers = []
     for tier in gateway_tiers(spec):
@@ -573,7 +586,7 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
                 failure_mode_allow=False,
                 processing_mode={
                     "request_header_mode": "SEND",
-                    "response_header_mode": "SEND",
+                    "response_header_mode": "SKIP",
                     "request_body_mode": "BUFFERED",
                     "response_body_mode": "STREAMED",
                     "request_trailer_mode": "SKIP",

@@ -60,6 +60,7 @@ def vllm_args(
     served_model_name: str,
     speculative: SpeculativeDecodingSpec | None,
     shutdown_timeout_seconds: int,
+    aliases: tuple[str, ...] = (),
 ) -> list[str]:
     """The container args of ``vllm serve``: the model first, then one flag per sizing setting.
 
@@ -70,6 +71,7 @@ def vllm_args(
         model,
         "--served-model-name",
         served_model_name,
+        *aliases,
         "--tensor-parallel-size",
         str(settings.tensor_parallel_size),
         "--max-model-len",
@@ -125,6 +127,10 @@ class VllmServiceArgs:
     """PodMonitor scrape interval (the spec's observability interval)."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Stack tags, added to every object's labels."""
+    served_model_aliases: tuple[str, ...] = ()
+    """More names the server answers to: the primaries it is the gateway's fallback for
+    (:func:`components.gateway_config.fallback_aliases`), since Envoy retries the request body unchanged. The
+    first name (the deployment's) is the one responses carry, so they say which model answered."""
 
 
 class VllmService(ms.ModelServer):
@@ -177,6 +183,7 @@ class VllmService(ms.ModelServer):
                 served_model_name=deployment.name,
                 speculative=deployment.speculative_decoding,
                 shutdown_timeout_seconds=drain,
+                aliases=args.served_model_aliases,
             ),
             ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=VLLM_PORT, protocol="TCP")],
             env=env,

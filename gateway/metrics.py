@@ -6,7 +6,7 @@ names from here; the processor registers exactly these. Counters carry the ``_to
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 NAMESPACE: Final = "inferplane_gateway"
 
@@ -47,17 +47,7 @@ RejectionReason = Literal[
     "kv_capacity",
     "cold_start_timeout",
 ]
-REJECTION_REASONS: Final[tuple[RejectionReason, ...]] = (
-    "unauthenticated",
-    "bad_request",
-    "model_not_found",
-    "tier_forbidden",
-    "context_length_exceeded",
-    "requests_per_minute",
-    "tokens_per_minute",
-    "kv_capacity",
-    "cold_start_timeout",
-)
+REJECTION_REASONS: Final[tuple[RejectionReason, ...]] = get_args(RejectionReason)
 """Every ``reason`` label value of :data:`REJECTIONS_TOTAL`."""
 
 QUEUE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)

@@ -84,6 +84,7 @@ class _Stream:
     reserved_tokens: int = 0
     gate: ModelGate | None = None
     status: int = 0
+    seen_response: bool = False
     event_stream: bool = False
     buffer: bytearray = field(default_factory=bytearray)
     usage: tuple[int, int] | None = None
@@ -238,8 +239,9 @@ class Processor:
         finally:
             if stream.gate is not None:
                 stream.gate.release()
-            if stream.tenant is not None and not stream.accounted and stream.status and stream.status != 200:
-                await self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
+            if stream.tenant is not None and not stream.accounted and stream.reserved_tokens:
+                # no usage came back (an error, a client gone): return the prompt's reservation
+                self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
 
     def _on_request_headers(self, stream: _Stream, message: Any) -> Any:
         stream.headers = _headers_of(message)
@@ -432,7 +434,7 @@ class Processor:
             stream.gate = gate
         except RejectError:
             if stream.reserved_tokens:
-                await self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
+                self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
                 stream.reserved_tokens = 0
             raise
         finally:
@@ -479,11 +481,22 @@ class Processor:
     def _on_response_headers(self, stream: _Stream, message: Any) -> Any:
         headers = _headers_of(message)
         stream.status = int(headers.get(":status", "0") or 0)
+        stream.seen_response = True
         stream.event_stream = headers.get("content-type", "").startswith("text/event-stream")
         return pb.ProcessingResponse(response_headers=pb.HeadersResponse())
 
     async def _on_response_body(self, stream: _Stream, message: Any) -> Any:
-        if stream.tenant is not None and stream.model is not None and stream.status == 200 and not stream.accounted:
+        if not stream.seen_response:
+            # Response headers are not sent to the processor (one round trip less): an event stream's body
+            # starts with an SSE field, a JSON body with "{"; an error body carries no usage.
+            stream.seen_response = True
+            stream.event_stream = message.body[:5] in (b"data:", b"event", b": ", b"id: ")
+        if (
+            stream.tenant is not None
+            and stream.model is not None
+            and not stream.accounted
+            and stream.status in (0, 200)
+        ):
             try:
                 self._scan(stream, message.body, message.end_of_stream)
                 if stream.usage is not None or message.end_of_stream:
@@ -508,18 +521,23 @@ class Processor:
         if len(stream.buffer) + len(chunk) <= MAX_ACCOUNTED_BODY_BYTES:
             stream.buffer += chunk
         if end and len(stream.buffer) > 0:
-            stream.usage = _usage(json.loads(bytes(stream.buffer)))
+            try:
+                stream.usage = _usage(json.loads(bytes(stream.buffer)))
+            except ValueError:  # not JSON (a proxy's error page): nothing to account
+                stream.usage = None
 
     async def _account(self, stream: _Stream) -> None:
         assert stream.tenant is not None and stream.model is not None
         stream.accounted = True
         if stream.usage is None:
+            self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
+            stream.reserved_tokens = 0
             return
         prompt, completion = stream.usage
         labels = (stream.tenant.name, stream.tier, stream.model.name)
         self.metrics.tokens.labels(*labels, "prompt").inc(prompt)
         self.metrics.tokens.labels(*labels, "completion").inc(completion)
-        await self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
+        self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
         stream.reserved_tokens = prompt + completion
 
 

@@ -54,3 +54,4 @@ async def serve(config: ProcessorConfig, processor: Processor | None = None) -> 
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
+    await processor.budgets.flush()

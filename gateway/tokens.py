@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 log = logging.getLogger(__name__)
 
 ESTIMATE_BYTES_PER_TOKEN = 3
+BATCH_FROM = 8
 
 
 def _text_parts(content: Any) -> list[str]:
@@ -86,5 +87,7 @@ class TokenCounter:
             return estimate + overhead, False
         if not texts:
             return overhead, True
+        if len(texts) <= BATCH_FROM:  # encode_batch's thread pool costs more than it saves on a few texts
+            return sum(len(tokenizer.encode(t, add_special_tokens=False).ids) for t in texts) + overhead, True
         encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
         return sum(len(e.ids) for e in encodings) + overhead, True

@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
 from inferplane.components.catalog import get_instance_type
+from inferplane.components.gateway_config import fallback_aliases
 from inferplane.components.naming import SERVING_NAMESPACE
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
@@ -79,6 +80,7 @@ def build_model_servers(
                     model_cache_uri=model_cache_uri if cloud == "aws" else None,
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
+                    served_model_aliases=fallback_aliases(spec, deployment.name),
                 ),
                 opts,
             )

@@ -26,7 +26,6 @@ import pytest
 
 from inferplane.components import gateway_config as gc
 from inferplane.components.sizing import size_platform
-from inferplane.components.spec import parse_platform
 from inferplane.gateway import metrics as gm
 from tests.gateway_support import (
     Gateway,
@@ -39,21 +38,10 @@ from tests.gateway_support import (
     start_vllm,
     wait_vllm,
 )
-from tests.tiny_model import words, write_model
+from tests.tiny_model import ARCHITECTURE, tiny_platform, words, write_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gateway-e2e")]
 
-TINY: dict[str, Any] = {
-    "hf_repo": "inferplane-test/tiny-llama",
-    "parameters": 1_600_000,
-    "layers": 2,
-    "attention_heads": 4,
-    "kv_heads": 4,
-    "head_dim": 64,
-    "hidden_size": 256,
-    "vocab_size": 512,
-    "max_context": 4096,
-}
 TENANTS: dict[str, dict[str, Any]] = {
     "team-a": {"tiers": ["standard", "batch"]},
     "accounting": {"tiers": ["standard"]},
@@ -64,18 +52,13 @@ TENANTS: dict[str, dict[str, Any]] = {
 
 
 def _spec() -> Any:
-    model = {"architecture": TINY, "pool": "l4", "max_context": 2048, "concurrency": 4}
-    raw = {
-        "environment": "dev",
-        "zones": ["us-east-1a", "us-east-1b"],
-        "cluster": {"endpoint_access": "public_and_private", "public_access_cidrs": ["198.51.100.0/24"]},
-        "pools": [{"name": "l4", "accelerator": "l4-24gb", "instance_type": "g6.2xlarge"}],
-        "models": [
-            {**model, "name": "alpha", "routing_tier": "standard"},
-            {**model, "name": "beta", "routing_tier": "standard"},
-            {**model, "name": "gamma", "routing_tier": "batch", "min_replicas": 0, "scale_to_zero": True},
+    return tiny_platform(
+        [
+            {"name": "alpha", "routing_tier": "standard"},
+            {"name": "beta", "routing_tier": "standard"},
+            {"name": "gamma", "routing_tier": "batch", "min_replicas": 0, "scale_to_zero": True},
         ],
-        "gateway": {
+        {
             "replicas": 2,
             "tiers": [
                 {"name": "standard", "models": ["alpha"], "fallback": ["beta"]},
@@ -84,9 +67,7 @@ def _spec() -> Any:
             "tenants": [{"name": name, **limits} for name, limits in TENANTS.items()],
             "admission": {"queue_max": 2, "queue_timeout_seconds": 1.5},
         },
-        "limits": {"max_total_gpus": 4, "max_hourly_cost_usd": 50, "allowed_accelerators": ["l4-24gb"]},
-    }
-    return parse_platform(raw, "us-east-1")
+    )
 
 
 @dataclass
@@ -117,7 +98,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     plan = size_platform(spec)
     alpha = next(d for d in plan.deployments if d.name == "alpha").result.vllm
     tokenizers = directory / "tokenizers"
-    model_dir = write_model(tokenizers / TINY["hf_repo"])
+    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
     keys = {tenant: secrets.token_urlsafe(32) for tenant in TENANTS}
     keys_dir = directory / "keys"
     keys_dir.mkdir()

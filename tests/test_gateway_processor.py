@@ -94,14 +94,6 @@ def _body(payload: dict[str, Any]) -> Any:
     return pb.ProcessingRequest(request_body=pb.HttpBody(body=json.dumps(payload).encode(), end_of_stream=True))
 
 
-def _response_headers(content_type: str = "application/json") -> Any:
-    values = {":status": "200", "content-type": content_type}
-    header_map = base_pb2.HeaderMap(
-        headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in values.items()]
-    )
-    return pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=header_map))
-
-
 def _response_body(chunk: bytes, end: bool) -> Any:
     return pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk, end_of_stream=end))
 
@@ -332,6 +324,23 @@ def test_scale_from_zero_holds_then_503(tokenizer_file: str) -> None:
     asyncio.run(run())
 
 
+def test_a_response_without_usage_returns_the_reservation(tokenizer_file: str, redis_port: int) -> None:
+    async def run() -> None:
+        config = _config(tokenizer_file)
+        processor = _processor(config, redis_port)
+        stream, response = await _request(processor, _chat(words(10)))
+        _forwarded(response)
+        await stream.send(_response_body(b'{"error": {"message": "upstream failed"}}', True))
+        await stream.close()
+        await processor.budgets.flush()
+        redis = Redis(port=redis_port)
+        keys = [k async for k in redis.scan_iter(f"{config.redis_key_prefix}t:tok:*")]
+        assert [int(await redis.get(k) or 0) for k in keys] == [0]
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("streamed", [True, False])
 def test_usage_is_accounted_per_tenant_and_corrects_the_reservation(
     tokenizer_file: str, redis_port: int, streamed: bool
@@ -343,13 +352,11 @@ def test_usage_is_accounted_per_tenant_and_corrects_the_reservation(
         _forwarded(response)
         usage = {"prompt_tokens": 13, "completion_tokens": 7, "total_tokens": 20}
         if streamed:
-            await stream.send(_response_headers("text/event-stream"))
             chunk = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
             final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
             for piece, end in ((chunk, False), (final[:17], False), (final[17:], True)):
                 await stream.send(_response_body(piece, end))
         else:
-            await stream.send(_response_headers())
             body = json.dumps({"choices": [], "usage": usage}).encode()
             await stream.send(_response_body(body[:10], False))
             await stream.send(_response_body(body[10:], True))
@@ -357,6 +364,7 @@ def test_usage_is_accounted_per_tenant_and_corrects_the_reservation(
         tokens = processor.metrics.tokens
         assert tokens.labels("t", "standard", "short", "prompt")._value.get() == 13
         assert tokens.labels("t", "standard", "short", "completion")._value.get() == 7
+        await processor.budgets.flush()
         redis = Redis(port=redis_port)
         keys = [k async for k in redis.scan_iter(f"{config.redis_key_prefix}t:tok:*")]
         assert [int(await redis.get(k) or 0) for k in keys] == [20]

@@ -15,13 +15,14 @@ from kubernetes_validate import utils as kv_utils
 
 from inferplane.components.model_server import HF_TOKEN_SECRET_KEY
 from inferplane.components.sizing import size_platform
+from inferplane.components.spec import parse_platform
 from inferplane.infra.aws_foundation import build_aws_foundation, platform_tags
 from inferplane.infra.gateway import ClusterInputs, build_gateways, eks_system_nodes
 from inferplane.infra.observability import ServingTarget, build_observability
 from inferplane.infra.serving import build_model_servers
 from inferplane.tool.analyzer import PolicyPackProcess, load_policy_pack_config, policy_config_path
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, PlatformMocks, Registration, evaluate
-from tests.conftest import crd_dir
+from tests.conftest import PROJECT_DIR, crd_dir
 from tests.crds import errors as crd_errors
 from tests.crds import integral
 from tests.serving_support import HF_TOKEN, evaluate_servers, kubernetes_objects, stack_spec
@@ -269,3 +270,17 @@ def test_the_policy_pack_passes_the_model_servers_with_their_autoscalers(stack: 
         report = pack.evaluate(list(evaluation.registrations))
     assert report.mandatory == ()
     assert {v.policy for v in report.violations} <= {"kubernetes-workload-require-image-digest"}
+
+
+def test_a_vllm_fallback_also_answers_to_its_primarys_name() -> None:
+    raw = yaml.safe_load((PROJECT_DIR / "stacks" / "Pulumi.prod.yaml").read_text())["config"]["inferplane:platform"]
+    raw["models"][1]["engine"] = "vllm"  # llama-8b, the premium tier's fallback for llama-70b
+    evaluation = evaluate_servers(parse_platform(raw, "us-east-1"))
+    args = {
+        d.inputs["metadata"]["name"]: d.inputs["spec"]["template"]["spec"]["containers"][0]["args"]
+        for d in evaluation.of_type("kubernetes:apps/v1:Deployment")
+    }
+    names = args["llama-8b"][args["llama-8b"].index("--served-model-name") + 1 :][:2]
+    assert names == ["llama-8b", "llama-70b"]  # its own name first: responses say which model answered
+    primary = args["llama-70b"]
+    assert primary[primary.index("--served-model-name") + 2].startswith("--")  # a primary has no alias

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer, models, pre_tokenizers
+
+from inferplane.components.spec import PlatformSpec, parse_platform
 
 VOCAB_SIZE = 512
 SPECIAL = ("<unk>", "<s>", "</s>")
@@ -19,6 +22,20 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}assistant :{% endif %}"
 )
 """Per message: role, ':' and the content's words; the generation prompt adds two tokens."""
+
+
+ARCHITECTURE: dict[str, Any] = {
+    "hf_repo": "inferplane-test/tiny-llama",
+    "parameters": 1_600_000,
+    "layers": 2,
+    "attention_heads": 4,
+    "kv_heads": 4,
+    "head_dim": 64,
+    "hidden_size": 256,
+    "vocab_size": VOCAB_SIZE,
+    "max_context": 4096,
+}
+"""The same model as a spec's custom ``architecture`` block (sizing sees a tiny Llama)."""
 
 
 def vocabulary() -> dict[str, int]:
@@ -40,7 +57,7 @@ def words(count: int) -> str:
     return " ".join(f"w{i % 400}" for i in range(count))
 
 
-def write_model(directory: Path, max_position_embeddings: int = 4096) -> Path:
+def write_model(directory: Path, max_position_embeddings: int = ARCHITECTURE["max_context"]) -> Path:
     """Write the model directory; returns it."""
     directory.mkdir(parents=True, exist_ok=True)
     config = {
@@ -75,3 +92,18 @@ def write_model(directory: Path, max_position_embeddings: int = 4096) -> Path:
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     (directory / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     return directory
+
+
+def tiny_platform(models: list[dict[str, Any]], gateway: dict[str, Any]) -> PlatformSpec:
+    """A dev platform of tiny models (each ``{"name": ..., **overrides}``) on one L4 pool, with ``gateway``."""
+    base = {"architecture": ARCHITECTURE, "pool": "l4", "max_context": 2048, "concurrency": 4}
+    raw = {
+        "environment": "dev",
+        "zones": ["us-east-1a", "us-east-1b"],
+        "cluster": {"endpoint_access": "public_and_private", "public_access_cidrs": ["198.51.100.0/24"]},
+        "pools": [{"name": "l4", "accelerator": "l4-24gb", "instance_type": "g6.2xlarge"}],
+        "models": [{**base, **model} for model in models],
+        "gateway": gateway,
+        "limits": {"max_total_gpus": 4, "max_hourly_cost_usd": 50, "allowed_accelerators": ["l4-24gb"]},
+    }
+    return parse_platform(raw, "us-east-1")
