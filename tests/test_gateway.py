@@ -348,6 +348,9 @@ def test_bad_arguments_are_refused_together_naming_fields() -> None:
     text = str(raised.value)
     for field in ("name", "replicas", "max_replicas", "scrape_interval_seconds", "node_selector"):
         assert f"{field}:" in text, field
+    keyless = rendered.model_copy(update={"tenants": ()})
+    with pytest.raises(pulumi.InputPropertiesError, match=r"rendered\.tenants: authentication is required"):
+        _evaluate(_args(keyless))
     broken = rendered.model_copy(update={"processor_json": "{}"})
     with pytest.raises(pulumi.InputPropertiesError, match=r"rendered\.processor_json: not a valid ProcessorConfig"):
         _evaluate(_args(broken))
@@ -373,6 +376,23 @@ def test_every_stack_runs_one_gateway_per_serving_cluster(stacks: dict[str, Eval
             if r.type == "kubernetes:core/v1:ConfigMap" and "config" in r.name
         )
         assert "static_resources" in config_map.inputs["data"]["envoy.yaml"]
+
+
+def test_the_gke_gateway_runs_on_the_system_pool_without_redis_or_the_s3_cache(stacks: dict[str, Evaluation]) -> None:
+    evaluation = stacks["staging"]
+    eks, gke = evaluation.named("gateway-deployment"), evaluation.named("gateway-gke-deployment")
+    assert _pod(eks)["nodeSelector"] == {"inferplane.io/role": "system"}
+    [(label, pool)] = _pod(gke)["nodeSelector"].items()
+    assert label == "cloud.google.com/gke-nodepool"
+    assert pool == evaluation.named("inferplane-staging-system").outputs["name"]
+    assert [c["name"] for c in _pod(eks)["initContainers"]] == ["fetch-tokenizers"]
+    assert "initContainers" not in _pod(gke)
+    assert "env" in _container(eks, "processor") and "env" not in _container(gke, "processor")
+    # The EKS gateway's ServiceAccount is the one the model cache binds.
+    bound = {
+        r.inputs["serviceAccount"] for r in evaluation.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    }
+    assert _pod(eks)["serviceAccountName"] in bound
 
 
 def test_scale_to_zero_models_wake_on_the_gateways_pending_requests(stacks: dict[str, Evaluation]) -> None:
