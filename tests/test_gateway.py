@@ -197,6 +197,8 @@ def test_envoy_and_the_processor_run_locked_down_on_the_system_nodes() -> None:
     mounts = {m["name"]: m for m in envoy["volumeMounts"]}
     assert mounts["api-keys"] == {"name": "api-keys", "mountPath": rendered.api_keys_dir, "readOnly": True}
     assert "subPath" not in mounts["api-keys"]  # Envoy watches the directory: the Secret's atomic swap reaches it
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["api-keys"]["secret"] == {"secretName": "gateway-api-keys", "defaultMode": 0o440}
     processor = _container(deployment, "processor")
     assert processor["image"] == rendered.processor_image
     assert processor["args"] == ["--config", f"{rendered.config_dir}/{rendered.processor_config_file}"]
