@@ -44,6 +44,7 @@ from inferplane.components.gateway_config import (
     render_api_key_file,
     render_gateway,
 )
+from inferplane.components.gateway_observability import GatewaySeries, render_rules
 from inferplane.components.sizing import size_platform
 from inferplane.gateway.config import ProcessorConfig, TenantConfig
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
@@ -482,3 +483,19 @@ def test_malformed_gateway_annotations_name_the_key() -> None:
         parse_gateway_annotations({GATEWAY_TOKENS_PER_MINUTE: "0"})
     with pytest.raises(AnnotationError, match=f"{GATEWAY_AUTH}='basic'"):
         parse_gateway_annotations({GATEWAY_AUTH: "basic"})
+
+
+def test_rules_and_dashboard_are_the_gateways_own(stacks: dict[str, Evaluation]) -> None:
+    evaluation = stacks["prod"]
+    rendered = _rendered("prod")
+    config = ProcessorConfig.model_validate_json(rendered.processor_json)
+    series = GatewaySeries("gateway", "inference")
+    rules = evaluation.named("gateway-rules").inputs
+    assert rules["metadata"]["labels"]["inferplane.io/scrape"] == "true"
+    assert integral(rules["spec"]) == render_rules(series, config)
+    dashboard = evaluation.named("gateway-dashboard").inputs
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    [document] = dashboard["data"].values()
+    panels = {p["title"]: p for p in json.loads(document)["panels"]}
+    # Every routed model has a catalog price in prod, so each gets its cost line.
+    assert [t["legendFormat"] for t in panels["$ per 1k tokens"]["targets"]] == sorted(rendered.models)
