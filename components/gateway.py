@@ -274,7 +274,9 @@ class Gateway(pulumi.ComponentResource):
             )
             volumes.append(
                 k8s.core.v1.VolumeArgs(
-                    name="api-keys", secret=k8s.core.v1.SecretVolumeSourceArgs(secret_name=key_secret.metadata.name)
+                    name="api-keys",
+                    # Readable by the pod's group (fsGroup) only: Envoy reads it, nothing writes it.
+                    secret=k8s.core.v1.SecretVolumeSourceArgs(secret_name=key_secret.metadata.name, default_mode=0o440),
                 )
             )
             # A directory mount, never subPath: Kubernetes swaps the Secret's files atomically (the ``..data``

@@ -44,6 +44,7 @@ from inferplane.components.gateway_config import (
     render_api_key_file,
     render_gateway,
 )
+from inferplane.components.gateway_observability import GatewaySeries, render_rules
 from inferplane.components.sizing import size_platform
 from inferplane.gateway.config import ProcessorConfig, TenantConfig
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
@@ -197,6 +198,8 @@ def test_envoy_and_the_processor_run_locked_down_on_the_system_nodes() -> None:
     mounts = {m["name"]: m for m in envoy["volumeMounts"]}
     assert mounts["api-keys"] == {"name": "api-keys", "mountPath": rendered.api_keys_dir, "readOnly": True}
     assert "subPath" not in mounts["api-keys"]  # Envoy watches the directory: the Secret's atomic swap reaches it
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["api-keys"]["secret"] == {"secretName": "gateway-api-keys", "defaultMode": 0o440}
     processor = _container(deployment, "processor")
     assert processor["image"] == rendered.processor_image
     assert processor["args"] == ["--config", f"{rendered.config_dir}/{rendered.processor_config_file}"]
@@ -348,6 +351,9 @@ def test_bad_arguments_are_refused_together_naming_fields() -> None:
     text = str(raised.value)
     for field in ("name", "replicas", "max_replicas", "scrape_interval_seconds", "node_selector"):
         assert f"{field}:" in text, field
+    keyless = rendered.model_copy(update={"tenants": ()})
+    with pytest.raises(pulumi.InputPropertiesError, match=r"rendered\.tenants: authentication is required"):
+        _evaluate(_args(keyless))
     broken = rendered.model_copy(update={"processor_json": "{}"})
     with pytest.raises(pulumi.InputPropertiesError, match=r"rendered\.processor_json: not a valid ProcessorConfig"):
         _evaluate(_args(broken))
@@ -373,6 +379,23 @@ def test_every_stack_runs_one_gateway_per_serving_cluster(stacks: dict[str, Eval
             if r.type == "kubernetes:core/v1:ConfigMap" and "config" in r.name
         )
         assert "static_resources" in config_map.inputs["data"]["envoy.yaml"]
+
+
+def test_the_gke_gateway_runs_on_the_system_pool_without_redis_or_the_s3_cache(stacks: dict[str, Evaluation]) -> None:
+    evaluation = stacks["staging"]
+    eks, gke = evaluation.named("gateway-deployment"), evaluation.named("gateway-gke-deployment")
+    assert _pod(eks)["nodeSelector"] == {"inferplane.io/role": "system"}
+    [(label, pool)] = _pod(gke)["nodeSelector"].items()
+    assert label == "cloud.google.com/gke-nodepool"
+    assert pool == evaluation.named("inferplane-staging-system").outputs["name"]
+    assert [c["name"] for c in _pod(eks)["initContainers"]] == ["fetch-tokenizers"]
+    assert "initContainers" not in _pod(gke)
+    assert "env" in _container(eks, "processor") and "env" not in _container(gke, "processor")
+    # The EKS gateway's ServiceAccount is the one the model cache binds.
+    bound = {
+        r.inputs["serviceAccount"] for r in evaluation.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    }
+    assert _pod(eks)["serviceAccountName"] in bound
 
 
 def test_scale_to_zero_models_wake_on_the_gateways_pending_requests(stacks: dict[str, Evaluation]) -> None:
@@ -460,3 +483,19 @@ def test_malformed_gateway_annotations_name_the_key() -> None:
         parse_gateway_annotations({GATEWAY_TOKENS_PER_MINUTE: "0"})
     with pytest.raises(AnnotationError, match=f"{GATEWAY_AUTH}='basic'"):
         parse_gateway_annotations({GATEWAY_AUTH: "basic"})
+
+
+def test_rules_and_dashboard_are_the_gateways_own(stacks: dict[str, Evaluation]) -> None:
+    evaluation = stacks["prod"]
+    rendered = _rendered("prod")
+    config = ProcessorConfig.model_validate_json(rendered.processor_json)
+    series = GatewaySeries("gateway", "inference")
+    rules = evaluation.named("gateway-rules").inputs
+    assert rules["metadata"]["labels"]["inferplane.io/scrape"] == "true"
+    assert integral(rules["spec"]) == render_rules(series, config)
+    dashboard = evaluation.named("gateway-dashboard").inputs
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    [document] = dashboard["data"].values()
+    panels = {p["title"]: p for p in json.loads(document)["panels"]}
+    # Every routed model has a catalog price in prod, so each gets its cost line.
+    assert [t["legendFormat"] for t in panels["$ per 1k tokens"]["targets"]] == sorted(rendered.models)
