@@ -132,3 +132,25 @@ def test_a_gateway_with_a_cache_gets_the_cache_rules_and_panels(tmp_path: Path) 
     assert [p.title for p in added] == [p.title for p in cache_panels(series.pods, 1, 0)]
     assert len({p.id for p in with_cache.panels}) == len(with_cache.panels)
     assert min(p.grid.y for p in added) >= max(p.grid.y + p.grid.h for p in without.panels)
+
+
+def test_the_prod_plan_deploys_the_cache_rules_and_panels_beside_the_gateways() -> None:
+    import json
+
+    from tests.stacks import evaluate_shipped_stack
+
+    evaluation = evaluate_shipped_stack("prod")
+    groups = evaluation.named("gateway-rules").inputs["spec"]["groups"]
+    alerts = {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
+    assert {"InferplaneGatewayCacheUnreachable", "InferplaneGatewayCacheErrors"} <= alerts
+    [document] = evaluation.named("gateway-dashboard").inputs["data"].values()
+    titles = [p["title"] for p in json.loads(document)["panels"]]
+    assert [t for t in titles if t.startswith("Cache") or t == "Saved by the cache"] == [
+        p.title for p in cache_panels(PODS, 1, 0)
+    ]
+    [config_map] = [
+        r for r in evaluation.registrations if r.type == "kubernetes:core/v1:ConfigMap" and r.name == "gateway-config"
+    ]
+    [processor_json] = [v for k, v in config_map.inputs["data"].items() if k.endswith(".json")]
+    cache = json.loads(processor_json)["cache"]
+    assert (cache["threshold"], cache["tenant_isolation"], cache["guards"]) == (0.95, True, True)
