@@ -32,6 +32,10 @@ if TYPE_CHECKING:
         EksCluster,
         EksClusterArgs,
     )
+    from inferplane.components.gateway import (
+        Gateway,
+        GatewayArgs,
+    )
     from inferplane.components.gke_cluster import (
         GkeCluster,
         GkeClusterArgs,
@@ -153,6 +157,8 @@ _EXPORTS: dict[str, str] = {
     "size_platform": "sizing",
     "Network": "network",
     "NetworkArgs": "network",
+    "Gateway": "gateway",
+    "GatewayArgs": "gateway",
     "ServingNetworkPolicy": "network_policy",
     "ServingNetworkPolicyArgs": "network_policy",
     "Platform": "platform",
@@ -207,6 +213,7 @@ COMPONENT_TYPES: dict[str, str] = {
     "TpuNodePool": "inferplane:index:TpuNodePool",
     "ServingNetworkPolicy": "inferplane:index:ServingNetworkPolicy",
     "Platform": "inferplane:index:Platform",
+    "Gateway": "inferplane:index:Gateway",
 }
 """Component class -> its Pulumi type token. Tokens are part of the public surface: a changed token makes Pulumi
 replace every resource under the component, so a rename keeps the old token as an alias (see CHANGELOG.md)."""
@@ -222,6 +229,8 @@ __all__ = [
     "DeploymentSizing",
     "EksCluster",
     "EksClusterArgs",
+    "Gateway",
+    "GatewayArgs",
     "GatewaySpec",
     "GcpSpec",
     "GkeCluster",

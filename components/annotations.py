@@ -12,6 +12,7 @@ strings, as Kubernetes requires.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Literal
 
@@ -165,4 +166,91 @@ def parse_serving_annotations(annotations: Mapping[str, object]) -> ServingAnnot
             field = str(err["loc"][0])
             key = next(k for k, f in _FIELDS.items() if f == field)
             problems.append(f"{key}={annotations.get(key)!r}: {err['msg']}")
+        raise AnnotationError("; ".join(problems)) from None
+
+
+# --- the gateway ------------------------------------------------------------------------------------------------
+
+GATEWAY_AUTH = f"{PREFIX}gateway-auth"
+"""Annotation on the gateway Deployment: how callers authenticate (``api_key``, ``oidc``) or ``none``."""
+GATEWAY_REQUESTS_PER_MINUTE = f"{PREFIX}gateway-requests-per-minute"
+"""The highest requests-per-minute limit any tenant has (absent: requests are not limited)."""
+GATEWAY_TOKENS_PER_MINUTE = f"{PREFIX}gateway-tokens-per-minute"
+"""The highest tokens-per-minute budget any tenant has (absent: tokens are not limited)."""
+GATEWAY_ROUTES = f"{PREFIX}gateway-routes"
+"""JSON object: served model name -> ``{"tiers": [...], "max_context": n}``, the tiers that reach the model and the
+context cap (prompt + max_tokens) the gateway enforces for it."""
+
+GatewayAuth = Literal["api_key", "oidc", "none"]
+
+
+class GatewayRoute(BaseModel):
+    """How the gateway reaches one served model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tiers: tuple[str, ...] = Field(description="Tiers whose requests may reach the model (primary or fallback).")
+    max_context: int = Field(ge=1, description="Longest prompt + max_tokens the gateway admits for the model.")
+
+
+class GatewayAnnotations(BaseModel):
+    """The gateway annotations read back from an object; an absent limit is None (unlimited)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    auth: GatewayAuth | None = Field(default=None, description=GATEWAY_AUTH)
+    requests_per_minute: int | None = Field(default=None, ge=1, description=GATEWAY_REQUESTS_PER_MINUTE)
+    tokens_per_minute: int | None = Field(default=None, ge=1, description=GATEWAY_TOKENS_PER_MINUTE)
+    routes: dict[str, GatewayRoute] | None = Field(default=None, description=GATEWAY_ROUTES)
+
+
+def gateway_annotations(
+    *,
+    auth: GatewayAuth,
+    requests_per_minute: int | None,
+    tokens_per_minute: int | None,
+    routes: Mapping[str, GatewayRoute],
+) -> dict[str, str]:
+    """The annotations the gateway Deployment carries (what the policy pack judges it by)."""
+    result = {
+        GATEWAY_AUTH: auth,
+        GATEWAY_ROUTES: json.dumps({name: route.model_dump(mode="json") for name, route in sorted(routes.items())}),
+    }
+    if requests_per_minute is not None:
+        result[GATEWAY_REQUESTS_PER_MINUTE] = str(requests_per_minute)
+    if tokens_per_minute is not None:
+        result[GATEWAY_TOKENS_PER_MINUTE] = str(tokens_per_minute)
+    return result
+
+
+_GATEWAY_FIELDS: dict[str, str] = {
+    GATEWAY_AUTH: "auth",
+    GATEWAY_REQUESTS_PER_MINUTE: "requests_per_minute",
+    GATEWAY_TOKENS_PER_MINUTE: "tokens_per_minute",
+    GATEWAY_ROUTES: "routes",
+}
+
+
+def parse_gateway_annotations(annotations: Mapping[str, object]) -> GatewayAnnotations:
+    """Read the gateway annotations back (other keys are ignored); raise :class:`AnnotationError` naming the key."""
+    values: dict[str, object] = {}
+    for key, field in _GATEWAY_FIELDS.items():
+        raw = annotations.get(key)
+        if not isinstance(raw, str):
+            continue
+        if key == GATEWAY_ROUTES:
+            try:
+                values[field] = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise AnnotationError(f"{key}={raw!r}: not JSON ({exc.msg})") from None
+        else:
+            values[field] = raw
+    try:
+        return GatewayAnnotations.model_validate(values)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = next(k for k, f in _GATEWAY_FIELDS.items() if f == err["loc"][0])
+            where = ".".join(str(p) for p in err["loc"][1:])
+            problems.append(f"{key}{'[' + where + ']' if where else ''}={annotations.get(key)!r}: {err['msg']}")
         raise AnnotationError("; ".join(problems)) from None

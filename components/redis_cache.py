@@ -14,8 +14,9 @@ Secure by default, and refused when it would not be:
   allowed security group (the cluster's nodes) on the Redis port, nothing else.
 * ``protect`` on the replication group and its key in prod.
 
-No custom parameter group: the default group of the pinned engine version evicts with ``volatile-lru``, and every
-cache entry carries a TTL (``cache.ttl_seconds``), so eviction under memory pressure works without one.
+* A parameter group of the engine's family carrying the spec's eviction policy (``maxmemory-policy``; default
+  ``volatile-lru``, which evicts only keys with a TTL: every response-cache entry has one, so the gateway's other
+  keys are never evicted to make room for cached answers).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pulumi_random as random
 
 from inferplane.components import kms_policy
 from inferplane.components.awscommon import InputErrors, raise_input_errors
-from inferplane.components.spec import Environment
+from inferplane.components.spec import CacheEvictionPolicy, Environment
 
 CacheEngine = Literal["valkey", "redis"]
 
@@ -41,6 +42,10 @@ ENGINE_VERSIONS: dict[CacheEngine, str] = {"valkey": "8.2", "redis": "7.1"}
 """Pinned engine versions: Valkey 8.2 is the first ElastiCache Valkey with native vector search (what a semantic
 cache needs); 7.1 is the last Redis OSS ElastiCache offers (docs.aws.amazon.com/AmazonElastiCache/latest/dg/
 engine-versions.html, read 2026-11-29). Major and minor are required from 7 on (pulumi_aws ``engine_version``)."""
+
+PARAMETER_GROUP_FAMILIES: dict[CacheEngine, str] = {"valkey": "valkey8", "redis": "redis7"}
+"""Parameter group family of each pinned engine version (botocore elasticache model, ``CacheParameterGroupFamily``:
+``valkey8 | valkey7 | ... | redis7``)."""
 
 AUTH_TOKEN_LENGTH = 64
 
@@ -70,6 +75,8 @@ class RedisCacheArgs:
     """Cache node type."""
     nodes: int = 2
     """Cache nodes: the primary plus replicas."""
+    eviction_policy: CacheEvictionPolicy = "volatile-lru"
+    """``maxmemory-policy`` of the cache's parameter group."""
     tags: Mapping[str, str] = field(default_factory=dict)
     """Tags for every taggable child."""
 
@@ -101,6 +108,8 @@ class RedisCache(pulumi.ComponentResource):
     """The replication group."""
     security_group: aws.ec2.SecurityGroup
     """The cache's security group."""
+    parameter_group: aws.elasticache.ParameterGroup
+    """The engine parameters (the eviction policy)."""
     primary_endpoint: pulumi.Output[str]
     """Address for writes."""
     reader_endpoint: pulumi.Output[str]
@@ -162,6 +171,16 @@ class RedisCache(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
+        self.parameter_group = aws.elasticache.ParameterGroup(
+            f"{name}-params",
+            family=PARAMETER_GROUP_FAMILIES[args.engine],
+            description=f"ElastiCache {name}: eviction policy {args.eviction_policy}",
+            parameters=[
+                aws.elasticache.ParameterGroupParameterArgs(name="maxmemory-policy", value=args.eviction_policy)
+            ],
+            tags=tags,
+            opts=child,
+        )
         self.replication_group = aws.elasticache.ReplicationGroup(
             f"{name}-rg",
             description=f"inferplane response cache ({args.environment})",
@@ -172,6 +191,7 @@ class RedisCache(pulumi.ComponentResource):
             cluster_mode="disabled",
             port=REDIS_PORT,
             subnet_group_name=subnet_group.name,
+            parameter_group_name=self.parameter_group.name,
             security_group_ids=[self.security_group.id],
             transit_encryption_enabled=True,
             transit_encryption_mode="required",

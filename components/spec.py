@@ -305,6 +305,45 @@ class ModelDeploymentSpec(_Spec):
         return self.model or self.architecture_resolved.hf_repo
 
 
+CacheEvictionPolicy = Literal[
+    "volatile-lru", "allkeys-lru", "volatile-lfu", "allkeys-lfu", "volatile-ttl", "volatile-random", "allkeys-random"
+]
+"""``maxmemory-policy`` values the cache may use (``noeviction`` would turn a full cache into failed writes)."""
+
+
+class CacheEmbedderSpec(_Spec):
+    """What turns prompts into vectors for the semantic cache."""
+
+    kind: Literal["wordllama", "endpoint"] = Field(
+        default="wordllama",
+        description="``wordllama``: in the processor, static embeddings the image ships (no network, ~20 us); "
+        "``endpoint``: an OpenAI-compatible ``/v1/embeddings`` service.",
+    )
+    url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Base URL of the endpoint's OpenAI API (``http://embed.ml:8000/v1``); endpoint only.",
+    )
+    model: str | None = Field(default=None, min_length=1, description="``model`` of the embeddings requests.")
+    dimensions: int | None = Field(
+        default=None, ge=2, le=32768, description="Vector length: 64, 128 or 256 for wordllama (default 256)."
+    )
+    timeout_ms: int = Field(default=50, ge=1, le=5000, description="Per-request timeout of the endpoint.")
+
+    @model_validator(mode="after")
+    def _kind(self) -> CacheEmbedderSpec:
+        if self.kind == "endpoint":
+            missing = [f for f in ("url", "model", "dimensions") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"an endpoint embedder needs {', '.join(missing)}")
+        else:
+            if self.url is not None or self.model is not None:
+                raise ValueError("url and model apply to kind 'endpoint' only")
+            if self.dimensions not in (None, 64, 128, 256):
+                raise ValueError(f"wordllama's bundled model has 64, 128 or 256 dimensions, not {self.dimensions}")
+        return self
+
+
 class CacheSpec(_Spec):
     """The gateway's response cache: an ElastiCache replication group."""
 
@@ -317,6 +356,30 @@ class CacheSpec(_Spec):
     semantic: bool = Field(default=True, description="Also serve near-duplicate prompts by embedding similarity.")
     semantic_similarity_threshold: float = Field(default=0.95, gt=0.5, le=1.0, description="Cosine similarity.")
     ttl_seconds: int = Field(default=3600, ge=1, description="Entry lifetime.")
+    embedder: CacheEmbedderSpec = Field(default_factory=CacheEmbedderSpec, description="Semantic cache embedder.")
+    semantic_guards: bool = Field(
+        default=True,
+        description="Refuse semantic hits whose numbers, negations, names or directions differ (never off in prod).",
+    )
+    max_entry_bytes: int = Field(
+        default=262_144, ge=1024, le=16 * 1024 * 1024, description="Larger answers are not stored."
+    )
+    eviction_policy: CacheEvictionPolicy = Field(
+        default="volatile-lru", description="``maxmemory-policy`` of the cache's parameter group."
+    )
+    cache_tool_requests: bool = Field(default=False, description="Cache requests that offer tools or functions.")
+    cache_non_text: bool = Field(default=False, description="Cache requests with non-text content (images, audio).")
+    allow_nondeterministic_opt_in: bool = Field(
+        default=True, description="Let clients cache sampled requests with the ``x-inferplane-cache: allow`` header."
+    )
+    tenant_isolation: bool = Field(
+        default=True,
+        description="Key entries by tenant. ``false`` shares every tier's entries across its tenants (not in prod: "
+        "there a tier opts in with ``share_cache_across_tenants``).",
+    )
+    lookup_timeout_ms: int = Field(
+        default=50, ge=1, le=1000, description="Bound on one cache lookup; past it the request goes on uncached."
+    )
 
 
 class RateLimitSpec(_Spec):
@@ -330,18 +393,64 @@ class RoutingTierSpec(_Spec):
     """A gateway tier: the models it routes to, in order of preference."""
 
     name: Name = Field(description="Tier name clients select.")
+    share_cache_across_tenants: bool = Field(
+        default=False, description="The tier's tenants share response-cache entries (public, tenant-neutral answers)."
+    )
     models: tuple[Name, ...] = Field(min_length=1, description="Deployments serving the tier, preferred first.")
     fallback: tuple[Name, ...] = Field(default=(), description="Deployments tried when all of ``models`` fail.")
+
+
+class TenantSpec(_Spec):
+    """A caller of the gateway. Its API key is generated at deploy time and never appears in stack config."""
+
+    name: Name = Field(description="Tenant name; Envoy forwards it upstream and metrics are labelled with it.")
+    tiers: tuple[Name, ...] = Field(min_length=1, description="Tiers the tenant may use (and the models behind them).")
+    requests_per_minute: int | None = Field(
+        default=None, ge=1, description="Overrides ``gateway.rate_limit.requests_per_minute`` for this tenant."
+    )
+    tokens_per_minute: int | None = Field(
+        default=None, ge=1, description="Overrides ``gateway.rate_limit.tokens_per_minute`` for this tenant."
+    )
+
+
+class AdmissionSpec(_Spec):
+    """KV-capacity admission at the gateway: what happens beyond replicas x ``max_num_seqs`` in flight."""
+
+    queue_max: int = Field(
+        default=32, ge=0, le=4096, description="Requests per model and gateway replica that may wait for a slot."
+    )
+    queue_timeout_seconds: float = Field(
+        default=2.0, gt=0, le=60, description="Longest wait for a slot; then 429 with Retry-After."
+    )
+    cold_start_hold_factor: float = Field(
+        default=1.2,
+        ge=1.0,
+        le=5.0,
+        description="A request for a model with no ready replica waits this times sizing's cold start, then 503.",
+    )
 
 
 class GatewaySpec(_Spec):
     """The OpenAI-compatible front door."""
 
     replicas: int = Field(default=2, ge=1, le=50, description="Gateway replicas.")
-    auth: Literal["api_key", "oidc"] = Field(default="api_key", description="How callers authenticate.")
+    auth: Literal["api_key", "oidc", "none"] = Field(
+        default="api_key", description="How callers authenticate (``none`` only outside prod)."
+    )
     rate_limit: RateLimitSpec = Field(default_factory=RateLimitSpec, description="Limits answered with 429.")
     tiers: tuple[RoutingTierSpec, ...] = Field(
         default=(), description="Routing tiers; by default one per ``routing_tier`` named by the models."
+    )
+    tenants: tuple[TenantSpec, ...] = Field(default=(), description="Callers, their tiers and limits (never keys).")
+    admission: AdmissionSpec = Field(default_factory=AdmissionSpec, description="Queueing beyond KV capacity.")
+    request_timeout_seconds: int = Field(
+        default=900, ge=10, le=7200, description="Longest a whole request (a long stream included) may take."
+    )
+    stream_idle_timeout_seconds: int = Field(
+        default=300, ge=5, le=3600, description="Longest silence on a stream (e.g. waiting for the first token)."
+    )
+    max_request_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024, description="Largest request body accepted."
     )
 
 
@@ -694,7 +803,35 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
             add(SpecIssue(f"{at}.weights_dtype", "int4 (AWQ) is served with vLLM; build TensorRT-LLM engines in fp8"))
 
 
+def gateway_tiers(spec: PlatformSpec) -> tuple[RoutingTierSpec, ...]:
+    """The gateway's tiers: ``gateway.tiers`` when given, else one per ``routing_tier`` (models in spec order)."""
+    if spec.gateway.tiers:
+        return spec.gateway.tiers
+    order: dict[str, list[str]] = {}
+    for deployment in spec.models:
+        order.setdefault(deployment.routing_tier, []).append(deployment.name)
+    return tuple(RoutingTierSpec(name=tier, models=tuple(models)) for tier, models in order.items())
+
+
+def _check_tenants(spec: PlatformSpec, add: Any) -> None:
+    gateway = spec.gateway
+    tiers = {t.name for t in gateway_tiers(spec)}
+    seen: set[str] = set()
+    for i, tenant in enumerate(gateway.tenants):
+        if tenant.name in seen:
+            add(SpecIssue(f"gateway.tenants[{i}].name", f"tenant {tenant.name!r} is defined twice"))
+        seen.add(tenant.name)
+        for j, tier in enumerate(tenant.tiers):
+            if tier not in tiers:
+                add(SpecIssue(f"gateway.tenants[{i}].tiers[{j}]", f"no gateway tier named {tier!r}"))
+    if gateway.auth == "none" and gateway.tenants:
+        add(SpecIssue("gateway.tenants", "tenants need authentication: set auth to api_key"))
+    if gateway.auth == "oidc":
+        add(SpecIssue("gateway.auth", "the gateway implements api_key authentication; oidc is not supported yet"))
+
+
 def _check_gateway(spec: PlatformSpec, add: Any) -> None:
+    _check_tenants(spec, add)
     names = {m.name for m in spec.models}
     tier_names: set[str] = set()
     for i, tier in enumerate(spec.gateway.tiers):

@@ -25,6 +25,7 @@ from inferplane.components import model_server as ms
 from inferplane.components import triton_config as tc
 from inferplane.components.annotations import COMPONENT_LABEL, ENGINE_BUILD, serving_annotations
 from inferplane.components.catalog.images import image_reference
+from inferplane.components.naming import TRITON_HTTP_PORT, model_service_name
 from inferplane.components.sizing import DeploymentSizing, TrtLlmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec
 
@@ -36,7 +37,7 @@ the ``inflight_batcher_llm`` Python models under ``/app/all_models``."""
 TRTLLM_EXAMPLES = "/app/tensorrt_llm/examples"
 TEMPLATE_REPOSITORY = "/app/all_models/inflight_batcher_llm"
 
-HTTP_PORT = 8000
+HTTP_PORT = TRITON_HTTP_PORT
 GRPC_PORT = 8001
 METRICS_PORT = 8002
 """Triton's defaults; ``/metrics`` is served on the metrics port only."""
@@ -378,7 +379,9 @@ class TritonTrtLlmService(ms.ModelServer):
         )
         self._service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=deployment.name, namespace=args.namespace, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=model_service_name(deployment.name), namespace=args.namespace, labels=labels
+            ),
             spec=k8s.core.v1.ServiceSpecArgs(
                 type="ClusterIP",
                 selector=selector,

@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 from inferplane.components import model_server as ms
 from inferplane.components.annotations import serving_annotations
 from inferplane.components.catalog.images import engine_image, image_reference
+from inferplane.components.naming import VLLM_PORT, model_service_name
 from inferplane.components.sizing import DeploymentSizing, VllmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
 
@@ -34,8 +35,6 @@ VLLM_TPU_IMAGE = image_reference("vllm-tpu")
 """Docker Hub ``vllm/vllm-tpu`` (catalog ``vllm-tpu``); same ``vllm serve`` entrypoint and engine arguments, backed
 by ``tpu-inference``."""
 
-VLLM_PORT = 8000
-"""vLLM's default ``--port``; ``/health``, ``/metrics`` and the OpenAI API share it."""
 
 HEALTH_PATH = "/health"
 """200 once the engine is up, 503 when it died (``EngineDeadError``)."""
@@ -58,6 +57,7 @@ def vllm_args(
     served_model_name: str,
     speculative: SpeculativeDecodingSpec | None,
     shutdown_timeout_seconds: int,
+    aliases: tuple[str, ...] = (),
 ) -> list[str]:
     """The container args of ``vllm serve``: the model first, then one flag per sizing setting.
 
@@ -68,6 +68,7 @@ def vllm_args(
         model,
         "--served-model-name",
         served_model_name,
+        *aliases,
         "--tensor-parallel-size",
         str(settings.tensor_parallel_size),
         "--max-model-len",
@@ -126,6 +127,10 @@ class VllmServiceArgs:
     image_digests: Mapping[str, str] = field(default_factory=dict)
     """Pinned ``sha256:`` digests by catalog image name (``vllm``, ``vllm-tpu``, ``aws-cli``); a digest wins over
     the catalog's tag (:mod:`components.catalog.images`)."""
+    served_model_aliases: tuple[str, ...] = ()
+    """More names the server answers to: the primaries it is the gateway's fallback for
+    (:func:`components.gateway_config.fallback_aliases`), since Envoy retries the request body unchanged. The
+    first name (the deployment's) is the one responses carry, so they say which model answered."""
 
 
 class VllmService(ms.ModelServer):
@@ -193,6 +198,7 @@ class VllmService(ms.ModelServer):
                 served_model_name=deployment.name,
                 speculative=deployment.speculative_decoding,
                 shutdown_timeout_seconds=drain,
+                aliases=args.served_model_aliases,
             ),
             ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=VLLM_PORT, protocol="TCP")],
             env=env,
@@ -264,7 +270,9 @@ class VllmService(ms.ModelServer):
         )
         self._service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=deployment.name, namespace=args.namespace, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=model_service_name(deployment.name), namespace=args.namespace, labels=labels
+            ),
             spec=k8s.core.v1.ServiceSpecArgs(
                 type="ClusterIP",
                 selector=selector,

@@ -6,10 +6,12 @@ package never collides with ours:
 * :mod:`inferplane.components`: the library (catalogs, the platform spec, sizing, Pulumi components);
 * :mod:`inferplane.infra`: the Pulumi program that composes them for one stack;
 * :mod:`inferplane.policies`: the CrossGuard policy pack;
-* :mod:`inferplane.tool`: the ``inferplane`` command (offline preview, preflight, sizing).
+* :mod:`inferplane.tool`: the ``inferplane`` command (offline preview, preflight, sizing);
+* :mod:`inferplane.gateway`: the gateway's admission processor (runtime code shipped in its own image).
 
-In the repository these are the top-level folders ``components/``, ``infra/``, ``policies/`` and ``tool/``; this
-package links them (relative symlinks), so the source tree shows the architecture and the import names stay unique.
+In the repository these are the top-level folders ``components/``, ``infra/``, ``policies/``, ``tool/`` and
+``gateway/``; this package links them (relative symlinks), so the source tree shows the architecture and the
+import names stay unique.
 """
 
 from importlib.metadata import PackageNotFoundError, version

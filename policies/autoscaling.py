@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplane.components.annotations import SERVED_MODEL_LABEL
+from inferplane.components.annotations import COMPONENT_LABEL, GATEWAY, SERVED_MODEL_LABEL
 from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
@@ -93,6 +93,8 @@ def replica_bounds(scaled_object: Resource) -> tuple[Any, Any]:
 )
 def queue_trigger(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: EKS Best Practices AI/ML (scale on inference metrics); KEDA prometheus scaler."""
+    if dig(resource.get("metadata", "labels"), COMPONENT_LABEL) == GATEWAY:
+        return  # the gateway scales on requests in flight through Envoy (policies.gateway), not an engine queue
     triggers = resource.get("spec", "triggers")
     if not known(triggers):
         return

@@ -9,10 +9,12 @@ from __future__ import annotations
 from inferplane.policies import (
     autoscaling,
     baseline,
+    cache,
     cost,
     ec2,
     eks,
     elasticache,
+    gateway,
     governance,
     observability,
     serving,
@@ -30,6 +32,7 @@ POLICIES: list[AnyPolicy] = [
     *eks.POLICIES,
     *ec2.POLICIES,
     *elasticache.POLICIES,
+    *cache.POLICIES,
     *governance.POLICIES,
     *workloads.POLICIES,
     *serving.POLICIES,
@@ -37,6 +40,7 @@ POLICIES: list[AnyPolicy] = [
     *cost.POLICIES,
     *observability.POLICIES,
     *baseline.POLICIES,
+    *gateway.POLICIES,
 ]
 
 

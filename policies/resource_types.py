@@ -33,6 +33,7 @@ class T(StrEnum):
     GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
     # pulumi_kubernetes
     DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+    CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
     STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
     DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
     JOB = "kubernetes:batch/v1:Job"

@@ -8,6 +8,7 @@ prod stack's sizing, so the plan is what the components will produce, not a gues
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
@@ -19,6 +20,8 @@ from inferplane.components.annotations import (
     MODEL_SERVER,
     NAME_LABEL,
     SERVED_MODEL_LABEL,
+    GatewayRoute,
+    gateway_annotations,
     serving_annotations,
 )
 from inferplane.components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
@@ -321,7 +324,16 @@ def happy_plan() -> list[Registration]:
             T.DEPLOYMENT,
             "gateway",
             {
-                "metadata": {"name": "gateway", "labels": {COMPONENT_LABEL: GATEWAY}},
+                "metadata": {
+                    "name": "gateway",
+                    "labels": {COMPONENT_LABEL: GATEWAY},
+                    "annotations": gateway_annotations(
+                        auth="api_key",
+                        requests_per_minute=1200,
+                        tokens_per_minute=1_000_000,
+                        routes={"llama-70b": GatewayRoute(tiers=("premium",), max_context=32768)},
+                    ),
+                },
                 "spec": {
                     "replicas": 3,
                     "selector": {"matchLabels": {NAME_LABEL: "gateway"}},
@@ -374,7 +386,18 @@ def happy_plan() -> list[Registration]:
                 }
             },
         ),
+        registration(T.CONFIG_MAP, "gateway-config", {"data": {"processor.json": json.dumps({"cache": PROD_CACHE})}}),
     ]
+
+
+PROD_CACHE: dict[str, Any] = {
+    "threshold": 0.95,
+    "guards": True,
+    "tenant_isolation": True,
+    "shared_tiers": ["public"],
+    "models": {"llama-70b": {"revision": "0123456789abcdef", "usd_per_token": 2e-6}},
+}
+"""The cache section of the gateway's processor config, as prod requires (a tier may opt in to sharing)."""
 
 
 DELETE = object()

@@ -388,13 +388,20 @@ def test_composition_binds_every_aws_server_and_lets_triton_write() -> None:
     assert model_cache_accounts(stack_spec("prod")) == [
         ServiceAccountRef(namespace="inference", name="llama-70b-sa", write=False),
         ServiceAccountRef(namespace="inference", name="llama-8b-sa", write=True),
+        ServiceAccountRef(namespace="inference", name="gateway-sa", write=False),  # the gateway reads tokenizers
     ]
-    assert model_cache_accounts(stack_spec("dev")) == [ServiceAccountRef(namespace="inference", name="llama-8b-sa")]
+    assert model_cache_accounts(stack_spec("dev")) == [
+        ServiceAccountRef(namespace="inference", name="llama-8b-sa"),
+        ServiceAccountRef(namespace="inference", name="gateway-sa"),
+    ]
 
 
 def test_composition_leaves_tpu_pools_out_and_builds_nothing_without_aws_servers() -> None:
     staging = stack_spec("staging")
-    assert model_cache_accounts(staging) == [ServiceAccountRef(namespace="inference", name="llama-8b-sa", write=True)]
+    assert model_cache_accounts(staging) == [
+        ServiceAccountRef(namespace="inference", name="llama-8b-sa", write=True),
+        ServiceAccountRef(namespace="inference", name="gateway-sa"),
+    ]
     tpu_only = staging.model_copy(update={"models": [m for m in staging.models if m.name == "qwen-7b"]})
     assert model_cache_accounts(tpu_only) == []
     created: list[ModelCache | None] = []

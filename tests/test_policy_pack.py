@@ -8,6 +8,7 @@ case changes one thing and asserts the exact violations (policy, enforcement, me
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,8 +20,14 @@ from hypothesis import strategies as st
 from pulumi.runtime import rpc
 
 from inferplane.components.annotations import (
+    COMPONENT_LABEL,
     ENGINE,
     ENGINE_START_SECONDS,
+    GATEWAY,
+    GATEWAY_AUTH,
+    GATEWAY_REQUESTS_PER_MINUTE,
+    GATEWAY_ROUTES,
+    GATEWAY_TOKENS_PER_MINUTE,
     INSTANCE_TYPE,
     MODEL,
     TENSOR_PARALLEL_SIZE,
@@ -29,6 +36,7 @@ from inferplane.components.annotations import (
 from inferplane.components.scheduling import GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
 from inferplane.components.sizing import size_platform
 from inferplane.policies.pack import POLICIES
+from inferplane.policies.resource_types import T
 from inferplane.policies.serving import serving_settings, sizing_for
 from inferplane.tool.analyzer import (
     PolicyConfig,
@@ -44,6 +52,7 @@ from inferplane.tool.stackfile import find_project_dir, load_stack
 from tests.policy_plan import (
     DELETE,
     DIGEST,
+    PROD_CACHE,
     at,
     changed,
     container,
@@ -224,6 +233,10 @@ KEDAGPU = "keda-scaledobject-limit-max-gpus"
 TOTAL = "compute-stack-limit-total-accelerators"
 COST = "cost-stack-limit-hourly-cost"
 ALERT = "monitoring-prometheusrule-require-preemption-alert"
+GWAUTH = "gateway-deployment-require-authentication"
+GWRATE = "gateway-deployment-require-rate-limits"
+GWROUTE = "gateway-models-require-tier-route"
+GWCTX = "gateway-context-limit-max-model-len"
 NO_QUEUE = (
     "no prometheus trigger queries a queue metric (vllm:num_requests_waiting, nv_inference_pending_request_count, "
     "nv_trt_llm_request_metrics)"
@@ -281,7 +294,33 @@ def _both(*edits: Edit) -> Edit:
     return edit
 
 
+def _cache(**changes: Any) -> Edit:
+    """Edit the cache section of the gateway's processor config."""
+    return at("data", "processor.json", value=json.dumps({"cache": {**PROD_CACHE, **changes}}))
+
+
 CASES = [
+    _case(
+        "cache-shared-across-tenants",
+        "gateway-config",
+        _cache(tenant_isolation=False),
+        (
+            "gateway-cache-require-tenant-isolation",
+            "processor.json: cache.tenant_isolation is false: every tier shares cached answers across its tenants",
+        ),
+    ),
+    _case(
+        "cache-threshold-too-low",
+        "gateway-config",
+        _cache(threshold=0.9),
+        ("gateway-cache-configure-semantic-threshold", "processor.json: semantic threshold 0.9 is below 0.95"),
+    ),
+    _case(
+        "cache-guards-off",
+        "gateway-config",
+        _cache(guards=False),
+        ("gateway-cache-configure-semantic-threshold", "processor.json: semantic guards are off"),
+    ),
     # EKS control plane
     _case(
         "public-endpoint",
@@ -855,6 +894,55 @@ CASES = [
             value={"alert": "KvCacheExhausted", "labels": {"model": "llama-70b", "inferplane.io/alert": "preemption"}},
         ),
     ),
+    # gateway
+    _case(
+        "gateway-open",
+        "gateway",
+        _annotation(GATEWAY_AUTH, "none"),
+        (GWAUTH, f"gateway admits unauthenticated callers ({GATEWAY_AUTH}=none)"),
+    ),
+    _case(
+        "gateway-auth-unsaid",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_AUTH, value=DELETE),
+        (GWAUTH, f"gateway does not say how callers authenticate ({GATEWAY_AUTH} is absent)"),
+    ),
+    _case(
+        "gateway-no-token-budget",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_TOKENS_PER_MINUTE, value=DELETE),
+        (GWRATE, f"gateway does not limit tokens per minute ({GATEWAY_TOKENS_PER_MINUTE} is absent)"),
+    ),
+    _case(
+        "gateway-no-request-limit",
+        "gateway",
+        at("metadata", "annotations", GATEWAY_REQUESTS_PER_MINUTE, value=DELETE),
+        (GWRATE, f"gateway does not limit requests per minute ({GATEWAY_REQUESTS_PER_MINUTE} is absent)"),
+    ),
+    _case(
+        "gateway-model-unrouted",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, "{}"),
+        (GWROUTE, "llama-70b (model llama-70b) is reachable through no gateway tier"),
+    ),
+    _case(
+        "gateway-model-without-tier",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, '{"llama-70b": {"tiers": [], "max_context": 32768}}'),
+        (GWROUTE, "llama-70b (model llama-70b) is reachable through no gateway tier"),
+    ),
+    _case(
+        "gateway-context-beyond-engine",
+        "gateway",
+        _annotation(GATEWAY_ROUTES, '{"llama-70b": {"tiers": ["premium"], "max_context": 65536}}'),
+        (GWCTX, "gateway admits 65536 tokens for llama-70b, but llama-70b runs with max-model-len 32768"),
+    ),
+    _case(
+        "gateway-one-replica",
+        "gateway",
+        at("spec", "replicas", value=1),
+        (MINREP, "gateway runs at least 1 replica(s); this environment requires 2"),
+    ),
 ]
 
 
@@ -939,6 +1027,44 @@ def test_one_change_one_violation(pack: PolicyPackProcess, case: Case) -> None:
 def test_every_policy_has_a_violating_case() -> None:
     covered = {policy for param in CASES for policy, _ in param.values[0].expected}
     assert covered == {p.meta.name for p in POLICIES}
+
+
+def test_the_gateways_scaled_object_needs_no_engine_queue_but_stays_in_bounds(pack: PolicyPackProcess) -> None:
+    """The gateway scales on requests in flight through Envoy; model servers' queue rule is not its rule."""
+    gateway_scaler = registration(
+        T.SCALED_OBJECT,
+        "gateway-scaledobject",
+        {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": "gateway", "labels": {COMPONENT_LABEL: GATEWAY}},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gateway"},
+                "minReplicaCount": 3,
+                "maxReplicaCount": 12,
+                "cooldownPeriod": 300,
+                "triggers": [
+                    {
+                        "type": "prometheus",
+                        "metadata": {
+                            "serverAddress": "http://prometheus.monitoring:9090",
+                            "query": 'sum(envoy_http_downstream_rq_active{envoy_http_conn_manager_prefix="gateway"})',
+                            "threshold": "200",
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    assert found(evaluate(pack, [*happy_plan(), gateway_scaler])) == []
+    # Its floor is the gateway's replica floor: one replica is refused in prod, as on the Deployment.
+    low = changed([gateway_scaler], "gateway-scaledobject", at("spec", "minReplicaCount", value=1))
+    assert found(evaluate(pack, [*happy_plan(), *low])) == [
+        (MINREP, "mandatory", "gateway runs at least 1 replica(s); this environment requires 2")
+    ]
+    # Labelled as a model server's, the same object must watch an engine queue.
+    unlabelled = changed([gateway_scaler], "gateway-scaledobject", at("metadata", "labels", value={}))
+    assert found(evaluate(pack, [*happy_plan(), *unlabelled])) == [(QUEUE, "mandatory", NO_QUEUE)]
 
 
 def test_triton_servers_need_no_preemption_alert(pack: PolicyPackProcess) -> None:
@@ -1110,6 +1236,7 @@ def test_type_tokens_are_the_sdks_tokens() -> None:
         T.POD_DISRUPTION_BUDGET: k8s.policy.v1.PodDisruptionBudget,
         T.SERVICE: k8s.core.v1.Service,
         T.PERSISTENT_VOLUME_CLAIM: k8s.core.v1.PersistentVolumeClaim,
+        T.CONFIG_MAP: k8s.core.v1.ConfigMap,
     }
     for token, cls in classes.items():
         assert cls.pulumi_type == token  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from tests.import_graph import PROJECT_DIR
 
 PINNED_TYPE_TOKENS = (
     "inferplane:index:EksCluster",
+    "inferplane:index:Gateway",
     "inferplane:index:GkeCluster",
     "inferplane:index:GpuNodeGroup",
     "inferplane:index:Keda",

@@ -54,6 +54,7 @@ def test_cache_children_and_inputs() -> None:
             ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "cache-from-0"),
             ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "cache-from-1"),
             ("aws:elasticache/subnetGroup:SubnetGroup", "cache-subnets"),
+            ("aws:elasticache/parameterGroup:ParameterGroup", "cache-params"),
             ("aws:elasticache/replicationGroup:ReplicationGroup", "cache-rg"),
         ]
     )
@@ -68,6 +69,7 @@ def test_cache_children_and_inputs() -> None:
         "clusterMode": "disabled",
         "port": REDIS_PORT,
         "subnetGroupName": result.named("cache-subnets").outputs["name"],
+        "parameterGroupName": result.named("cache-params").outputs["name"],
         "securityGroupIds": ["cache-sg-id"],
         "transitEncryptionEnabled": True,
         "transitEncryptionMode": "required",
@@ -78,6 +80,12 @@ def test_cache_children_and_inputs() -> None:
         "multiAzEnabled": True,
         "autoMinorVersionUpgrade": True,
         "snapshotRetentionLimit": 0,
+        "tags": TAGS,
+    }
+    assert dict(result.named("cache-params").inputs) == {
+        "family": "valkey8",
+        "description": "ElastiCache cache: eviction policy volatile-lru",
+        "parameters": [{"name": "maxmemory-policy", "value": "volatile-lru"}],
         "tags": TAGS,
     }
     assert dict(result.named("cache-auth-token").inputs) == {"length": AUTH_TOKEN_LENGTH, "special": False}
@@ -178,6 +186,15 @@ def test_a_single_node_outside_prod_has_no_failover() -> None:
     assert group.inputs["multiAzEnabled"] is False
     assert group.inputs["engine"] == "redis"
     assert group.inputs["engineVersion"] == ENGINE_VERSIONS["redis"]
+
+
+def test_the_eviction_policy_lands_on_the_engines_parameter_group() -> None:
+    result = run(lambda: RedisCache("cache", cache_args(engine="redis", eviction_policy="allkeys-lfu")))
+
+    params = result.named("cache-params")
+    assert params.inputs["family"] == "redis7"
+    assert params.inputs["parameters"] == [{"name": "maxmemory-policy", "value": "allkeys-lfu"}]
+    assert result.named("cache-rg").inputs["parameterGroupName"] == params.outputs["name"]
 
 
 @pytest.mark.parametrize(

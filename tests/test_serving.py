@@ -16,12 +16,14 @@ from kubernetes_validate import utils as kv_utils
 from inferplane.components.model_server import HF_TOKEN_SECRET_KEY
 from inferplane.components.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.platform.aws_foundation import build_aws_foundation, platform_tags
+from inferplane.components.platform.gateway import ClusterInputs, build_gateways, eks_system_nodes
 from inferplane.components.platform.observability import ServingTarget, build_observability
 from inferplane.components.platform.serving import build_model_servers
 from inferplane.components.sizing import size_platform
+from inferplane.components.spec import parse_platform
 from inferplane.tool.analyzer import PolicyPackProcess, load_policy_pack_config, policy_config_path
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, PlatformMocks, Registration, evaluate
-from tests.conftest import crd_dir
+from tests.conftest import PROJECT_DIR, crd_dir
 from tests.crds import errors as crd_errors
 from tests.crds import integral
 from tests.serving_support import HF_TOKEN, evaluate_servers, kubernetes_objects, stack_spec
@@ -326,7 +328,20 @@ def test_the_policy_pack_passes_the_model_servers_with_their_autoscalers(stack: 
             model_cache_uri="s3://inferplane-models/hf/",
         )
         targets = {n: ServingTarget(deployment=s.deployment_name, namespace=s.namespace) for n, s in servers.items()}
-        build_observability(spec, plan, {"eks": provider}, targets)
+        observability = build_observability(spec, plan, {"eks": provider}, targets)
+        # The gateway in front of them: every model must be reachable through a tier.
+        build_gateways(
+            spec,
+            plan,
+            {
+                "eks": ClusterInputs(
+                    provider=provider,
+                    prometheus_url=observability.primary.monitoring.prometheus_url,
+                    system_nodes=eks_system_nodes(),
+                    after=tuple(servers.values()),
+                )
+            },
+        )
 
     evaluation = evaluate(
         program,
@@ -382,3 +397,17 @@ def test_pinned_digests_win_over_tags_and_a_deployments_own_wins_over_the_platfo
     # Unpinned, the catalog's tags run.
     plain = evaluate_servers(spec).named("llama-70b-deployment").inputs["spec"]["template"]["spec"]
     assert plain["containers"][0]["image"] == "vllm/vllm-openai:v0.32.0"
+
+
+def test_a_vllm_fallback_also_answers_to_its_primarys_name() -> None:
+    raw = yaml.safe_load((PROJECT_DIR / "stacks" / "Pulumi.prod.yaml").read_text())["config"]["inferplane:platform"]
+    raw["models"][1]["engine"] = "vllm"  # llama-8b, the premium tier's fallback for llama-70b
+    evaluation = evaluate_servers(parse_platform(raw, "us-east-1"))
+    args = {
+        d.inputs["metadata"]["name"]: d.inputs["spec"]["template"]["spec"]["containers"][0]["args"]
+        for d in evaluation.of_type("kubernetes:apps/v1:Deployment")
+    }
+    names = args["llama-8b"][args["llama-8b"].index("--served-model-name") + 1 :][:2]
+    assert names == ["llama-8b", "llama-70b"]  # its own name first: responses say which model answered
+    primary = args["llama-70b"]
+    assert primary[primary.index("--served-model-name") + 2].startswith("--")  # a primary has no alias

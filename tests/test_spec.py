@@ -158,6 +158,15 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
      "image_digests.nginx (key)", "Input should be 'vllm', 'vllm-tpu', 'triton-trtllm' or 'aws-cli'"),
     ("model-digest-tag", "prod", _set("models[0].image_digest", "v0.32.0"), "models[0].image_digest",
      "String should match pattern '^sha256:[0-9a-f]{64}$'"),
+    ("cache-endpoint-incomplete", "dev", _set("cache.embedder", {"kind": "endpoint", "url": "http://e:8000/v1"}),
+     "cache.embedder", "an endpoint embedder needs model, dimensions"),
+    ("cache-wordllama-url", "dev", _set("cache.embedder", {"url": "http://e:8000/v1"}), "cache.embedder",
+     "url and model apply to kind 'endpoint' only"),
+    ("cache-wordllama-dims", "dev", _set("cache.embedder", {"dimensions": 512}), "cache.embedder",
+     "wordllama's bundled model has 64, 128 or 256 dimensions, not 512"),
+    ("cache-noeviction", "dev", _set("cache.eviction_policy", "noeviction"), "cache.eviction_policy",
+     "Input should be 'volatile-lru', 'allkeys-lru', 'volatile-lfu', 'allkeys-lfu', 'volatile-ttl', "
+     "'volatile-random' or 'allkeys-random'"),
 ]  # fmt: skip
 
 

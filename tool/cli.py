@@ -31,6 +31,7 @@ from inferplane.components.spec import (
     tensor_parallel_problem,
 )
 from inferplane.tool import plan as plan_cmd
+from inferplane.tool.cache_eval import add_cache_commands
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.preflight import (
     AwsCaller,
@@ -287,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema_mode.add_argument("--check", action="store_true", help="exit 1 when args.py or schema.json is stale")
     schema_cmd.set_defaults(handler=_schema)
+    add_cache_commands(sub)
     return parser
 
 

@@ -254,6 +254,9 @@ class PlatformMocks(pulumi_mocks.Mocks):
             # Autonamed like Pulumi does, lower-cased as ElastiCache stores subnet group names.
             group_name = inputs.get("name") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
             return {"arn": self._arn("elasticache", f"subnetgroup:{group_name}"), "name": group_name}
+        if type_token == "aws:elasticache/parameterGroup:ParameterGroup":
+            group_name = inputs.get("name") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
+            return {"arn": self._arn("elasticache", f"parametergroup:{group_name}"), "name": group_name}
         if type_token == "aws:elasticache/replicationGroup:ReplicationGroup":
             group = inputs.get("replicationGroupId") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
             area, direction, number = [*self.region.split("-"), "", "", ""][:3]
@@ -271,12 +274,14 @@ class PlatformMocks(pulumi_mocks.Mocks):
         if type_token.startswith("gcp:"):
             return self._gcp_computed(type_token, name, inputs)
         if type_token == "random:index/randomPassword:RandomPassword":
-            # Deterministic, but of the requested length and alphabet, as the provider's result would be.
+            # Deterministic, but of the requested length and alphabet, as the provider's result would be, and
+            # different per resource name (two passwords of a program never coincide, as real ones would not).
             length = int(inputs.get("length") or 32)
             alphabet = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789" + str(
                 inputs.get("overrideSpecial") or ""
             )
-            return {"result": "".join(alphabet[(i * 7 + len(name)) % len(alphabet)] for i in range(length))}
+            seed = hashlib.sha256(name.encode()).digest()
+            return {"result": "".join(alphabet[(seed[i % 32] + i * 7) % len(alphabet)] for i in range(length))}
         return {}
 
     def _gcp_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:

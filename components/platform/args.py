@@ -293,6 +293,49 @@ class CacheEngine(StrEnum):
     """``redis``."""
 
 
+class CacheEmbedderKind(StrEnum):
+    """One of: wordllama, endpoint."""
+
+    WORDLLAMA = "wordllama"
+    """``wordllama``."""
+    ENDPOINT = "endpoint"
+    """``endpoint``."""
+
+
+class CacheEmbedderArgs(TypedDict):
+    """What turns prompts into vectors for the semantic cache."""
+
+    kind: NotRequired[CacheEmbedderKind]
+    """``wordllama``: in the processor, static embeddings the image ships (no network, ~20 us); ``endpoint``: an OpenAI-compatible ``/v1/embeddings`` service."""
+    url: NotRequired[str]
+    """Base URL of the endpoint's OpenAI API (``http://embed.ml:8000/v1``); endpoint only."""
+    model: NotRequired[str]
+    """``model`` of the embeddings requests."""
+    dimensions: NotRequired[int]
+    """Vector length: 64, 128 or 256 for wordllama (default 256)."""
+    timeout_ms: NotRequired[int]
+    """Per-request timeout of the endpoint."""
+
+
+class CacheEvictionPolicy(StrEnum):
+    """One of: volatile-lru, allkeys-lru, volatile-lfu, allkeys-lfu, volatile-ttl, volatile-random, allkeys-random."""
+
+    VOLATILE_LRU = "volatile-lru"
+    """``volatile-lru``."""
+    ALLKEYS_LRU = "allkeys-lru"
+    """``allkeys-lru``."""
+    VOLATILE_LFU = "volatile-lfu"
+    """``volatile-lfu``."""
+    ALLKEYS_LFU = "allkeys-lfu"
+    """``allkeys-lfu``."""
+    VOLATILE_TTL = "volatile-ttl"
+    """``volatile-ttl``."""
+    VOLATILE_RANDOM = "volatile-random"
+    """``volatile-random``."""
+    ALLKEYS_RANDOM = "allkeys-random"
+    """``allkeys-random``."""
+
+
 class CacheArgs(TypedDict):
     """The gateway's response cache: an ElastiCache replication group."""
 
@@ -310,15 +353,35 @@ class CacheArgs(TypedDict):
     """Cosine similarity."""
     ttl_seconds: NotRequired[int]
     """Entry lifetime."""
+    embedder: NotRequired[CacheEmbedderArgs]
+    """Semantic cache embedder."""
+    semantic_guards: NotRequired[bool]
+    """Refuse semantic hits whose numbers, negations, names or directions differ (never off in prod)."""
+    max_entry_bytes: NotRequired[int]
+    """Larger answers are not stored."""
+    eviction_policy: NotRequired[CacheEvictionPolicy]
+    """``maxmemory-policy`` of the cache's parameter group."""
+    cache_tool_requests: NotRequired[bool]
+    """Cache requests that offer tools or functions."""
+    cache_non_text: NotRequired[bool]
+    """Cache requests with non-text content (images, audio)."""
+    allow_nondeterministic_opt_in: NotRequired[bool]
+    """Let clients cache sampled requests with the ``x-inferplane-cache: allow`` header."""
+    tenant_isolation: NotRequired[bool]
+    """Key entries by tenant. ``false`` shares every tier's entries across its tenants (not in prod: there a tier opts in with ``share_cache_across_tenants``)."""
+    lookup_timeout_ms: NotRequired[int]
+    """Bound on one cache lookup; past it the request goes on uncached."""
 
 
 class GatewayAuth(StrEnum):
-    """One of: api_key, oidc."""
+    """One of: api_key, oidc, none."""
 
     API_KEY = "api_key"
     """``api_key``."""
     OIDC = "oidc"
     """``oidc``."""
+    NONE = "none"
+    """``none``."""
 
 
 class RateLimitArgs(TypedDict):
@@ -335,10 +398,36 @@ class RoutingTierArgs(TypedDict):
 
     name: str
     """Tier name clients select."""
+    share_cache_across_tenants: NotRequired[bool]
+    """The tier's tenants share response-cache entries (public, tenant-neutral answers)."""
     models: list[str]
     """Deployments serving the tier, preferred first."""
     fallback: NotRequired[list[str]]
     """Deployments tried when all of ``models`` fail."""
+
+
+class TenantArgs(TypedDict):
+    """A caller of the gateway. Its API key is generated at deploy time and never appears in stack config."""
+
+    name: str
+    """Tenant name; Envoy forwards it upstream and metrics are labelled with it."""
+    tiers: list[str]
+    """Tiers the tenant may use (and the models behind them)."""
+    requests_per_minute: NotRequired[int]
+    """Overrides ``gateway.rate_limit.requests_per_minute`` for this tenant."""
+    tokens_per_minute: NotRequired[int]
+    """Overrides ``gateway.rate_limit.tokens_per_minute`` for this tenant."""
+
+
+class AdmissionArgs(TypedDict):
+    """KV-capacity admission at the gateway: what happens beyond replicas x ``max_num_seqs`` in flight."""
+
+    queue_max: NotRequired[int]
+    """Requests per model and gateway replica that may wait for a slot."""
+    queue_timeout_seconds: NotRequired[float]
+    """Longest wait for a slot; then 429 with Retry-After."""
+    cold_start_hold_factor: NotRequired[float]
+    """A request for a model with no ready replica waits this times sizing's cold start, then 503."""
 
 
 class GatewayArgs(TypedDict):
@@ -347,11 +436,21 @@ class GatewayArgs(TypedDict):
     replicas: NotRequired[int]
     """Gateway replicas."""
     auth: NotRequired[GatewayAuth]
-    """How callers authenticate."""
+    """How callers authenticate (``none`` only outside prod)."""
     rate_limit: NotRequired[RateLimitArgs]
     """Limits answered with 429."""
     tiers: NotRequired[list[RoutingTierArgs]]
     """Routing tiers; by default one per ``routing_tier`` named by the models."""
+    tenants: NotRequired[list[TenantArgs]]
+    """Callers, their tiers and limits (never keys)."""
+    admission: NotRequired[AdmissionArgs]
+    """Queueing beyond KV capacity."""
+    request_timeout_seconds: NotRequired[int]
+    """Longest a whole request (a long stream included) may take."""
+    stream_idle_timeout_seconds: NotRequired[int]
+    """Longest silence on a stream (e.g. waiting for the first token)."""
+    max_request_bytes: NotRequired[int]
+    """Largest request body accepted."""
 
 
 class ObservabilityArgs(TypedDict):

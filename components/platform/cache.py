@@ -35,6 +35,7 @@ def build_cache(
             engine=spec.cache.engine,
             node_type=spec.cache.node_type,
             nodes=spec.cache.replicas,
+            eviction_policy=spec.cache.eviction_policy,
             tags=tags,
         ),
         opts=pulumi.ResourceOptions(parent=parent),

@@ -1,9 +1,10 @@
 """The whole platform of one spec: the composition both the stack's program and :class:`Platform` run.
 
-Order: the clusters and their pools, the caches, the model servers on the cluster of their pool, then KEDA and
-monitoring beside the servers they scale. ``parent=None`` puts every resource at the top of the stack, as the
-stack's own program (``infra/program.py``) always has; :class:`~inferplane.components.platform.Platform` passes
-itself, so the same resources, under the same names, become its children.
+Order: the clusters and their pools, the caches, the model servers on the cluster of their pool, KEDA and
+monitoring beside the servers they scale, then a gateway in front of each serving cluster's models.
+``parent=None`` puts every resource at the top of the stack, as the stack's own program (``infra/program.py``)
+always has; :class:`~inferplane.components.platform.Platform` passes itself, so the same resources, under the same
+names, become its children.
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ from typing import Any
 import pulumi
 
 from inferplane.components.catalog import get_instance_type
+from inferplane.components.gateway import Gateway
+from inferplane.components.gateway_observability import wake_query
 from inferplane.components.model_cache import ModelCache
 from inferplane.components.platform.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
 from inferplane.components.platform.cache import build_cache
+from inferplane.components.platform.gateway import (
+    ClusterInputs,
+    build_gateways,
+    eks_system_nodes,
+    gke_system_nodes,
+    redis_url,
+)
 from inferplane.components.platform.gke_foundation import GkeFoundation, build_gke_foundation
 from inferplane.components.platform.model_cache import build_model_cache
 from inferplane.components.platform.observability import Observability, ServingTarget, build_observability
@@ -40,6 +50,8 @@ class ComposedPlatform:
     servers: Mapping[str, ModelServer]
     """Model servers by deployment name."""
     observability: Observability
+    gateways: Mapping[str, Gateway]
+    """The gateway in front of each serving cluster's models, by cluster."""
 
     def outputs(self) -> dict[str, Any]:
         """The platform's outputs, by their stack-output names (the program exports exactly these)."""
@@ -54,6 +66,10 @@ class ComposedPlatform:
         if self.model_cache is not None:
             outputs["modelCacheUri"] = self.model_cache.uri
         outputs["modelServers"] = {name: server.service_name for name, server in self.servers.items()}
+        outputs["gatewayEndpoints"] = {cluster: gateway.endpoint for cluster, gateway in self.gateways.items()}
+        outputs["gatewayApiKeys"] = pulumi.Output.secret(
+            {cluster: gateway.api_keys for cluster, gateway in self.gateways.items()}
+        )
         return outputs
 
 
@@ -108,8 +124,34 @@ def compose_platform(
                 deployment=servers[deployment.name].deployment_name,
                 namespace=servers[deployment.name].namespace,
                 cluster=clusters[deployment.pool],
+                # A model at zero replicas exposes no queue: the gateway's pending requests wake it.
+                wake_query=wake_query(deployment.name) if deployment.scale_to_zero else None,
             )
             for deployment in spec.models
+        },
+        parent=parent,
+    )
+    gateways = build_gateways(
+        spec,
+        plan,
+        {
+            cluster: ClusterInputs(
+                provider=providers[cluster],
+                prometheus_url=stack.monitoring.prometheus_url,
+                system_nodes=eks_system_nodes()
+                if cluster == "eks"
+                else gke_system_nodes(gke_foundation.cluster.system_pool.name if gke_foundation else ""),
+                after=(
+                    stack.keda,
+                    stack.monitoring,
+                    *(servers[m.name] for m in spec.models if clusters[m.pool] == cluster),
+                ),
+                redis_url=redis_url(response_cache.primary_endpoint, response_cache.auth_token)
+                if cluster == "eks" and response_cache is not None
+                else None,
+                model_cache_uri=model_cache.uri if cluster == "eks" and model_cache is not None else None,
+            )
+            for cluster, stack in observability.clusters.items()
         },
         parent=parent,
     )
@@ -122,6 +164,7 @@ def compose_platform(
         model_cache=model_cache,
         servers=servers,
         observability=observability,
+        gateways=gateways,
     )
 
 

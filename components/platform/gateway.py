@@ -1,0 +1,125 @@
+"""The gateways of a platform: one :class:`~inferplane.components.gateway.Gateway` per cluster that serves models.
+
+Each is rendered from the spec and the sizing plan for its cluster
+(:func:`~inferplane.components.gateway_config.render_gateway`:
+the models whose pools are on that cluster), runs in the serving namespace on the cluster's system nodes, and is
+declared after the model servers and the cluster's monitoring (its ScaledObject, PodMonitor and PrometheusRule need
+their CRDs). On EKS it reaches the platform's Redis/Valkey (the response cache's replication group, over TLS with
+its AUTH token) and reads the models' tokenizers from the S3 model cache; the GKE cluster reaches neither, so its
+processor runs without shared budgets and estimates prompt tokens (see README, "The gateway").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+
+from inferplane.components.catalog import get_instance_type
+from inferplane.components.eks_cluster import SYSTEM_ROLE, SYSTEM_ROLE_LABEL
+from inferplane.components.gateway import Gateway, GatewayArgs, service_account_name
+from inferplane.components.gateway_config import render_gateway, serving_clusters
+from inferplane.components.gateway_observability import ModelCost
+from inferplane.components.metrics import ModelSeries
+from inferplane.components.naming import SERVING_NAMESPACE
+from inferplane.components.redis_cache import REDIS_PORT
+from inferplane.components.sizing import PlatformSizing
+from inferplane.components.spec import PlatformSpec
+from inferplane.components.tags import kubernetes_labels
+
+GATEWAY_NAME = "gateway"
+"""The gateway on the primary (EKS) cluster; another cluster's is ``gateway-<cluster>``."""
+
+GKE_NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+"""The label GKE puts on every node with its node pool's name (GKE docs, "About node pools")."""
+
+
+def gateway_name(cluster: str) -> str:
+    """The gateway's name (its Kubernetes objects' names) on ``cluster``."""
+    return GATEWAY_NAME if cluster == "eks" else f"{GATEWAY_NAME}-{cluster}"
+
+
+def gateway_service_account(spec: PlatformSpec) -> str | None:
+    """The EKS gateway's ServiceAccount, which the model cache binds (tokenizers); None when EKS serves nothing."""
+    on_eks = any(get_instance_type(spec.pool(m.pool).instance_type).cloud == "aws" for m in spec.models)
+    return service_account_name(gateway_name("eks")) if on_eks else None
+
+
+@dataclass(frozen=True)
+class ClusterInputs:
+    """What a cluster offers its gateway."""
+
+    provider: pulumi.ProviderResource
+    prometheus_url: pulumi.Input[str]
+    system_nodes: Mapping[str, pulumi.Input[str]]
+    """Node selector of the cluster's system nodes."""
+    after: tuple[pulumi.Resource, ...] = ()
+    """What must exist first: the model servers, KEDA and the monitoring stack of the cluster."""
+    redis_url: pulumi.Input[str] | None = None
+    model_cache_uri: pulumi.Input[str] | None = None
+
+
+def eks_system_nodes() -> dict[str, pulumi.Input[str]]:
+    """The EKS system node group's label."""
+    return {SYSTEM_ROLE_LABEL: SYSTEM_ROLE}
+
+
+def gke_system_nodes(pool_name: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
+    """The GKE system node pool, by the label GKE sets."""
+    return {GKE_NODE_POOL_LABEL: pool_name}
+
+
+def redis_url(host: pulumi.Input[str], token: pulumi.Input[str]) -> pulumi.Output[str]:
+    """``rediss://`` (TLS is required by the cache) with the AUTH token as password; always secret."""
+    return pulumi.Output.secret(pulumi.Output.format("rediss://:{0}@{1}:{2}", token, host, REDIS_PORT))
+
+
+def build_gateways(
+    spec: PlatformSpec,
+    plan: PlatformSizing,
+    clusters: Mapping[str, ClusterInputs],
+    *,
+    parent: pulumi.Resource | None = None,
+) -> dict[str, Gateway]:
+    """One gateway per serving cluster, keyed by cluster; every serving cluster must be in ``clusters``.
+
+    ``parent``: the component that owns them (:class:`~inferplane.components.platform.Platform`), or None.
+    """
+    missing = [c for c in serving_clusters(spec) if c not in clusters]
+    if missing:
+        raise pulumi.RunError(f"gateways cannot be built: no inputs for serving cluster(s) {', '.join(missing)}")
+    sizing = {d.name: d for d in plan.deployments}
+    engines = {m.name: m.engine for m in spec.models}
+    gateways: dict[str, Gateway] = {}
+    for cluster in serving_clusters(spec):
+        inputs = clusters[cluster]
+        rendered = render_gateway(spec, plan, cluster)
+        costs = {
+            model: ModelCost(
+                series=ModelSeries(model, engines[model], SERVING_NAMESPACE, model),
+                replica_hourly_usd=price,
+            )
+            for model in rendered.models
+            if (price := sizing[model].replica_hourly_usd) is not None
+        }
+        gateways[cluster] = Gateway(
+            gateway_name(cluster),
+            GatewayArgs(
+                rendered=rendered,
+                environment=spec.environment,
+                cloud="aws" if cluster == "eks" else "gcp",
+                namespace=SERVING_NAMESPACE,
+                replicas=spec.gateway.replicas,
+                prometheus_url=inputs.prometheus_url,
+                node_selector=inputs.system_nodes,
+                redis_url=inputs.redis_url,
+                model_cache_uri=inputs.model_cache_uri,
+                scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+                dashboard=spec.observability.grafana,
+                model_costs=costs,
+                labels=kubernetes_labels(spec.tags),
+            ),
+            opts=pulumi.ResourceOptions(parent=parent, providers=[inputs.provider], depends_on=list(inputs.after)),
+        )
+    return gateways

@@ -1,0 +1,54 @@
+"""The processor's Prometheus metrics: names and labels, defined once.
+
+Alerts and dashboards (``components/alerts.py``, ``components/dashboards.py``) and the KEDA wake query import these
+names from here; the processor registers exactly these. Counters carry the ``_total`` suffix as exposed.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+NAMESPACE: Final = "inferplane_gateway"
+
+REQUESTS_TOTAL: Final = f"{NAMESPACE}_requests_total"
+"""Counter: requests the processor decided on, by ``model``, ``tier``, ``tenant`` and ``outcome``
+(``admitted``, ``rejected``, or ``cached``: answered from the response cache, ``gateway.cache``)."""
+REJECTIONS_TOTAL: Final = f"{NAMESPACE}_rejections_total"
+"""Counter: requests answered by the processor itself, by ``reason`` (one of :data:`RejectionReason`) and ``model``."""
+TOKENS_TOTAL: Final = f"{NAMESPACE}_tokens_total"
+"""Counter: tokens accounted from the model server's ``usage``, by ``tenant``, ``tier``, ``model`` and ``kind``
+(``prompt`` or ``completion``)."""
+PENDING_REQUESTS: Final = f"{NAMESPACE}_pending_requests"
+"""Gauge: requests waiting at the gateway for ``model`` (for a ready replica or an in-flight slot). The model's KEDA
+ScaledObject wakes it from zero on this gauge."""
+INFLIGHT_REQUESTS: Final = f"{NAMESPACE}_inflight_requests"
+"""Gauge: requests this processor let through to ``model`` that have not finished."""
+QUEUE_SECONDS: Final = f"{NAMESPACE}_queue_seconds"
+"""Histogram: time a request waited at the gateway before admission (or rejection), by ``model``."""
+PROCESSOR_ERRORS_TOTAL: Final = f"{NAMESPACE}_processor_errors_total"
+"""Counter: failures inside the processor, by ``stage`` (``redis``, ``tokenizer``, ``internal``)."""
+
+MODEL_LABEL: Final = "model"
+TIER_LABEL: Final = "tier"
+TENANT_LABEL: Final = "tenant"
+REASON_LABEL: Final = "reason"
+KIND_LABEL: Final = "kind"
+OUTCOME_LABEL: Final = "outcome"
+STAGE_LABEL: Final = "stage"
+
+RejectionReason = Literal[
+    "unauthenticated",
+    "bad_request",
+    "model_not_found",
+    "tier_forbidden",
+    "context_length_exceeded",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "kv_capacity",
+    "cold_start_timeout",
+]
+REJECTION_REASONS: Final[tuple[RejectionReason, ...]] = get_args(RejectionReason)
+"""Every ``reason`` label value of :data:`REJECTIONS_TOTAL`."""
+
+QUEUE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Buckets of :data:`QUEUE_SECONDS`: a millisecond of lock contention up to a cold start of minutes."""

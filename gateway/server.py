@@ -1,0 +1,61 @@
+"""The processor's servers: ext_proc over gRPC (grpc.aio) on the pod's loopback, Prometheus metrics over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from prometheus_client import CollectorRegistry, start_http_server
+
+from inferplane.gateway.config import ProcessorConfig
+from inferplane.gateway.processor import Processor
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_SECONDS = 30.0
+"""On SIGTERM, streams in flight (long generations) get this long to finish."""
+
+
+class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    """Envoy's ``envoy.service.ext_proc.v3.ExternalProcessor`` service, answered by :class:`Processor`."""
+
+    def __init__(self, processor: Processor) -> None:
+        self.processor = processor
+
+    async def Process(self, request_iterator: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        async for response in self.processor.process(request_iterator):
+            yield response
+
+
+async def serve(config: ProcessorConfig, processor: Processor | None = None) -> None:
+    """Run until SIGTERM/SIGINT, then drain for :data:`SHUTDOWN_GRACE_SECONDS`."""
+    registry = CollectorRegistry()
+    processor = processor or Processor.from_environment(config, registry)
+    server = grpc.aio.server()
+    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(processor), server)
+    server.add_insecure_port(f"{config.listen_host}:{config.grpc_port}")
+    start_http_server(config.metrics_port, addr=config.metrics_host, registry=registry)
+    await server.start()
+    if processor.cache is not None:
+        await processor.cache.start()
+    log.info(
+        "ext_proc on %s:%d, metrics on %s:%d",
+        config.listen_host,
+        config.grpc_port,
+        config.metrics_host,
+        config.metrics_port,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(SHUTDOWN_GRACE_SECONDS)
+    await processor.budgets.flush()
+    if processor.cache is not None:
+        await processor.cache.aclose()

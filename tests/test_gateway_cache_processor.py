@@ -1,0 +1,79 @@
+"""The processor with its cache stage, driven message by message as Envoy drives it (real Redis with RediSearch):
+a miss goes on and is stored from the response; a repeat is answered by the processor itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from inferplane.gateway.cache.config import CacheConfig, CachedModel
+from inferplane.gateway.cache.metrics import CacheMetrics
+from inferplane.gateway.cache.sse import assemble, events
+from inferplane.gateway.cache.stage import CacheStage
+from inferplane.gateway.cache.store import ResponseCache, connect
+from inferplane.gateway.processor import Processor
+from tests.test_gateway_cache_rules import completion
+from tests.test_gateway_processor import (
+    Stream,
+    _body,
+    _config,
+    _headers,
+    _response_body,
+    redis_port,  # noqa: F401 - the module's real Redis (with RediSearch)
+)
+
+PROMPT = {"role": "user", "content": "How do I reset my password?"}
+
+
+def _set_headers(response: Any) -> dict[str, str]:
+    mutation = response.request_body.response.header_mutation
+    return {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
+
+
+def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_processor(redis_port: int) -> None:  # noqa: F811
+    async def main() -> list[Any]:
+        config = _config(None).model_copy(
+            update={
+                "cache": CacheConfig(models={"short": CachedModel(revision="r1")}, key_prefix="proc", timeout_ms=1000)
+            }
+        )
+        assert config.cache is not None
+        client = connect(f"redis://127.0.0.1:{redis_port}", config.cache)
+        stage = CacheStage(ResponseCache(config.cache, CacheMetrics(CollectorRegistry()), client=client))
+        await stage.start()
+        processor = Processor(config, None, CollectorRegistry(), stage)
+        payload = {"model": "short", "messages": [PROMPT], "temperature": 0, "max_tokens": 8}
+
+        miss = Stream(processor)
+        await miss.send(_headers())
+        forwarded = await miss.send(_body(payload))
+        await miss.send(_response_body(json.dumps(completion("Use the reset link."))[:20].encode(), False))
+        await miss.send(_response_body(json.dumps(completion("Use the reset link."))[20:].encode(), True))
+        await miss.close()
+        await asyncio.sleep(0.3)  # stored in the background
+
+        results = [forwarded.WhichOneof("response"), _set_headers(forwarded)]
+        for extra in ({}, {"stream": True}):
+            repeat = Stream(processor)
+            await repeat.send(_headers())
+            reply = await repeat.send(_body({**payload, **extra}))
+            results.append(reply.immediate_response)
+        await stage.aclose()
+        return results
+
+    forwarded, miss_headers, hit, streamed = asyncio.run(main())
+    assert forwarded == "request_body" and miss_headers["x-inferplane-cache-result"] == "miss"  # Envoy echoes it
+    assert hit.status.code == 200 and json.loads(hit.body)["choices"][0]["message"]["content"] == "Use the reset link."
+    hit_headers = {h.header.key: h.header.raw_value.decode() for h in hit.headers.set_headers}
+    assert hit_headers == {
+        "content-type": "application/json",
+        "x-inferplane-cache": "hit",
+        "x-inferplane-cache-kind": "exact",
+    }
+    stream_headers = {h.header.key: h.header.raw_value.decode() for h in streamed.headers.set_headers}
+    assert stream_headers["content-type"] == "text/event-stream"
+    rebuilt = assemble(events(streamed.body))
+    assert rebuilt is not None and rebuilt["choices"][0]["message"]["content"] == "Use the reset link."

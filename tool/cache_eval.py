@@ -1,0 +1,200 @@
+"""``inferplane cache eval``: how well the semantic cache's threshold and guards separate paraphrases from near misses.
+
+Reads labelled pairs (JSON lines ``{"a": ..., "b": ..., "same": true|false}``), embeds both sides with the
+configured embedder (``--stack S``: that stack's ``cache.embedder``, threshold and guards; otherwise the defaults),
+and counts a pair as a predicted hit when the similarity reaches the threshold and no guard refuses it, exactly as
+:meth:`inferplane.gateway.cache.store.ResponseCache.lookup` decides. Precision = true hits / predicted hits, recall =
+true hits / pairs labelled same, false hits = near misses that would be served another prompt's answer.
+
+Exit 0 when the configured threshold has no false hit on the pairs, 1 when it has (a team's CI can hold its
+threshold to its own traffic), 2 when the pairs file is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from inferplane.components.cache_config import embedder_config
+from inferplane.components.spec import CacheSpec
+from inferplane.gateway.cache.embedders import make_embedder
+from inferplane.gateway.cache.guards import refusals
+from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.stackfile import find_project_dir, load_stack
+
+SHIPPED_PAIRS = "cache/eval_pairs.jsonl"
+"""The labelled set shipped in the package (``inferplane.gateway``), used when ``--pairs`` is not given."""
+CURVE = tuple(round(0.80 + i / 100, 2) for i in range(21))
+"""Thresholds of the precision/recall curve."""
+
+
+class Pair(BaseModel):
+    """One labelled line of the pairs file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    a: str = Field(min_length=1, description="A prompt.")
+    b: str = Field(min_length=1, description="Another prompt.")
+    same: bool = Field(description="Whether one answer serves both.")
+
+
+class PairsError(Exception):
+    """The pairs file cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A pair with its similarity and the guards that refuse it."""
+
+    pair: Pair
+    similarity: float
+    refused_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Point:
+    """Precision, recall and false hits at one threshold."""
+
+    threshold: float
+    precision: float
+    recall: float
+    false_hits: int
+    hits: int
+
+
+def load_pairs(path: Path | None) -> tuple[str, list[Pair]]:
+    """The pairs of ``path`` (or the shipped set) and the name to show for it."""
+    if path is None:
+        resource = files("inferplane.gateway").joinpath(SHIPPED_PAIRS)
+        name, text = f"<shipped {SHIPPED_PAIRS}>", resource.read_text(encoding="utf-8")
+    else:
+        try:
+            name, text = str(path), path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise PairsError(f"{path}: {error.strerror}") from error
+    pairs: list[Pair] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            pairs.append(Pair.model_validate_json(line))
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'line'}: {e['msg']}" for e in error.errors())
+            raise PairsError(f"{name}:{number}: {problems}") from error
+    if not pairs:
+        raise PairsError(f"{name}: no pairs")
+    return name, pairs
+
+
+def score(pairs: Sequence[Pair], cache: CacheSpec) -> list[Scored]:
+    """Similarity (cosine of unit vectors) and guard refusals of every pair, with the configured embedder."""
+    embedder = make_embedder(embedder_config(cache))
+    texts = [p.a for p in pairs] + [p.b for p in pairs]
+    vectors = asyncio.run(embedder.embed(texts))
+    half = len(pairs)
+    return [
+        Scored(pair, float(np.dot(vectors[i], vectors[half + i])), refusals(pair.a, pair.b))
+        for i, pair in enumerate(pairs)
+    ]
+
+
+def point(scored: Sequence[Scored], threshold: float, guards: bool) -> Point:
+    """Precision, recall and false hits at ``threshold``."""
+    predicted = [s for s in scored if s.similarity >= threshold and (not guards or not s.refused_by)]
+    true_hits = sum(1 for s in predicted if s.pair.same)
+    positives = sum(1 for s in scored if s.pair.same)
+    return Point(
+        threshold=threshold,
+        precision=true_hits / len(predicted) if predicted else 1.0,
+        recall=true_hits / positives if positives else 1.0,
+        false_hits=len(predicted) - true_hits,
+        hits=len(predicted),
+    )
+
+
+def _render(out: Console, name: str, cache: CacheSpec, scored: Sequence[Scored], at: Point) -> None:
+    kind = cache.embedder.kind if cache.embedder.kind == "wordllama" else f"endpoint {cache.embedder.url}"
+    guards = "on" if cache.semantic_guards else "off"
+    out.print(f"{len(scored)} pairs from {name} ({sum(s.pair.same for s in scored)} labelled same); embedder {kind}")
+    out.print(
+        f"threshold {at.threshold:.2f}, guards {guards}: precision {at.precision:.3f}, recall {at.recall:.3f}, "
+        f"false hits {at.false_hits}"
+    )
+    table = Table(title="precision / recall by threshold")
+    for column in ("threshold", "precision", "recall", "false hits", "false hits without guards"):
+        table.add_column(column, justify="right")
+    for threshold in sorted({*CURVE, at.threshold}):
+        with_guards = point(scored, threshold, cache.semantic_guards)
+        bare = point(scored, threshold, False)
+        marker = " *" if threshold == at.threshold else ""
+        table.add_row(
+            f"{threshold:.2f}{marker}",
+            f"{with_guards.precision:.3f}",
+            f"{with_guards.recall:.3f}",
+            str(with_guards.false_hits),
+            str(bare.false_hits),
+        )
+    out.print(table)
+    for s in scored:
+        if not s.pair.same and s.similarity >= at.threshold and (not cache.semantic_guards or not s.refused_by):
+            out.print(f"false hit ({s.similarity:.3f}): {s.pair.a!r} / {s.pair.b!r}", markup=False, highlight=False)
+
+
+def cache_eval_command(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``inferplane cache eval``."""
+    cache = CacheSpec()
+    if args.stack:
+        project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
+        cache = load_stack(project_dir, args.stack).platform.cache
+    try:
+        name, pairs = load_pairs(Path(args.pairs) if args.pairs else None)
+    except PairsError as error:
+        err.print(f"inferplane cache eval: {error}", markup=False, highlight=False)
+        return EXIT_INVALID
+    scored = score(pairs, cache)
+    at = point(scored, cache.semantic_similarity_threshold, cache.semantic_guards)
+    if args.json:
+        result = {
+            "threshold": at.threshold,
+            "precision": round(at.precision, 4),
+            "recall": round(at.recall, 4),
+            "false_hits": at.false_hits,
+            "pairs": len(scored),
+        }
+        out.print_json(json.dumps(result))
+    else:
+        _render(out, name, cache, scored, at)
+    return EXIT_OK if at.false_hits == 0 else EXIT_REFUSED
+
+
+def add_cache_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``inferplane cache eval`` on the CLI's subcommands."""
+    cache = sub.add_parser("cache", help="the gateway's response cache")
+    commands = cache.add_subparsers(dest="cache_command", required=True)
+    evaluate = commands.add_parser(
+        "eval",
+        help="precision and recall of the semantic cache's threshold and guards on labelled prompt pairs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    evaluate.add_argument(
+        "--pairs",
+        metavar="FILE.jsonl",
+        help='lines {"a": ..., "b": ..., "same": true|false} (default: the labelled set shipped with inferplane)',
+    )
+    evaluate.add_argument("--stack", help="use stacks/Pulumi.<stack>.yaml's embedder, threshold and guards")
+    evaluate.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")
+    evaluate.add_argument(
+        "--json", action="store_true", help='print {"threshold", "precision", "recall", "false_hits", "pairs"}'
+    )
+    evaluate.set_defaults(handler=cache_eval_command)
