@@ -266,6 +266,10 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     assert _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") == statuses.count(429)
 
 
+STREAMED_TOKENS = 400
+"""Tokens generated in the streaming test (``ignore_eos``): decode, not prefill, makes up most of the request."""
+
+
 def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> None:
     usage_total = 0
     for gateway in (platform.a, platform.b):
@@ -277,7 +281,7 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
         stream = client.chat.completions.create(
             model="alpha",
             messages=[{"role": "user", "content": words(30)}],
-            max_tokens=200,
+            max_tokens=STREAMED_TOKENS,
             stream=True,
             extra_body={"ignore_eos": True},
         )
@@ -286,11 +290,13 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
             arrivals.append(time.monotonic() - started)
             if chunk.usage is not None:  # the processor asked vLLM for it (stream_options.include_usage)
                 streamed_usage = chunk.usage
-        assert streamed_usage is not None and streamed_usage.completion_tokens == 200
+        assert streamed_usage is not None and streamed_usage.completion_tokens == STREAMED_TOKENS
         usage_total += streamed_usage.prompt_tokens + streamed_usage.completion_tokens
-        # Unbuffered: the chunks arrive over the generation, not all at once at its end.
+        # Unbuffered: the chunks arrive over the generation, not all at once at its end. Relative to the whole
+        # request, not in absolute time, since the tiny model decodes hundreds of tokens in tens of milliseconds
+        # on a quiet machine: buffered, the first and the last content chunk would arrive together.
         assert len({round(t, 3) for t in arrivals}) > 10
-        assert arrivals[-2] - arrivals[1] > 0.03
+        assert arrivals[-2] - arrivals[1] > 0.3 * arrivals[-1]
     accounted = sum(_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b))
     assert accounted == usage_total
 

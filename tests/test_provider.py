@@ -166,8 +166,11 @@ def test_platform_from_python_parents_the_programs_resources() -> None:
         return urn if parents[urn] not in parents else root(parents[urn])
 
     assert {root(child.urn) for child in children} == {component.urn}
-    secrets = [c for c in children if c.type == "kubernetes:core/v1:Secret"]
-    assert [s.inputs["stringData"] for s in secrets] == ["[secret]"]
+    # Every Secret's data stays secret through the component: the Hugging Face token, the gateway's API keys and
+    # its Redis URL.
+    secrets = {c.name: c.inputs["stringData"] for c in children if c.type == "kubernetes:core/v1:Secret"}
+    assert set(secrets) == {"eks-hf-token", "gateway-api-keys", "gateway-redis"}
+    assert set(secrets.values()) == {"[secret]"}
 
 
 def test_schema_path_renames_every_segment() -> None:

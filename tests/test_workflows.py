@@ -24,6 +24,10 @@ NODE24_SINCE: dict[str, int] = {
     "aws-actions/configure-aws-credentials": 6,
     "google-github-actions/auth": 3,
     "pulumi/actions": 7,
+    "docker/setup-buildx-action": 4,
+    "docker/metadata-action": 6,
+    "docker/login-action": 4,
+    "docker/build-push-action": 7,
 }
 """The first major of each action whose ``action.yml`` declares ``runs.using: node24``.
 

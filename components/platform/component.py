@@ -46,6 +46,10 @@ class Platform(pulumi.ComponentResource):
     """``s3://`` URI of the model cache, when a deployment runs on EKS."""
     sizing: pulumi.Output[dict[str, Any]]
     """The sizing of every pool and deployment (what ``inferplane size --stack`` prints as JSON)."""
+    gateway_endpoints: pulumi.Output[dict[str, str]]
+    """In-cluster URL of the gateway in front of each serving cluster's models, by cluster (``eks``, ``gke``)."""
+    gateway_api_keys: pulumi.Output[dict[str, dict[str, str]]]
+    """The gateway's API key of each tenant, by cluster then tenant (secret)."""
 
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         spec = platform_spec(args)  # before registering: a spec that fails leaves nothing half-declared
@@ -61,6 +65,8 @@ class Platform(pulumi.ComponentResource):
             pulumi.Output.from_input(outputs["modelCacheUri"]) if "modelCacheUri" in outputs else None
         )
         self.sizing = pulumi.Output.from_input(outputs["sizing"])
+        self.gateway_endpoints = pulumi.Output.from_input(outputs["gatewayEndpoints"])
+        self.gateway_api_keys = pulumi.Output.secret(outputs["gatewayApiKeys"])
         self.register_outputs(outputs)
 
 
