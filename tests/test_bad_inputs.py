@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -473,12 +476,56 @@ def test_kubernetes_labels_are_always_valid() -> None:
     assert all(is_label_value(v) for v in labels.values())
 
 
+def _size_as_nobody(argv: list[str]) -> tuple[int, str]:
+    """``main(argv)`` in a forked child that dropped root for ``nobody``: (exit code, stderr).
+
+    The child keeps the modules already imported (nothing it needs lives under root's home); it writes stderr
+    into a pipe and leaves with ``os._exit``, so nothing of the test process runs twice.
+    """
+    nobody = pwd.getpwnam("nobody")
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 70
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            sys.stderr = os.fdopen(write_fd, "w")
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the child exits without closing anything
+            try:
+                code = main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else EXIT_INVALID
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        err = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), err
+
+
 def test_permission_denied_is_not_root_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A real mode-000 file, where the user is not root (as root, the table's row simulates the refusal)."""
-    if os.geteuid() == 0:
-        pytest.skip("root reads a mode-000 file; the table's permission-denied row covers this as root")
-    project = copy_project(tmp_path)
-    (project / "stacks" / "Pulumi.dev.yaml").chmod(0)
-    code, _, err = run_cli(["size", "--stack", "dev", "--project-dir", str(project)], capsys)
-    assert code == EXIT_INVALID
+    """A real mode-000 file read by a user who is not root. As root (CI), the command runs as ``nobody`` in a forked
+    child, over a copy of the project that ``nobody`` may traverse (pytest's own temporary folders are root's)."""
+    if os.geteuid() != 0:
+        project = copy_project(tmp_path)
+        (project / "stacks" / "Pulumi.dev.yaml").chmod(0)
+        code, _, err = run_cli(["size", "--stack", "dev", "--project-dir", str(project)], capsys)
+    else:
+        shared = Path(tempfile.mkdtemp(prefix="inferplane-denied-"))
+        try:
+            project = copy_project(shared)
+            for directory in (shared, project, project / "stacks"):
+                directory.chmod(0o755)
+            for readable in (project / "Pulumi.yaml", *(project / "stacks").iterdir()):
+                readable.chmod(0o644)
+            (project / "stacks" / "Pulumi.dev.yaml").chmod(0)
+            code, err = _size_as_nobody(["size", "--stack", "dev", "--project-dir", str(project)])
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
+    assert code == EXIT_INVALID, err
     assert "stacks/Pulumi.dev.yaml: cannot read: Permission denied" in err
