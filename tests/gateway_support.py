@@ -249,6 +249,10 @@ def start_gateway(
     return Gateway(rendered, addresses)
 
 
+HOLD_TIMEOUT_S = 20.0
+"""How long :meth:`Relay.hold_after_first_event` withholds a response at most (a test that waits that long failed)."""
+
+
 class Relay:
     """A TCP relay on a port of its own to a real server, switched on and off: a replica coming up (scale from zero).
 
@@ -260,6 +264,30 @@ class Relay:
         self.port = free_port()
         self.target_port = target_port
         self._server: socket.socket | None = None
+        self._released = threading.Event()
+        self._released.set()
+        self._hold_armed = False
+        self.holding = threading.Event()
+        """Set while the relay withholds the rest of a response after its first server-sent event."""
+        self.hold_timed_out = False
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the relay listens."""
+        return self._server is not None
+
+    def hold_after_first_event(self) -> None:
+        """Forward the next response up to its first server-sent event, then withhold the rest until
+        :meth:`release` (or :data:`HOLD_TIMEOUT_S`): what reaches the client meanwhile was not buffered on the way."""
+        self._released.clear()
+        self.holding.clear()
+        self.hold_timed_out = False
+        self._hold_armed = True
+
+    def release(self) -> None:
+        """Let the withheld rest of the response through."""
+        self._hold_armed = False
+        self._released.set()
 
     def open(self) -> None:
         """Start listening and forwarding."""
@@ -283,14 +311,19 @@ class Relay:
             except OSError:
                 return
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket, response: bool = False) -> None:
         try:
             while data := source.recv(65536):
                 sink.sendall(data)
+                if response and self._hold_armed and b"data:" in data:
+                    self._hold_armed = False
+                    self.holding.set()
+                    if not self._released.wait(HOLD_TIMEOUT_S):
+                        self.hold_timed_out = True
+                    self.holding.clear()
         except OSError:
             pass
         finally:
