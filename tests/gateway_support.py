@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,12 +35,23 @@ VLLM_START_TIMEOUT_SECONDS = 420.0
 """About 35 s on an idle 2-core machine; minutes when the cores are shared."""
 
 
+_LISTEN_PORTS = range(20000, 32000)
+"""Where the test servers listen: below Linux's ephemeral range (``net.ipv4.ip_local_port_range``, 32768-60999 by
+default). A port the kernel hands out for ``bind(0)`` comes from that range, which every outgoing connection on the
+machine also draws from, so a server started a moment later could find it taken (seen: the processor's gRPC bind
+failing under a loaded parallel run)."""
+
+
 def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 nothing listens on right now, outside the ephemeral range."""
+    for port in random.sample(_LISTEN_PORTS, 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_LISTEN_PORTS}")
 
 
 def redis_server_binary() -> Path:
