@@ -333,7 +333,7 @@ class Gateway(pulumi.ComponentResource):
             liveness_probe=_tcp_liveness("stats"),
             lifecycle=_pre_stop_sleep(),
             volume_mounts=envoy_mounts,
-            security_context=_container_security(),
+            security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
         )
         processor = k8s.core.v1.ContainerArgs(
             name="processor",
@@ -362,7 +362,7 @@ class Gateway(pulumi.ComponentResource):
                 k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=rendered.tokenizers_dir, read_only=True),
                 k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
             ],
-            security_context=_container_security(),
+            security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
         )
         pod_labels = {**labels}
         self.deployment = k8s.apps.v1.Deployment(
@@ -385,13 +385,7 @@ class Gateway(pulumi.ComponentResource):
                         service_account_name=account.metadata.name,
                         automount_service_account_token=False,
                         node_selector=dict(args.node_selector),
-                        security_context=k8s.core.v1.PodSecurityContextArgs(
-                            run_as_non_root=True,
-                            run_as_user=RUN_AS_USER,
-                            run_as_group=RUN_AS_USER,
-                            fs_group=RUN_AS_USER,
-                            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
-                        ),
+                        security_context=ms.pod_security(non_root=True, uid=RUN_AS_USER),
                         termination_grace_period_seconds=ms.PRE_STOP_SLEEP_SECONDS + DRAIN_SECONDS,
                         topology_spread_constraints=_spread(selector, zones=args.environment == "prod"),
                         init_containers=init_containers or None,
@@ -513,20 +507,6 @@ def _pre_stop_sleep() -> k8s.core.v1.LifecycleArgs:
     )
 
 
-def _container_security() -> k8s.core.v1.SecurityContextArgs:
-    """Non-root, no privilege escalation, every capability dropped, read-only root, RuntimeDefault seccomp."""
-    return k8s.core.v1.SecurityContextArgs(
-        allow_privilege_escalation=False,
-        privileged=False,
-        read_only_root_filesystem=True,
-        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
-        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
-        run_as_non_root=True,
-        run_as_user=RUN_AS_USER,
-        run_as_group=RUN_AS_USER,
-    )
-
-
 def _tokenizer_fetch(model_cache_uri: pulumi.Input[str], files: tuple[str, ...]) -> k8s.core.v1.ContainerArgs:
     """``aws s3 sync`` of exactly the models' tokenizer files from the model cache into the tokenizers volume."""
     fetch = ms.s3_sync_container("fetch-tokenizers", model_cache_uri, ms.MODELS_MOUNT, "tokenizers", include=files)
@@ -538,7 +518,7 @@ def _tokenizer_fetch(model_cache_uri: pulumi.Input[str], files: tuple[str, ...])
         env=fetch.env,
         volume_mounts=fetch.volume_mounts,
         resources=FETCH_RESOURCES,
-        security_context=_container_security(),
+        security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
     )
 
 

@@ -231,9 +231,10 @@ def probes(
     return startup, readiness, liveness
 
 
-def container_security(*, non_root: bool) -> k8s.core.v1.SecurityContextArgs:
+def container_security(*, non_root: bool, uid: int = RUN_AS_USER) -> k8s.core.v1.SecurityContextArgs:
     """No privilege escalation, every capability dropped, the runtime's default seccomp profile, a read-only root
-    filesystem (every writable path is an ``emptyDir``: the weights, ``$HOME``, ``/tmp``, ``/dev/shm``)."""
+    filesystem (every writable path is an ``emptyDir``: the weights, ``$HOME``, ``/tmp``, ``/dev/shm``); ``non_root``
+    runs as ``uid`` (also the gid)."""
     return k8s.core.v1.SecurityContextArgs(
         allow_privilege_escalation=False,
         privileged=False,
@@ -241,18 +242,18 @@ def container_security(*, non_root: bool) -> k8s.core.v1.SecurityContextArgs:
         capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
         run_as_non_root=True if non_root else None,
-        run_as_user=RUN_AS_USER if non_root else None,
-        run_as_group=RUN_AS_USER if non_root else None,
+        run_as_user=uid if non_root else None,
+        run_as_group=uid if non_root else None,
     )
 
 
-def pod_security(*, non_root: bool) -> k8s.core.v1.PodSecurityContextArgs:
-    """Pod-level defaults; ``fsGroup`` makes the mounted volumes writable by the non-root uid."""
+def pod_security(*, non_root: bool, uid: int = RUN_AS_USER) -> k8s.core.v1.PodSecurityContextArgs:
+    """Pod-level defaults; ``fsGroup`` makes the mounted volumes writable by the non-root ``uid``."""
     return k8s.core.v1.PodSecurityContextArgs(
         run_as_non_root=True if non_root else None,
-        run_as_user=RUN_AS_USER if non_root else None,
-        run_as_group=RUN_AS_USER if non_root else None,
-        fs_group=RUN_AS_USER if non_root else None,
+        run_as_user=uid if non_root else None,
+        run_as_group=uid if non_root else None,
+        fs_group=uid if non_root else None,
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
     )
 
