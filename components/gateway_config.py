@@ -15,7 +15,10 @@ Envoy does what it does natively (README "Gateway runtime"):
    changes (key rotation without a restart). The tenant name goes upstream in :data:`TENANT_HEADER`.
 2. ``local_ratelimit``: a per-tenant request bucket in every replica (429 with rate-limit headers and Retry-After),
    the backstop that still holds when Redis is down; the limit shared by replicas is the processor's.
-3. ``ext_proc``: the processor (tokens, context, budgets, KV admission, scale from zero); fail closed.
+3. ``ext_proc``: the processor (tokens, context, budgets, KV admission, scale from zero); fail closed. A completion
+   costs it three messages: the buffered request body (with the path, method and the two headers it reads as
+   request attributes, not a headers message of its own) and the response body's chunks; only the ``GET /v1/models``
+   route sends it the request headers (a per-route override), since it answers that request itself.
 4. ``json_to_metadata``: routes by the (processor-rewritten) body's ``model``; each model's route goes to an
    aggregate cluster ``[model, tier fallbacks...]`` with retries on connect failure, reset, 429 and 503.
 """
@@ -38,8 +41,14 @@ from inferplane.components.naming import model_service_host, model_service_port
 from inferplane.components.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.spec import ModelDeploymentSpec, PlatformSpec, TenantSpec, gateway_tiers
 from inferplane.gateway.cache.request import CACHE_HEADER
-from inferplane.gateway.cache.request import RESULT_HEADER as CACHE_RESULT_HEADER
-from inferplane.gateway.config import ModelConfig, ProcessorConfig, TenantConfig, TierConfig
+from inferplane.gateway.config import (
+    CACHE_RESULT_METADATA_KEY,
+    METADATA_NAMESPACE,
+    ModelConfig,
+    ProcessorConfig,
+    TenantConfig,
+    TierConfig,
+)
 
 Cluster = Literal["eks", "gke"]
 
@@ -80,8 +89,19 @@ TENANT_HEADER = "x-inferplane-tenant"
 """Request header with the authenticated tenant, set by Envoy's api_key_auth (the client cannot forge it)."""
 UPSTREAM_HEADER = "x-inferplane-upstream"
 """Response header naming the model cluster that answered (the fallback shows here)."""
-METADATA_NAMESPACE = "inferplane"
-"""Dynamic-metadata namespace where ``json_to_metadata`` puts the body's ``model`` for routing."""
+NOT_FOUND_BODY = json.dumps(
+    {
+        "error": {
+            "message": "no such model on this gateway (or no JSON body naming one)",
+            "type": "invalid_request_error",
+            "code": "model_not_found",
+        }
+    }
+)
+"""What Envoy answers for a path or model no route serves, and for a request without a body (which never reaches the
+processor: it sees bodies only)."""
+NO_MODEL = "__none__"
+"""What ``json_to_metadata`` records as the ``model`` of a request whose body has none (or no body at all)."""
 API_KEY_FILTER = "inferplane.api_key_auth"
 """Name of the api_key_auth filter in the chain, which is also its ECDS resource name."""
 ANONYMOUS_TENANT = "anonymous"
@@ -405,13 +425,7 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
         "name": f"model-{model.name}",
         "match": {
             "prefix": "/v1/",
-            "dynamic_metadata": [
-                {
-                    "filter": METADATA_NAMESPACE,
-                    "path": [{"key": "model"}],
-                    "value": {"string_match": {"exact": model.name}},
-                }
-            ],
+            "dynamic_metadata": [_model_matcher(model.name)],
         },
         "route": action,
         "response_headers_to_add": [
@@ -420,8 +434,11 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
             },
             {
-                # The response cache's verdict (miss or bypass), set by the processor on the request (gateway.cache).
-                "header": {"key": CACHE_HEADER, "value": f"%REQ({CACHE_RESULT_HEADER})%"},
+                # The response cache's verdict (miss or bypass), which the processor reports as dynamic metadata.
+                "header": {
+                    "key": CACHE_HEADER,
+                    "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{CACHE_RESULT_METADATA_KEY})%",
+                },
                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
             },
         ],
@@ -603,18 +620,20 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
                 grpc_service={"envoy_grpc": {"cluster_name": PROCESSOR_CLUSTER}},
                 failure_mode_allow=False,
                 processing_mode={
-                    "request_header_mode": "SEND",
+                    "request_header_mode": "SKIP",
                     "response_header_mode": "SKIP",
                     "request_body_mode": "BUFFERED",
                     "response_body_mode": "STREAMED",
                     "request_trailer_mode": "SKIP",
                     "response_trailer_mode": "SKIP",
                 },
+                request_attributes=list(config.request_attributes()),
+                metadata_options={"receiving_namespaces": {"untyped": [METADATA_NAMESPACE]}},
                 message_timeout=_duration(math.ceil(longest_hold + PROCESSOR_MESSAGE_MARGIN_SECONDS)),
             ),
         }
     )
-    missing = {"metadata_namespace": METADATA_NAMESPACE, "key": "model", "value": {"string_value": "__none__"}}
+    missing = {"metadata_namespace": METADATA_NAMESPACE, "key": "model", "value": {"string_value": NO_MODEL}}
     filters.append(
         {
             "name": "envoy.filters.http.json_to_metadata",
@@ -642,22 +661,42 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
     return filters
 
 
+def _model_list_route() -> dict[str, Any]:
+    """``GET /v1/models``: the processor answers it from the request headers (it has no body), so this route alone
+    sends them (the processor always answers it; were it to let one through, Envoy says not found)."""
+    return {
+        "name": "models",
+        "match": {"path": "/v1/models", "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]},
+        "direct_response": {"status": 404, "body": {"inline_string": NOT_FOUND_BODY}},
+        "typed_per_filter_config": {
+            "envoy.filters.http.ext_proc": _any(
+                "envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+                overrides={
+                    "processing_mode": {
+                        "request_header_mode": "SEND",
+                        "response_header_mode": "SKIP",
+                        "request_body_mode": "NONE",
+                        "response_body_mode": "NONE",
+                        "request_trailer_mode": "SKIP",
+                        "response_trailer_mode": "SKIP",
+                    }
+                },
+            )
+        },
+    }
+
+
+def _model_matcher(model: str) -> dict[str, Any]:
+    return {"filter": METADATA_NAMESPACE, "path": [{"key": "model"}], "value": {"string_match": {"exact": model}}}
+
+
 def _api_listener(config: ProcessorConfig, spec: PlatformSpec, addresses: GatewayAddresses) -> dict[str, Any]:
-    routes = [_route(m, config, spec) for m in config.models]
-    not_found = json.dumps(
-        {
-            "error": {
-                "message": "no such model on this gateway",
-                "type": "invalid_request_error",
-                "code": "model_not_found",
-            }
-        }
-    )
+    routes = [_model_list_route(), *(_route(m, config, spec) for m in config.models)]
     routes.append(
         {
             "name": "not-found",
             "match": {"prefix": "/"},
-            "direct_response": {"status": 404, "body": {"inline_string": not_found}},
+            "direct_response": {"status": 404, "body": {"inline_string": NOT_FOUND_BODY}},
         }
     )
     gateway = spec.gateway

@@ -1,7 +1,9 @@
 """The ext_proc processor: one gRPC stream per HTTP request, deciding what needs LLM knowledge.
 
-Request headers: ``GET /v1/models`` is answered here (the models and tiers the tenant may use). Request body (Envoy
-buffers it): the tenant (from Envoy's api_key_auth), the model or tier asked for and whether the tenant may use it,
+Request headers go to the processor only on the ``GET /v1/models`` route, which is answered here (the models and tiers
+the tenant may use). Completions reach it once, as the request body (Envoy buffers it), with the path, method and the
+headers it reads sent alongside as request attributes (one gRPC round trip less per request than a headers message):
+the tenant (from Envoy's api_key_auth), the model or tier asked for and whether the tenant may use it,
 prompt tokens with the model's tokenizer, context admission (400 ``context_length_exceeded`` in OpenAI's error
 shape, or a reroute to a longer-context model of the same tier; a missing ``max_tokens`` is clamped to what is
 left), shared request and token budgets (429 + Retry-After), scale from zero (hold, then 503 + Retry-After) and
@@ -35,9 +37,18 @@ from inferplane.gateway import metrics as m
 from inferplane.gateway.admission import ModelGate, Readiness
 from inferplane.gateway.budgets import SharedBudgets
 from inferplane.gateway.cache.metrics import CacheMetrics
+from inferplane.gateway.cache.request import CACHE_HEADER
 from inferplane.gateway.cache.stage import CacheStage, Pending
 from inferplane.gateway.cache.store import Lookup, ResponseCache, connect
-from inferplane.gateway.config import ModelConfig, ProcessorConfig, TenantConfig
+from inferplane.gateway.config import (
+    ATTRIBUTES_NAMESPACE,
+    METHOD_ATTRIBUTE,
+    PATH_ATTRIBUTE,
+    ModelConfig,
+    ProcessorConfig,
+    TenantConfig,
+    header_attribute,
+)
 from inferplane.gateway.tokens import TokenCounter, prompt_texts
 
 log = logging.getLogger(__name__)
@@ -81,6 +92,8 @@ class _Stream:
     path: str = ""
     method: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    headers_message: bool = False
+    """Envoy sent the request headers as a message of their own (else they came as attributes with the body)."""
     tenant: TenantConfig | None = None
     model: ModelConfig | None = None
     tier: str = ""
@@ -201,6 +214,7 @@ class Processor:
             self.metrics.pending.labels(model.name).set(0)
             self.metrics.inflight.labels(model.name).set(0)
         self._tenants = {t.name: t for t in config.tenants}
+        self._header_attributes = [(name, header_attribute(name)) for name in (config.tenant_header, CACHE_HEADER)]
 
     @classmethod
     def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry) -> Processor:
@@ -243,6 +257,8 @@ class Processor:
                 if kind == "request_headers":
                     yield self._on_request_headers(stream, message.request_headers)
                 elif kind == "request_body":
+                    if not stream.method:  # no headers message: what the processor reads came as attributes
+                        self._from_attributes(stream, message)
                     yield await self._on_request_body(stream, message.request_body)
                 elif kind == "response_headers":
                     yield self._on_response_headers(stream, message.response_headers)
@@ -260,6 +276,7 @@ class Processor:
                 self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
 
     def _on_request_headers(self, stream: _Stream, message: Any) -> Any:
+        stream.headers_message = True
         stream.headers = _headers_of(message)
         stream.path = stream.headers.get(":path", "").split("?", 1)[0]
         stream.method = stream.headers.get(":method", "")
@@ -274,6 +291,14 @@ class Processor:
                 RejectError(400, "bad_request", "a JSON body is required", "invalid_request_error", "bad_request"), ""
             )
         return pb.ProcessingResponse(request_headers=pb.HeadersResponse())
+
+    def _from_attributes(self, stream: _Stream, message: Any) -> None:
+        fields = message.attributes[ATTRIBUTES_NAMESPACE].fields
+        stream.path = fields[PATH_ATTRIBUTE].string_value.split("?", 1)[0] if PATH_ATTRIBUTE in fields else ""
+        stream.method = fields[METHOD_ATTRIBUTE].string_value if METHOD_ATTRIBUTE in fields else ""
+        for name, attribute in self._header_attributes:
+            if attribute in fields:
+                stream.headers[name] = fields[attribute].string_value
 
     def _model_list(self, tenant: TenantConfig) -> dict[str, Any]:
         names = [model.name for model in self.config.models if self._allowed(tenant, model.name)]
@@ -469,9 +494,9 @@ class Processor:
             self.metrics.queue_seconds.labels(model.name).observe(time.monotonic() - started)
         self.metrics.requests.labels(model.name, stream.tier, tenant.name, "admitted").inc()
         return (
-            self._forward(body, model)
+            self._forward(stream, body, model)
             if self.cache is None
-            else self.cache.tag(self._forward(body, model), stream.cache_lookup)
+            else self.cache.tag(self._forward(stream, body, model), stream.cache_lookup)
         )
 
     async def _wait_ready(self, model: ModelConfig) -> None:
@@ -495,17 +520,17 @@ class Processor:
                 retry_after=self.config.retry_after_seconds_503,
             )
 
-    def _forward(self, body: dict[str, Any], model: ModelConfig) -> Any:
+    def _forward(self, stream: _Stream, body: dict[str, Any], model: ModelConfig) -> Any:
         body["model"] = model.name
         if body.get("stream") and self.config.inject_stream_usage:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         payload = json.dumps(body, separators=(",", ":")).encode()
-        common = pb.CommonResponse(
-            header_mutation=pb.HeaderMutation(set_headers=[_header("content-length", str(len(payload)))]),
-            body_mutation=pb.BodyMutation(body=payload),
-            clear_route_cache=True,
-        )
+        common = pb.CommonResponse(body_mutation=pb.BodyMutation(body=payload), clear_route_cache=True)
+        if stream.headers_message:
+            # Envoy held the headers for this processor and forwards them as they are: the length must follow the
+            # body. (Without a headers message Envoy drops the stale length itself and sends the body chunked.)
+            common.header_mutation.set_headers.append(_header("content-length", str(len(payload))))
         return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
 
     # -- the response -----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+from google.protobuf import json_format
 from prometheus_client import CollectorRegistry
 
 from inferplane.gateway.cache.config import CacheConfig, CachedModel
@@ -28,9 +29,8 @@ from tests.test_gateway_processor import (
 PROMPT = {"role": "user", "content": "How do I reset my password?"}
 
 
-def _set_headers(response: Any) -> dict[str, str]:
-    mutation = response.request_body.response.header_mutation
-    return {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
+def _metadata(response: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(response.dynamic_metadata)
 
 
 def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_processor(redis_port: int) -> None:  # noqa: F811
@@ -55,7 +55,7 @@ def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_proc
         await miss.close()
         await asyncio.sleep(0.3)  # stored in the background
 
-        results = [forwarded.WhichOneof("response"), _set_headers(forwarded)]
+        results = [forwarded.WhichOneof("response"), _metadata(forwarded)]
         for extra in ({}, {"stream": True}):
             repeat = Stream(processor)
             await repeat.send(_headers())
@@ -64,8 +64,9 @@ def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_proc
         await stage.aclose()
         return results
 
-    forwarded, miss_headers, hit, streamed = asyncio.run(main())
-    assert forwarded == "request_body" and miss_headers["x-inferplane-cache-result"] == "miss"  # Envoy echoes it
+    forwarded, miss_metadata, hit, streamed = asyncio.run(main())
+    assert forwarded == "request_body"
+    assert miss_metadata == {"inferplane": {"cache_result": "miss"}}  # the model route echoes it as x-inferplane-cache
     assert hit.status.code == 200 and json.loads(hit.body)["choices"][0]["message"]["content"] == "Use the reset link."
     hit_headers = {h.header.key: h.header.raw_value.decode() for h in hit.headers.set_headers}
     assert hit_headers == {

@@ -30,9 +30,6 @@ from inferplane.gateway.cache.config import CacheConfig
 CACHE_HEADER = "x-inferplane-cache"
 """Request: ``bypass`` (neither look up nor store) or ``allow`` (cache a sampled request). Response: ``hit``,
 ``miss`` or ``bypass``."""
-RESULT_HEADER = "x-inferplane-cache-result"
-"""Request header the processor sets on a forwarded request (``miss`` or ``bypass``); Envoy's model routes echo it as
-the response's :data:`CACHE_HEADER` (response headers do not pass through the processor)."""
 CACHE_KIND_HEADER = "x-inferplane-cache-kind"
 """Response header on a hit: ``exact`` or ``semantic``."""
 CACHE_SIMILARITY_HEADER = "x-inferplane-cache-similarity"

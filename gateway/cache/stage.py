@@ -3,9 +3,9 @@
 :class:`inferplane.gateway.processor.Processor` calls :meth:`CacheStage.lookup` once a request is admitted (tenant,
 model and budgets settled; the body as it will be forwarded). A hit is answered at once with an immediate response
 (JSON, or the SSE replay for a stream) and never reaches the model server. A miss keeps its :class:`Lookup`; the
-request goes upstream tagged with :data:`RESULT_HEADER` (``miss`` or ``bypass``), which Envoy's model routes echo as
-the response's ``x-inferplane-cache``; the response body chunks are collected (bounded by the entry size) and, when
-the stream ends with a complete answer, stored in the background so the client never waits on the cache.
+request goes upstream with the verdict (``miss`` or ``bypass``) in Envoy's dynamic metadata, which the model routes
+echo as the response's ``x-inferplane-cache``; the response body chunks are collected (bounded by the entry size)
+and, when the stream ends with a complete answer, stored in the background so the client never waits on the cache.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 
-from inferplane.gateway.cache.request import CACHE_HEADER, RESULT_HEADER, Cacheable, Endpoint
+from inferplane.gateway.cache.request import CACHE_HEADER, Cacheable, Endpoint
 from inferplane.gateway.cache.sse import assemble, events
 from inferplane.gateway.cache.store import Lookup, ResponseCache
+from inferplane.gateway.config import CACHE_RESULT_METADATA_KEY, METADATA_NAMESPACE
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +103,12 @@ class CacheStage:
 
     @staticmethod
     def tag(forwarded: Any, lookup: Lookup | None) -> Any:
-        """Set :data:`RESULT_HEADER` (miss or bypass) on the request going upstream; Envoy's model routes copy it
-        into the response's ``x-inferplane-cache`` (response headers do not pass through the processor)."""
+        """Put the verdict (miss or bypass) of the request going upstream in Envoy's dynamic metadata
+        (``inferplane.cache_result``); the model routes copy it into the response's ``x-inferplane-cache`` (response
+        headers do not pass through the processor, and request headers set in the body phase are dropped)."""
         if lookup is not None:
             value = lookup.response_headers()[CACHE_HEADER]
-            forwarded.request_body.response.header_mutation.set_headers.append(header(RESULT_HEADER, value))
+            forwarded.dynamic_metadata.update({METADATA_NAMESPACE: {CACHE_RESULT_METADATA_KEY: value}})
         return forwarded
 
     @staticmethod
