@@ -259,6 +259,12 @@ class SharedBudgets:
                         self._pending[key] = self._pending.get(key, 0) - amount
                 held.requests = held.tokens = 0
 
+    async def aclose(self) -> None:
+        """Give back every slice, write what is pending and stop the background flusher (shutdown)."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+        await self.flush()
+
     async def flush(self, *, everything: bool = True) -> None:
         """Write the summed corrections and idle slices now (``everything``: every slice, as on shutdown)."""
         self._return_slices(everything)

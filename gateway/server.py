@@ -56,6 +56,6 @@ async def serve(config: ProcessorConfig, processor: Processor | None = None) -> 
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
-    await processor.budgets.flush()
+    await processor.budgets.aclose()
     if processor.cache is not None:
         await processor.cache.aclose()

@@ -143,8 +143,31 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
     ]
     ext_proc = filters[2]["typed_config"]
     assert ext_proc["failure_mode_allow"] is False  # processor down: fail closed
-    assert ext_proc["processing_mode"]["request_body_mode"] == "BUFFERED"
-    assert ext_proc["processing_mode"]["response_body_mode"] == "STREAMED"
+    assert ext_proc["processing_mode"] == {
+        "request_header_mode": "SKIP",  # what the processor reads of the headers comes as attributes with the body
+        "response_header_mode": "SKIP",
+        "request_body_mode": "BUFFERED",
+        "response_body_mode": "STREAMED",
+        "request_trailer_mode": "SKIP",
+        "response_trailer_mode": "SKIP",
+    }
+    assert ext_proc["request_attributes"] == [
+        "request.path",
+        "request.method",
+        "request.headers['x-inferplane-tenant']",
+        "request.headers['x-inferplane-cache']",
+    ]
+    assert ext_proc["metadata_options"] == {"receiving_namespaces": {"untyped": ["inferplane"]}}
+    routes = _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]
+    assert routes[0]["name"] == "models"  # GET /v1/models alone sends the processor its headers: it answers there
+    override = routes[0]["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["overrides"]["processing_mode"]
+    assert (override["request_header_mode"], override["request_body_mode"]) == ("SEND", "NONE")
+    assert all(
+        h["header"]["value"] == "%DYNAMIC_METADATA(inferplane:cache_result)%"
+        for r in routes
+        for h in r.get("response_headers_to_add", ())
+        if h["header"]["key"] == "x-inferplane-cache"
+    )
     ecds = filters[0]["config_discovery"]["config_source"]["path_config_source"]
     assert ecds["watched_directory"]["path"] == str(tmp_path / "keys")
     limits = filters[1]["typed_config"]

@@ -224,6 +224,35 @@ def test_tiers_models_and_streams(tokenizer_file: str) -> None:
     asyncio.run(run())
 
 
+def _attributed_body(payload: dict[str, Any], tenant: str | None = "t") -> Any:
+    """A request body as Envoy sends it without a headers message: path, method and headers as attributes."""
+    message = _body(payload)
+    fields = {"request.path": "/v1/chat/completions?trace=1", "request.method": "POST"}
+    if tenant is not None:
+        fields["request.headers['x-inferplane-tenant']"] = tenant
+    message.attributes["envoy.filters.http.ext_proc"].update(fields)
+    return message
+
+
+def test_a_body_without_a_headers_message_reads_its_attributes(tokenizer_file: str) -> None:
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))
+        forwarded = await Stream(processor).send(_attributed_body(_chat("w1", model="standard")))
+        assert _forwarded(forwarded)["model"] == "short"
+        # Envoy held no headers for the processor: it drops the stale length itself and sends the new body chunked
+        assert not forwarded.request_body.response.header_mutation.set_headers
+        _, with_headers = await _request(processor, _chat("w1", model="standard"))
+        [length] = with_headers.request_body.response.header_mutation.set_headers
+        assert length.header.key == "content-length"
+        assert int(length.header.raw_value) == len(with_headers.request_body.response.body_mutation.body)
+        anonymous = await Stream(processor).send(_attributed_body(_chat("w1"), tenant=None))
+        assert (_status(anonymous), _error(anonymous)["code"]) == (401, "invalid_api_key")
+        stranger = await Stream(processor).send(_attributed_body(_chat("w1"), tenant="stranger"))
+        assert (_status(stranger), _error(stranger)["code"]) == (403, "tier_forbidden")
+
+    asyncio.run(run())
+
+
 def test_unknown_tenant_is_forbidden(tokenizer_file: str) -> None:
     async def run() -> None:
         processor = _processor(_config(tokenizer_file))
