@@ -19,6 +19,7 @@ tokens are estimated (over-counting).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -184,6 +185,12 @@ class Metrics:
         self.errors = Counter(
             bare(m.PROCESSOR_ERRORS_TOTAL), "Failures inside the processor.", [m.STAGE_LABEL], registry=registry
         )
+        # The labelled children of the per-request series, looked up once per label set: ``labels()`` validates
+        # and joins its arguments on every call, which cost more than the rest of a request's bookkeeping. The label
+        # sets are bounded by the config (models x tiers x tenants x outcomes).
+        self.request = functools.cache(self.requests.labels)
+        self.token = functools.cache(self.tokens.labels)
+        self.queued = functools.cache(self.queue_seconds.labels)
 
 
 class Processor:
@@ -239,10 +246,12 @@ class Processor:
         self.metrics.errors.labels("redis").inc()
 
     def _gauges(self, model: str) -> Any:
-        def update() -> None:
+        pending, inflight = self.metrics.pending.labels(model), self.metrics.inflight.labels(model)
+
+        def update() -> None:  # twice a request: the labelled children are looked up once, here
             gate = self.gates[model]
-            self.metrics.pending.labels(model).set(gate.waiting + self._waiting_ready[model])
-            self.metrics.inflight.labels(model).set(gate.inflight)
+            pending.set(gate.waiting + self._waiting_ready[model])
+            inflight.set(gate.inflight)
 
         return update
 
@@ -334,7 +343,7 @@ class Processor:
 
     def _reject(self, reply: RejectError, model: str, tenant: str = "", tier: str = "") -> Any:
         self.metrics.rejections.labels(reply.reason, model).inc()
-        self.metrics.requests.labels(model, tier, tenant, "rejected").inc()
+        self.metrics.request(model, tier, tenant, "rejected").inc()
         return error_reply(reply)
 
     async def _on_request_body(self, stream: _Stream, message: Any) -> Any:
@@ -468,7 +477,7 @@ class Processor:
                 if stream.reserved_tokens:  # a cached answer spends no model tokens
                     self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
                     stream.reserved_tokens = 0
-                self.metrics.requests.labels(model.name, stream.tier, tenant.name, "cached").inc()
+                self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
                 return self.cache.reply(lookup)
             stream.cache_pending = self.cache.pending_for(lookup)
         started = time.monotonic()
@@ -491,8 +500,8 @@ class Processor:
                 stream.reserved_tokens = 0
             raise
         finally:
-            self.metrics.queue_seconds.labels(model.name).observe(time.monotonic() - started)
-        self.metrics.requests.labels(model.name, stream.tier, tenant.name, "admitted").inc()
+            self.metrics.queued(model.name).observe(time.monotonic() - started)
+        self.metrics.request(model.name, stream.tier, tenant.name, "admitted").inc()
         return (
             self._forward(stream, body, model)
             if self.cache is None
@@ -594,8 +603,8 @@ class Processor:
             return
         prompt, completion = stream.usage
         labels = (stream.tenant.name, stream.tier, stream.model.name)
-        self.metrics.tokens.labels(*labels, "prompt").inc(prompt)
-        self.metrics.tokens.labels(*labels, "completion").inc(completion)
+        self.metrics.token(*labels, "prompt").inc(prompt)
+        self.metrics.token(*labels, "completion").inc(completion)
         self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
         stream.reserved_tokens = prompt + completion
 
