@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,16 @@ def hey(url: str, requests: int, concurrency: int, key: str | None, body: str = 
     return Result(percentile(50), percentile(99), float(rps.group(1)) if rps else 0.0, non_200)
 
 
+def ext_proc_messages(stats_url: str) -> tuple[float, float]:
+    """Envoy's ext_proc counters: messages sent to the processor and streams started (one stream a request)."""
+    text = urllib.request.urlopen(stats_url, timeout=5).read().decode()
+
+    def counter(name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+    return counter("envoy_http_ext_proc_stream_msgs_sent"), counter("envoy_http_ext_proc_streams_started")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -242,7 +253,7 @@ def main() -> None:
                 print(f"LiteLLM skipped: no venv at {LITELLM_VENV}")
         processor_pid = procs.procs["gw-processor"].pid
         results: dict[str, tuple[Result, Result]] = {}
-        cpu_per_request = float("nan")
+        cpu_per_request = messages_per_request = float("nan")
         for name, (url, key) in paths.items():
             body = bodies.get(name, BODY)
             hey(url, 50, 4, key, body)  # warm-up: connections, caches, LiteLLM's first-request setup
@@ -250,10 +261,12 @@ def main() -> None:
             n16 = min(args.requests, 800) if slow else args.requests
             n1 = min(args.requests // 4, 200) if slow else args.requests // 4
             one = hey(url, n1, 1, key, body)
-            before = cpu_seconds(processor_pid)
+            before, messages_before = cpu_seconds(processor_pid), ext_proc_messages(gateway.stats_url)
             sixteen = hey(url, n16, 16, key, body)
             if name == "full gateway":
                 cpu_per_request = (cpu_seconds(processor_pid) - before) / n16 * 1000
+                (sent, streams), (sent_before, streams_before) = ext_proc_messages(gateway.stats_url), messages_before
+                messages_per_request = (sent - sent_before) / max(streams - streams_before, 1)
             results[name] = (one, sixteen)
         base = results["stub direct"][0].p50_ms
         peer = results.get("LiteLLM 1.106.12", (None, None))[1]
@@ -269,6 +282,7 @@ def main() -> None:
                 f"{one.non_200 + sixteen.non_200:>8}"
             )
         print(f"\nprocessor CPU per request (c=16, full gateway): {cpu_per_request:.3f} ms")
+        print(f"ext_proc messages per request (c=16, full gateway): {messages_per_request:.2f}")
         full = results["full gateway"]
         added = full[0].p50_ms - base
         print(f"goal: full gateway adds <= 1.5 ms p50 at c=1: {added:.2f} ms ({'met' if added <= 1.5 else 'NOT met'})")

@@ -535,7 +535,9 @@ class Processor:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         payload = json.dumps(body, separators=(",", ":")).encode()
-        common = pb.CommonResponse(body_mutation=pb.BodyMutation(body=payload), clear_route_cache=True)
+        # No clear_route_cache: json_to_metadata, after this filter, reads the rewritten ``model`` and routes on it
+        # (Envoy ignores a route-cache clear from a body response anyway, counting ``clear_route_cache_ignored``).
+        common = pb.CommonResponse(body_mutation=pb.BodyMutation(body=payload))
         if stream.headers_message:
             # Envoy held the headers for this processor and forwards them as they are: the length must follow the
             # body. (Without a headers message Envoy drops the stale length itself and sends the body chunked.)
