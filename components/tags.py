@@ -23,8 +23,10 @@ from collections.abc import Mapping
 
 MAX_USER_TAGS = 50
 """AWS: user tags per resource."""
-PLATFORM_TAG_COUNT = 3
-"""Tags the program adds to the stack's own (environment, managed-by, app): they count against the AWS limit."""
+PLATFORM_TAG_KEYS = ("environment", "managed-by", "app")
+"""Tags the program adds to the stack's own: they count against the AWS limit, and a stack may not set them (the
+program's value would silently win)."""
+PLATFORM_TAG_COUNT = len(PLATFORM_TAG_KEYS)
 MAX_TAG_KEY = 128
 MAX_TAG_VALUE = 256
 _AWS_TAG_SYMBOLS = frozenset("_.:/=+-@")
@@ -52,6 +54,8 @@ def aws_tag_problems(tags: Mapping[str, str]) -> list[tuple[str | None, str]]:
             (None, f"{len(tags)} tags; AWS allows {MAX_USER_TAGS} per resource, {allowed} after the platform's")
         )
     for key, value in tags.items():
+        if key in PLATFORM_TAG_KEYS:
+            problems.append((key, f"the platform sets the tag {key!r} itself on every resource; choose another key"))
         if not 1 <= len(key) <= MAX_TAG_KEY:
             problems.append((key, f"a tag key is 1 to {MAX_TAG_KEY} characters, got {len(key)}"))
         if len(value) > MAX_TAG_VALUE:

@@ -18,6 +18,7 @@ from inferplane.components.network import Network, NetworkArgs
 from inferplane.components.node_addons import NodeAddons, NodeAddonsArgs
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
+from inferplane.components.tags import PLATFORM_TAG_KEYS
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,10 @@ class AwsFoundation:
 
 
 def platform_tags(spec: PlatformSpec) -> dict[str, str]:
-    """The spec's tags plus the environment and the tool that manages the resource."""
-    return {**spec.tags, "environment": spec.environment, "managed-by": "pulumi", "app": "inferplane"}
+    """The spec's tags plus the environment and the tool that manages the resource (the spec may not set these
+    keys: :data:`~inferplane.components.tags.PLATFORM_TAG_KEYS`)."""
+    own = dict(zip(PLATFORM_TAG_KEYS, (spec.environment, "pulumi", "inferplane"), strict=True))
+    return {**spec.tags, **own}
 
 
 def cluster_name_for(stack: str) -> str:
