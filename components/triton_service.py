@@ -52,11 +52,14 @@ TEMPLATE_REPOSITORY = "/app/all_models/inflight_batcher_llm"
 OPENAI_FRONTEND_DIR = "/opt/tritonserver/python/openai/openai_frontend"
 """Triton's OpenAI-compatible frontend in the image: NGC containers carry ``python/openai`` under
 ``/opt/tritonserver/python`` with the ``tritonserver`` and ``tritonfrontend`` wheels and the frontend's requirements
-installed (``build.py`` of triton-inference-server/server r26.05: ``cpdir(python/openai, install/python)``, ``pip
-install tritonserver-*.whl tritonfrontend-*.whl``, ``pip3 install -r python/openai/requirements.txt``; added to the
-containers by server PR #7895, 2024-12, so every release since 25.01 has it). The frontend's README runs it as
-``python3 openai_frontend/main.py --model-repository ... --tokenizer ...`` and names ``ensemble`` or
-``tensorrt_llm_bls`` as the TensorRT-LLM models it serves."""
+installed (``build.py`` of triton-inference-server/server r26.05, whose production stage also builds the
+``tensorrtllm`` images: ``cpdir(python/openai, install/python)``, ``pip install tritonserver-*.whl
+tritonfrontend-*.whl``, ``pip3 install -r python/openai/requirements.txt``; added by server PR #7895, merged
+2024-12-19, already in the r24.12 branch; ``qa/L0_openai/test.sh``: "Should be pre-installed in container"). The
+frontend's README runs it as ``python3 openai_frontend/main.py --model-repository ... --tokenizer ...`` and names
+``ensemble`` or ``tensorrt_llm_bls`` as the TensorRT-LLM models it serves (its TensorRT-LLM section still shows the
+older manual ``pip install`` of the wheels). Not run here: no NGC registry is reachable from where this was
+written, so the image's contents are read from the build script, not listed."""
 
 METRICS_SETTINGS: dict[str, dict[str, str]] = {"": {"histogram_latencies": "true"}}
 """``tritonserver.Options.metrics_configuration``: the global group (``""``, ``GLOBAL_CONFIG_GROUP`` in core's
