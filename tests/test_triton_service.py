@@ -8,12 +8,22 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inferplane.components.sizing import size_platform
-from inferplane.components.triton_config import COMPOSING_MODELS, ModelConfig, model_repository, render
+from inferplane.components.spec import ModelDeploymentSpec
+from inferplane.components.triton_config import (
+    COMPOSING_MODELS,
+    ModelConfig,
+    model_repository,
+    render,
+    served_name_errors,
+)
 from inferplane.components.triton_service import (
     TRITON_IMAGE,
     TritonTrtLlmService,
@@ -259,11 +269,12 @@ def test_the_parse_check_refuses_a_field_model_config_lacks() -> None:
     assert 'has no field named "max_batch"' in result.stderr
 
 
-def test_triton_without_a_model_cache_is_refused() -> None:
+def _input_errors(**changes: Any) -> list[Any]:
+    """The input errors prod's Triton deployment raises with ``changes`` to its arguments (nothing is declared)."""
     spec = stack_spec("prod")
-    plan = size_platform(spec)
-    sizing = next(d for d in plan.deployments if d.engine == "triton")
+    sizing = next(d for d in size_platform(spec).deployments if d.engine == "triton")
     deployment = next(d for d in spec.models if d.engine == "triton")
+    args: dict[str, Any] = {"model_cache_uri": "s3://bucket/models/", **changes}
 
     def program() -> None:
         TritonTrtLlmService(
@@ -274,13 +285,17 @@ def test_triton_without_a_model_cache_is_refused() -> None:
                 environment="prod",
                 namespace="inference",
                 hf_token_secret_name="hf-token",
-                model_cache_uri=None,
+                **args,
             ),
         )
 
     with pytest.raises(pulumi.InputPropertiesError) as caught:
         evaluate(program, mocks=PlatformMocks())
-    assert caught.value.errors == [
+    return list(caught.value.errors or [])
+
+
+def test_triton_without_a_model_cache_is_refused() -> None:
+    assert _input_errors(model_cache_uri=None) == [
         {
             "property_path": "model_cache_uri",
             "reason": "TensorRT-LLM engines are built once into the model cache: give an s3:// prefix",
@@ -345,11 +360,11 @@ def test_each_served_name_is_an_ensemble_the_openai_frontend_can_call() -> None:
         assert outputs == FRONTEND_RESPONSE_OUTPUTS
 
 
-def test_every_ensemble_step_is_wired_to_tensors_that_exist() -> None:
-    """Each step maps declared inputs of its model from the ensemble's inputs or earlier steps' outputs, maps only
-    outputs its model declares, feeds every required input, and every ensemble output is produced by a step."""
-    repository = _repository(("llama-8b",))
-    ensemble = repository["llama-8b"]
+def _assert_wired(repository: dict[str, ModelConfig], name: str) -> None:
+    """Each step of ensemble ``name`` maps declared inputs of its model from the ensemble's inputs or earlier steps'
+    outputs, maps only outputs its model declares, feeds every required input, and every ensemble output is
+    produced by a step."""
+    ensemble = repository[name]
     available = {t.name for t in ensemble.inputs}
     produced: set[str] = set()
     for step in ensemble.ensemble_steps:
@@ -363,10 +378,51 @@ def test_every_ensemble_step_is_wired_to_tensors_that_exist() -> None:
         available |= set(step.output_map.values())
         produced |= set(step.output_map.values())
     assert {t.name for t in ensemble.outputs} <= produced
-    engine_step = ensemble.ensemble_steps[1].input_map
+
+
+def test_every_ensemble_step_is_wired_to_tensors_that_exist() -> None:
+    repository = _repository(("llama-8b",))
+    _assert_wired(repository, "llama-8b")
+    engine_step = repository["llama-8b"].ensemble_steps[1].input_map
     # OpenAI's top_p is the engine's runtime_top_p (NVIDIA's template); the rest keep their names.
     assert engine_step["runtime_top_p"] == "top_p"
     assert engine_step["temperature"] == "temperature" and engine_step["seed"] == "seed"
+    # A step reading a tensor nobody declares is caught.
+    broken = (
+        repository["llama-8b"]
+        .ensemble_steps[1]
+        .model_copy(update={"input_map": {**engine_step, "runtime_top_k": "top_k"}})
+    )
+    steps = (repository["llama-8b"].ensemble_steps[0], broken, repository["llama-8b"].ensemble_steps[2])
+    with pytest.raises(AssertionError):
+        _assert_wired({**repository, "x": repository["llama-8b"].model_copy(update={"ensemble_steps": steps})}, "x")
+
+
+DEPLOYMENT_NAME = ModelDeploymentSpec.model_json_schema()["properties"]["name"]["pattern"]
+"""What the spec accepts as a deployment name, hence as a served name."""
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.from_regex(DEPLOYMENT_NAME, fullmatch=True), st.sampled_from(COMPOSING_MODELS)),
+        min_size=0,
+        max_size=4,
+    )
+)
+def test_any_served_names_give_wired_ensembles_or_a_reason(names: list[str]) -> None:
+    served = tuple(names)
+    reasons = served_name_errors(served)
+    if reasons:
+        with pytest.raises(ValueError) as caught:
+            _repository(served)
+        assert str(caught.value) == "; ".join(reasons)
+        assert bool(set(served) & set(COMPOSING_MODELS)) or len(set(served)) != len(served) or not served
+        return
+    repository = _repository(served)
+    assert list(repository) == [*served, *COMPOSING_MODELS]
+    for name in served:
+        _assert_wired(repository, name)
 
 
 @pytest.mark.parametrize(
@@ -377,27 +433,8 @@ def test_every_ensemble_step_is_wired_to_tensors_that_exist() -> None:
     ],
 )
 def test_served_names_that_cannot_be_ensembles_are_refused(aliases: tuple[str, ...], reasons: list[str]) -> None:
-    spec = stack_spec("prod")
-    sizing = next(d for d in size_platform(spec).deployments if d.engine == "triton")
-    deployment = next(d for d in spec.models if d.engine == "triton")
-
-    def program() -> None:
-        TritonTrtLlmService(
-            "llama-8b",
-            TritonTrtLlmServiceArgs(
-                deployment=deployment,
-                sizing=sizing,
-                environment="prod",
-                namespace="inference",
-                hf_token_secret_name="hf-token",
-                model_cache_uri="s3://bucket/models/",
-                served_model_aliases=aliases,
-            ),
-        )
-
-    with pytest.raises(pulumi.InputPropertiesError) as caught:
-        evaluate(program, mocks=PlatformMocks())
-    assert caught.value.errors == [{"property_path": "served_model_aliases", "reason": r} for r in reasons]
+    errors = _input_errors(served_model_aliases=aliases)
+    assert errors == [{"property_path": "served_model_aliases", "reason": r} for r in reasons]
     with pytest.raises(ValueError, match="; ".join(reasons)):
         _repository(("llama-8b", *aliases))
 
