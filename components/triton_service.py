@@ -359,7 +359,8 @@ class TritonTrtLlmService(ms.ModelServer):
                 k8s.core.v1.ContainerPortArgs(name="http", container_port=TRITON_HTTP_PORT, protocol="TCP"),
                 k8s.core.v1.ContainerPortArgs(name="grpc", container_port=TRITON_GRPC_PORT, protocol="TCP"),
             ],
-            env=home_env,
+            # Offline: the tokenizer is a local folder; a missing file must fail the pod, not reach for the hub.
+            env=[*home_env, k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")],
             resources=resources.requirements(accelerators),
             startup_probe=startup,
             readiness_probe=readiness,

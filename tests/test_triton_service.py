@@ -157,6 +157,9 @@ def test_job_and_deployment_of_prod_triton() -> None:
         ("http", 8000),
         ("grpc", 8001),
     ]
+    # The tokenizer is a local folder: the frontend never reaches for the hub (the build Job does, for calibration).
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in triton["env"]
+    assert not [e for e in build["env"] if e["name"] == "HF_HUB_OFFLINE"]
     assert triton["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": "openai"}
     assert triton["startupProbe"]["httpGet"] == {"path": "/health/ready", "port": "openai"}
     assert triton["livenessProbe"]["httpGet"] == {"path": "/health/ready", "port": "openai"}
