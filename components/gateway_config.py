@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.cache_config import render_cache_config
 from inferplane.components.catalog import get_instance_type
-from inferplane.components.naming import model_service_host, model_service_port
+from inferplane.components.naming import model_health_path, model_service_host, model_service_port
 from inferplane.components.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.spec import ModelDeploymentSpec, PlatformSpec, TenantSpec, gateway_tiers
 from inferplane.gateway.cache.request import CACHE_HEADER
@@ -265,7 +265,7 @@ def processor_config(
                 name=deployment.name,
                 tier=deployment.routing_tier,
                 upstream_url=f"http://{host}:{port}",
-                health_path="/health" if deployment.engine == "vllm" else "/v2/health/ready",
+                health_path=model_health_path(deployment.engine),
                 max_model_len=lengths[deployment.name],
                 max_num_seqs=seqs,
                 replicas=deployment.max_replicas,

@@ -36,6 +36,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from inferplane.components.triton_config import COMPOSING_MODELS, TENSORRT_LLM
+
 SCRAPE_LABELS: dict[str, str] = {"inferplane.io/scrape": "true"}
 """Labels every PodMonitor/ServiceMonitor carries; kube-prometheus-stack's monitor selectors match exactly these."""
 
@@ -76,11 +78,14 @@ TRITON_PENDING_REQUESTS = "nv_inference_pending_request_count"
 """Gauge: requests Triton holds for a model before its backend takes them."""
 TRITON_FIRST_RESPONSE = "nv_inference_first_response_histogram_ms"
 """Histogram (milliseconds): time to the first streamed response of a decoupled model, i.e. time to first token
-for the streaming ensemble. Opt-in: Triton must run with ``--metrics-config histogram_latencies=true``."""
-TRITON_ENGINE_MODEL = "tensorrt_llm"
+for the streaming ensemble. Opt-in: Triton must run with the ``histogram_latencies`` metrics setting
+(:func:`components.triton_service.frontend_launcher` sets it)."""
+TRITON_ENGINE_MODEL = TENSORRT_LLM
 """The Triton model that runs the engine (its ``model`` label carries the TRT-LLM backend metrics)."""
-TRITON_ENTRY_MODEL = "ensemble"
-"""The Triton model clients call (tokenize, generate, detokenize); its first response is the first token."""
+TRITON_COMPOSING_MODELS = "|".join(COMPOSING_MODELS)
+"""RE2 alternation of the models the ensembles chain: every other Triton model of a pod is an ensemble clients
+call (one per served name, :func:`components.triton_config.model_repository`), whose first response is the first
+token."""
 
 # --- dcgm-exporter 4.x default counters -------------------------------------------------------------------------
 DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -196,7 +201,7 @@ class ModelSeries:
         if self.engine == "vllm":
             buckets = f"{VLLM_TTFT}_bucket{{{self.engine_selector}}}"
             return f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[5m])))"
-        buckets = f'{TRITON_FIRST_RESPONSE}_bucket{{{self.pods},model="{TRITON_ENTRY_MODEL}"}}'
+        buckets = f'{TRITON_FIRST_RESPONSE}_bucket{{{self.pods},model!~"{TRITON_COMPOSING_MODELS}"}}'
         return f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[5m]))) / 1000"
 
     def itl_quantile(self, quantile: float) -> str | None:

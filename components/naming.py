@@ -14,8 +14,22 @@ SERVING_NAMESPACE = "inference"
 VLLM_PORT = 8000
 """vLLM's default ``--port``; ``/health``, ``/metrics`` and the OpenAI API share it."""
 
+VLLM_HEALTH_PATH = "/health"
+"""vLLM's health endpoint: 200 once the engine serves, 503 when it is dead."""
+
+TRITON_OPENAI_PORT = 9000
+"""Triton's OpenAI-compatible frontend (``--openai-port``, default 9000 in ``python/openai/openai_frontend/main.py``
+of triton-inference-server/server r26.05): ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
+``/health/ready`` and ``/metrics`` (the in-process server's Prometheus text, ``routers/observability.py``)."""
+
 TRITON_HTTP_PORT = 8000
-"""Triton's default HTTP port (KServe v2 protocol and ``/v2/health/ready``)."""
+TRITON_GRPC_PORT = 8001
+"""Triton's KServe v2 frontends, started by the OpenAI frontend with ``--enable-kserve-frontends`` on
+``--kserve-http-port`` / ``--kserve-grpc-port`` (defaults 8000 and 8001, same ``main.py``)."""
+
+TRITON_HEALTH_PATH = "/health/ready"
+"""The OpenAI frontend's readiness: 200 when the in-process Triton server is ready, 400 when not
+(``routers/observability.py`` of the same release)."""
 
 CLUSTER_DOMAIN = "cluster.local"
 """The clusters' DNS domain (the EKS and GKE default)."""
@@ -32,5 +46,10 @@ def model_service_host(deployment: str, namespace: str = SERVING_NAMESPACE) -> s
 
 
 def model_service_port(engine: Literal["vllm", "triton"]) -> int:
-    """The Service port that carries a model server's HTTP API."""
-    return VLLM_PORT if engine == "vllm" else TRITON_HTTP_PORT
+    """The Service port that carries a model server's OpenAI API (what the gateway calls)."""
+    return VLLM_PORT if engine == "vllm" else TRITON_OPENAI_PORT
+
+
+def model_health_path(engine: Literal["vllm", "triton"]) -> str:
+    """The path on :func:`model_service_port` answering 200 when a replica is ready (probes and the gateway)."""
+    return VLLM_HEALTH_PATH if engine == "vllm" else TRITON_HEALTH_PATH

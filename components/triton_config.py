@@ -5,11 +5,24 @@ inferplane emits, rendered to protobuf text format (``config.pbtxt``). ``tests/t
 rendered file with Triton's own ``model_config_pb2`` (shipped by ``tritonclient``).
 
 The repository is NVIDIA's ``inflight_batcher_llm`` layout (TensorRT-LLM ``triton_backend/all_models/
-inflight_batcher_llm``, read 2026-11-29): ``ensemble`` chains ``preprocessing`` (tokenizer, Python backend),
+inflight_batcher_llm``, read 2026-11-29): an ensemble chains ``preprocessing`` (tokenizer, Python backend),
 ``tensorrt_llm`` (the ``tensorrtllm`` backend) and ``postprocessing`` (detokenizer). The tensor and parameter
 names below are that template's interface: the Python models' ``model.py`` (taken from the image's
 ``/app/all_models``) look up ``tokenizer_dir``, ``multimodal_model_path`` and the configs of every tensor they
 produce when they load.
+
+Clients reach it through Triton's OpenAI-compatible frontend (:mod:`components.triton_service`), which names models
+by their Triton model names (``/v1/models`` lists ``server.models()``; a request's ``model`` selects the Triton
+model, ``engine/triton_engine.py`` of triton-inference-server/server r26.05). So the ensemble is not called
+``ensemble``: there is one per served name (the deployment's, then each primary it is the gateway's fallback for),
+all chaining the same three composing models, so one engine answers every name. The frontend builds a TensorRT-LLM
+request for any model whose backend is not ``vllm`` (``_determine_request_converter``): ``text_input``,
+``max_tokens``, ``stream``, ``stop_words`` and, when the OpenAI request sets them, ``temperature``, ``top_p``,
+``presence_penalty``, ``frequency_penalty`` and ``seed``; it always asks for ``return_num_input_tokens`` and
+``return_num_output_tokens`` and reads ``num_input_tokens`` / ``num_output_tokens`` for the response's ``usage``
+(``_create_trtllm_generate_request`` and ``_get_usage_from_response`` in ``engine/utils/triton.py``). Triton refuses
+a request carrying an input its model does not declare, so the ensemble declares exactly those, mapped onto the
+``tensorrt_llm`` inputs of the same names in NVIDIA's template (``top_p`` -> ``runtime_top_p``).
 """
 
 from __future__ import annotations
@@ -151,12 +164,11 @@ def render(config: ModelConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-ENSEMBLE = "ensemble"
 PREPROCESSING = "preprocessing"
 TENSORRT_LLM = "tensorrt_llm"
 POSTPROCESSING = "postprocessing"
-MODELS = (ENSEMBLE, PREPROCESSING, TENSORRT_LLM, POSTPROCESSING)
-"""The repository's models; clients call ``ensemble`` (``/v2/models/ensemble/generate_stream``)."""
+COMPOSING_MODELS = (PREPROCESSING, TENSORRT_LLM, POSTPROCESSING)
+"""The models every ensemble chains; clients call the ensembles, named after the served model names."""
 
 PROCESSING_INSTANCES = 5
 """Tokenizer / detokenizer instances: NVIDIA's guide finds about 5 keeps them off the critical path."""
@@ -175,10 +187,47 @@ def _scalar(name: str, data_type: DataType, *, optional: bool = False) -> Tensor
     return Tensor(name=name, data_type=data_type, dims=(1,), optional=optional, reshape=())
 
 
+SAMPLING_INPUTS: tuple[tuple[str, str, DataType], ...] = (
+    ("temperature", "temperature", "TYPE_FP32"),
+    ("top_p", "runtime_top_p", "TYPE_FP32"),
+    ("presence_penalty", "presence_penalty", "TYPE_FP32"),
+    ("frequency_penalty", "frequency_penalty", "TYPE_FP32"),
+    ("seed", "seed", "TYPE_UINT64"),
+    ("return_num_input_tokens", "return_num_input_tokens", "TYPE_BOOL"),
+    ("return_num_output_tokens", "return_num_output_tokens", "TYPE_BOOL"),
+)
+"""(ensemble input, ``tensorrt_llm`` input, type) that the OpenAI frontend sends besides the prompt; the types are
+those of NVIDIA's ``ensemble`` and ``tensorrt_llm`` templates."""
+
+TOKEN_COUNT_OUTPUTS = ("num_input_tokens", "num_output_tokens")
+"""``tensorrt_llm`` outputs (``TYPE_INT32``, one per response when asked for) the frontend turns into ``usage``."""
+
+
+def served_name_errors(served_names: tuple[str, ...]) -> list[str]:
+    """Why ``served_names`` cannot name the repository's ensembles (empty when they can)."""
+    errors = []
+    if not served_names:
+        errors.append("at least one served model name is needed")
+    for name in sorted(set(served_names) & set(COMPOSING_MODELS)):
+        errors.append(f"{name!r} is the name of a composing model of the Triton repository")
+    if len(set(served_names)) != len(served_names):
+        errors.append("served model names repeat")
+    return errors
+
+
 def model_repository(
-    trtllm: TrtLlmSettings, *, engine_dir: str, tokenizer_dir: str, max_queue_delay_microseconds: int = 0
+    trtllm: TrtLlmSettings,
+    *,
+    engine_dir: str,
+    tokenizer_dir: str,
+    served_names: tuple[str, ...],
+    max_queue_delay_microseconds: int = 0,
 ) -> dict[str, ModelConfig]:
-    """The four models' configs from sizing's TensorRT-LLM settings (nothing recomputed)."""
+    """The composing models' configs from sizing's TensorRT-LLM settings (nothing recomputed), and one ensemble per
+    name in ``served_names`` (the deployment's first)."""
+    errors = served_name_errors(served_names)
+    if errors:
+        raise ValueError("; ".join(errors))
     batch = trtllm.max_batch_size
     preprocessing = ModelConfig(
         name=PREPROCESSING,
@@ -244,10 +293,12 @@ def model_repository(
             Tensor(name="stop_words_list", data_type="TYPE_INT32", dims=(2, -1), optional=True),
             Tensor(name="bad_words_list", data_type="TYPE_INT32", dims=(2, -1), optional=True),
             _scalar("streaming", "TYPE_BOOL", optional=True),
+            *(_scalar(engine_input, data_type, optional=True) for _, engine_input, data_type in SAMPLING_INPUTS),
         ),
         outputs=(
             Tensor(name="output_ids", data_type="TYPE_INT32", dims=(-1, -1)),
             Tensor(name="sequence_length", data_type="TYPE_INT32", dims=(-1,)),
+            *(Tensor(name=output, data_type="TYPE_INT32", dims=(1,)) for output in TOKEN_COUNT_OUTPUTS),
         ),
         # The backend places its own executor on the GPUs; Triton's instance is a CPU-side handle.
         instance_group=(InstanceGroup(count=1, kind="KIND_CPU"),),
@@ -266,8 +317,14 @@ def model_repository(
         instance_group=(InstanceGroup(count=PROCESSING_INSTANCES, kind="KIND_CPU"),),
         parameters={"tokenizer_dir": tokenizer_dir, "skip_special_tokens": "true"},
     )
-    ensemble = ModelConfig(
-        name=ENSEMBLE,
+    ensembles = tuple(_ensemble(name, batch) for name in served_names)
+    return {config.name: config for config in (*ensembles, preprocessing, tensorrt_llm, postprocessing)}
+
+
+def _ensemble(name: str, batch: int) -> ModelConfig:
+    """An ensemble named ``name``: tokenize, generate, detokenize, with the frontend's sampling and usage tensors."""
+    return ModelConfig(
+        name=name,
         platform="ensemble",
         max_batch_size=batch,
         inputs=(
@@ -278,8 +335,15 @@ def model_repository(
             Tensor(name="end_id", data_type="TYPE_INT32", dims=(1,), optional=True),
             Tensor(name="pad_id", data_type="TYPE_INT32", dims=(1,), optional=True),
             Tensor(name="stream", data_type="TYPE_BOOL", dims=(1,), optional=True),
+            *(
+                Tensor(name=tensor, data_type=data_type, dims=(1,), optional=True)
+                for tensor, _, data_type in SAMPLING_INPUTS
+            ),
         ),
-        outputs=(Tensor(name="text_output", data_type="TYPE_STRING", dims=(-1,)),),
+        outputs=(
+            Tensor(name="text_output", data_type="TYPE_STRING", dims=(-1,)),
+            *(Tensor(name=output, data_type="TYPE_INT32", dims=(1,)) for output in TOKEN_COUNT_OUTPUTS),
+        ),
         ensemble_steps=(
             EnsembleStep(
                 model_name=PREPROCESSING,
@@ -312,8 +376,13 @@ def model_repository(
                     "stop_words_list": "_STOP_WORDS_IDS",
                     "bad_words_list": "_BAD_WORDS_IDS",
                     "streaming": "stream",
+                    **{engine_input: tensor for tensor, engine_input, _ in SAMPLING_INPUTS},
                 },
-                output_map={"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"},
+                output_map={
+                    "output_ids": "_TOKENS_BATCH",
+                    "sequence_length": "_SEQUENCE_LENGTH",
+                    **{output: output for output in TOKEN_COUNT_OUTPUTS},
+                },
             ),
             EnsembleStep(
                 model_name=POSTPROCESSING,
@@ -322,4 +391,3 @@ def model_repository(
             ),
         ),
     )
-    return {config.name: config for config in (ensemble, preprocessing, tensorrt_llm, postprocessing)}

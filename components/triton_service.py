@@ -3,8 +3,14 @@
 Children: a ConfigMap with the generated model repository (``config.pbtxt`` per model, see
 :mod:`components.triton_config`), an engine-build Job (checkpoint conversion with TensorRT-LLM's ``quantize.py`` and
 ``trtllm-build``, every limit from :class:`components.sizing.TrtLlmSettings`) that uploads the engine to the model
-cache, the Deployment that syncs the engine onto node-local NVMe and serves it, its Service (HTTP 8000, gRPC 8001,
-metrics 8002), a PodDisruptionBudget when it can scale past one replica and a PodMonitor on the metrics port.
+cache, the Deployment that syncs the engine onto node-local NVMe and serves it, its Service (OpenAI 9000, KServe HTTP
+8000 and gRPC 8001), a PodDisruptionBudget when it can scale past one replica and a PodMonitor on ``/metrics`` of the
+OpenAI port.
+
+The server starts through Triton's OpenAI-compatible frontend (:func:`frontend_launcher`), so the gateway speaks the
+same OpenAI API to Triton as to vLLM: ``/v1/chat/completions`` and ``/v1/completions`` for the ensembles named after
+the served model names (:func:`components.triton_config.model_repository`), chat templates from the checkpoint's
+tokenizer files (synced from the model cache beside the engine), ``usage`` from the engine's token counts.
 
 Engines are tied to the TensorRT-LLM version and the build settings, so they live in the cache under a fingerprint of
 both: a changed setting builds a new engine under a new Job name and the old one stays until it is cleaned up.
@@ -25,7 +31,13 @@ from inferplane.components import model_server as ms
 from inferplane.components import triton_config as tc
 from inferplane.components.annotations import COMPONENT_LABEL, ENGINE_BUILD, serving_annotations
 from inferplane.components.catalog.images import image_reference
-from inferplane.components.naming import TRITON_HTTP_PORT, model_service_name
+from inferplane.components.naming import (
+    TRITON_GRPC_PORT,
+    TRITON_HEALTH_PATH,
+    TRITON_HTTP_PORT,
+    TRITON_OPENAI_PORT,
+    model_service_name,
+)
 from inferplane.components.sizing import DeploymentSizing, TrtLlmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec
 
@@ -37,19 +49,40 @@ the ``inflight_batcher_llm`` Python models under ``/app/all_models``."""
 TRTLLM_EXAMPLES = "/app/tensorrt_llm/examples"
 TEMPLATE_REPOSITORY = "/app/all_models/inflight_batcher_llm"
 
-HTTP_PORT = TRITON_HTTP_PORT
-GRPC_PORT = 8001
-METRICS_PORT = 8002
-"""Triton's defaults; ``/metrics`` is served on the metrics port only."""
+OPENAI_FRONTEND_DIR = "/opt/tritonserver/python/openai/openai_frontend"
+"""Triton's OpenAI-compatible frontend in the image: NGC containers carry ``python/openai`` under
+``/opt/tritonserver/python`` with the ``tritonserver`` and ``tritonfrontend`` wheels and the frontend's requirements
+installed (``build.py`` of triton-inference-server/server r26.05, whose production stage also builds the
+``tensorrtllm`` images: ``cpdir(python/openai, install/python)``, ``pip install tritonserver-*.whl
+tritonfrontend-*.whl``, ``pip3 install -r python/openai/requirements.txt``; added by server PR #7895, merged
+2024-12-19, already in the r24.12 branch; ``qa/L0_openai/test.sh``: "Should be pre-installed in container"). The
+frontend's README runs it as ``python3 openai_frontend/main.py --model-repository ... --tokenizer ...`` and names
+``ensemble`` or ``tensorrt_llm_bls`` as the TensorRT-LLM models it serves (its TensorRT-LLM section still shows the
+older manual ``pip install`` of the wheels). Not run here: no NGC registry is reachable from where this was
+written, so the image's contents are read from the build script, not listed."""
 
-READY_PATH = "/v2/health/ready"
-LIVE_PATH = "/v2/health/live"
+METRICS_SETTINGS: dict[str, dict[str, str]] = {"": {"histogram_latencies": "true"}}
+"""``tritonserver.Options.metrics_configuration``: the global group (``""``, ``GLOBAL_CONFIG_GROUP`` in core's
+``metric_model_reporter.cc``) with the first-response histogram on, what ``--metrics-config
+histogram_latencies=true`` sets for ``tritonserver`` (time to first token, :mod:`components.metrics`)."""
 
 CALIBRATION_SAMPLES = 512
 """fp8 calibration batch for ModelOpt (TensorRT-LLM's quantize.py default)."""
 
 REPOSITORY_MOUNT = "/repository"
 CONFIG_MOUNT = "/config"
+
+TOKENIZER_FILES = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "chat_template*",
+    "config.json",
+    "generation_config.json",
+)
+"""What of the checkpoint each replica syncs beside the engine, into ``<models>/tokenizer``: the preprocessing and
+postprocessing models (``tokenizer_dir``) and the OpenAI frontend (``--tokenizer``, ``AutoTokenizer.from_pretrained``
+of a local folder) read it; the chat template sits in ``tokenizer_config.json`` or, in newer checkpoints,
+``chat_template.jinja``."""
 
 
 def engine_fingerprint(trtllm: TrtLlmSettings, repo: str) -> str:
@@ -106,10 +139,50 @@ def engine_build_commands(
     return [convert, build]
 
 
-def assemble_repository_script() -> str:
+def frontend_launcher(exit_timeout_seconds: int, frontend_dir: str = OPENAI_FRONTEND_DIR) -> str:
+    """The Python program (for ``python3 -c``) that runs the frontend's own ``main.py`` with its command line (the
+    container's arguments), after giving its in-process server two options ``main.py`` has no flag for.
+
+    ``main.py`` builds ``tritonserver.Server(model_repository=..., model_control_mode=..., log_*=...)`` from its
+    flags and nothing else (r26.05), so the first-response histogram (:data:`METRICS_SETTINGS`) and the drain on
+    SIGTERM (``exit_timeout``, ``--exit-timeout-secs`` of ``tritonserver``; default 30 s) are bound onto that
+    constructor (``tritonserver.Options`` fields of core r26.05). Everything else, flags, signal handling, the
+    KServe frontends, is upstream's. ``/metrics`` on the OpenAI port serves the server's Prometheus text, GPU and
+    TensorRT-LLM families included (``routers/observability.py``: ``server.metrics()``; metrics are on by default
+    in ``tritonserver.Options``), so no separate metrics port is needed.
+    """
+    server_options = {"metrics_configuration": METRICS_SETTINGS, "exit_timeout": exit_timeout_seconds}
+    return "\n".join(
+        [
+            "import functools, runpy, sys",
+            "import tritonserver",
+            f"tritonserver.Server = functools.partial(tritonserver.Server, **{server_options!r})",
+            # main.py imports its packages (engine, frontend, utils) from its own directory.
+            f"sys.path.insert(0, {frontend_dir!r})",
+            f"runpy.run_path({frontend_dir + '/main.py'!r}, run_name='__main__')",
+        ]
+    )
+
+
+def frontend_args(tokenizer_dir: str) -> list[str]:
+    """``main.py``'s flags: the repository, the tokenizer for chat templates, the ports (OpenAI and KServe)."""
+    return [
+        f"--model-repository={REPOSITORY_MOUNT}",
+        # Chat templates come from the checkpoint's tokenizer files (HF id or local folder; a folder here).
+        f"--tokenizer={tokenizer_dir}",
+        f"--openai-port={TRITON_OPENAI_PORT}",
+        # KServe v2 HTTP and gRPC stay available (perf_analyzer, genai-perf, port-forwarded debugging).
+        "--enable-kserve-frontends",
+        f"--kserve-http-port={TRITON_HTTP_PORT}",
+        f"--kserve-grpc-port={TRITON_GRPC_PORT}",
+        "--uvicorn-log-level=warning",
+    ]
+
+
+def assemble_repository_script(models: tuple[str, ...]) -> str:
     """Copy the image's Python models and put the generated ``config.pbtxt`` files in place."""
     lines = ["set -eu"]
-    for model in tc.MODELS:
+    for model in models:
         lines.append(f"mkdir -p {REPOSITORY_MOUNT}/{model}/1")
         if model in (tc.PREPROCESSING, tc.POSTPROCESSING):
             lines.append(f"cp {TEMPLATE_REPOSITORY}/{model}/1/model.py {REPOSITORY_MOUNT}/{model}/1/model.py")
@@ -142,6 +215,11 @@ class TritonTrtLlmServiceArgs:
     image_digests: Mapping[str, str] = field(default_factory=dict)
     """Pinned ``sha256:`` digests by catalog image name (``triton-trtllm``, ``aws-cli``); a digest wins over the
     catalog's tag (:mod:`components.catalog.images`)."""
+    served_model_aliases: tuple[str, ...] = ()
+    """More names the server answers to: the primaries it is the gateway's fallback for
+    (:func:`components.gateway_config.fallback_aliases`), since Envoy retries the request body unchanged. Triton has
+    no alias for a model, so each is an ensemble of its own over the same engine; the frontend echoes the requested
+    name in the response's ``model``, and the gateway's ``x-inferplane-upstream`` header says which server answered."""
 
 
 class TritonTrtLlmService(ms.ModelServer):
@@ -170,8 +248,12 @@ class TritonTrtLlmService(ms.ModelServer):
         accelerators = ms.accelerator_resources(placement, sizing)
 
         account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, labels, child)
+        tokenizer_dir = f"{ms.MODELS_MOUNT}/tokenizer"
         configs = tc.model_repository(
-            trtllm, engine_dir=f"{ms.MODELS_MOUNT}/engine", tokenizer_dir=f"{ms.MODELS_MOUNT}/tokenizer"
+            trtllm,
+            engine_dir=f"{ms.MODELS_MOUNT}/engine",
+            tokenizer_dir=tokenizer_dir,
+            served_names=(deployment.name, *args.served_model_aliases),
         )
         repository = k8s.core.v1.ConfigMap(
             f"{name}-model-repository",
@@ -264,31 +346,21 @@ class TritonTrtLlmService(ms.ModelServer):
         )
 
         drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
-        startup, readiness, liveness = ms.probes(
-            READY_PATH, "http", sizing.result.engine_start_seconds, live_path=LIVE_PATH
-        )
+        # The frontend's readiness is the in-process server's: every model loaded (strict readiness).
+        startup, readiness, liveness = ms.probes(TRITON_HEALTH_PATH, "openai", sizing.result.engine_start_seconds)
         server = k8s.core.v1.ContainerArgs(
             name="triton",
             image=engine_image,
-            command=["tritonserver"],
-            args=[
-                f"--model-repository={REPOSITORY_MOUNT}",
-                f"--http-port={HTTP_PORT}",
-                f"--grpc-port={GRPC_PORT}",
-                f"--metrics-port={METRICS_PORT}",
-                "--allow-metrics=true",
-                "--allow-gpu-metrics=true",
-                # Time to first token: the ensemble's first-response histogram (components.metrics) is opt-in.
-                "--metrics-config=histogram_latencies=true",
-                # In-flight requests finish before the server exits on SIGTERM.
-                f"--exit-timeout-secs={drain}",
-            ],
+            # In-flight requests finish before the server exits on SIGTERM (uvicorn drains its connections first).
+            command=["python3", "-c", frontend_launcher(drain)],
+            args=frontend_args(tokenizer_dir),
             ports=[
-                k8s.core.v1.ContainerPortArgs(name="http", container_port=HTTP_PORT, protocol="TCP"),
-                k8s.core.v1.ContainerPortArgs(name="grpc", container_port=GRPC_PORT, protocol="TCP"),
-                k8s.core.v1.ContainerPortArgs(name="metrics", container_port=METRICS_PORT, protocol="TCP"),
+                k8s.core.v1.ContainerPortArgs(name="openai", container_port=TRITON_OPENAI_PORT, protocol="TCP"),
+                k8s.core.v1.ContainerPortArgs(name="http", container_port=TRITON_HTTP_PORT, protocol="TCP"),
+                k8s.core.v1.ContainerPortArgs(name="grpc", container_port=TRITON_GRPC_PORT, protocol="TCP"),
             ],
-            env=home_env,
+            # Offline: the tokenizer is a local folder; a missing file must fail the pod, not reach for the hub.
+            env=[*home_env, k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")],
             resources=resources.requirements(accelerators),
             startup_probe=startup,
             readiness_probe=readiness,
@@ -307,7 +379,7 @@ class TritonTrtLlmService(ms.ModelServer):
         assemble = k8s.core.v1.ContainerArgs(
             name="assemble-repository",
             image=engine_image,
-            command=["/bin/sh", "-c", assemble_repository_script()],
+            command=["/bin/sh", "-c", assemble_repository_script(tuple(configs))],
             resources=k8s.core.v1.ResourceRequirementsArgs(
                 requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "256Mi"}
             ),
@@ -331,10 +403,10 @@ class TritonTrtLlmService(ms.ModelServer):
                 ms.s3_sync_container(
                     "fetch-tokenizer",
                     checkpoint_uri,
-                    f"{ms.MODELS_MOUNT}/tokenizer",
+                    tokenizer_dir,
                     "models",
                     image=cli_image,
-                    include=("tokenizer*", "special_tokens_map.json", "config.json", "generation_config.json"),
+                    include=TOKENIZER_FILES,
                 ),
                 assemble,
             ],
@@ -386,11 +458,11 @@ class TritonTrtLlmService(ms.ModelServer):
                 type="ClusterIP",
                 selector=selector,
                 ports=[
-                    k8s.core.v1.ServicePortArgs(name="http", port=HTTP_PORT, target_port="http", protocol="TCP"),
-                    k8s.core.v1.ServicePortArgs(name="grpc", port=GRPC_PORT, target_port="grpc", protocol="TCP"),
                     k8s.core.v1.ServicePortArgs(
-                        name="metrics", port=METRICS_PORT, target_port="metrics", protocol="TCP"
+                        name="openai", port=TRITON_OPENAI_PORT, target_port="openai", protocol="TCP"
                     ),
+                    k8s.core.v1.ServicePortArgs(name="http", port=TRITON_HTTP_PORT, target_port="http", protocol="TCP"),
+                    k8s.core.v1.ServicePortArgs(name="grpc", port=TRITON_GRPC_PORT, target_port="grpc", protocol="TCP"),
                 ],
             ),
             opts=child,
@@ -403,7 +475,7 @@ class TritonTrtLlmService(ms.ModelServer):
             spec=deployment,
             selector=selector,
             labels=labels,
-            metrics_port="metrics",
+            metrics_port="openai",
             scrape_interval_seconds=args.scrape_interval_seconds,
             opts=child,
         )
@@ -424,5 +496,7 @@ def _validate(args: TritonTrtLlmServiceArgs) -> None:
         add("model_cache_uri", "TensorRT-LLM engines are built once into the model cache: give an s3:// prefix")
     if args.scrape_interval_seconds <= 0:
         add("scrape_interval_seconds", "must be positive")
+    for reason in tc.served_name_errors((deployment.name, *args.served_model_aliases)):
+        add("served_model_aliases", reason)
     if errors:
         raise pulumi.InputPropertiesError("invalid TritonTrtLlmService arguments", errors=errors)

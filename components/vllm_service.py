@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 from inferplane.components import model_server as ms
 from inferplane.components.annotations import serving_annotations
 from inferplane.components.catalog.images import engine_image, image_reference
-from inferplane.components.naming import VLLM_PORT, model_service_name
+from inferplane.components.naming import VLLM_HEALTH_PATH, VLLM_PORT, model_service_name
 from inferplane.components.sizing import DeploymentSizing, VllmSettings
 from inferplane.components.spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
 
@@ -36,7 +36,7 @@ VLLM_TPU_IMAGE = image_reference("vllm-tpu")
 by ``tpu-inference``."""
 
 
-HEALTH_PATH = "/health"
+HEALTH_PATH = VLLM_HEALTH_PATH
 """200 once the engine is up, 503 when it died (``EngineDeadError``)."""
 
 

@@ -42,7 +42,10 @@ class ModelConfig(_Config):
     name: str = Field(description="Deployment name: the served model name clients ask for and Envoy routes on.")
     tier: str = Field(description="The gateway tier the model belongs to (its ``routing_tier``).")
     upstream_url: str = Field(description="Base URL of the model server's Service (``http://host:port``).")
-    health_path: str = Field(description="Path answering 200 when a replica is ready (vLLM ``/health``).")
+    health_path: str = Field(
+        description="Path answering 200 when a replica is ready (vLLM ``/health``, Triton's OpenAI frontend "
+        "``/health/ready``)."
+    )
     max_model_len: int = Field(gt=0, description="The engine's context length (prompt + output), from sizing.")
     max_num_seqs: int = Field(gt=0, description="Sequences one replica runs at once, from sizing.")
     replicas: int = Field(gt=0, description="Model replicas the in-flight cap assumes (the autoscaler's ceiling).")

@@ -320,12 +320,15 @@ def test_keda_query_counts_this_deployments_waiting_requests_only(tmp_path: Path
 
 def test_triton_rules_fire_on_tensorrt_llm_series(tmp_path: Path) -> None:
     def make(metric: str, values: str, **extra: str) -> dict[str, str]:
-        return trt_series(metric, values, model="ensemble", **extra)
+        # The ensemble clients call is named after the served model (the OpenAI frontend's model name).
+        return trt_series(metric, values, model="llama-8b", **extra)
 
     first = "nv_inference_first_response_histogram_ms"
     buckets = ("100", "250", "500", "1000", "2500", "+Inf")
     slow = histogram(make, first, buckets, "2500", per_minute=120, minutes=30)
     fast = histogram(make, first, buckets, "250", per_minute=120, minutes=30)
+    # The engine model's own first responses (no tokenization, no queue in the ensemble) are not the client's TTFT.
+    engine_fast = histogram(trt_series, first, buckets, "100", per_minute=120, minutes=30)
     kv = "nv_trt_llm_kv_cache_block_metrics"
     full = [
         trt_series(kv, "0.99x30", kv_cache_block_type="fraction"),
@@ -350,7 +353,7 @@ def test_triton_rules_fire_on_tensorrt_llm_series(tmp_path: Path) -> None:
         {
             "name": "triton queue and ttft",
             "interval": "1m",
-            "input_series": slow + waiting,
+            "input_series": slow + engine_fast + waiting,
             "promql_expr_test": [
                 {
                     "expr": TRITON.series.queue_depth(),

@@ -314,7 +314,8 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
     assert policy["egress"] == [
         {
             "to": [{"podSelector": {"matchLabels": {COMPONENT_LABEL: "model-server"}}}],
-            "ports": [{"port": 8000, "protocol": "TCP"}],
+            # vLLM's port and Triton's OpenAI frontend (prod's EKS cluster serves both engines).
+            "ports": [{"port": 8000, "protocol": "TCP"}, {"port": 9000, "protocol": "TCP"}],
         },
         {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
         {"ports": [{"port": 6379, "protocol": "TCP"}]},

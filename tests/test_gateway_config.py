@@ -118,6 +118,9 @@ def test_prod_routes_each_model_with_its_tier_fallback(tmp_path: Path) -> None:
     endpoint = clusters["model-llama-70b"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     assert endpoint["address"]["socket_address"] == {"address": model_service_host("llama-70b"), "port_value": 8000}
     assert clusters["model-llama-70b"]["type"] == "STRICT_DNS"
+    # The Triton fallback answers on its OpenAI frontend's port, not KServe's 8000.
+    triton = clusters["model-llama-8b"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert triton["address"]["socket_address"] == {"address": model_service_host("llama-8b"), "port_value": 9000}
     routes = {r["name"]: r for r in _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]}
     premium = routes["model-llama-70b"]
     assert premium["route"]["cluster"] == "route-llama-70b"
@@ -211,7 +214,10 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
         assert model.max_num_seqs == gc.max_num_seqs(sizing)
         assert model.inflight_limit == math.ceil(model.max_num_seqs * deployment.max_replicas / spec.gateway.replicas)
         assert model.cold_start_hold_seconds == round(sizing.result.cold_start_seconds * 1.2, 1)
-        assert model.upstream_url == f"http://{model_service_host(deployment.name)}:8000"
+        # vLLM's OpenAI server on 8000; Triton's OpenAI frontend on 9000, ready on the frontend's own path.
+        port, health = {"vllm": (8000, "/health"), "triton": (9000, "/health/ready")}[deployment.engine]
+        assert model.upstream_url == f"http://{model_service_host(deployment.name)}:{port}"
+        assert model.health_path == health
     assert config.auth_required and config.anonymous_tenant is None
     assistant = next(t for t in config.tenants if t.name == "assistant")
     assert (assistant.tiers, assistant.requests_per_minute, assistant.tokens_per_minute) == (

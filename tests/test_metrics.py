@@ -54,7 +54,8 @@ def test_triton_selectors_are_exact() -> None:
     )
     assert TRITON.ttft_quantile(0.5) == (
         "histogram_quantile(0.5, sum by (le) "
-        f'(rate(nv_inference_first_response_histogram_ms_bucket{{{pods},model="ensemble"}}[5m]))) / 1000'
+        f"(rate(nv_inference_first_response_histogram_ms_bucket{{{pods},"
+        'model!~"preprocessing|tensorrt_llm|postprocessing"}[5m]))) / 1000'
     )
     # Triton exports neither inter-token latency nor preemptions.
     assert TRITON.itl_quantile(0.95) is None

@@ -195,13 +195,13 @@ def test_each_serving_namespace_denies_by_default_and_admits_the_gateway_prometh
         },
     }
     servers = {"matchLabels": {"app.kubernetes.io/component": "model-server"}}
-    # EKS serves Triton (HTTP, gRPC; metrics apart), GKE vLLM (one port for all).
+    # EKS serves Triton (its OpenAI frontend: the API and /metrics on 9000), GKE vLLM (one port for all).
     assert _policy_spec(evaluation, "eks-serving-network-policy-model-server-ingress") == {
         "podSelector": servers,
         "policyTypes": ["Ingress"],
         "ingress": [
-            {"from": [gateway], "ports": [{"port": 8000, "protocol": "TCP"}, {"port": 8001, "protocol": "TCP"}]},
-            {"from": [prometheus], "ports": [{"port": 8002, "protocol": "TCP"}]},
+            {"from": [gateway], "ports": [{"port": 9000, "protocol": "TCP"}]},
+            {"from": [prometheus], "ports": [{"port": 9000, "protocol": "TCP"}]},
         ],
     }
     assert _policy_spec(evaluation, "gke-serving-network-policy-model-server-ingress")["ingress"] == [

@@ -15,12 +15,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from inferplane.components import model_server as ms
-from inferplane.components import triton_service
 from inferplane.components.annotations import PLATFORM_NAMESPACE_LABELS
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.catalog.images import engine_image
 from inferplane.components.gateway_config import fallback_aliases
-from inferplane.components.naming import SERVING_NAMESPACE, VLLM_PORT
+from inferplane.components.naming import SERVING_NAMESPACE, TRITON_OPENAI_PORT, VLLM_PORT
 from inferplane.components.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.sizing import PlatformSizing
 from inferplane.components.spec import PlatformSpec
@@ -40,9 +39,10 @@ namespace enforces "baseline", which still refuses privileged pods, host namespa
 
 ENGINE_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "vllm": ((VLLM_PORT,), (VLLM_PORT,)),
-    "triton": ((triton_service.HTTP_PORT, triton_service.GRPC_PORT), (triton_service.METRICS_PORT,)),
+    "triton": ((TRITON_OPENAI_PORT,), (TRITON_OPENAI_PORT,)),
 }
-"""(API ports the gateway calls, metrics ports Prometheus scrapes) per engine: what the NetworkPolicy admits."""
+"""(API ports the gateway calls, metrics ports Prometheus scrapes) per engine: what the NetworkPolicy admits. Triton's
+OpenAI frontend serves both the API and ``/metrics``; its KServe ports are reached by port-forward only."""
 
 ModelServer = VllmService | TritonTrtLlmService
 
@@ -123,6 +123,7 @@ def build_model_servers(
                     scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                     labels=tags,
                     image_digests=digests,
+                    served_model_aliases=fallback_aliases(spec, deployment.name),
                 ),
                 opts,
             )
