@@ -6,26 +6,16 @@ once for every waiting request."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from inferplane.gateway import budgets as b
-from tests.gateway_support import Procs, free_port, start_redis
+from tests.gateway_support import free_port
+from tests.test_gateway_processor import redis_port  # noqa: F401 - the module's real Redis
 
 WINDOW_START = 1_800_000_000.0  # a minute boundary: every admission below falls in one window
-
-
-@pytest.fixture(scope="module")
-def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    procs = Procs(tmp_path_factory.mktemp("redis"))
-    try:
-        yield start_redis(procs)
-    finally:
-        procs.stop_all()
 
 
 class Clock:
