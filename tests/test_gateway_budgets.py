@@ -13,7 +13,6 @@ from redis.asyncio import Redis
 
 from inferplane.gateway import budgets as b
 from tests.gateway_support import free_port
-from tests.test_gateway_processor import redis_port  # noqa: F401 - the module's real Redis
 
 WINDOW_START = 1_800_000_000.0  # a minute boundary: every admission below falls in one window
 

@@ -23,7 +23,6 @@ from tests.test_gateway_processor import (
     _config,
     _headers,
     _response_body,
-    redis_port,  # noqa: F401 - the module's real Redis (with RediSearch)
 )
 
 PROMPT = {"role": "user", "content": "How do I reset my password?"}
@@ -33,7 +32,7 @@ def _metadata(response: Any) -> dict[str, Any]:
     return json_format.MessageToDict(response.dynamic_metadata)
 
 
-def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_processor(redis_port: int) -> None:  # noqa: F811
+def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_processor(redis_port: int) -> None:
     async def main() -> list[Any]:
         config = _config(None).model_copy(
             update={

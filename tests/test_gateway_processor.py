@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,19 +21,10 @@ from inferplane.gateway import metrics as gm
 from inferplane.gateway.admission import ModelGate
 from inferplane.gateway.config import ModelConfig, ProcessorConfig, TenantConfig, TierConfig
 from inferplane.gateway.processor import Processor
-from tests.gateway_support import Procs, free_port, start_redis
+from tests.gateway_support import free_port
 from tests.tiny_model import build_tokenizer, words
 
 OVERHEAD = 8
-
-
-@pytest.fixture(scope="module")
-def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    procs = Procs(tmp_path_factory.mktemp("redis"))
-    try:
-        yield start_redis(procs)
-    finally:
-        procs.stop_all()
 
 
 @pytest.fixture(scope="module")
