@@ -40,12 +40,15 @@ from inferplane.components.gateway_config import (
     API_KEYS_FILE,
     ENVOY_CONFIG_FILE,
     PROCESSOR_CONFIG_FILE,
+    GatewayAddresses,
     RenderedGateway,
+    processor_config,
     render_api_key_file,
     render_gateway,
 )
 from inferplane.components.gateway_observability import GatewaySeries, render_rules
 from inferplane.components.sizing import size_platform
+from inferplane.components.spec import RoutingTierSpec
 from inferplane.gateway.config import ProcessorConfig, TenantConfig
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
 from tests.crds import errors as crd_errors
@@ -472,8 +475,26 @@ def test_policy_annotations_round_trip_over_the_config_space(
     assert parsed.tokens_per_minute == max(t.tokens_per_minute for t in budgets)
     assert parsed.routes is not None
     assert {name: r.max_context for name, r in parsed.routes.items()} == {m.name: m.max_model_len for m in models}
-    reached = {m for t in config.tiers for m in (*t.models, *t.fallback)} | {m.name for m in models}
+    reached = {m for t in config.tiers for m in (*t.models, *t.fallback)}
     assert {name for name, r in parsed.routes.items() if r.tiers} == reached
+
+
+def test_a_model_no_tier_names_has_no_route_whatever_its_routing_tier() -> None:
+    """llama-8b keeps ``routing_tier: standard``, but no tier lists it: the processor refuses every request for it
+    (403), so its route carries no tier and ``gateway-models-require-tier-route`` can see it."""
+    spec = stack_spec("prod")
+    tiers = (
+        RoutingTierSpec(name="premium", models=("llama-70b",)),
+        RoutingTierSpec(name="standard", models=("llama-70b",)),
+    )
+    spec = spec.model_copy(update={"gateway": spec.gateway.model_copy(update={"tiers": tiers})})
+    config = processor_config(spec, size_platform(spec), "eks", GatewayAddresses())
+    routes = parse_gateway_annotations(policy_annotations(config)).routes
+    assert routes is not None
+    assert {name: route.tiers for name, route in routes.items()} == {
+        "llama-70b": ("premium", "standard"),
+        "llama-8b": (),
+    }
 
 
 def test_malformed_gateway_annotations_name_the_key() -> None:
