@@ -49,6 +49,7 @@ from inferplane.components.dashboards import DASHBOARD_SIDECAR_LABELS
 from inferplane.components.gateway_config import RenderedGateway, render_api_key_file
 from inferplane.components.gateway_observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
 from inferplane.components.metrics import SCRAPE_LABELS
+from inferplane.components.network_policy import dns_egress_rule
 from inferplane.components.redis_cache import REDIS_PORT
 from inferplane.components.spec import Environment
 from inferplane.gateway.config import ProcessorConfig
@@ -592,8 +593,10 @@ def _network_policy(
 
     Ingress: anyone on the API port (authentication is Envoy's job; the load balancer keeps callers in the VPC),
     Prometheus on the metrics ports. Egress: the model servers' API ports (read from the processor config's
-    upstream URLs), DNS, Redis/Valkey when one is configured (its address is only known after deploy; its security
-    group admits the cluster's nodes only), and HTTPS for the tokenizer fetch from S3 when a model cache is given.
+    upstream URLs), DNS to the cluster DNS pods only (:func:`components.network_policy.dns_egress_rule`, the rule
+    the serving namespace's ``dns`` policy uses, so neither is looser than the other), Redis/Valkey when one is
+    configured (its address is only known after deploy; its security group admits the cluster's nodes only), and
+    HTTPS for the tokenizer fetch from S3 when a model cache is given.
     """
     tcp = "TCP"
 
@@ -610,7 +613,7 @@ def _network_policy(
             ],
             ports=ports(*upstream_ports),
         ),
-        k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=[*ports(53, protocol="UDP"), *ports(53)]),
+        dns_egress_rule(),
     ]
     if args.redis_url is not None:
         egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(REDIS_PORT)))

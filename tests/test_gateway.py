@@ -319,13 +319,44 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
             "to": [{"podSelector": {"matchLabels": {COMPONENT_LABEL: "model-server"}}}],
             "ports": [{"port": 8000, "protocol": "TCP"}],
         },
-        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {  # the serving namespace's DNS rule, to kube-dns only (tests/test_serving.py asserts the same rule there)
+            "to": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ],
+            "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+        },
         {"ports": [{"port": 6379, "protocol": "TCP"}]},
         {"ports": [{"port": 443, "protocol": "TCP"}]},
     ]
     # Without Redis or a model cache (the GKE cluster), neither port opens.
     bare = _evaluate(_args(rendered, redis_url=None, model_cache_uri=None)).named("gateway-netpol").inputs["spec"]
     assert bare["egress"] == policy["egress"][:2]
+
+
+KUBE_DNS_ONLY = [
+    {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_port_53_is_open_only_to_kube_dns_in_every_network_policy(stack: str, stacks: dict[str, Evaluation]) -> None:
+    """No policy of the plan (the gateway's on each cluster, the serving namespaces') opens DNS more widely than
+    another: NetworkPolicies add up, so one rule to any peer would make every other DNS rule moot."""
+    rules = [
+        (policy.name, rule)
+        for policy in stacks[stack].of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        for rule in policy.inputs["spec"].get("egress", [])
+        if any(port.get("port") == 53 for port in rule.get("ports", []))
+    ]
+    names = {name for name, _ in rules}
+    assert {n for n in names if "gateway" in n} and {n for n in names if "serving-network-policy-dns" in n}
+    assert [name for name, rule in rules if rule.get("to") != KUBE_DNS_ONLY] == []
 
 
 def test_every_object_validates_strictly_against_the_clusters_kubernetes() -> None:
