@@ -172,8 +172,9 @@ def service_account_name(name: str) -> str:
 def policy_annotations(config: ProcessorConfig) -> dict[str, str]:
     """The gateway annotations (:func:`components.annotations.gateway_annotations`) of what the processor enforces.
 
-    A model's route lists the tiers that name it (primary or fallback) on this gateway, which is what the processor
-    admits a request for it through; a model no tier here names has no tier, whatever its ``routing_tier`` says."""
+    A model's route lists the tiers that serve it on this gateway (as a primary, a fallback, or by its
+    ``routing_tier``: :func:`components.spec.gateway_tiers`), read from the tiers the processor admits requests by,
+    so the policy pack judges what is enforced."""
     tenants = list(config.tenants) or ([config.anonymous_tenant] if config.anonymous_tenant is not None else [])
     routes: dict[str, list[str]] = {m.name: [] for m in config.models}
     for tier in config.tiers:

@@ -818,9 +818,19 @@ def serving_cluster(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> Serv
 
 
 def gateway_tiers(spec: PlatformSpec) -> tuple[RoutingTierSpec, ...]:
-    """The gateway's tiers: ``gateway.tiers`` when given, else one per ``routing_tier`` (models in spec order)."""
+    """The gateway's tiers: ``gateway.tiers`` when given, else one per ``routing_tier`` (models in spec order).
+
+    A model's ``routing_tier`` is the tier that routes to it, so a given tier that does not name a model whose
+    ``routing_tier`` it is (as a primary or a fallback) serves it after its own primaries, in spec order: a model
+    added with only a ``routing_tier`` (``inferplane plan --write-stack`` adds them so) is reachable, not refused
+    by every gateway."""
     if spec.gateway.tiers:
-        return spec.gateway.tiers
+        tiers = []
+        for tier in spec.gateway.tiers:
+            named = {*tier.models, *tier.fallback}
+            joined = tuple(d.name for d in spec.models if d.routing_tier == tier.name and d.name not in named)
+            tiers.append(tier.model_copy(update={"models": (*tier.models, *joined)}) if joined else tier)
+        return tuple(tiers)
     order: dict[str, list[str]] = {}
     for deployment in spec.models:
         order.setdefault(deployment.routing_tier, []).append(deployment.name)
@@ -848,6 +858,7 @@ def _check_gateway(spec: PlatformSpec, add: Any) -> None:
     _check_tenants(spec, add)
     names = {m.name for m in spec.models}
     tier_names: set[str] = set()
+    effective = gateway_tiers(spec)
     for i, tier in enumerate(spec.gateway.tiers):
         if tier.name in tier_names:
             add(SpecIssue(f"gateway.tiers[{i}].name", f"tier {tier.name!r} is defined twice"))
@@ -859,7 +870,7 @@ def _check_gateway(spec: PlatformSpec, add: Any) -> None:
         overlap = set(tier.models) & set(tier.fallback)
         if overlap:
             add(SpecIssue(f"gateway.tiers[{i}].fallback", f"{', '.join(sorted(overlap))} is both primary and fallback"))
-        _check_fallback_clusters(spec, i, tier, add)
+        _check_fallback_clusters(spec, i, effective[i], add)
     for i, deployment in enumerate(spec.models):
         if spec.gateway.tiers and deployment.routing_tier not in tier_names:
             add(SpecIssue(f"models[{i}].routing_tier", f"no gateway tier named {deployment.routing_tier!r}"))

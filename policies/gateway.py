@@ -155,16 +155,16 @@ def _served_name(server: Resource) -> str | None:
     severity=Severity.MEDIUM,
     enforcement=EnforcementLevel.MANDATORY,
     remediation=(
-        "Name the model in gateway.tiers (a primary, or a fallback on its primaries' cluster); without gateway.tiers, "
-        "its routing_tier is its tier."
+        "Give the model a routing_tier, or name it in gateway.tiers (a primary, or a fallback on its primaries' "
+        "cluster); render the gateway from the same spec as the model servers."
     ),
 )
 def require_model_routes(resources: list[Resource], config: Config, report: StackReport) -> None:
     """Anchor: the issue's design (every client request enters through the gateway).
 
-    A route's tiers are the tiers that name the model on that gateway (what the processor admits a request for it
-    through), not its ``routing_tier``: a model whose tier does not list it is reported. Each cluster's gateway
-    routes only to the models on its own cluster, so a route found on any gateway is a real way in."""
+    A route's tiers are the tiers the gateway's processor admits requests for the model through
+    (:func:`components.gateway.policy_annotations`). Each cluster's gateway routes only to the models on its own
+    cluster, so a route found on any gateway is a real way in."""
     reachable: set[str] = set()
     for gateway in of_type(resources, T.DEPLOYMENT):
         if object_labels(gateway).get(COMPONENT_LABEL) is UNKNOWN:

@@ -12,7 +12,6 @@ import kubernetes_validate
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,17 +50,12 @@ from inferplane.components.gateway_observability import GatewaySeries, render_ru
 from inferplane.components.sizing import size_platform
 from inferplane.components.spec import RoutingTierSpec
 from inferplane.gateway.config import ProcessorConfig, TenantConfig
-from inferplane.tool.exitcodes import EXIT_REFUSED
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
-from inferplane.tool.preview.model import Plan
 from tests.crds import errors as crd_errors
 from tests.crds import integral
 from tests.envoy import validate
 from tests.serving_support import kubernetes_objects, stack_spec
 from tests.stacks import evaluate_shipped_stack
-from tests.test_planner import _project_copy
-from tests.test_preview import with_platform
-from tests.test_project_preview import preview
 from tests.test_serving import kubernetes_schema_version
 
 STACKS = ("dev", "staging", "prod")
@@ -516,9 +510,10 @@ def test_policy_annotations_round_trip_over_the_config_space(
     assert {name for name, r in parsed.routes.items() if r.tiers} == reached
 
 
-def test_a_model_no_tier_names_has_no_route_whatever_its_routing_tier() -> None:
-    """llama-8b keeps ``routing_tier: standard``, but no tier lists it: the processor refuses every request for it
-    (403), so its route carries no tier and ``gateway-models-require-tier-route`` can see it."""
+def test_a_model_its_tier_does_not_list_joins_the_tier_by_its_routing_tier() -> None:
+    """llama-8b keeps ``routing_tier: standard`` while no tier lists it (as ``inferplane plan --write-stack`` adds a
+    model): the tier serves it after its own primaries, so the processor admits requests for it and its route, read
+    from the tiers the processor enforces, says so."""
     spec = stack_spec("prod")
     tiers = (
         RoutingTierSpec(name="premium", models=("llama-70b",)),
@@ -526,34 +521,16 @@ def test_a_model_no_tier_names_has_no_route_whatever_its_routing_tier() -> None:
     )
     spec = spec.model_copy(update={"gateway": spec.gateway.model_copy(update={"tiers": tiers})})
     config = processor_config(spec, size_platform(spec), "eks", GatewayAddresses())
+    assert [(t.name, t.models, t.fallback) for t in config.tiers] == [
+        ("premium", ("llama-70b",), ()),
+        ("standard", ("llama-70b", "llama-8b"), ()),
+    ]
     routes = parse_gateway_annotations(policy_annotations(config)).routes
     assert routes is not None
     assert {name: route.tiers for name, route in routes.items()} == {
         "llama-70b": ("premium", "standard"),
-        "llama-8b": (),
+        "llama-8b": ("standard",),
     }
-
-
-def test_preview_refuses_a_model_whose_tier_does_not_list_it(tmp_path: Path) -> None:
-    """The same through the real program and policy pack: prod with llama-8b listed by no tier (its routing_tier
-    still names ``standard``) is refused by ``gateway-models-require-tier-route``."""
-
-    def unlist(platform: dict[str, Any]) -> None:
-        platform["gateway"]["tiers"] = [
-            {"name": "premium", "models": ["llama-70b"]},
-            {"name": "standard", "models": ["llama-70b"]},
-        ]
-
-    project = _project_copy(tmp_path)  # the real program and policy pack, as `inferplane preview` runs them
-    (project / "stacks" / "Pulumi.prod.yaml").write_text(yaml.safe_dump(with_platform("prod", unlist)))
-    plan_file = tmp_path / "plan.json"
-    code, _, stderr = preview(["preview", "--project-dir", str(project), "--stack", "prod", "--json", str(plan_file)])
-    assert code == EXIT_REFUSED, stderr
-    violations = Plan.model_validate_json(plan_file.read_text(encoding="utf-8")).violations
-    mandatory = [v for v in violations if v.enforcement == "mandatory"]  # shipped prod has advisory ones (digests)
-    assert [(v.policy, v.message.splitlines()[-1]) for v in mandatory] == [
-        ("gateway-models-require-tier-route", "llama-8b (model llama-8b) is reachable through no gateway tier")
-    ]
 
 
 def test_malformed_gateway_annotations_name_the_key() -> None:

@@ -271,12 +271,15 @@ def test_a_fallback_on_another_cluster_is_refused_naming_both_clusters() -> None
     )
 )
 def test_a_tier_is_refused_or_served_with_every_fallback(tier: tuple[list[str], list[str]]) -> None:
-    """Over every tier staging's three models can make: the spec refuses a fallback off a primary's cluster, and
-    otherwise each cluster with a primary serves the tier with its own primaries and every fallback (none dropped);
-    a cluster without a primary does not serve the tier."""
-    primaries, fallbacks = tuple(tier[0]), tuple(tier[1])
+    """Over every tier staging's three models can make (each with ``routing_tier: standard``, so a model the tier
+    does not name joins it as a primary after the listed ones): the spec refuses a fallback off a primary's
+    cluster, and otherwise each cluster with a primary serves the tier with its own primaries and every fallback
+    (none dropped); a cluster without a primary does not serve the tier."""
+    listed, fallbacks = tuple(tier[0]), tuple(tier[1])
     raw = _staging_with_a_second_eks_model()
-    raw["gateway"]["tiers"] = [{"name": "standard", "models": list(primaries), "fallback": list(fallbacks)}]
+    raw["gateway"]["tiers"] = [{"name": "standard", "models": list(listed), "fallback": list(fallbacks)}]
+    joined = tuple(m["name"] for m in raw["models"] if m["name"] not in (*listed, *fallbacks))
+    primaries = (*listed, *joined)
     split = any(CLUSTERS_OF_STAGING_MODELS[p] != CLUSTERS_OF_STAGING_MODELS[f] for p in primaries for f in fallbacks)
     if split:
         with pytest.raises(SpecError) as error:
