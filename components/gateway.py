@@ -49,6 +49,7 @@ from inferplane.components.dashboards import DASHBOARD_SIDECAR_LABELS
 from inferplane.components.gateway_config import RenderedGateway, render_api_key_file
 from inferplane.components.gateway_observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
 from inferplane.components.metrics import SCRAPE_LABELS
+from inferplane.components.network_policy import dns_egress_rule
 from inferplane.components.redis_cache import REDIS_PORT
 from inferplane.components.spec import Environment
 from inferplane.gateway.config import ProcessorConfig
@@ -169,9 +170,13 @@ def service_account_name(name: str) -> str:
 
 
 def policy_annotations(config: ProcessorConfig) -> dict[str, str]:
-    """The gateway annotations (:func:`components.annotations.gateway_annotations`) of what the processor enforces."""
+    """The gateway annotations (:func:`components.annotations.gateway_annotations`) of what the processor enforces.
+
+    A model's route lists the tiers that serve it on this gateway (as a primary, a fallback, or by its
+    ``routing_tier``: :func:`components.spec.gateway_tiers`), read from the tiers the processor admits requests by,
+    so the policy pack judges what is enforced."""
     tenants = list(config.tenants) or ([config.anonymous_tenant] if config.anonymous_tenant is not None else [])
-    routes: dict[str, list[str]] = {m.name: [m.tier] for m in config.models}
+    routes: dict[str, list[str]] = {m.name: [] for m in config.models}
     for tier in config.tiers:
         for model in (*tier.models, *tier.fallback):
             if tier.name not in routes[model]:
@@ -589,8 +594,10 @@ def _network_policy(
 
     Ingress: anyone on the API port (authentication is Envoy's job; the load balancer keeps callers in the VPC),
     Prometheus on the metrics ports. Egress: the model servers' API ports (read from the processor config's
-    upstream URLs), DNS, Redis/Valkey when one is configured (its address is only known after deploy; its security
-    group admits the cluster's nodes only), and HTTPS for the tokenizer fetch from S3 when a model cache is given.
+    upstream URLs), DNS to the cluster DNS pods only (:func:`components.network_policy.dns_egress_rule`, the rule
+    the serving namespace's ``dns`` policy uses, so neither is looser than the other), Redis/Valkey when one is
+    configured (its address is only known after deploy; its security group admits the cluster's nodes only), and
+    HTTPS for the tokenizer fetch from S3 when a model cache is given.
     """
     tcp = "TCP"
 
@@ -607,7 +614,7 @@ def _network_policy(
             ],
             ports=ports(*upstream_ports),
         ),
-        k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=[*ports(53, protocol="UDP"), *ports(53)]),
+        dns_egress_rule(),
     ]
     if args.redis_url is not None:
         egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(REDIS_PORT)))

@@ -30,7 +30,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,7 +39,14 @@ from inferplane.components.cache_config import render_cache_config
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.naming import model_health_path, model_service_host, model_service_port
 from inferplane.components.sizing import DeploymentSizing, PlatformSizing
-from inferplane.components.spec import ModelDeploymentSpec, PlatformSpec, TenantSpec, gateway_tiers
+from inferplane.components.spec import (
+    ModelDeploymentSpec,
+    PlatformSpec,
+    ServingCluster,
+    TenantSpec,
+    gateway_tiers,
+    serving_cluster,
+)
 from inferplane.gateway.cache.request import CACHE_HEADER
 from inferplane.gateway.config import (
     CACHE_RESULT_METADATA_KEY,
@@ -50,7 +57,7 @@ from inferplane.gateway.config import (
     TierConfig,
 )
 
-Cluster = Literal["eks", "gke"]
+Cluster = ServingCluster
 
 ENVOY_VERSION = "1.40.0"
 ENVOY_IMAGE = f"envoyproxy/envoy:v{ENVOY_VERSION}"
@@ -169,8 +176,7 @@ class RenderedGateway(BaseModel):
 
 def cluster_of(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> Cluster:
     """The serving cluster of a deployment: EKS for EC2 pools, GKE for GKE TPU pools."""
-    cloud = get_instance_type(spec.pool(deployment.pool).instance_type).cloud
-    return "eks" if cloud == "aws" else "gke"
+    return serving_cluster(spec, deployment)
 
 
 def serving_clusters(spec: PlatformSpec) -> tuple[Cluster, ...]:
@@ -212,14 +218,23 @@ def fallback_aliases(spec: PlatformSpec, deployment: str) -> tuple[str, ...]:
 
 
 def _cluster_tiers(spec: PlatformSpec, on_cluster: set[str]) -> tuple[TierConfig, ...]:
+    """The tiers the gateway of the cluster running ``on_cluster`` serves: each tier with a primary here, with its
+    primaries here and all of its fallbacks. A tier whose primaries span clusters is served by each cluster's gateway
+    with its own primaries; the spec keeps every fallback on the cluster of every primary of its tier
+    (``gateway.tiers[i].fallback``), so a fallback is never dropped here and a tier is never served by its fallbacks
+    alone."""
     tiers = []
     for tier in gateway_tiers(spec):
         models = tuple(m for m in tier.models if m in on_cluster)
-        fallback = tuple(m for m in tier.fallback if m in on_cluster)
-        if not models:  # the primaries are on another cluster: this cluster serves the tier with its fallbacks
-            models, fallback = fallback, ()
-        if models:
-            tiers.append(TierConfig(name=tier.name, models=models, fallback=fallback))
+        if not models:
+            continue  # every primary runs on the other cluster, whose gateway serves the tier
+        elsewhere = [m for m in tier.fallback if m not in on_cluster]
+        if elsewhere:
+            raise ValueError(
+                f"tier {tier.name!r}: fallback {', '.join(elsewhere)} runs on another cluster than its primaries "
+                "(check_platform refuses this spec)"
+            )
+        tiers.append(TierConfig(name=tier.name, models=models, fallback=tier.fallback))
     return tuple(tiers)
 
 

@@ -5,8 +5,9 @@ workloads have a default-deny policy and explicit allowances. Per serving namesp
 component's name, every policy in ``namespace``):
 
 * ``{name}-default-deny``: every pod, no ingress and no egress;
-* ``{name}-dns``: every pod may query the cluster DNS (pods ``k8s-app: kube-dns`` in ``kube-system``, UDP and TCP 53:
-  CoreDNS on EKS and kube-dns on GKE carry that label);
+* ``{name}-dns``: every pod may query the cluster DNS (:func:`dns_egress_rule`: pods ``k8s-app: kube-dns`` in
+  ``kube-system``, UDP and TCP 53: CoreDNS on EKS and kube-dns on GKE carry that label; the gateway's own policy
+  uses the same rule);
 * ``{name}-model-server-ingress``: model-server pods accept the gateway (:data:`annotations.GATEWAY_POD_LABELS` in a
   namespace with :data:`annotations.PLATFORM_NAMESPACE_LABELS`) on the API ports, and Prometheus (pods
   ``app.kubernetes.io/name: prometheus`` managed by ``prometheus-operator``, in the monitoring namespace) on the
@@ -40,8 +41,15 @@ from inferplane.components.monitoring import MONITORING_NAMESPACE
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """Set by Kubernetes on every namespace (immutable, since 1.22): selects a namespace by name."""
 
+DNS_NAMESPACE = "kube-system"
 DNS_POD_LABELS: dict[str, str] = {"k8s-app": "kube-dns"}
-"""The cluster DNS pods' label on EKS (CoreDNS add-on) and GKE (kube-dns)."""
+"""The cluster DNS pods' namespace and label. EKS: the CoreDNS add-on's pods keep the ``k8s-app: kube-dns`` label
+in ``kube-system``. GKE (Dataplane V2 enforces NetworkPolicy on pod labels like any other): kube-dns is the Standard
+cluster's default DNS provider, its pods in ``kube-system`` (cloud.google.com/kubernetes-engine/docs/concepts/kube-dns),
+labelled ``k8s-app: kube-dns`` as in Google's own GKE kube-system policy blueprint
+(GoogleCloudPlatform/anthos-security-blueprints, restricting-traffic/kube-system: ``allow-kubedns-from-all-egress``
+selects ``k8s-app: kube-dns``)."""
+DNS_PORT = 53
 
 PROMETHEUS_POD_LABELS: dict[str, str] = {
     "app.kubernetes.io/name": "prometheus",
@@ -85,6 +93,21 @@ def _ports(ports: Sequence[int], *protocols: str) -> list[k8s.networking.v1.Netw
 
 def _namespace(name: str) -> k8s.meta.v1.LabelSelectorArgs:
     return k8s.meta.v1.LabelSelectorArgs(match_labels={NAMESPACE_NAME_LABEL: name})
+
+
+def dns_egress_rule() -> k8s.networking.v1.NetworkPolicyEgressRuleArgs:
+    """The one DNS allowance of every pod the platform restricts (serving namespaces and the gateway): UDP and TCP 53
+    to the cluster DNS pods (:data:`DNS_POD_LABELS` in :data:`DNS_NAMESPACE`) and nowhere else, so port 53 is no way
+    out of the cluster."""
+    return k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+        to=[
+            k8s.networking.v1.NetworkPolicyPeerArgs(
+                namespace_selector=_namespace(DNS_NAMESPACE),
+                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(DNS_POD_LABELS)),
+            )
+        ],
+        ports=_ports([DNS_PORT], "UDP", "TCP"),
+    )
 
 
 def _check(args: ServingNetworkPolicyArgs) -> list[pulumi.errors.InputPropertyErrorDetails]:
@@ -135,17 +158,7 @@ class ServingNetworkPolicy(pulumi.ComponentResource):
             k8s.networking.v1.NetworkPolicySpecArgs(
                 pod_selector=every_pod,
                 policy_types=["Egress"],
-                egress=[
-                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                        to=[
-                            k8s.networking.v1.NetworkPolicyPeerArgs(
-                                namespace_selector=_namespace("kube-system"),
-                                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=DNS_POD_LABELS),
-                            )
-                        ],
-                        ports=_ports([53], "UDP", "TCP"),
-                    )
-                ],
+                egress=[dns_egress_rule()],
             ),
         )
         policy(

@@ -803,10 +803,34 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
             add(SpecIssue(f"{at}.weights_dtype", "int4 (AWQ) is served with vLLM; build TensorRT-LLM engines in fp8"))
 
 
+ServingCluster = Literal["eks", "gke"]
+"""The Kubernetes cluster a model runs on: EKS for EC2 pools, GKE for GKE TPU pools. Nothing joins their networks
+(the platform builds no VPN or interconnect), so each cluster's gateway reaches only the models on its own cluster."""
+
+
+def _cluster_of_cloud(cloud: str) -> ServingCluster:
+    return "eks" if cloud == "aws" else "gke"
+
+
+def serving_cluster(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> ServingCluster:
+    """The cluster ``deployment`` runs on, from its pool's instance type (valid after :func:`check_platform`)."""
+    return _cluster_of_cloud(INSTANCE_TYPES[spec.pool(deployment.pool).instance_type].cloud)
+
+
 def gateway_tiers(spec: PlatformSpec) -> tuple[RoutingTierSpec, ...]:
-    """The gateway's tiers: ``gateway.tiers`` when given, else one per ``routing_tier`` (models in spec order)."""
+    """The gateway's tiers: ``gateway.tiers`` when given, else one per ``routing_tier`` (models in spec order).
+
+    A model's ``routing_tier`` is the tier that routes to it, so a given tier that does not name a model whose
+    ``routing_tier`` it is (as a primary or a fallback) serves it after its own primaries, in spec order: a model
+    added with only a ``routing_tier`` (``inferplane plan --write-stack`` adds them so) is reachable, not refused
+    by every gateway."""
     if spec.gateway.tiers:
-        return spec.gateway.tiers
+        tiers = []
+        for tier in spec.gateway.tiers:
+            named = {*tier.models, *tier.fallback}
+            joined = tuple(d.name for d in spec.models if d.routing_tier == tier.name and d.name not in named)
+            tiers.append(tier.model_copy(update={"models": (*tier.models, *joined)}) if joined else tier)
+        return tuple(tiers)
     order: dict[str, list[str]] = {}
     for deployment in spec.models:
         order.setdefault(deployment.routing_tier, []).append(deployment.name)
@@ -834,6 +858,7 @@ def _check_gateway(spec: PlatformSpec, add: Any) -> None:
     _check_tenants(spec, add)
     names = {m.name for m in spec.models}
     tier_names: set[str] = set()
+    effective = gateway_tiers(spec)
     for i, tier in enumerate(spec.gateway.tiers):
         if tier.name in tier_names:
             add(SpecIssue(f"gateway.tiers[{i}].name", f"tier {tier.name!r} is defined twice"))
@@ -845,6 +870,35 @@ def _check_gateway(spec: PlatformSpec, add: Any) -> None:
         overlap = set(tier.models) & set(tier.fallback)
         if overlap:
             add(SpecIssue(f"gateway.tiers[{i}].fallback", f"{', '.join(sorted(overlap))} is both primary and fallback"))
+        _check_fallback_clusters(spec, i, effective[i], add)
     for i, deployment in enumerate(spec.models):
         if spec.gateway.tiers and deployment.routing_tier not in tier_names:
             add(SpecIssue(f"models[{i}].routing_tier", f"no gateway tier named {deployment.routing_tier!r}"))
+
+
+def _check_fallback_clusters(spec: PlatformSpec, index: int, tier: RoutingTierSpec, add: Any) -> None:
+    """A fallback must run on the cluster of every primary of its tier: Envoy retries a failed request on the
+    fallback from the gateway of the primary's cluster, and nothing joins the clusters' networks. Primaries may span
+    clusters (each cluster's gateway serves the tier with its own primaries); a fallback elsewhere would be promised
+    and never tried."""
+    pools = {p.name: p for p in spec.pools}
+    clusters = {
+        m.name: _cluster_of_cloud(INSTANCE_TYPES[pools[m.pool].instance_type].cloud)
+        for m in spec.models
+        if m.pool in pools and pools[m.pool].instance_type in INSTANCE_TYPES  # else refused elsewhere
+    }
+    stranded = []
+    for fallback in tier.fallback:
+        away = [m for m in tier.models if m in clusters and fallback in clusters and clusters[m] != clusters[fallback]]
+        if away:
+            stranded.append(
+                f"{fallback} runs on {clusters[fallback]} but primary {', '.join(away)} on {clusters[away[0]]}"
+            )
+    if stranded:
+        add(
+            SpecIssue(
+                f"gateway.tiers[{index}].fallback",
+                f"{'; '.join(stranded)}: a gateway falls back only to models on its own cluster (nothing joins the "
+                "EKS and GKE networks); list the model under models instead",
+            )
+        )

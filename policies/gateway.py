@@ -154,10 +154,17 @@ def _served_name(server: Resource) -> str | None:
     ),
     severity=Severity.MEDIUM,
     enforcement=EnforcementLevel.MANDATORY,
-    remediation="Name the model in gateway.tiers (models or fallback), or give it a routing_tier.",
+    remediation=(
+        "Give the model a routing_tier, or name it in gateway.tiers (a primary, or a fallback on its primaries' "
+        "cluster); render the gateway from the same spec as the model servers."
+    ),
 )
 def require_model_routes(resources: list[Resource], config: Config, report: StackReport) -> None:
-    """Anchor: the issue's design (every client request enters through the gateway)."""
+    """Anchor: the issue's design (every client request enters through the gateway).
+
+    A route's tiers are the tiers the gateway's processor admits requests for the model through
+    (:func:`components.gateway.policy_annotations`). Each cluster's gateway routes only to the models on its own
+    cluster, so a route found on any gateway is a real way in."""
     reachable: set[str] = set()
     for gateway in of_type(resources, T.DEPLOYMENT):
         if object_labels(gateway).get(COMPONENT_LABEL) is UNKNOWN:

@@ -40,12 +40,15 @@ from inferplane.components.gateway_config import (
     API_KEYS_FILE,
     ENVOY_CONFIG_FILE,
     PROCESSOR_CONFIG_FILE,
+    GatewayAddresses,
     RenderedGateway,
+    processor_config,
     render_api_key_file,
     render_gateway,
 )
 from inferplane.components.gateway_observability import GatewaySeries, render_rules
 from inferplane.components.sizing import size_platform
+from inferplane.components.spec import RoutingTierSpec
 from inferplane.gateway.config import ProcessorConfig, TenantConfig
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
 from tests.crds import errors as crd_errors
@@ -317,13 +320,44 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
             # vLLM's port and Triton's OpenAI frontend (prod's EKS cluster serves both engines).
             "ports": [{"port": 8000, "protocol": "TCP"}, {"port": 9000, "protocol": "TCP"}],
         },
-        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {  # the serving namespace's DNS rule, to kube-dns only (tests/test_serving.py asserts the same rule there)
+            "to": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ],
+            "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+        },
         {"ports": [{"port": 6379, "protocol": "TCP"}]},
         {"ports": [{"port": 443, "protocol": "TCP"}]},
     ]
     # Without Redis or a model cache (the GKE cluster), neither port opens.
     bare = _evaluate(_args(rendered, redis_url=None, model_cache_uri=None)).named("gateway-netpol").inputs["spec"]
     assert bare["egress"] == policy["egress"][:2]
+
+
+KUBE_DNS_ONLY = [
+    {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_port_53_is_open_only_to_kube_dns_in_every_network_policy(stack: str, stacks: dict[str, Evaluation]) -> None:
+    """No policy of the plan (the gateway's on each cluster, the serving namespaces') opens DNS more widely than
+    another: NetworkPolicies add up, so one rule to any peer would make every other DNS rule moot."""
+    rules = [
+        (policy.name, rule)
+        for policy in stacks[stack].of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        for rule in policy.inputs["spec"].get("egress", [])
+        if any(port.get("port") == 53 for port in rule.get("ports", []))
+    ]
+    names = {name for name, _ in rules}
+    assert {n for n in names if "gateway" in n} and {n for n in names if "serving-network-policy-dns" in n}
+    assert [name for name, rule in rules if rule.get("to") != KUBE_DNS_ONLY] == []
 
 
 def test_every_object_validates_strictly_against_the_clusters_kubernetes() -> None:
@@ -473,8 +507,31 @@ def test_policy_annotations_round_trip_over_the_config_space(
     assert parsed.tokens_per_minute == max(t.tokens_per_minute for t in budgets)
     assert parsed.routes is not None
     assert {name: r.max_context for name, r in parsed.routes.items()} == {m.name: m.max_model_len for m in models}
-    reached = {m for t in config.tiers for m in (*t.models, *t.fallback)} | {m.name for m in models}
+    reached = {m for t in config.tiers for m in (*t.models, *t.fallback)}
     assert {name for name, r in parsed.routes.items() if r.tiers} == reached
+
+
+def test_a_model_its_tier_does_not_list_joins_the_tier_by_its_routing_tier() -> None:
+    """llama-8b keeps ``routing_tier: standard`` while no tier lists it (as ``inferplane plan --write-stack`` adds a
+    model): the tier serves it after its own primaries, so the processor admits requests for it and its route, read
+    from the tiers the processor enforces, says so."""
+    spec = stack_spec("prod")
+    tiers = (
+        RoutingTierSpec(name="premium", models=("llama-70b",)),
+        RoutingTierSpec(name="standard", models=("llama-70b",)),
+    )
+    spec = spec.model_copy(update={"gateway": spec.gateway.model_copy(update={"tiers": tiers})})
+    config = processor_config(spec, size_platform(spec), "eks", GatewayAddresses())
+    assert [(t.name, t.models, t.fallback) for t in config.tiers] == [
+        ("premium", ("llama-70b",), ()),
+        ("standard", ("llama-70b", "llama-8b"), ()),
+    ]
+    routes = parse_gateway_annotations(policy_annotations(config)).routes
+    assert routes is not None
+    assert {name: route.tiers for name, route in routes.items()} == {
+        "llama-70b": ("premium", "standard"),
+        "llama-8b": ("standard",),
+    }
 
 
 def test_malformed_gateway_annotations_name_the_key() -> None:

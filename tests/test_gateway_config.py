@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplane.components import gateway_config as gc
@@ -243,6 +243,83 @@ def _raw(stack: str) -> dict[str, Any]:
 
 def _parse(raw: dict[str, Any]) -> PlatformSpec:
     return parse_platform(raw, "us-east-1")
+
+
+def _staging_with_a_second_eks_model() -> dict[str, Any]:
+    """Staging plus ``llama-8b-b``, a copy of ``llama-8b`` on the same EKS pool (a fallback that can serve it)."""
+    raw = _raw("staging")
+    raw["models"].append({**raw["models"][0], "name": "llama-8b-b"})
+    return raw
+
+
+CLUSTERS_OF_STAGING_MODELS = {"llama-8b": "eks", "llama-8b-b": "eks", "qwen-7b": "gke"}
+STAGING_SIZING = size_platform(_parse(_staging_with_a_second_eks_model()))
+
+
+def test_a_fallback_on_its_primarys_cluster_is_served_there_only(tmp_path: Path) -> None:
+    raw = _staging_with_a_second_eks_model()
+    raw["models"][1]["routing_tier"] = "tpu"
+    raw["gateway"]["tiers"] = [
+        {"name": "standard", "models": ["llama-8b"], "fallback": ["llama-8b-b"]},
+        {"name": "tpu", "models": ["qwen-7b"]},
+    ]
+    raw["gateway"]["tenants"][0]["tiers"] = ["standard", "tpu"]
+    spec = _parse(raw)
+    eks = gc.processor_config(spec, STAGING_SIZING, "eks", gc.GatewayAddresses())
+    gke = gc.processor_config(spec, STAGING_SIZING, "gke", gc.GatewayAddresses())
+    assert [(t.name, t.models, t.fallback) for t in eks.tiers] == [("standard", ("llama-8b",), ("llama-8b-b",))]
+    assert [(t.name, t.models, t.fallback) for t in gke.tiers] == [("tpu", ("qwen-7b",), ())]
+    assert gc.fallback_aliases(spec, "llama-8b-b") == ("llama-8b",)
+    assert gc.fallback_aliases(spec, "qwen-7b") == ()
+    rendered = gc.render_gateway(spec, STAGING_SIZING, "eks", _write_keys(tmp_path / "keys"))
+    bootstrap = yaml.safe_load(rendered.envoy_yaml)
+    [route] = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == "route-llama-8b"]
+    assert route["cluster_type"]["typed_config"]["clusters"] == ["model-llama-8b", "model-llama-8b-b"]
+
+
+def test_a_fallback_on_another_cluster_is_refused_naming_both_clusters() -> None:
+    raw = _staging_with_a_second_eks_model()
+    raw["gateway"]["tiers"] = [{"name": "standard", "models": ["llama-8b", "qwen-7b"], "fallback": ["llama-8b-b"]}]
+    with pytest.raises(SpecError) as error:
+        _parse(raw)
+    assert [(i.path, i.message) for i in error.value.issues] == [
+        (
+            "gateway.tiers[0].fallback",
+            "llama-8b-b runs on eks but primary qwen-7b on gke: a gateway falls back only to models on its own "
+            "cluster (nothing joins the EKS and GKE networks); list the model under models instead",
+        )
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.permutations(tuple(CLUSTERS_OF_STAGING_MODELS)).flatmap(
+        lambda order: st.tuples(st.integers(min_value=1, max_value=3), st.integers(min_value=0, max_value=2)).map(
+            lambda counts: (order[: counts[0]], order[counts[0] : counts[0] + counts[1]])
+        )
+    )
+)
+def test_a_tier_is_refused_or_served_with_every_fallback(tier: tuple[list[str], list[str]]) -> None:
+    """Over every tier staging's three models can make (each with ``routing_tier: standard``, so a model the tier
+    does not name joins it as a primary after the listed ones): the spec refuses a fallback off a primary's
+    cluster, and otherwise each cluster with a primary serves the tier with its own primaries and every fallback
+    (none dropped); a cluster without a primary does not serve the tier."""
+    listed, fallbacks = tuple(tier[0]), tuple(tier[1])
+    raw = _staging_with_a_second_eks_model()
+    raw["gateway"]["tiers"] = [{"name": "standard", "models": list(listed), "fallback": list(fallbacks)}]
+    joined = tuple(m["name"] for m in raw["models"] if m["name"] not in (*listed, *fallbacks))
+    primaries = (*listed, *joined)
+    split = any(CLUSTERS_OF_STAGING_MODELS[p] != CLUSTERS_OF_STAGING_MODELS[f] for p in primaries for f in fallbacks)
+    if split:
+        with pytest.raises(SpecError) as error:
+            _parse(raw)
+        assert [i.path for i in error.value.issues] == ["gateway.tiers[0].fallback"]
+        return
+    spec = _parse(raw)
+    for cluster in ("eks", "gke"):
+        here = tuple(p for p in primaries if CLUSTERS_OF_STAGING_MODELS[p] == cluster)
+        served = gc.processor_config(spec, STAGING_SIZING, cluster, gc.GatewayAddresses()).tiers
+        assert [(t.models, t.fallback) for t in served] == ([(here, fallbacks)] if here else [])
 
 
 def test_longer_context_reroute_within_the_tier() -> None:

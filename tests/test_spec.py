@@ -131,6 +131,11 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
      "2x4 is not a ct5lp-hightpu-4t topology (2x2, 4x4, 4x8, 8x8, 8x16, 16x16)"),
     ("tier-unknown-model", "prod", _set("gateway.tiers[1].models", ["llama-9b"]), "gateway.tiers[1].models[0]",
      "no model deployment named 'llama-9b'"),
+    ("tier-fallback-other-cluster", "staging",
+     _set("gateway.tiers[0]", {"name": "standard", "models": ["llama-8b"], "fallback": ["qwen-7b"]}),
+     "gateway.tiers[0].fallback",
+     "qwen-7b runs on gke but primary llama-8b on eks: a gateway falls back only to models on its own cluster "
+     "(nothing joins the EKS and GKE networks); list the model under models instead"),
     ("model-tier-missing", "prod", _set("models[1].routing_tier", "batch"), "models[1].routing_tier",
      "no gateway tier named 'batch'"),
     ("duplicate-pool", "prod", _set("pools[1].name", "h100"), "pools[1].name", "pool name 'h100' is used twice"),
