@@ -36,7 +36,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.cache_config import render_cache_config
-from inferplane.components.catalog import get_instance_type
 from inferplane.components.naming import model_health_path, model_service_host, model_service_port
 from inferplane.components.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.spec import (
