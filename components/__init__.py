@@ -51,13 +51,13 @@ if TYPE_CHECKING:
         QueueDepthAutoscaler,
         QueueDepthAutoscalerArgs,
     )
-    from inferplane.components.model_cache import (
-        ModelCache,
-        ModelCacheArgs,
-    )
     from inferplane.components.memorystore import (
         MemorystoreRedis,
         MemorystoreRedisArgs,
+    )
+    from inferplane.components.model_cache import (
+        ModelCache,
+        ModelCacheArgs,
     )
     from inferplane.components.model_server import HF_TOKEN_SECRET_KEY
     from inferplane.components.monitoring import (
