@@ -19,11 +19,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from prometheus_client import CollectorRegistry
 
-from inferplane.gateway.config import ModelConfig, ProcessorConfig, TenantConfig, TierConfig
+from inferplane.gateway.config import ProcessorConfig
 from inferplane.gateway.metrics import PROCESSOR_ERRORS_TOTAL, STAGE_LABEL
 from inferplane.gateway.processor import Processor
 from tests.gateway_support import free_port
 from tests.redis_server import redis_server
+from tests.test_gateway_processor import _config as base_config
 
 URL_ENV = "TEST_INFERPLANE_REDIS_URL"
 
@@ -98,33 +99,11 @@ async def tls_terminator(certificate: Path, key: Path, redis_port: int) -> Async
         server.close()
 
 
-def processor_config(ca_file: Path | None) -> ProcessorConfig:
-    model = ModelConfig(
-        name="m",
-        tier="standard",
-        upstream_url="http://127.0.0.1:1",
-        health_path="/health",
-        max_model_len=1024,
-        max_num_seqs=4,
-        replicas=1,
-        inflight_limit=4,
-        queue_max=2,
-        queue_timeout_seconds=1.0,
-        scale_to_zero=False,
-        cold_start_hold_seconds=60.0,
-    )
-    return ProcessorConfig(
-        grpc_port=1,
-        metrics_port=2,
-        tenant_header="x-inferplane-tenant",
-        auth_required=True,
-        redis_url_env=URL_ENV,
-        redis_ca_file=str(ca_file) if ca_file is not None else None,
-        redis_timeout_seconds=2.0,
-        redis_key_prefix=f"tls:{free_port()}:",
-        models=(model,),
-        tiers=(TierConfig(name="standard", models=("m",)),),
-        tenants=(TenantConfig(name="t", tiers=("standard",), requests_per_minute=1, tokens_per_minute=1000),),
+def processor_config(ca_file: Path) -> ProcessorConfig:
+    """The processor tests' config (one model, tenant ``t``) with a 1-per-minute budget, the URL in ``URL_ENV`` and
+    ``ca_file`` as the only trusted CA."""
+    return base_config(None, requests_per_minute=1, tokens_per_minute=1000).model_copy(
+        update={"redis_url_env": URL_ENV, "redis_ca_file": str(ca_file), "redis_timeout_seconds": 2.0}
     )
 
 

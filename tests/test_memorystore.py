@@ -23,7 +23,11 @@ from inferplane.components.memorystore import (
     pem_bundle,
     redis_url,
 )
+from inferplane.components.platform.budget_store import build_budget_store
+from inferplane.components.platform.gke_foundation import build_gke_foundation
+from inferplane.components.sizing import size_platform
 from inferplane.tool.mockengine import MOCK_GCP_PROJECT_NUMBER, SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
+from tests.serving_support import stack_spec
 from tests.stacks import evaluate_shipped_stack
 
 LABELS = {"team": "ml-platform", "environment": "staging"}
@@ -205,3 +209,34 @@ def test_staging_declares_the_store_in_the_gke_network_with_the_clusters_key_rin
 def test_stacks_without_gke_declare_no_store(stack: str) -> None:
     result = evaluate_shipped_stack(stack)
     assert not result.of_type("inferplane:index:MemorystoreRedis")
+
+
+@pytest.mark.parametrize(
+    ("environment", "cache_replicas", "tier"),
+    [("prod", 1, "STANDARD_HA"), ("staging", 1, "BASIC"), ("dev", 3, "STANDARD_HA")],
+)
+def test_the_platforms_store_follows_the_cache_size_and_is_always_ha_in_prod(
+    environment: str, cache_replicas: int, tier: str
+) -> None:
+    staging = stack_spec("staging")
+    spec = staging.model_copy(
+        update={
+            "environment": environment,
+            "cluster": staging.cluster.model_copy(update={"endpoint_access": "private"}),
+            # The cache off: the store holds budgets, so it exists (and prod's is HA) regardless.
+            "cache": staging.cache.model_copy(update={"enabled": False, "replicas": cache_replicas}),
+        }
+    )
+
+    def program() -> None:
+        gke = build_gke_foundation(spec, size_platform(spec), spec.tags)
+        assert build_budget_store(spec, gke, spec.tags) is not None
+
+    result = run(program)
+    instance = result.named(f"inferplane-{environment}-budgets-redis")
+    assert instance.inputs["tier"] == tier
+    assert instance.protect is (environment == "prod")
+
+
+def test_no_store_without_a_gke_cluster() -> None:
+    assert build_budget_store(stack_spec("dev"), None, {}) is None

@@ -2,8 +2,9 @@
 cluster's network, declared when the GKE cluster serves a model.
 
 Sized like the EKS cache (:mod:`components.platform.cache`) from ``cache.replicas``: two or more nodes there mean a
-multi-AZ replication group, here ``STANDARD_HA`` (a failover replica in another zone); prod is refused with one.
-The instance exists even when ``cache.enabled`` is off: it holds the budgets, never cached responses.
+multi-AZ replication group, here ``STANDARD_HA`` (a failover replica in another zone). Prod always gets
+``STANDARD_HA``, even with the cache off (``check_platform`` asks prod for two cache nodes only when it is on). The
+instance exists even when ``cache.enabled`` is off: it holds the budgets, never cached responses.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def build_budget_store(
             zone=spec.gcp.zone,
             network=gke.cluster.network.id,
             environment=spec.environment,
-            high_availability=spec.cache.replicas >= 2,
+            high_availability=spec.environment == "prod" or spec.cache.replicas >= 2,
             key_ring=gke.cluster.key_ring.id,
             labels=to_gcp_labels(tags),  # the GKE foundation already refused tags that are no labels
         ),
