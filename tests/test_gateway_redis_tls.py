@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import datetime
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -113,9 +113,9 @@ def redis_errors(registry: CollectorRegistry) -> float:
 
 
 @pytest.fixture(scope="module")
-def redis_port(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[int]:
+def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     with redis_server(tmp_path_factory.mktemp("redis-tls")) as running:
-        yield running.port  # type: ignore[misc]
+        yield running.port
 
 
 @pytest.mark.parametrize(
