@@ -4,7 +4,6 @@ on GKE; the URL and CA bundle the gateway gets."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import pulumi
@@ -26,9 +25,10 @@ from inferplane.components.memorystore import (
 from inferplane.components.platform.budget_store import build_budget_store
 from inferplane.components.platform.gke_foundation import build_gke_foundation
 from inferplane.components.sizing import size_platform
-from inferplane.tool.mockengine import MOCK_GCP_PROJECT_NUMBER, SECRET_PLACEHOLDER, Evaluation, PlatformMocks, evaluate
+from inferplane.tool.mockengine import MOCK_GCP_PROJECT_NUMBER, SECRET_PLACEHOLDER
 from tests.serving_support import stack_spec
 from tests.stacks import evaluate_shipped_stack
+from tests.test_gke import run
 
 LABELS = {"team": "ml-platform", "environment": "staging"}
 MOCK_CA = "-----BEGIN CERTIFICATE-----\nMIIC-mock-redis-ca\n-----END CERTIFICATE-----\n"
@@ -46,13 +46,6 @@ def store_args(**changes: Any) -> MemorystoreRedisArgs:
         labels=LABELS,
     )
     return dataclasses.replace(base, **changes)
-
-
-def run(program: Callable[[], object]) -> Evaluation:
-    def wrapped() -> None:
-        program()
-
-    return evaluate(wrapped, mocks=PlatformMocks(), stack="test")
 
 
 def test_children_and_inputs() -> None:
