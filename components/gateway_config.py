@@ -78,7 +78,7 @@ REDIS_URL_ENV = "INFERPLANE_REDIS_URL"
 """Environment variable of the processor holding the Redis/Valkey URL (the component sets it from the cache)."""
 REDIS_CA_DIR = "/etc/inferplane/redis-ca"
 REDIS_CA_FILE = "ca.pem"
-"""Where the GKE gateway's processor finds the certificate authorities of its Memorystore instance (a Secret)."""
+"""Where the GKE gateway's processor finds the certificate authorities of its Memorystore instance (a ConfigMap)."""
 REDIS_CA_PATHS: dict[Cluster, str | None] = {"eks": None, "gke": f"{REDIS_CA_DIR}/{REDIS_CA_FILE}"}
 """The processor's ``redis_ca_file`` per cluster. EKS: None, ElastiCache's server certificate chains to Amazon's
 public roots in the image's trust store and names the endpoint's DNS name. GKE: Memorystore for Redis signs with a
