@@ -51,6 +51,10 @@ if TYPE_CHECKING:
         QueueDepthAutoscaler,
         QueueDepthAutoscalerArgs,
     )
+    from inferplane.components.memorystore import (
+        MemorystoreRedis,
+        MemorystoreRedisArgs,
+    )
     from inferplane.components.model_cache import (
         ModelCache,
         ModelCacheArgs,
@@ -188,6 +192,8 @@ _EXPORTS: dict[str, str] = {
     "ModelCacheArgs": "model_cache",
     "RedisCache": "redis_cache",
     "RedisCacheArgs": "redis_cache",
+    "MemorystoreRedis": "memorystore",
+    "MemorystoreRedisArgs": "memorystore",
     "GkeCluster": "gke_cluster",
     "GkeClusterArgs": "gke_cluster",
     "TpuNodePool": "tpu_node_pool",
@@ -209,6 +215,7 @@ COMPONENT_TYPES: dict[str, str] = {
     "ServingDashboards": "inferplane:index:ServingDashboards",
     "ModelCache": "inferplane:index:ModelCache",
     "RedisCache": "inferplane:index:RedisCache",
+    "MemorystoreRedis": "inferplane:index:MemorystoreRedis",
     "GkeCluster": "inferplane:index:GkeCluster",
     "TpuNodePool": "inferplane:index:TpuNodePool",
     "ServingNetworkPolicy": "inferplane:index:ServingNetworkPolicy",
@@ -240,6 +247,8 @@ __all__ = [
     "Keda",
     "KedaArgs",
     "LimitsSpec",
+    "MemorystoreRedis",
+    "MemorystoreRedisArgs",
     "ModelCache",
     "ModelCacheArgs",
     "ModelDeploymentSpec",

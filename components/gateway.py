@@ -3,12 +3,14 @@
 What runs comes from :func:`components.gateway_config.render_gateway` (the Envoy bootstrap and the processor's
 config, exactly what ``envoy --mode validate`` checks in the tests); this component only puts it on the cluster:
 
-* a ServiceAccount (no token mounted; on EKS the model cache binds it, so the init container can fetch tokenizers);
+* a ServiceAccount (no token mounted; on EKS the model cache binds it, so the init container can fetch tokenizers;
+  on GKE the init container reads them from the Hugging Face Hub with the model servers' token Secret instead);
 * a ConfigMap with both files, and a Secret with the API-key file: one key per tenant, generated at deploy by
   ``pulumi_random.RandomPassword`` (kept encrypted in the state, handed out only as secret outputs) and written by
   :func:`components.gateway_config.render_api_key_file` inside ``Output.apply``. Envoy watches the Secret's mount
   (file-based ECDS), so a new key file takes effect without a restart;
-* a Secret with the Redis URL (it carries the cache's AUTH token) when a Redis is given;
+* a Secret with the Redis URL (it carries the store's AUTH token) when a Redis is given, and a ConfigMap with its
+  certificate authorities where the processor trusts only those (GKE's Memorystore);
 * the Deployment: Envoy and the processor side by side, on the cluster's system nodes, the config checksum as a
   pod-template annotation (a config change rolls the pods), every container non-root with a read-only root file
   system, no capabilities and the runtime's seccomp profile; spread over zones and nodes;
@@ -16,7 +18,7 @@ config, exactly what ``envoy --mode validate`` checks in the tests); this compon
   PodDisruptionBudget, a KEDA ScaledObject on the requests in flight through Envoy (never CPU), a PodMonitor for
   Envoy's and the processor's metrics, its alerts and dashboard, and a NetworkPolicy admitting callers only on the
   API port and Prometheus only on the metrics ports, and letting the pods reach only the model servers, DNS, Redis
-  and S3.
+  and HTTPS (S3 or the Hugging Face Hub, for the tokenizers).
 
 The pods carry ``app.kubernetes.io/component: gateway`` (:data:`components.annotations.GATEWAY`): the model
 servers' NetworkPolicies admit exactly those pods. The Deployment carries the gateway annotations of
@@ -25,6 +27,7 @@ servers' NetworkPolicies admit exactly those pods. The Deployment carries the ga
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -86,7 +89,7 @@ for the Python runtime, gRPC and one Hugging Face tokenizer per model (tens of M
 FETCH_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
     requests={"cpu": "250m", "memory": "256Mi"}, limits={"memory": "512Mi"}
 )
-"""The init container that copies the models' tokenizer files from the S3 model cache."""
+"""The init container that copies the models' tokenizer files from the S3 model cache or the Hugging Face Hub."""
 
 TARGET_INFLIGHT_PER_REPLICA = 200
 """KEDA's target of requests in flight through one gateway replica (Envoy's ``downstream_rq_active``). Most of a
@@ -150,6 +153,15 @@ class GatewayArgs:
     model_cache_uri: pulumi.Input[str] | None = None
     """``s3://bucket/prefix/`` of the model cache: an init container copies the models' tokenizer files from it
     (EKS; the ServiceAccount must be bound to the cache). None: the processor estimates prompt tokens."""
+    redis_port: int = REDIS_PORT
+    """The store's port, which the NetworkPolicy opens (Memorystore with TLS serves on 6378)."""
+    redis_ca_certificates: pulumi.Input[str] | None = None
+    """PEM bundle of the store's certificate authorities (Memorystore's ``server_ca_certs``), mounted where the
+    processor config's ``redis_ca_file`` points; required exactly when that is set and a Redis is given."""
+    hf_token_secret_name: pulumi.Input[str] | None = None
+    """The Secret holding the Hugging Face token (the model servers' on that cluster): an init container fetches
+    the models' ``tokenizer.json`` from the Hub with it (GKE, where no model cache exists). Exclusive with
+    ``model_cache_uri``."""
     max_replicas: int | None = None
     """The autoscaler's ceiling; by default :data:`SCALE_OUT_FACTOR` x ``replicas``."""
     scrape_interval_seconds: int = 15
@@ -207,9 +219,20 @@ def validate(name: str, args: GatewayArgs) -> InputErrors:
     if args.rendered.auth_required and not args.rendered.tenants:
         errors.append(("rendered.tenants", "authentication is required but no tenant would get a key"))
     try:
-        ProcessorConfig.model_validate_json(args.rendered.processor_json)
+        config = ProcessorConfig.model_validate_json(args.rendered.processor_json)
     except ValueError as exc:
         errors.append(("rendered.processor_json", f"not a valid ProcessorConfig: {exc}"))
+    else:
+        if args.redis_ca_certificates is not None and config.redis_ca_file is None:
+            errors.append(("redis_ca_certificates", "the processor config names no redis_ca_file to trust them"))
+        if args.redis_url is not None and config.redis_ca_file is not None and args.redis_ca_certificates is None:
+            errors.append(("redis_ca_certificates", f"the processor trusts only {config.redis_ca_file}: give the CA"))
+        if args.redis_ca_certificates is not None and args.redis_url is None:
+            errors.append(("redis_ca_certificates", "given without a redis_url"))
+    if args.model_cache_uri is not None and args.hf_token_secret_name is not None:
+        errors.append(("hf_token_secret_name", "tokenizers come from one place: the model cache or the Hub"))
+    if not 0 < args.redis_port < 65536:
+        errors.append(("redis_port", f"{args.redis_port} is not a TCP port"))
     return errors
 
 
@@ -307,11 +330,34 @@ class Gateway(pulumi.ComponentResource):
                 )
             )
 
+        processor_mounts = [
+            k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
+            k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=rendered.tokenizers_dir, read_only=True),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        ]
+        if args.redis_url is not None and args.redis_ca_certificates is not None:
+            assert config.redis_ca_file is not None  # validate() refuses certificates nobody reads
+            ca_dir, ca_file = posixpath.split(config.redis_ca_file)
+            ca_map = k8s.core.v1.ConfigMap(
+                f"{name}-redis-ca",
+                metadata=meta(f"{name}-redis-ca"),
+                data={ca_file: args.redis_ca_certificates},
+                opts=child,
+            )
+            volumes.append(
+                k8s.core.v1.VolumeArgs(
+                    name="redis-ca", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=ca_map.metadata.name)
+                )
+            )
+            processor_mounts.append(k8s.core.v1.VolumeMountArgs(name="redis-ca", mount_path=ca_dir, read_only=True))
+
+        files = tuple(sorted(set(rendered.tokenizer_files.values())))
         init_containers = []
         if args.model_cache_uri is not None:
-            init_containers.append(
-                _tokenizer_fetch(args.model_cache_uri, tuple(sorted(set(rendered.tokenizer_files.values()))))
-            )
+            init_containers.append(_tokenizer_fetch(args.model_cache_uri, files))
+        if args.hf_token_secret_name is not None:
+            volumes.append(ms.hf_token_volume(args.hf_token_secret_name))
+            init_containers.append(_hub_tokenizer_fetch(rendered.processor_image, rendered.tokenizers_dir, files))
         envoy = k8s.core.v1.ContainerArgs(
             name="envoy",
             image=rendered.envoy_image,
@@ -362,11 +408,7 @@ class Gateway(pulumi.ComponentResource):
             ),
             liveness_probe=_tcp_liveness("processor-metrics"),
             lifecycle=_pre_stop_sleep(),
-            volume_mounts=[
-                k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
-                k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=rendered.tokenizers_dir, read_only=True),
-                k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-            ],
+            volume_mounts=processor_mounts,
             security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
         )
         pod_labels = {**labels}
@@ -527,6 +569,26 @@ def _tokenizer_fetch(model_cache_uri: pulumi.Input[str], files: tuple[str, ...])
     )
 
 
+def _hub_tokenizer_fetch(image: str, tokenizers_dir: str, files: tuple[str, ...]) -> k8s.core.v1.ContainerArgs:
+    """The processor's own image running :mod:`inferplane.gateway.tokenizer_fetch`: the models' tokenizer files
+    from the Hugging Face Hub into the tokenizers volume, the token read from the mounted Secret."""
+    token_mount, token_env = ms.hf_token_file()
+    return k8s.core.v1.ContainerArgs(
+        name="fetch-tokenizers",
+        image=image,
+        command=["python", "-m", "inferplane.gateway.tokenizer_fetch"],
+        args=["--dest", tokenizers_dir, *files],
+        env=[k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp"), token_env],
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=tokenizers_dir),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+            token_mount,
+        ],
+        resources=FETCH_RESOURCES,
+        security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
+    )
+
+
 def _spread(selector: Mapping[str, str], *, zones: bool) -> list[k8s.core.v1.TopologySpreadConstraintArgs]:
     """Replicas on different nodes where possible; in prod also evenly over zones (a zone outage takes its share)."""
     constraints = [
@@ -596,8 +658,9 @@ def _network_policy(
     Prometheus on the metrics ports. Egress: the model servers' API ports (read from the processor config's
     upstream URLs), DNS to the cluster DNS pods only (:func:`components.network_policy.dns_egress_rule`, the rule
     the serving namespace's ``dns`` policy uses, so neither is looser than the other), Redis/Valkey when one is
-    configured (its address is only known after deploy; its security group admits the cluster's nodes only), and
-    HTTPS for the tokenizer fetch from S3 when a model cache is given.
+    configured (its address is only known after deploy; its security group admits the cluster's nodes only;
+    Memorystore is reachable only from its peered network), and HTTPS for the tokenizer fetch from S3 or the Hugging
+    Face Hub when either is given.
     """
     tcp = "TCP"
 
@@ -617,8 +680,8 @@ def _network_policy(
         dns_egress_rule(),
     ]
     if args.redis_url is not None:
-        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(REDIS_PORT)))
-    if args.model_cache_uri is not None:
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(args.redis_port)))
+    if args.model_cache_uri is not None or args.hf_token_secret_name is not None:
         egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(443)))
     return k8s.networking.v1.NetworkPolicy(
         f"{name}-netpol",

@@ -91,6 +91,16 @@ TOKENIZERS_DIR = "/var/lib/inferplane/tokenizers"
 
 REDIS_URL_ENV = "INFERPLANE_REDIS_URL"
 """Environment variable of the processor holding the Redis/Valkey URL (the component sets it from the cache)."""
+REDIS_CA_DIR = "/etc/inferplane/redis-ca"
+REDIS_CA_FILE = "ca.pem"
+"""Where the GKE gateway's processor finds the certificate authorities of its Memorystore instance (a ConfigMap)."""
+REDIS_CA_PATHS: dict[Cluster, str | None] = {"eks": None, "gke": f"{REDIS_CA_DIR}/{REDIS_CA_FILE}"}
+"""The processor's ``redis_ca_file`` per cluster. EKS: None, ElastiCache's server certificate chains to Amazon's
+public roots in the image's trust store and names the endpoint's DNS name. GKE: Memorystore for Redis signs with a
+CA of its own per instance (:class:`~inferplane.components.memorystore.MemorystoreRedis`)."""
+RESPONSE_CACHE_CLUSTERS: tuple[Cluster, ...] = ("eks",)
+"""Clusters whose Redis-protocol store serves the response cache: it needs ``FT.CREATE``/``FT.SEARCH`` vector search
+(ElastiCache for Valkey 8.2). The GKE gateway's Memorystore for Redis holds budgets only (README, "The gateway")."""
 TENANT_HEADER = "x-inferplane-tenant"
 """Request header with the authenticated tenant, set by Envoy's api_key_auth (the client cannot forge it)."""
 UPSTREAM_HEADER = "x-inferplane-upstream"
@@ -305,7 +315,9 @@ def processor_config(
     if not auth:
         anonymous = _tenant(TenantSpec(name=ANONYMOUS_TENANT, tiers=tuple(sorted(tier_names))), spec, tuple(tier_names))
     return ProcessorConfig(
-        cache=render_cache_config(spec, sizing, (d.name for d, _ in placed)),
+        cache=render_cache_config(spec, sizing, (d.name for d, _ in placed))
+        if cluster in RESPONSE_CACHE_CLUSTERS
+        else None,
         grpc_port=addresses.processor_port,
         metrics_port=addresses.processor_metrics_port,
         listen_host="127.0.0.1",
@@ -313,6 +325,7 @@ def processor_config(
         auth_required=auth,
         anonymous_tenant=anonymous,
         redis_url_env=REDIS_URL_ENV,
+        redis_ca_file=REDIS_CA_PATHS[cluster],
         models=tuple(models),
         tiers=tiers,
         tenants=tuple(tenants),

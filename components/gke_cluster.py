@@ -209,6 +209,9 @@ class GkeCluster(pulumi.ComponentResource):
     """Kubeconfig (exec plugin, no credentials in it)."""
     node_service_account_email: pulumi.Output[str]
     """The service account node pools run as."""
+    key_ring: gcp.kms.KeyRing
+    """The cluster's Cloud KMS key ring (in ``region``): other regional services' CMEK keys go beside the secrets
+    key."""
 
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         # Refuse before registering anything: bad input leaves nothing half-declared.
@@ -265,7 +268,9 @@ class GkeCluster(pulumi.ComponentResource):
 
         # Cloud KMS never deletes key rings; a destroyed stack leaves an empty ring behind (no cost) and its key
         # versions are destroyed after the scheduled-destruction period.
-        key_ring = gcp.kms.KeyRing(f"{name}-keyring", project=args.project, location=args.region, opts=child)
+        key_ring = self.key_ring = gcp.kms.KeyRing(
+            f"{name}-keyring", project=args.project, location=args.region, opts=child
+        )
         self.secrets_key = gcp.kms.CryptoKey(
             f"{name}-secrets",
             key_ring=key_ring.id,

@@ -94,6 +94,11 @@ class ProcessorConfig(_Config):
         default=None, description="Budgets applied when authentication is off (``auth: none``)."
     )
     redis_url_env: str = Field(description="Environment variable holding the Redis/Valkey URL (may carry secrets).")
+    redis_ca_file: str | None = Field(
+        default=None,
+        description="PEM file of the certificate authorities the Redis server's TLS certificate must chain to, trusted "
+        "instead of the system's (Memorystore's per-instance CA); None: the system's trust store and hostname check.",
+    )
     redis_key_prefix: str = Field(default="inferplane:gw:", description="Prefix of every key the processor writes.")
     redis_timeout_seconds: float = Field(default=0.05, gt=0, description="Per-command Redis timeout.")
     chat_message_overhead_tokens: int = Field(

@@ -229,10 +229,17 @@ class Processor:
         url = os.environ.get(config.redis_url_env)
         redis = None
         if url:
+            tls: dict[str, Any] = {}
+            if config.redis_ca_file is not None and url.startswith("rediss://"):
+                # Trust only the server's own CA (Memorystore: one per instance, so a chain to it is this server).
+                # No hostname check: the client connects by IP, and Memorystore's certificate names that IP in its
+                # subject CN (envoyproxy/ratelimit#409), which Python's matcher ignores (it reads subjectAltName).
+                tls = {"ssl_ca_certs": config.redis_ca_file, "ssl_check_hostname": False}
             redis = Redis.from_url(
                 url,
                 socket_timeout=config.redis_timeout_seconds,
                 socket_connect_timeout=config.redis_timeout_seconds,
+                **tls,
             )
         else:
             log.error("%s is not set: shared request and token budgets are off", config.redis_url_env)

@@ -26,6 +26,7 @@ from inferplane.components.annotations import (
     GatewayRoute,
     parse_gateway_annotations,
 )
+from inferplane.components.gateway_config import REDIS_URL_ENV
 from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
@@ -42,7 +43,7 @@ from inferplane.policies.base import (
 )
 from inferplane.policies.resource_types import T
 from inferplane.policies.serving import is_model_server, serving_settings
-from inferplane.policies.workloads import object_annotations, object_labels, workload_name
+from inferplane.policies.workloads import containers, object_annotations, object_labels, workload_name
 
 _TYPES = {T.DEPLOYMENT}
 
@@ -111,8 +112,10 @@ def require_authentication(resource: Resource, config: Config, report: Report) -
 @resource_policy(
     name="gateway-deployment-require-rate-limits",
     description=(
-        "Every tenant has a requests-per-minute limit and a tokens-per-minute budget: without them one client's "
-        "loop fills every GPU's batch and the others get timeouts instead of a 429 they can back off from."
+        "Every tenant has a requests-per-minute limit and a tokens-per-minute budget, held in a Redis/Valkey all "
+        "gateway replicas share: without them one client's loop fills every GPU's batch and the others get timeouts "
+        "instead of a 429 they can back off from, and a budget each replica keeps alone lets a client spend it once "
+        "per replica."
     ),
     severity=Severity.HIGH,
     enforcement=EnforcementLevel.MANDATORY,
@@ -124,10 +127,17 @@ def require_authentication(resource: Resource, config: Config, report: Report) -
             "description": "Whether request and token limits are required.",
         }
     },
-    remediation="Give every gateway tenant requests_per_minute and tokens_per_minute.",
+    remediation=(
+        "Give every gateway tenant requests_per_minute and tokens_per_minute, and its cluster a Redis-protocol store "
+        "(EKS: cache.enabled; GKE: the Memorystore the platform declares) whose URL reaches the processor."
+    ),
 )
 def require_rate_limits(resource: Resource, config: Config, report: Report) -> None:
-    """Anchors: OWASP API Security Top 10 (API4 unrestricted resource consumption); Envoy local_ratelimit."""
+    """Anchors: OWASP API Security Top 10 (API4 unrestricted resource consumption); Envoy local_ratelimit.
+
+    Shared budgets: the processor container (the one whose environment could carry it) gets
+    :data:`~inferplane.components.gateway_config.REDIS_URL_ENV`; without it the processor fails open on budgets.
+    """
     if not is_gateway(resource) or not config["required"]:
         return
     annotations = _annotations(resource)
@@ -139,6 +149,26 @@ def require_rate_limits(resource: Resource, config: Config, report: Report) -> N
             continue
         if value is None:
             report(f"{workload_name(resource)} does not limit {what} per minute ({key} is absent)")
+    shared = _shares_budgets(resource)
+    if shared is False:
+        report(
+            f"{workload_name(resource)} keeps its token budgets per replica: no container of it gets "
+            f"{REDIS_URL_ENV} (the shared Redis/Valkey)"
+        )
+
+
+def _shares_budgets(resource: Resource) -> bool | None:
+    """Whether a container gets the Redis URL variable; None while the containers or an env list are unknown."""
+    if resource.get("spec", "template", "spec", "containers") is UNKNOWN:
+        return None
+    for _, container in containers(resource, init=False):
+        env = container.get("env")
+        if env is UNKNOWN:
+            return None
+        for variable in env if isinstance(env, list) else []:
+            if isinstance(variable, dict) and variable.get("name") == REDIS_URL_ENV:
+                return True
+    return False
 
 
 def _served_name(server: Resource) -> str | None:

@@ -24,6 +24,7 @@ from inferplane.components.annotations import (
     gateway_annotations,
     serving_annotations,
 )
+from inferplane.components.gateway_config import REDIS_URL_ENV
 from inferplane.components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
 from inferplane.components.sizing import DeploymentSizing, size_platform
 from inferplane.policies.resource_types import T
@@ -348,7 +349,11 @@ def happy_plan() -> list[Registration]:
                                         {
                                             "name": "CACHE_AUTH_TOKEN",
                                             "valueFrom": {"secretKeyRef": {"name": "cache", "key": "token"}},
-                                        }
+                                        },
+                                        {
+                                            "name": REDIS_URL_ENV,
+                                            "valueFrom": {"secretKeyRef": {"name": "gateway-redis", "key": "url"}},
+                                        },
                                     ],
                                     "resources": {
                                         "requests": {"cpu": "500m", "memory": "512Mi"},

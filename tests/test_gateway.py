@@ -40,6 +40,11 @@ from inferplane.components.gateway_config import (
     API_KEYS_FILE,
     ENVOY_CONFIG_FILE,
     PROCESSOR_CONFIG_FILE,
+    PROCESSOR_IMAGE,
+    REDIS_CA_DIR,
+    REDIS_CA_FILE,
+    REDIS_URL_ENV,
+    TOKENIZERS_DIR,
     GatewayAddresses,
     RenderedGateway,
     processor_config,
@@ -47,6 +52,9 @@ from inferplane.components.gateway_config import (
     render_gateway,
 )
 from inferplane.components.gateway_observability import GatewaySeries, render_rules
+from inferplane.components.memorystore import TLS_PORT
+from inferplane.components.model_server import HF_TOKEN_DIR
+from inferplane.components.platform.serving import HF_TOKEN_SECRET
 from inferplane.components.sizing import size_platform
 from inferplane.components.spec import RoutingTierSpec
 from inferplane.gateway.config import ProcessorConfig, TenantConfig
@@ -394,6 +402,68 @@ def test_bad_arguments_are_refused_together_naming_fields() -> None:
         _evaluate(_args(broken))
 
 
+@pytest.mark.parametrize(
+    ("cluster", "overrides", "field", "reason"),
+    [
+        ("eks", {"redis_ca_certificates": "PEM"}, "redis_ca_certificates", "names no redis_ca_file to trust them"),
+        ("gke", {"model_cache_uri": None}, "redis_ca_certificates", "trusts only /etc/inferplane/redis-ca/ca.pem"),
+        (
+            "gke",
+            {"redis_url": None, "redis_ca_certificates": "PEM", "model_cache_uri": None},
+            "redis_ca_certificates",
+            "given without a redis_url",
+        ),
+        ("eks", {"hf_token_secret_name": "hf-token"}, "hf_token_secret_name", "the model cache or the Hub"),
+        ("eks", {"redis_port": 0}, "redis_port", "0 is not a TCP port"),
+    ],
+)
+def test_redis_tls_and_tokenizer_sources_are_refused_when_they_disagree(
+    cluster: str, overrides: dict[str, Any], field: str, reason: str
+) -> None:
+    spec = stack_spec("staging")
+    rendered = render_gateway(spec, size_platform(spec), cluster)  # type: ignore[arg-type]
+    with pytest.raises(pulumi.InputPropertiesError) as raised:
+        _evaluate(_args(rendered, environment="staging", **overrides))
+    [error] = raised.value.errors or []
+    assert error["property_path"] == field
+    assert reason in error["reason"]
+
+
+def test_a_gke_gateway_with_its_store_mounts_the_ca_and_fetches_tokenizers_from_the_hub() -> None:
+    spec = stack_spec("staging")
+    rendered = render_gateway(spec, size_platform(spec), "gke")
+    args = _args(
+        rendered,
+        environment="staging",
+        cloud="gcp",
+        redis_url="rediss://:auth@10.24.0.3:6378",
+        redis_port=6378,
+        redis_ca_certificates="-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n",
+        model_cache_uri=None,
+        hf_token_secret_name="hf-token",
+    )
+    evaluation = _evaluate(args, name="gateway-gke")
+    component = evaluation.named("gateway-gke")
+    assert sorted(
+        r.name for r in evaluation.children_of(component.urn) if r.type == "kubernetes:core/v1:ConfigMap"
+    ) == [
+        "gateway-gke-config",
+        "gateway-gke-dashboard",
+        "gateway-gke-redis-ca",
+    ]
+    assert evaluation.named("gateway-gke-redis-ca").inputs["data"] == {
+        REDIS_CA_FILE: "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n"
+    }
+    deployment = evaluation.named("gateway-gke-deployment")
+    assert [c["name"] for c in _pod(deployment)["initContainers"]] == ["fetch-tokenizers"]
+    assert _container(deployment, "fetch-tokenizers")["image"] == rendered.processor_image
+    egress = evaluation.named("gateway-gke-netpol").inputs["spec"]["egress"]
+    assert [rule["ports"] for rule in egress[2:]] == [
+        [{"protocol": "TCP", "port": 6378}],
+        [{"protocol": "TCP", "port": 443}],
+    ]
+
+
 # --- the whole program -----------------------------------------------------------------------------------------
 
 
@@ -416,7 +486,9 @@ def test_every_stack_runs_one_gateway_per_serving_cluster(stacks: dict[str, Eval
         assert "static_resources" in config_map.inputs["data"]["envoy.yaml"]
 
 
-def test_the_gke_gateway_runs_on_the_system_pool_without_redis_or_the_s3_cache(stacks: dict[str, Evaluation]) -> None:
+def test_the_gke_gateway_runs_on_the_system_pool_with_memorystore_budgets_and_hub_tokenizers(
+    stacks: dict[str, Evaluation],
+) -> None:
     evaluation = stacks["staging"]
     eks, gke = evaluation.named("gateway-deployment"), evaluation.named("gateway-gke-deployment")
     assert _pod(eks)["nodeSelector"] == {"inferplane.io/role": "system"}
@@ -424,8 +496,61 @@ def test_the_gke_gateway_runs_on_the_system_pool_without_redis_or_the_s3_cache(s
     assert label == "cloud.google.com/gke-nodepool"
     assert pool == evaluation.named("inferplane-staging-system").outputs["name"]
     assert [c["name"] for c in _pod(eks)["initContainers"]] == ["fetch-tokenizers"]
-    assert "initContainers" not in _pod(gke)
-    assert "env" in _container(eks, "processor") and "env" not in _container(gke, "processor")
+    assert _container(eks, "fetch-tokenizers")["image"].startswith("amazon/aws-cli:")
+
+    # Tokenizers: the processor's own image fetches them from the Hub, the token a read-only file of the Secret
+    # the TPU servers read their weights with.
+    assert _pod(gke)["initContainers"] == [
+        {
+            "name": "fetch-tokenizers",
+            "image": PROCESSOR_IMAGE,
+            "command": ["python", "-m", "inferplane.gateway.tokenizer_fetch"],
+            "args": ["--dest", TOKENIZERS_DIR, "Qwen/Qwen2.5-7B-Instruct/tokenizer.json"],
+            "env": [
+                {"name": "HOME", "value": "/tmp"},
+                {"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/token"},
+            ],
+            "volumeMounts": [
+                {"name": "tokenizers", "mountPath": TOKENIZERS_DIR},
+                {"name": "tmp", "mountPath": "/tmp"},
+                {"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True},
+            ],
+            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+            "securityContext": _container(gke, "processor")["securityContext"],
+        }
+    ]
+    volumes = {v["name"]: v for v in _pod(gke)["volumes"]}
+    assert volumes["hf-token"] == {
+        "name": "hf-token",
+        "secret": {"secretName": HF_TOKEN_SECRET, "items": [{"key": "token", "path": "token"}], "defaultMode": 0o440},
+    }
+
+    # Budgets: the Memorystore URL as a Secret the processor's environment names, its CA as a ConfigMap mounted
+    # where the processor config says it trusts only that.
+    redis_secret = evaluation.named("gateway-gke-redis")
+    assert redis_secret.parent == evaluation.named("gateway-gke").urn
+    assert redis_secret.inputs["stringData"] == SECRET_PLACEHOLDER
+    assert _container(gke, "processor")["env"] == [
+        {"name": REDIS_URL_ENV, "valueFrom": {"secretKeyRef": {"name": "gateway-gke-redis", "key": "url"}}}
+    ]
+    ca = evaluation.named("gateway-gke-redis-ca")
+    instance = evaluation.named("inferplane-staging-budgets-redis")
+    assert ca.inputs["data"] == {REDIS_CA_FILE: instance.outputs["serverCaCerts"][0]["cert"]}
+    assert volumes["redis-ca"] == {"name": "redis-ca", "configMap": {"name": "gateway-gke-redis-ca"}}
+    assert {"name": "redis-ca", "mountPath": REDIS_CA_DIR, "readOnly": True} in _container(gke, "processor")[
+        "volumeMounts"
+    ]
+    config = ProcessorConfig.model_validate_json(
+        evaluation.named("gateway-gke-config").inputs["data"][PROCESSOR_CONFIG_FILE]
+    )
+    assert config.redis_ca_file == f"{REDIS_CA_DIR}/{REDIS_CA_FILE}"
+    assert config.cache is None  # budgets only: the response cache stays on EKS
+    egress = evaluation.named("gateway-gke-netpol").inputs["spec"]["egress"]
+    assert {"ports": [{"protocol": "TCP", "port": TLS_PORT}]} in egress
+    assert {"ports": [{"protocol": "TCP", "port": 443}]} in egress
+    # The gateway waits for its store.
+    assert instance.urn in evaluation.named("gateway-gke").dependencies
+
     # The EKS gateway's ServiceAccount is the one the model cache binds.
     bound = {
         r.inputs["serviceAccount"] for r in evaluation.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")

@@ -45,6 +45,10 @@ def test_staging_builds_the_gke_cluster_and_its_tpu_pool() -> None:
             "gcp:container/cluster:Cluster",
             "gcp:container/nodePool:NodePool",
             "gcp:container/nodePool:NodePool",
+            # The GKE gateway's budget store (components.memorystore) and its CMEK key.
+            "gcp:kms/cryptoKey:CryptoKey",
+            "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember",
+            "gcp:redis/instance:Instance",
         ]
     )
     provider = result.named("gcp")

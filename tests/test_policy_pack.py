@@ -920,6 +920,19 @@ CASES = [
         (GWRATE, f"gateway does not limit requests per minute ({GATEWAY_REQUESTS_PER_MINUTE} is absent)"),
     ),
     _case(
+        "gateway-budgets-per-replica",
+        "gateway",
+        container(
+            "env",
+            value=[{"name": "CACHE_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "cache", "key": "token"}}}],
+        ),
+        (
+            GWRATE,
+            "gateway keeps its token budgets per replica: no container of it gets INFERPLANE_REDIS_URL "
+            "(the shared Redis/Valkey)",
+        ),
+    ),
+    _case(
         "gateway-model-unrouted",
         "gateway",
         _annotation(GATEWAY_ROUTES, "{}"),
@@ -1310,3 +1323,21 @@ def test_policy_runner_answers_with_the_previews_report() -> None:
         ("kms-key-enable-rotation", "mandatory", plan[0].urn)
     ]
     assert sorted(p.name for p in report.policies) == sorted(p.meta.name for p in POLICIES)
+
+
+def test_both_of_stagings_gateways_share_their_budgets_under_prods_rule(pack: PolicyPackProcess) -> None:
+    """Staging runs an EKS and a GKE gateway (2 replicas each): under prod's rate-limit rule both pass, and the GKE
+    one fails as it was before it had a store (no Redis URL reaches its processor)."""
+    from inferplane.tool.analyzer import plan_stack
+
+    plan = list(plan_stack("staging").registrations)
+    assert [v for v in evaluate(pack, plan).violations if v.policy == GWRATE] == []
+
+    def without_redis(inputs: dict[str, Any]) -> None:
+        for each in inputs["spec"]["template"]["spec"]["containers"]:
+            each.pop("env", None)
+
+    report = evaluate(pack, changed(plan, "gateway-gke-deployment", without_redis))
+    assert [(v.policy, v.urn.rsplit("::", 1)[-1]) for v in report.violations if v.policy == GWRATE] == [
+        (GWRATE, "gateway-gke-deployment")
+    ]

@@ -21,6 +21,7 @@ PINNED_TYPE_TOKENS = (
     "inferplane:index:GkeCluster",
     "inferplane:index:GpuNodeGroup",
     "inferplane:index:Keda",
+    "inferplane:index:MemorystoreRedis",
     "inferplane:index:ModelCache",
     "inferplane:index:MonitoringStack",
     "inferplane:index:Network",

@@ -339,6 +339,8 @@ def test_the_policy_pack_passes_the_model_servers_with_their_autoscalers(stack: 
                     prometheus_url=observability.primary.monitoring.prometheus_url,
                     system_nodes=eks_system_nodes(),
                     after=tuple(servers.values()),
+                    # prod's budgets are shared by the replicas (gateway-deployment-require-rate-limits)
+                    redis_url=pulumi.Output.secret("rediss://:token@cache.example:6379"),
                 )
             },
         )

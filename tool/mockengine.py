@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -307,6 +308,22 @@ class PlatformMocks(pulumi_mocks.Mocks):
             outputs |= {"email": email, "member": f"serviceAccount:{email}", "uniqueId": "104" + "0" * 18}
         elif type_token == "gcp:container/nodePool:NodePool":
             outputs |= {"instanceGroupUrls": [], "version": "1.33.5-gke.1201000"}
+        elif type_token == "gcp:redis/instance:Instance":
+            # The first address of the reserved range; TLS moves Memorystore to 6378; AUTH strings are UUIDs.
+            tls = inputs.get("transitEncryptionMode") == "SERVER_AUTHENTICATION"
+            seed = hashlib.sha256(name.encode()).hexdigest()
+            outputs |= {
+                "host": str(ipaddress.IPv4Network(str(inputs.get("reservedIpRange") or "10.0.0.0/29"))[3]),
+                "port": 6378 if tls else 6379,
+                "authString": f"{seed[:8]}-{seed[8:12]}-{seed[12:16]}-{seed[16:20]}-{seed[20:32]}"
+                if inputs.get("authEnabled")
+                else "",
+                "serverCaCerts": [
+                    {"cert": "-----BEGIN CERTIFICATE-----\nMIIC-mock-redis-ca\n-----END CERTIFICATE-----\n"}
+                ]
+                if tls
+                else [],
+            }
         return outputs
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:

@@ -18,8 +18,10 @@ import pulumi
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.gateway import Gateway
 from inferplane.components.gateway_observability import wake_query
+from inferplane.components.memorystore import TLS_PORT, MemorystoreRedis
 from inferplane.components.model_cache import ModelCache
 from inferplane.components.platform.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
+from inferplane.components.platform.budget_store import build_budget_store
 from inferplane.components.platform.cache import build_cache
 from inferplane.components.platform.gateway import (
     ClusterInputs,
@@ -31,8 +33,8 @@ from inferplane.components.platform.gateway import (
 from inferplane.components.platform.gke_foundation import GkeFoundation, build_gke_foundation
 from inferplane.components.platform.model_cache import build_model_cache
 from inferplane.components.platform.observability import Observability, ServingTarget, build_observability
-from inferplane.components.platform.serving import ModelServer, build_model_servers
-from inferplane.components.redis_cache import RedisCache
+from inferplane.components.platform.serving import HF_TOKEN_SECRET, ModelServer, build_model_servers
+from inferplane.components.redis_cache import REDIS_PORT, RedisCache
 from inferplane.components.sizing import PlatformSizing, size_platform
 from inferplane.components.spec import PlatformSpec
 
@@ -47,6 +49,8 @@ class ComposedPlatform:
     gke: GkeFoundation | None
     response_cache: RedisCache | None
     model_cache: ModelCache | None
+    budget_store: MemorystoreRedis | None
+    """The GKE gateway's Memorystore for Redis (shared budgets), when GKE serves a model."""
     servers: Mapping[str, ModelServer]
     """Model servers by deployment name."""
     observability: Observability
@@ -105,6 +109,8 @@ def compose_platform(
         parent=parent,
     )
 
+    budget_store = build_budget_store(spec, gke_foundation, tags, parent=parent)
+
     clusters = _cluster_of_pools(spec)
     providers = _kubernetes_providers(aws_foundation, gke_foundation)
     servers = build_model_servers(
@@ -131,6 +137,10 @@ def compose_platform(
         },
         parent=parent,
     )
+
+    def served_on(cluster: str) -> list[ModelServer]:
+        return [servers[m.name] for m in spec.models if clusters[m.pool] == cluster]
+
     gateways = build_gateways(
         spec,
         plan,
@@ -138,18 +148,20 @@ def compose_platform(
             cluster: ClusterInputs(
                 provider=providers[cluster],
                 prometheus_url=stack.monitoring.prometheus_url,
-                system_nodes=eks_system_nodes()
-                if cluster == "eks"
-                else gke_system_nodes(gke_foundation.cluster.system_pool.name if gke_foundation else ""),
-                after=(
-                    stack.keda,
-                    stack.monitoring,
-                    *(servers[m.name] for m in spec.models if clusters[m.pool] == cluster),
-                ),
+                system_nodes=eks_system_nodes(),
+                after=(stack.keda, stack.monitoring, *served_on(cluster)),
                 redis_url=redis_url(response_cache.primary_endpoint, response_cache.auth_token)
-                if cluster == "eks" and response_cache is not None
+                if response_cache is not None
                 else None,
-                model_cache_uri=model_cache.uri if cluster == "eks" and model_cache is not None else None,
+                model_cache_uri=model_cache.uri if model_cache is not None else None,
+            )
+            if cluster == "eks"
+            else _gke_gateway_inputs(
+                providers[cluster],
+                stack.monitoring.prometheus_url,
+                gke_system_nodes(gke_foundation.cluster.system_pool.name if gke_foundation else ""),
+                (stack.keda, stack.monitoring, *served_on(cluster)),
+                budget_store,
             )
             for cluster, stack in observability.clusters.items()
         },
@@ -162,9 +174,31 @@ def compose_platform(
         gke=gke_foundation,
         response_cache=response_cache,
         model_cache=model_cache,
+        budget_store=budget_store,
         servers=servers,
         observability=observability,
         gateways=gateways,
+    )
+
+
+def _gke_gateway_inputs(
+    provider: pulumi.ProviderResource,
+    prometheus_url: pulumi.Input[str],
+    system_nodes: Mapping[str, pulumi.Input[str]],
+    after: tuple[pulumi.Resource, ...],
+    store: MemorystoreRedis | None,
+) -> ClusterInputs:
+    """The GKE gateway's inputs: its Memorystore (URL, TLS port, CA) and the Hub token Secret of the serving
+    namespace (the TPU servers read their weights from the Hub with it, and the gateway its tokenizers)."""
+    return ClusterInputs(
+        provider=provider,
+        prometheus_url=prometheus_url,
+        system_nodes=system_nodes,
+        after=(*after, *([store] if store is not None else [])),
+        redis_url=store.url if store is not None else None,
+        redis_port=TLS_PORT if store is not None else REDIS_PORT,
+        redis_ca_certificates=store.ca_certificates if store is not None else None,
+        hf_token_secret_name=HF_TOKEN_SECRET,
     )
 
 

@@ -5,8 +5,10 @@ Each is rendered from the spec and the sizing plan for its cluster
 the models whose pools are on that cluster), runs in the serving namespace on the cluster's system nodes, and is
 declared after the model servers and the cluster's monitoring (its ScaledObject, PodMonitor and PrometheusRule need
 their CRDs). On EKS it reaches the platform's Redis/Valkey (the response cache's replication group, over TLS with
-its AUTH token) and reads the models' tokenizers from the S3 model cache; the GKE cluster reaches neither, so its
-processor runs without shared budgets and estimates prompt tokens (see README, "The gateway").
+its AUTH token) and reads the models' tokenizers from the S3 model cache. On GKE it reaches the cluster's
+Memorystore for Redis (:mod:`~inferplane.components.platform.budget_store`: budgets only, over TLS with AUTH, trusting
+the instance's own CA) and fetches the tokenizers from the Hugging Face Hub, where the TPU servers read their weights
+(see README, "The gateway").
 """
 
 from __future__ import annotations
@@ -57,7 +59,12 @@ class ClusterInputs:
     after: tuple[pulumi.Resource, ...] = ()
     """What must exist first: the model servers, KEDA and the monitoring stack of the cluster."""
     redis_url: pulumi.Input[str] | None = None
+    redis_port: int = REDIS_PORT
+    redis_ca_certificates: pulumi.Input[str] | None = None
+    """The store's own certificate authorities, where the processor trusts only those (GKE's Memorystore)."""
     model_cache_uri: pulumi.Input[str] | None = None
+    hf_token_secret_name: pulumi.Input[str] | None = None
+    """The Hugging Face token Secret the tokenizers are fetched with, where no model cache exists (GKE)."""
 
 
 def eks_system_nodes() -> dict[str, pulumi.Input[str]]:
@@ -114,7 +121,10 @@ def build_gateways(
                 prometheus_url=inputs.prometheus_url,
                 node_selector=inputs.system_nodes,
                 redis_url=inputs.redis_url,
+                redis_port=inputs.redis_port,
+                redis_ca_certificates=inputs.redis_ca_certificates,
                 model_cache_uri=inputs.model_cache_uri,
+                hf_token_secret_name=inputs.hf_token_secret_name,
                 scrape_interval_seconds=spec.observability.scrape_interval_seconds,
                 dashboard=spec.observability.grafana,
                 model_costs=costs,

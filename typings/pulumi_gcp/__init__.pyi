@@ -10,6 +10,7 @@ from pulumi_gcp import container as container
 from pulumi_gcp import kms as kms
 from pulumi_gcp import organizations as organizations
 from pulumi_gcp import projects as projects
+from pulumi_gcp import redis as redis
 from pulumi_gcp import serviceaccount as serviceaccount
 from pulumi_gcp.provider import Provider as Provider
 from pulumi_gcp.provider import ProviderArgs as ProviderArgs
