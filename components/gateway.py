@@ -80,11 +80,19 @@ ENVOY_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
 the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by default) for
 about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline."""
 
-PROCESSOR_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
-    requests={"cpu": "1", "memory": "768Mi"}, limits={"memory": "768Mi"}
-)
-"""The processor: one asyncio process (one CPU; ~0.43 ms CPU per request measured, so ~2,300 requests/s); memory
-for the Python runtime, gRPC and one Hugging Face tokenizer per model (tens of MiB each)."""
+PROCESSOR_MEMORY_MIB_PER_WORKER = 768
+"""One processor worker's memory: the Python runtime, gRPC and one Hugging Face tokenizer per model (tens of MiB
+each)."""
+
+
+def processor_resources(workers: int) -> k8s.core.v1.ResourceRequirementsArgs:
+    """The processor container: a CPU per worker (one asyncio loop each, ~0.5 ms of CPU a request measured, so
+    ~1,900 requests/s a worker; CPU not capped) and each worker's memory."""
+    memory = f"{PROCESSOR_MEMORY_MIB_PER_WORKER * workers}Mi"
+    return k8s.core.v1.ResourceRequirementsArgs(
+        requests={"cpu": str(workers), "memory": memory}, limits={"memory": memory}
+    )
+
 
 FETCH_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
     requests={"cpu": "250m", "memory": "256Mi"}, limits={"memory": "512Mi"}
@@ -396,7 +404,7 @@ class Gateway(pulumi.ComponentResource):
                     name="processor-metrics", container_port=rendered.processor_metrics_port, protocol="TCP"
                 )
             ],
-            resources=PROCESSOR_RESOURCES,
+            resources=processor_resources(config.workers),
             # Envoy refuses requests (500) while its processor is away (failure_mode_allow: false), so the pod is
             # ready only once the processor serves too; its gRPC port is loopback-only, its metrics port is not, and
             # both open at start. Liveness restarts a processor that no longer accepts connections at all.

@@ -314,7 +314,9 @@ def processor_config(
     anonymous = None
     if not auth:
         anonymous = _tenant(TenantSpec(name=ANONYMOUS_TENANT, tiers=tuple(sorted(tier_names))), spec, tuple(tier_names))
+    smallest_cap = min(m.inflight_limit for m in models)
     return ProcessorConfig(
+        workers=min(gateway.processor_workers, smallest_cap),  # each worker needs a slot of every model's cap
         cache=render_cache_config(spec, sizing, (d.name for d, _ in placed))
         if cluster in RESPONSE_CACHE_CLUSTERS
         else None,
@@ -361,6 +363,18 @@ def _static_cluster(name: str, host: str, port: int, *, http2: bool = False, dns
                 explicit_http_config={"http2_protocol_options": {}},
             )
         }
+    return cluster
+
+
+def _processor_cluster(config: ProcessorConfig) -> dict[str, Any]:
+    """The processor's workers on the loopback, one endpoint each; a request's stream goes to the worker with the
+    fewest streams in flight (each holds its share of the in-flight caps, so an even spread matters)."""
+    cluster = _static_cluster(PROCESSOR_CLUSTER, config.listen_host, config.grpc_port, http2=True)
+    cluster["lb_policy"] = "LEAST_REQUEST"
+    cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
+        {"endpoint": {"address": _socket(config.listen_host, config.grpc_port + worker)}}
+        for worker in range(config.workers)
+    ]
     return cluster
 
 
@@ -796,7 +810,7 @@ def envoy_bootstrap(
             "listeners": [_api_listener(config, spec, addresses), _stats_listener(addresses)],
             "clusters": [
                 *_model_clusters(config),
-                _static_cluster(PROCESSOR_CLUSTER, "127.0.0.1", addresses.processor_port, http2=True),
+                _processor_cluster(config),
                 _static_cluster(ADMIN_CLUSTER, "127.0.0.1", addresses.admin_port),
             ],
         },

@@ -452,6 +452,14 @@ class GatewaySpec(_Spec):
     max_request_bytes: int = Field(
         default=4 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024, description="Largest request body accepted."
     )
+    processor_workers: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Processor worker processes per gateway pod, a CPU each: one Python event loop saturates a core "
+        "long before Envoy does, so a pod's throughput grows with them (Envoy sends each request to the least busy). "
+        "Every model's in-flight cap is split between them; a pod never runs more workers than its smallest cap.",
+    )
 
 
 class ObservabilitySpec(_Spec):

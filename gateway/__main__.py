@@ -1,23 +1,31 @@
-"""``python -m inferplane.gateway --config /etc/inferplane/gateway/processor.json``: run the processor."""
+"""``python -m inferplane.gateway --config /etc/inferplane/gateway/processor.json``: run the processor (its
+supervisor, which starts ``workers`` worker processes and serves their metrics); ``--worker N`` runs one worker."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-
-from inferplane.gateway.config import ProcessorConfig
-from inferplane.gateway.server import serve
+import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Parse the arguments, read the config, serve."""
+    """Parse the arguments, read the config, supervise or serve."""
     parser = argparse.ArgumentParser(prog="python -m inferplane.gateway", description=__doc__)
     parser.add_argument("--config", required=True, help="the rendered processor.json")
     parser.add_argument("--log-level", default="INFO", help="Python logging level")
+    parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(ProcessorConfig.load(args.config)))
+    if args.worker is None:
+        # the supervisor must choose prometheus_client's mode before anything loads it
+        from inferplane.gateway.supervisor import supervise  # noqa: PLC0415
+
+        sys.exit(supervise(args.config, args.log_level))
+    from inferplane.gateway.config import ProcessorConfig  # noqa: PLC0415 - after the supervisor set the mode
+    from inferplane.gateway.server import serve  # noqa: PLC0415
+
+    asyncio.run(serve(ProcessorConfig.load(args.config), args.worker))
 
 
 if __name__ == "__main__":

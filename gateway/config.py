@@ -84,7 +84,16 @@ class TenantConfig(_Config):
 class ProcessorConfig(_Config):
     """Everything the processor needs; rendered from the platform spec and the sizing plan."""
 
-    grpc_port: int = Field(gt=0, lt=65536, description="Port of the ext_proc gRPC server (Envoy's processor cluster).")
+    grpc_port: int = Field(
+        gt=0, lt=65536, description="Port of the first worker's ext_proc gRPC server; worker ``i`` serves ``+ i``."
+    )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Worker processes, one Python event loop each, behind one metrics endpoint: Envoy balances "
+        "requests across them, and each holds its share of every model's in-flight cap and queue.",
+    )
     metrics_port: int = Field(gt=0, lt=65536, description="Port of the Prometheus ``/metrics`` endpoint.")
     listen_host: str = Field(default="127.0.0.1", description="Address of the gRPC server (the pod's loopback).")
     metrics_host: str = Field(default="0.0.0.0", description="Address of the metrics server (Prometheus scrapes).")
@@ -138,6 +147,13 @@ class ProcessorConfig(_Config):
             for tier in t.tiers
             if tier not in tier_names
         ]
+        problems += [
+            f"model {m.name!r}: an in-flight cap of {m.inflight_limit} cannot be split between {self.workers} workers"
+            for m in self.models
+            if m.inflight_limit < self.workers
+        ]
+        if self.grpc_port + self.workers > 65536:
+            problems.append(f"workers' gRPC ports {self.grpc_port}..{self.grpc_port + self.workers - 1} exceed 65535")
         if self.auth_required and self.anonymous_tenant is not None:
             problems.append("anonymous_tenant applies only when auth_required is false")
         if not self.auth_required and self.anonymous_tenant is None:
@@ -150,6 +166,11 @@ class ProcessorConfig(_Config):
     def load(cls, path: str | Path) -> ProcessorConfig:
         """Read the rendered JSON file."""
         return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+    def worker_share(self, total: int, worker: int) -> int:
+        """Worker ``worker``'s part of a per-pod quantity split between the workers (the parts add up to ``total``:
+        together the workers never admit more than the pod may)."""
+        return total // self.workers + (1 if worker < total % self.workers else 0)
 
     def request_attributes(self) -> tuple[str, ...]:
         """What Envoy sends the processor with the request body, in place of a request-headers message (one gRPC

@@ -169,11 +169,20 @@ class Metrics:
             [m.TENANT_LABEL, m.TIER_LABEL, m.MODEL_LABEL, m.KIND_LABEL],
             registry=registry,
         )
+        # With several workers (prometheus_client's multiprocess mode) a pod's gauge is the sum over its live workers.
         self.pending = Gauge(
-            m.PENDING_REQUESTS, "Requests waiting at the gateway for a model.", [m.MODEL_LABEL], registry=registry
+            m.PENDING_REQUESTS,
+            "Requests waiting at the gateway for a model.",
+            [m.MODEL_LABEL],
+            registry=registry,
+            multiprocess_mode="livesum",
         )
         self.inflight = Gauge(
-            m.INFLIGHT_REQUESTS, "Requests admitted to a model and not finished.", [m.MODEL_LABEL], registry=registry
+            m.INFLIGHT_REQUESTS,
+            "Requests admitted to a model and not finished.",
+            [m.MODEL_LABEL],
+            registry=registry,
+            multiprocess_mode="livesum",
         )
         self.queue_seconds = Histogram(
             m.QUEUE_SECONDS,
@@ -202,8 +211,10 @@ class Processor:
         redis: Redis | None,
         registry: CollectorRegistry,
         cache: CacheStage | None = None,
+        worker: int = 0,
     ) -> None:
         self.config = config
+        self.worker = worker
         self.cache = cache
         self.metrics = Metrics(registry)
         self.budgets = SharedBudgets(redis, config.redis_key_prefix, self._redis_error)
@@ -213,7 +224,10 @@ class Processor:
         self._waiting_ready: dict[str, int] = {}
         for model in config.models:
             self.gates[model.name] = ModelGate(
-                model.inflight_limit, model.queue_max, model.queue_timeout_seconds, self._gauges(model.name)
+                config.worker_share(model.inflight_limit, worker),
+                config.worker_share(model.queue_max, worker),
+                model.queue_timeout_seconds,
+                self._gauges(model.name),
             )
             if model.scale_to_zero:
                 self.readiness[model.name] = Readiness(model.upstream_url, model.health_path)
@@ -224,7 +238,7 @@ class Processor:
         self._header_attributes = [(name, header_attribute(name)) for name in (config.tenant_header, CACHE_HEADER)]
 
     @classmethod
-    def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry) -> Processor:
+    def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry, worker: int = 0) -> Processor:
         """A processor with the Redis named by ``config.redis_url_env`` (None: budgets fail open, logged)."""
         url = os.environ.get(config.redis_url_env)
         redis = None
@@ -247,7 +261,7 @@ class Processor:
         if url and config.cache is not None and config.cache.enabled:
             client = connect(url, config.cache)
             cache = CacheStage(ResponseCache(config.cache, CacheMetrics(registry), client=client))
-        return cls(config, redis, registry, cache)
+        return cls(config, redis, registry, cache, worker)
 
     def _redis_error(self) -> None:
         self.metrics.errors.labels("redis").inc()

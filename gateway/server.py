@@ -1,4 +1,5 @@
-"""The processor's servers: ext_proc over gRPC (grpc.aio) on the pod's loopback, Prometheus metrics over HTTP."""
+"""One processor worker: ext_proc over gRPC (grpc.aio) on the pod's loopback (``grpc_port + worker``). Its metrics
+are served by the supervisor (:mod:`inferplane.gateway.supervisor`) for all workers together."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from inferplane.gateway.config import ProcessorConfig
 from inferplane.gateway.processor import Processor
@@ -32,24 +33,17 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
             yield response
 
 
-async def serve(config: ProcessorConfig, processor: Processor | None = None) -> None:
-    """Run until SIGTERM/SIGINT, then drain for :data:`SHUTDOWN_GRACE_SECONDS`."""
-    registry = CollectorRegistry()
-    processor = processor or Processor.from_environment(config, registry)
+async def serve(config: ProcessorConfig, worker: int = 0, processor: Processor | None = None) -> None:
+    """Run worker ``worker`` until SIGTERM/SIGINT, then drain for :data:`SHUTDOWN_GRACE_SECONDS`."""
+    processor = processor or Processor.from_environment(config, CollectorRegistry(), worker)
     server = grpc.aio.server()
     pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(processor), server)
-    server.add_insecure_port(f"{config.listen_host}:{config.grpc_port}")
-    start_http_server(config.metrics_port, addr=config.metrics_host, registry=registry)
+    port = config.grpc_port + worker
+    server.add_insecure_port(f"{config.listen_host}:{port}")
     await server.start()
     if processor.cache is not None:
         await processor.cache.start()
-    log.info(
-        "ext_proc on %s:%d, metrics on %s:%d",
-        config.listen_host,
-        config.grpc_port,
-        config.metrics_host,
-        config.metrics_port,
-    )
+    log.info("worker %d: ext_proc on %s:%d", worker, config.listen_host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -451,6 +451,8 @@ class GatewayArgs(TypedDict):
     """Longest silence on a stream (e.g. waiting for the first token)."""
     max_request_bytes: NotRequired[int]
     """Largest request body accepted."""
+    processor_workers: NotRequired[int]
+    """Processor worker processes per gateway pod, a CPU each: one Python event loop saturates a core long before Envoy does, so a pod's throughput grows with them (Envoy sends each request to the least busy). Every model's in-flight cap is split between them; a pod never runs more workers than its smallest cap."""
 
 
 class ObservabilityArgs(TypedDict):

@@ -57,5 +57,10 @@ class CacheMetrics:
         self.usd_saved = Counter(
             _name(USD_SAVED, "_total"), "Serving cost of tokens served from the cache.", ["model"], registry=registry
         )
-        self.up = Gauge(UP, "1 while the cache answers, 0 while it is unreachable.", registry=registry)
+        self.up = Gauge(
+            UP,
+            "1 while the cache answers, 0 while it is unreachable.",
+            registry=registry,
+            multiprocess_mode="livemin",  # several workers: 0 as soon as one of them cannot reach it
+        )
         self.up.set(1)
