@@ -48,6 +48,7 @@ from tests.gateway_support import (  # noqa: E402
     Procs,
     free_port,
     gateway_addresses,
+    read_http_request,
     start_gateway,
     start_redis,
     wait_http,
@@ -83,27 +84,10 @@ STUB_RESPONSE = json.dumps(
 ).encode()
 
 
-async def _chunked_body(reader: asyncio.StreamReader) -> bytes:
-    body = bytearray()
-    while size := int((await reader.readline()).split(b";", 1)[0].strip(), 16):
-        body += await reader.readexactly(size)
-        await reader.readexactly(2)  # the chunk's CRLF
-    while await reader.readline() not in (b"\r\n", b""):  # trailers, then the final CRLF
-        pass
-    return bytes(body)
-
-
 async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            match = re.search(rb"content-length:\s*(\d+)", head, re.IGNORECASE)
-            if match:
-                request = await reader.readexactly(int(match.group(1)))
-            elif re.search(rb"transfer-encoding:\s*chunked", head, re.IGNORECASE):
-                request = await _chunked_body(reader)  # the processor rewrote the body: Envoy sends it chunked
-            else:
-                request = b""
+            head, request = await read_http_request(reader)
             path = head.split(b" ", 2)[1]
             body = b'{"status":"ok"}' if path in (b"/health", b"/v1/models") else STUB_RESPONSE
             if UNCACHED_MARKER.encode() in request:

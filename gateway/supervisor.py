@@ -105,7 +105,9 @@ def supervise(config_path: str, log_level: str) -> int:
         index = workers.pop(pid, None)
         multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
         if index is not None and not stopping:
-            log.error("processor worker %d exited (status %d): stopping the others", index, code)
+            log.error(
+                "processor worker %d exited (status %d): stopping the others", index, os.waitstatus_to_exitcode(code)
+            )
             status = 1
             stop(signal.SIGTERM, None)
     if not given:

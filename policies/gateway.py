@@ -161,14 +161,17 @@ def _shares_budgets(resource: Resource) -> bool | None:
     """Whether a container gets the Redis URL variable; None while the containers or an env list are unknown."""
     if resource.get("spec", "template", "spec", "containers") is UNKNOWN:
         return None
+    unknown = False
     for _, container in containers(resource, init=False):
         env = container.get("env")
         if env is UNKNOWN:
             return None
         for variable in env if isinstance(env, list) else []:
-            if isinstance(variable, dict) and variable.get("name") == REDIS_URL_ENV:
+            name = variable.get("name") if isinstance(variable, dict) else variable
+            if name == REDIS_URL_ENV:
                 return True
-    return False
+            unknown = unknown or name is UNKNOWN  # an entry not known yet may be the one
+    return None if unknown else False
 
 
 def _served_name(server: Resource) -> str | None:

@@ -7,9 +7,11 @@ Each runs as its own process on 127.0.0.1 with a free port; :class:`Procs` stops
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -52,6 +54,24 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in {_LISTEN_PORTS}")
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports (a processor's workers listen on ``port + i``)."""
+    for _ in range(200):
+        first = free_port()
+        if all(_bindable(first + i) for i in range(1, count)):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports in {_LISTEN_PORTS}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def redis_server_binary() -> Path:
@@ -182,6 +202,24 @@ def start_vllm(
 def wait_vllm(procs: Procs, name: str, port: int) -> None:
     """Block until the vLLM ``name`` answers ``/health``."""
     wait_http(f"http://127.0.0.1:{port}/health", VLLM_START_TIMEOUT_SECONDS, procs.procs[name])
+
+
+async def read_http_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 request off a keep-alive connection: its head and its body, by ``content-length`` or chunked (the
+    processor rewrites every completion body, so Envoy forwards it chunked)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = re.search(rb"content-length:\s*(\d+)", head, re.IGNORECASE)
+    if length:
+        return head, await reader.readexactly(int(length.group(1)))
+    if not re.search(rb"transfer-encoding:\s*chunked", head, re.IGNORECASE):
+        return head, b""
+    body = bytearray()
+    while size := int((await reader.readline()).split(b";", 1)[0].strip(), 16):
+        body += await reader.readexactly(size)
+        await reader.readexactly(2)  # the chunk's CRLF
+    while await reader.readline() not in (b"\r\n", b""):  # trailers, then the final CRLF
+        pass
+    return head, bytes(body)
 
 
 class Gateway:

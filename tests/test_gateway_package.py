@@ -45,7 +45,8 @@ def test_the_image_layout_runs_the_processor(tmp_path: Path) -> None:
     code = (
         f"import sys; sys.path.insert(0, {str(app)!r})\n"
         f"for name in ({blocked},): sys.modules[name] = None\n"
-        "import inferplane, inferplane.gateway.server, inferplane.gateway.__main__ as main\n"
+        "import inferplane, inferplane.gateway.server, inferplane.gateway.supervisor\n"
+        "import inferplane.gateway.__main__ as main\n"
         f"assert inferplane.__file__.startswith({str(app)!r}), inferplane.__file__\n"
         "main.main(['--help'])\n"
     )
