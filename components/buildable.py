@@ -15,6 +15,7 @@ from inferplane.components.catalog import INSTANCE_TYPES
 from inferplane.components.catalog.eks import ADDON_VERSIONS, CLUSTER_AUTOSCALER_IMAGE_TAGS
 from inferplane.components.catalog.instances import slice_shape
 from inferplane.components.spec import PlatformSpec, SpecError, SpecIssue, parse_platform
+from inferplane.components.tags import PLATFORM_TAG_KEYS
 
 
 def check_buildable(spec: PlatformSpec) -> list[SpecIssue]:
@@ -29,6 +30,11 @@ def check_buildable(spec: PlatformSpec) -> list[SpecIssue]:
                 f"{version} is not supported: add-ons and the cluster autoscaler are pinned for {', '.join(supported)}",
             )
         )
+    issues += [
+        SpecIssue(f"tags[{key!r}]", f"the platform sets the tag {key!r} itself on every resource; choose another key")
+        for key in spec.tags
+        if key in PLATFORM_TAG_KEYS
+    ]
     # Control-plane log types: the spec itself requires every one (``check_platform``).
     if spec.cache.enabled and spec.cache.node_type.split(".")[1].endswith("gd"):
         issues.append(

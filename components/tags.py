@@ -24,8 +24,9 @@ from collections.abc import Mapping
 MAX_USER_TAGS = 50
 """AWS: user tags per resource."""
 PLATFORM_TAG_KEYS = ("environment", "managed-by", "app")
-"""Tags the program adds to the stack's own: they count against the AWS limit, and a stack may not set them (the
-program's value would silently win)."""
+"""Tags the composed platform adds to the stack's own: they count against the AWS limit, and a platform stack may
+not set them (the program's value would silently win; ``buildable.check_buildable``). A program composing the
+components itself tags as it likes."""
 PLATFORM_TAG_COUNT = len(PLATFORM_TAG_KEYS)
 MAX_TAG_KEY = 128
 MAX_TAG_VALUE = 256
@@ -54,8 +55,6 @@ def aws_tag_problems(tags: Mapping[str, str]) -> list[tuple[str | None, str]]:
             (None, f"{len(tags)} tags; AWS allows {MAX_USER_TAGS} per resource, {allowed} after the platform's")
         )
     for key, value in tags.items():
-        if key in PLATFORM_TAG_KEYS:
-            problems.append((key, f"the platform sets the tag {key!r} itself on every resource; choose another key"))
         if not 1 <= len(key) <= MAX_TAG_KEY:
             problems.append((key, f"a tag key is 1 to {MAX_TAG_KEY} characters, got {len(key)}"))
         if len(value) > MAX_TAG_VALUE:
