@@ -40,20 +40,12 @@ from tests.gateway_support import (
     start_gateway,
     start_redis,
 )
+from tests.test_gateway_cache_rules import completion
 from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
 
 MODEL = "tiny"
 KEY = "worker-test-key-0123456789abcdefghij"
-COMPLETION = json.dumps(
-    {
-        "id": "chatcmpl-stub",
-        "object": "chat.completion",
-        "created": 0,
-        "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "w5"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
-    }
-).encode()
+COMPLETION = json.dumps(completion("w5")).encode()
 
 
 def _spec(workers: int, concurrency: int = 64) -> PlatformSpec:
