@@ -50,6 +50,11 @@ labelled ``k8s-app: kube-dns`` as in Google's own GKE kube-system policy bluepri
 (GoogleCloudPlatform/anthos-security-blueprints, restricting-traffic/kube-system: ``allow-kubedns-from-all-egress``
 selects ``k8s-app: kube-dns``)."""
 DNS_PORT = 53
+NODE_LOCAL_DNS_CIDR = "169.254.20.10/32"
+"""NodeLocal DNSCache's link-local address (kubernetes/kubernetes cluster/addons/dns/nodelocaldns, "a link local ip
+(169.254.20.10/32 by default) to listen for DNS queries"). The cache runs on the host network, so no pod selector
+matches it; GKE Standard enables it by default from 1.33.1 (GKE docs, "Set up NodeLocal DNSCache"), and EKS clusters
+often add it. Operators' DNS rules allow it for the same reason (restatedev/restate-operator#88)."""
 
 PROMETHEUS_POD_LABELS: dict[str, str] = {
     "app.kubernetes.io/name": "prometheus",
@@ -97,14 +102,16 @@ def _namespace(name: str) -> k8s.meta.v1.LabelSelectorArgs:
 
 def dns_egress_rule() -> k8s.networking.v1.NetworkPolicyEgressRuleArgs:
     """The one DNS allowance of every pod the platform restricts (serving namespaces and the gateway): UDP and TCP 53
-    to the cluster DNS pods (:data:`DNS_POD_LABELS` in :data:`DNS_NAMESPACE`) and nowhere else, so port 53 is no way
-    out of the cluster."""
+    to the cluster DNS pods (:data:`DNS_POD_LABELS` in :data:`DNS_NAMESPACE`) and to the node's own DNS cache
+    (:data:`NODE_LOCAL_DNS_CIDR`, where NodeLocal DNSCache runs), and nowhere else, so port 53 is no way out of the
+    cluster."""
     return k8s.networking.v1.NetworkPolicyEgressRuleArgs(
         to=[
             k8s.networking.v1.NetworkPolicyPeerArgs(
                 namespace_selector=_namespace(DNS_NAMESPACE),
                 pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(DNS_POD_LABELS)),
-            )
+            ),
+            k8s.networking.v1.NetworkPolicyPeerArgs(ip_block=k8s.networking.v1.IPBlockArgs(cidr=NODE_LOCAL_DNS_CIDR)),
         ],
         ports=_ports([DNS_PORT], "UDP", "TCP"),
     )

@@ -333,7 +333,8 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
                 {
                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                     "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                }
+                },
+                {"ipBlock": {"cidr": "169.254.20.10/32"}},  # NodeLocal DNSCache on the node
             ],
             "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
         },
@@ -349,7 +350,8 @@ KUBE_DNS_ONLY = [
     {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-    }
+    },
+    {"ipBlock": {"cidr": "169.254.20.10/32"}},  # NodeLocal DNSCache on the node
 ]
 
 

@@ -175,7 +175,8 @@ def test_each_serving_namespace_denies_by_default_and_admits_the_gateway_prometh
                         {
                             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                        }
+                        },
+                        {"ipBlock": {"cidr": "169.254.20.10/32"}},  # NodeLocal DNSCache on the node
                     ],
                     "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
                 }
