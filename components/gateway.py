@@ -102,9 +102,10 @@ FETCH_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
 TARGET_INFLIGHT_PER_REPLICA = 200
 """KEDA's target of requests in flight through one gateway replica (Envoy's ``downstream_rq_active``). Most of a
 gateway's in-flight requests are streams waiting on the GPUs and cost it nearly nothing; what a replica spends CPU on
-is admission (~0.43 ms per request in the processor). 200 streams of ~20 s each are ~10 new requests/s, two orders
-of magnitude below what one processor admits, so replicas are added for connection and failure spread long before
-CPU binds, and a single replica never holds more than a few hundred streams that a restart would cut."""
+is admission (~0.6 ms of processor CPU per request, README "Overhead"). 200 streams of ~20 s each are ~10 new
+requests/s, two orders of magnitude below what one processor admits, so replicas are added for connection and failure
+spread long before CPU binds, and a single replica never holds more than a few hundred streams that a restart would
+cut."""
 
 SCALE_OUT_FACTOR = 4
 """The autoscaler's ceiling is this many times ``gateway.replicas`` (within the environment's replica ceiling)."""
