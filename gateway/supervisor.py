@@ -50,6 +50,12 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
+def _worker_failed(index: int, wait_status: int) -> None:
+    log.error(
+        "processor worker %d exited (status %d): stopping the others", index, os.waitstatus_to_exitcode(wait_status)
+    )
+
+
 def supervise(config_path: str, log_level: str) -> int:
     """Run the workers of ``config_path``; the exit status (0 after SIGTERM/SIGINT, 1 when a worker failed)."""
     # Only now, with the metrics directory chosen, may prometheus_client load (it reads the mode at import).
@@ -82,9 +88,14 @@ def supervise(config_path: str, log_level: str) -> int:
     deadline = time.monotonic() + WORKER_START_SECONDS
     ports = [config.grpc_port + index for index in range(config.workers)]
     while not stopping and not all(_listening(config.listen_host, port) for port in ports):
-        finished = [pid for pid in workers if os.waitpid(pid, os.WNOHANG)[0]]
-        if finished or time.monotonic() > deadline:
-            log.error("a processor worker did not start (%s)", "exited" if finished else "timed out")
+        for pid in list(workers):
+            done, code = os.waitpid(pid, os.WNOHANG)
+            if done:
+                _worker_failed(workers.pop(pid), code)
+                stop(signal.SIGTERM, None)
+                return 1
+        if time.monotonic() > deadline:
+            log.error("processor workers did not listen within %.0f s: stopping them", WORKER_START_SECONDS)
             stop(signal.SIGTERM, None)
             return 1
         time.sleep(0.1)
@@ -105,9 +116,7 @@ def supervise(config_path: str, log_level: str) -> int:
         index = workers.pop(pid, None)
         multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
         if index is not None and not stopping:
-            log.error(
-                "processor worker %d exited (status %d): stopping the others", index, os.waitstatus_to_exitcode(code)
-            )
+            _worker_failed(index, code)
             status = 1
             stop(signal.SIGTERM, None)
     if not given:
