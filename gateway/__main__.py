@@ -17,12 +17,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Each role imports only what it runs: the supervisor never loads gRPC or the processor.
     if args.worker is None:
-        # the supervisor must choose prometheus_client's mode before anything loads it
         from inferplane.gateway.supervisor import supervise  # noqa: PLC0415
 
         sys.exit(supervise(args.config, args.log_level))
-    from inferplane.gateway.config import ProcessorConfig  # noqa: PLC0415 - after the supervisor set the mode
+    from inferplane.gateway.config import ProcessorConfig  # noqa: PLC0415
     from inferplane.gateway.server import serve  # noqa: PLC0415
 
     asyncio.run(serve(ProcessorConfig.load(args.config), args.worker))

@@ -172,10 +172,15 @@ class ProcessorConfig(_Config):
         together the workers never admit more than the pod may)."""
         return total // self.workers + (1 if worker < total % self.workers else 0)
 
+    def header_attributes(self) -> tuple[tuple[str, str], ...]:
+        """The only request headers the processor reads (the tenant, the cache directive), each with the Envoy
+        attribute that carries it."""
+        return tuple((name, header_attribute(name)) for name in (self.tenant_header, CACHE_HEADER))
+
     def request_attributes(self) -> tuple[str, ...]:
         """What Envoy sends the processor with the request body, in place of a request-headers message (one gRPC
-        round trip less per request): the path, the method and the only headers the processor reads."""
-        return (PATH_ATTRIBUTE, METHOD_ATTRIBUTE, header_attribute(self.tenant_header), header_attribute(CACHE_HEADER))
+        round trip less per request): the path, the method and :meth:`header_attributes`."""
+        return (PATH_ATTRIBUTE, METHOD_ATTRIBUTE, *(attribute for _, attribute in self.header_attributes()))
 
     def model(self, name: str) -> ModelConfig | None:
         """The model called ``name``, if this gateway serves it."""

@@ -38,7 +38,6 @@ from inferplane.gateway import metrics as m
 from inferplane.gateway.admission import ModelGate, Readiness
 from inferplane.gateway.budgets import SharedBudgets
 from inferplane.gateway.cache.metrics import CacheMetrics
-from inferplane.gateway.cache.request import CACHE_HEADER
 from inferplane.gateway.cache.stage import CacheStage, Pending
 from inferplane.gateway.cache.store import Lookup, ResponseCache, connect
 from inferplane.gateway.config import (
@@ -48,7 +47,6 @@ from inferplane.gateway.config import (
     ModelConfig,
     ProcessorConfig,
     TenantConfig,
-    header_attribute,
 )
 from inferplane.gateway.tokens import TokenCounter, prompt_texts
 
@@ -214,7 +212,6 @@ class Processor:
         worker: int = 0,
     ) -> None:
         self.config = config
-        self.worker = worker
         self.cache = cache
         self.metrics = Metrics(registry)
         self.budgets = SharedBudgets(redis, config.redis_key_prefix, self._redis_error)
@@ -235,7 +232,7 @@ class Processor:
             self.metrics.pending.labels(model.name).set(0)
             self.metrics.inflight.labels(model.name).set(0)
         self._tenants = {t.name: t for t in config.tenants}
-        self._header_attributes = [(name, header_attribute(name)) for name in (config.tenant_header, CACHE_HEADER)]
+        self._header_attributes = config.header_attributes()
 
     @classmethod
     def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry, worker: int = 0) -> Processor:
@@ -287,7 +284,7 @@ class Processor:
                 if kind == "request_headers":
                     yield self._on_request_headers(stream, message.request_headers)
                 elif kind == "request_body":
-                    if not stream.method:  # no headers message: what the processor reads came as attributes
+                    if not stream.headers_message:  # what the processor reads came as attributes with the body
                         self._from_attributes(stream, message)
                     yield await self._on_request_body(stream, message.request_body)
                 elif kind == "response_headers":

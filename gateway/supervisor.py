@@ -29,6 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+from inferplane.gateway.config import ProcessorConfig
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's multiprocess mode: where each worker writes its samples (an emptyDir in the pod)."""
 WORKER_START_SECONDS = 60.0
@@ -58,17 +62,20 @@ def _worker_failed(index: int, wait_status: int) -> None:
 
 def supervise(config_path: str, log_level: str) -> int:
     """Run the workers of ``config_path``; the exit status (0 after SIGTERM/SIGINT, 1 when a worker failed)."""
-    # Only now, with the metrics directory chosen, may prometheus_client load (it reads the mode at import).
+    config = ProcessorConfig.load(config_path)
     given = os.environ.get(MULTIPROC_ENV)
     directory = Path(given or tempfile.mkdtemp(prefix="inferplane-gateway-metrics-"))
-    os.environ[MULTIPROC_ENV] = str(directory)
+    os.environ[MULTIPROC_ENV] = str(directory)  # the workers inherit it: their samples go there
     for stale in directory.glob("*.db"):  # a restarted container's old samples
         stale.unlink()
-    from prometheus_client import CollectorRegistry, multiprocess, start_http_server  # noqa: PLC0415
+    try:
+        return _run(config, config_path, log_level, directory)
+    finally:
+        if not given:
+            shutil.rmtree(directory, ignore_errors=True)
 
-    from inferplane.gateway.config import ProcessorConfig  # noqa: PLC0415 - it loads prometheus_client too
 
-    config = ProcessorConfig.load(config_path)
+def _run(config: ProcessorConfig, config_path: str, log_level: str, directory: Path) -> int:
     command = [sys.executable, "-m", "inferplane.gateway", "--config", config_path, "--log-level", log_level]
     workers = {
         subprocess.Popen([*command, "--worker", str(index)], preexec_fn=_die_with_parent).pid: index  # noqa: PLW1509
@@ -102,9 +109,7 @@ def supervise(config_path: str, log_level: str) -> int:
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     start_http_server(config.metrics_port, addr=config.metrics_host, registry=registry)
-    log.info(
-        "%d processor worker(s) on %s:%s, metrics on :%d", len(ports), config.listen_host, ports, config.metrics_port
-    )
+    log.info("processor workers on %s:%s, metrics on :%d", config.listen_host, ports, config.metrics_port)
     status = 0
     while workers:
         try:
@@ -119,6 +124,4 @@ def supervise(config_path: str, log_level: str) -> int:
             _worker_failed(index, code)
             status = 1
             stop(signal.SIGTERM, None)
-    if not given:
-        shutil.rmtree(directory, ignore_errors=True)
     return status
