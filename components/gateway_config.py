@@ -346,14 +346,14 @@ def _socket(host: str, port: int) -> dict[str, Any]:
     return {"socket_address": {"address": host, "port_value": port}}
 
 
-def _static_cluster(name: str, host: str, port: int, *, http2: bool = False, dns: bool = False) -> dict[str, Any]:
+def _static_cluster(name: str, host: str, *ports: int, http2: bool = False, dns: bool = False) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": name,
         "type": "STRICT_DNS" if dns else "STATIC",
         "connect_timeout": _duration(CONNECT_TIMEOUT_SECONDS),
         "load_assignment": {
             "cluster_name": name,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(host, port)}}]}],
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(host, port)}} for port in ports]}],
         },
     }
     if http2:
@@ -369,13 +369,8 @@ def _static_cluster(name: str, host: str, port: int, *, http2: bool = False, dns
 def _processor_cluster(config: ProcessorConfig) -> dict[str, Any]:
     """The processor's workers on the loopback, one endpoint each; a request's stream goes to the worker with the
     fewest streams in flight (each holds its share of the in-flight caps, so an even spread matters)."""
-    cluster = _static_cluster(PROCESSOR_CLUSTER, config.listen_host, config.grpc_port, http2=True)
-    cluster["lb_policy"] = "LEAST_REQUEST"
-    cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
-        {"endpoint": {"address": _socket(config.listen_host, config.grpc_port + worker)}}
-        for worker in range(config.workers)
-    ]
-    return cluster
+    ports = (config.grpc_port + worker for worker in range(config.workers))
+    return {**_static_cluster(PROCESSOR_CLUSTER, config.listen_host, *ports, http2=True), "lb_policy": "LEAST_REQUEST"}
 
 
 def _model_cluster_name(model: str) -> str:
