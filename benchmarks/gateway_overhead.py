@@ -43,8 +43,8 @@ import yaml
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from inferplane.components import gateway_config as gc  # noqa: E402
-from inferplane.components.sizing import size_platform  # noqa: E402
+from inferplane.components.capacity.sizing import size_platform  # noqa: E402
+from inferplane.components.gateway import renderer as gc  # noqa: E402
 from tests.envoy import ENVOY_BIN  # noqa: E402
 from tests.gateway_support import (  # noqa: E402
     Procs,

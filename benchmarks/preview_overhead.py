@@ -39,7 +39,7 @@ from pulumi.runtime.settings import reset_options, set_root_resource
 from pulumi.runtime.stack import run_in_stack
 from sdk_floor import BareMocks  # beside this file; the script's directory is first on sys.path
 
-from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, parse_platform
+from inferplane.components.spec.platform_spec import PLATFORM_KEY, REGION_KEY, parse_platform
 from inferplane.tool.mockengine import PlatformMocks
 from inferplane.tool.preview.engine import evaluation_config, run_preview, size_stack
 from inferplane.tool.preview.model import Plan

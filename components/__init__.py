@@ -1,17 +1,36 @@
 """inferplane's library: typed catalogs, the platform spec, sizing, and Pulumi components.
 
-Data flows one way: stack config -> :mod:`inferplane.components.spec` -> :mod:`inferplane.components.sizing` ->
-components -> resources. Nothing in this package reads a stack file or talks to a cloud.
+Data flows one way: stack config -> :mod:`~inferplane.components.spec` -> :mod:`~inferplane.components.capacity`
+-> components -> resources. Nothing in this package reads a stack file or talks to a cloud.
 
-The public surface (semantic versioning applies to it; everything else is internal and may change in a minor release):
+One subpackage per concern, each allowed to import only those listed before it (``tests/test_imports.py`` holds
+every subpackage to its list; its ``__init__`` says what it owns):
+
+=================  ==================================================================  ==========================
+subpackage         owns                                                                may import
+=================  ==================================================================  ==========================
+``catalog``        accelerators, instances, models, images, charts, EKS versions,      nothing
+                   prices
+``spec``           the platform spec, whole-stack validation, tags, scheduling labels  catalog
+``capacity``       sizing, the performance model, the planner                          catalog, spec
+``aws``            VPC, EKS, GPU node groups, add-ons, ElastiCache, model cache, KMS   catalog, spec, capacity
+``gcp``            GKE, TPU node pools, Memorystore                                    catalog, spec, capacity
+``serving``        model servers (vLLM, Triton + TensorRT-LLM), network policy         the above
+``observability``  metric names, alerts, dashboards, monitoring, KEDA                  the above
+``gateway``        the gateway's renderer, component and observability                 all the above
+``platform``       the composition of one stack (``Platform``)                         everything
+=================  ==================================================================  ==========================
+
+The public surface (semantic versioning applies to it; module paths below it are internal and may move in a minor
+release, listed in CHANGELOG.md):
 
 * the platform spec: :class:`PlatformSpec` and its parts, :func:`parse_platform`, :func:`check_platform`;
 * sizing: :func:`size` for one deployment, :func:`size_platform` for a platform, and their result models;
 * the components, each with one typed args object (``Network(name, NetworkArgs(...))``) and a stable type token
   ``inferplane:index:<Noun>`` (:data:`COMPONENT_TYPES`).
 
-Every name is importable from here (``from inferplane.components import VllmService``) or from its module. The names
-load on first use (PEP 562), so ``import inferplane.components.sizing`` does not import the cloud providers' SDKs.
+Every name is importable from here (``from inferplane.components import VllmService``). The names load on first use
+(PEP 562), so ``import inferplane.components.capacity.sizing`` does not import the cloud providers' SDKs.
 """
 
 from __future__ import annotations
@@ -20,69 +39,31 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from inferplane.components.alerts import (
-        ServingRules,
-        ServingRulesArgs,
-    )
-    from inferplane.components.dashboards import (
-        ServingDashboards,
-        ServingDashboardsArgs,
-    )
-    from inferplane.components.eks_cluster import (
+    from inferplane.components.aws.eks_cluster import (
         EksCluster,
         EksClusterArgs,
     )
-    from inferplane.components.gateway import (
-        Gateway,
-        GatewayArgs,
-    )
-    from inferplane.components.gke_cluster import (
-        GkeCluster,
-        GkeClusterArgs,
-    )
-    from inferplane.components.gpu_node_group import (
+    from inferplane.components.aws.gpu_node_group import (
         GpuNodeGroup,
         GpuNodeGroupArgs,
     )
-    from inferplane.components.keda import (
-        AutoscalingPolicy,
-        Keda,
-        KedaArgs,
-        QueueDepthAutoscaler,
-        QueueDepthAutoscalerArgs,
-    )
-    from inferplane.components.memorystore import (
-        MemorystoreRedis,
-        MemorystoreRedisArgs,
-    )
-    from inferplane.components.model_cache import (
+    from inferplane.components.aws.model_cache import (
         ModelCache,
         ModelCacheArgs,
     )
-    from inferplane.components.model_server import HF_TOKEN_SECRET_KEY
-    from inferplane.components.monitoring import (
-        MonitoringStack,
-        MonitoringStackArgs,
-    )
-    from inferplane.components.network import (
+    from inferplane.components.aws.network import (
         Network,
         NetworkArgs,
     )
-    from inferplane.components.network_policy import (
-        ServingNetworkPolicy,
-        ServingNetworkPolicyArgs,
-    )
-    from inferplane.components.node_addons import (
+    from inferplane.components.aws.node_addons import (
         NodeAddons,
         NodeAddonsArgs,
     )
-    from inferplane.components.platform import Platform
-    from inferplane.components.platform.args import PlatformArgs
-    from inferplane.components.redis_cache import (
+    from inferplane.components.aws.redis_cache import (
         RedisCache,
         RedisCacheArgs,
     )
-    from inferplane.components.sizing import (
+    from inferplane.components.capacity.sizing import (
         DeploymentSizing,
         PlatformSizing,
         PoolSizing,
@@ -94,7 +75,57 @@ if TYPE_CHECKING:
         size,
         size_platform,
     )
-    from inferplane.components.spec import (
+    from inferplane.components.gateway.component import (
+        Gateway,
+        GatewayArgs,
+    )
+    from inferplane.components.gcp.gke_cluster import (
+        GkeCluster,
+        GkeClusterArgs,
+    )
+    from inferplane.components.gcp.memorystore import (
+        MemorystoreRedis,
+        MemorystoreRedisArgs,
+    )
+    from inferplane.components.gcp.tpu_node_pool import (
+        TpuNodePool,
+        TpuNodePoolArgs,
+    )
+    from inferplane.components.observability.alerts import (
+        ServingRules,
+        ServingRulesArgs,
+    )
+    from inferplane.components.observability.dashboards import (
+        ServingDashboards,
+        ServingDashboardsArgs,
+    )
+    from inferplane.components.observability.keda import (
+        AutoscalingPolicy,
+        Keda,
+        KedaArgs,
+        QueueDepthAutoscaler,
+        QueueDepthAutoscalerArgs,
+    )
+    from inferplane.components.observability.monitoring import (
+        MonitoringStack,
+        MonitoringStackArgs,
+    )
+    from inferplane.components.platform import Platform
+    from inferplane.components.platform.args import PlatformArgs
+    from inferplane.components.serving.model_server import HF_TOKEN_SECRET_KEY
+    from inferplane.components.serving.network_policy import (
+        ServingNetworkPolicy,
+        ServingNetworkPolicyArgs,
+    )
+    from inferplane.components.serving.triton_service import (
+        TritonTrtLlmService,
+        TritonTrtLlmServiceArgs,
+    )
+    from inferplane.components.serving.vllm_service import (
+        VllmService,
+        VllmServiceArgs,
+    )
+    from inferplane.components.spec.platform_spec import (
         PLATFORM_KEY,
         REGION_KEY,
         CacheSpec,
@@ -115,89 +146,77 @@ if TYPE_CHECKING:
         check_platform,
         parse_platform,
     )
-    from inferplane.components.tpu_node_pool import (
-        TpuNodePool,
-        TpuNodePoolArgs,
-    )
-    from inferplane.components.triton_service import (
-        TritonTrtLlmService,
-        TritonTrtLlmServiceArgs,
-    )
-    from inferplane.components.vllm_service import (
-        VllmService,
-        VllmServiceArgs,
-    )
 
 _EXPORTS: dict[str, str] = {
-    "HF_TOKEN_SECRET_KEY": "model_server",
-    "CacheSpec": "spec",
-    "ClusterSpec": "spec",
-    "GatewaySpec": "spec",
-    "GcpSpec": "spec",
-    "LimitsSpec": "spec",
-    "ModelDeploymentSpec": "spec",
-    "ObservabilitySpec": "spec",
-    "PLATFORM_KEY": "spec",
-    "PlatformSpec": "spec",
-    "PoolSpec": "spec",
-    "REGION_KEY": "spec",
-    "RateLimitSpec": "spec",
-    "RoutingTierSpec": "spec",
-    "SloSpec": "spec",
-    "SpecError": "spec",
-    "SpecIssue": "spec",
-    "SpeculativeDecodingSpec": "spec",
-    "check_platform": "spec",
-    "parse_platform": "spec",
-    "DeploymentSizing": "sizing",
-    "PlatformSizing": "sizing",
-    "PoolSizing": "sizing",
-    "SizingRequest": "sizing",
-    "SizingResult": "sizing",
-    "TrtLlmSettings": "sizing",
-    "VllmSettings": "sizing",
-    "request_for": "sizing",
-    "size": "sizing",
-    "size_platform": "sizing",
-    "Network": "network",
-    "NetworkArgs": "network",
-    "Gateway": "gateway",
-    "GatewayArgs": "gateway",
-    "ServingNetworkPolicy": "network_policy",
-    "ServingNetworkPolicyArgs": "network_policy",
+    "HF_TOKEN_SECRET_KEY": "serving.model_server",
+    "CacheSpec": "spec.platform_spec",
+    "ClusterSpec": "spec.platform_spec",
+    "GatewaySpec": "spec.platform_spec",
+    "GcpSpec": "spec.platform_spec",
+    "LimitsSpec": "spec.platform_spec",
+    "ModelDeploymentSpec": "spec.platform_spec",
+    "ObservabilitySpec": "spec.platform_spec",
+    "PLATFORM_KEY": "spec.platform_spec",
+    "PlatformSpec": "spec.platform_spec",
+    "PoolSpec": "spec.platform_spec",
+    "REGION_KEY": "spec.platform_spec",
+    "RateLimitSpec": "spec.platform_spec",
+    "RoutingTierSpec": "spec.platform_spec",
+    "SloSpec": "spec.platform_spec",
+    "SpecError": "spec.platform_spec",
+    "SpecIssue": "spec.platform_spec",
+    "SpeculativeDecodingSpec": "spec.platform_spec",
+    "check_platform": "spec.platform_spec",
+    "parse_platform": "spec.platform_spec",
+    "DeploymentSizing": "capacity.sizing",
+    "PlatformSizing": "capacity.sizing",
+    "PoolSizing": "capacity.sizing",
+    "SizingRequest": "capacity.sizing",
+    "SizingResult": "capacity.sizing",
+    "TrtLlmSettings": "capacity.sizing",
+    "VllmSettings": "capacity.sizing",
+    "request_for": "capacity.sizing",
+    "size": "capacity.sizing",
+    "size_platform": "capacity.sizing",
+    "Network": "aws.network",
+    "NetworkArgs": "aws.network",
+    "Gateway": "gateway.component",
+    "GatewayArgs": "gateway.component",
+    "ServingNetworkPolicy": "serving.network_policy",
+    "ServingNetworkPolicyArgs": "serving.network_policy",
     "Platform": "platform",
     "PlatformArgs": "platform.args",
-    "EksCluster": "eks_cluster",
-    "EksClusterArgs": "eks_cluster",
-    "GpuNodeGroup": "gpu_node_group",
-    "GpuNodeGroupArgs": "gpu_node_group",
-    "NodeAddons": "node_addons",
-    "NodeAddonsArgs": "node_addons",
-    "AutoscalingPolicy": "keda",
-    "Keda": "keda",
-    "KedaArgs": "keda",
-    "QueueDepthAutoscaler": "keda",
-    "QueueDepthAutoscalerArgs": "keda",
-    "VllmService": "vllm_service",
-    "VllmServiceArgs": "vllm_service",
-    "TritonTrtLlmService": "triton_service",
-    "TritonTrtLlmServiceArgs": "triton_service",
-    "MonitoringStack": "monitoring",
-    "MonitoringStackArgs": "monitoring",
-    "ServingRules": "alerts",
-    "ServingRulesArgs": "alerts",
-    "ServingDashboards": "dashboards",
-    "ServingDashboardsArgs": "dashboards",
-    "ModelCache": "model_cache",
-    "ModelCacheArgs": "model_cache",
-    "RedisCache": "redis_cache",
-    "RedisCacheArgs": "redis_cache",
-    "MemorystoreRedis": "memorystore",
-    "MemorystoreRedisArgs": "memorystore",
-    "GkeCluster": "gke_cluster",
-    "GkeClusterArgs": "gke_cluster",
-    "TpuNodePool": "tpu_node_pool",
-    "TpuNodePoolArgs": "tpu_node_pool",
+    "EksCluster": "aws.eks_cluster",
+    "EksClusterArgs": "aws.eks_cluster",
+    "GpuNodeGroup": "aws.gpu_node_group",
+    "GpuNodeGroupArgs": "aws.gpu_node_group",
+    "NodeAddons": "aws.node_addons",
+    "NodeAddonsArgs": "aws.node_addons",
+    "AutoscalingPolicy": "observability.keda",
+    "Keda": "observability.keda",
+    "KedaArgs": "observability.keda",
+    "QueueDepthAutoscaler": "observability.keda",
+    "QueueDepthAutoscalerArgs": "observability.keda",
+    "VllmService": "serving.vllm_service",
+    "VllmServiceArgs": "serving.vllm_service",
+    "TritonTrtLlmService": "serving.triton_service",
+    "TritonTrtLlmServiceArgs": "serving.triton_service",
+    "MonitoringStack": "observability.monitoring",
+    "MonitoringStackArgs": "observability.monitoring",
+    "ServingRules": "observability.alerts",
+    "ServingRulesArgs": "observability.alerts",
+    "ServingDashboards": "observability.dashboards",
+    "ServingDashboardsArgs": "observability.dashboards",
+    "ModelCache": "aws.model_cache",
+    "ModelCacheArgs": "aws.model_cache",
+    "RedisCache": "aws.redis_cache",
+    "RedisCacheArgs": "aws.redis_cache",
+    "MemorystoreRedis": "gcp.memorystore",
+    "MemorystoreRedisArgs": "gcp.memorystore",
+    "GkeCluster": "gcp.gke_cluster",
+    "GkeClusterArgs": "gcp.gke_cluster",
+    "TpuNodePool": "gcp.tpu_node_pool",
+    "TpuNodePoolArgs": "gcp.tpu_node_pool",
 }
 """Public name -> the module of this package that defines it."""
 

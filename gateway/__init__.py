@@ -2,5 +2,5 @@
 
 Runtime code shipped in its own image (``gateway/Dockerfile``), not infrastructure code: nothing here imports Pulumi
 or the rest of inferplane. Its configuration (:class:`inferplane.gateway.config.ProcessorConfig`) is rendered by
-:mod:`inferplane.components.gateway_config` from the platform spec and the sizing plan.
+:mod:`inferplane.components.gateway.renderer` from the platform spec and the sizing plan.
 """

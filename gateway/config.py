@@ -1,6 +1,6 @@
 """The processor's configuration: the contract between the renderer and the processor.
 
-:func:`inferplane.components.gateway_config.render_gateway` writes it as JSON (``processor_json``) into a ConfigMap;
+:func:`inferplane.components.gateway.renderer.render_gateway` writes it as JSON (``processor_json``) into a ConfigMap;
 the processor reads it at start (:meth:`ProcessorConfig.load`). Only pydantic here: the processor image installs
 nothing of inferplane's infrastructure code. Secrets never appear in it: the Redis URL (which may carry a password)
 comes from the environment variable named by :attr:`ProcessorConfig.redis_url_env`.

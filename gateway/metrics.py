@@ -1,6 +1,7 @@
 """The processor's Prometheus metrics: names and labels, defined once.
 
-Alerts and dashboards (``components/alerts.py``, ``components/dashboards.py``) and the KEDA wake query import these
+Alerts and dashboards (``components/observability/alerts.py``, ``components/observability/dashboards.py``) and the KEDA
+wake query import these
 names from here; the processor registers exactly these. Counters carry the ``_total`` suffix as exposed.
 """
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pulumi
 
-from inferplane.components.buildable import validate_platform
+from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.platform.compose import compose_platform
-from inferplane.components.sizing import PlatformSizing
-from inferplane.components.spec import PLATFORM_KEY, PlatformSpec, SpecError
+from inferplane.components.spec.buildable import validate_platform
+from inferplane.components.spec.platform_spec import PLATFORM_KEY, PlatformSpec, SpecError
 
 SECRET_CONFIG_KEYS: tuple[str, ...] = ("inferplane:hfToken",)
 """Secrets the program reads with ``require_secret``. Stack files in the repository cannot carry them (``secure:``

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplane.components.annotations import COMPONENT_LABEL, GATEWAY, SERVED_MODEL_LABEL
+from inferplane.components.serving.annotations import COMPONENT_LABEL, GATEWAY, SERVED_MODEL_LABEL
 from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,

@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from inferplane.components.annotations import COMPONENT_LABEL, ENGINE_BUILD, MODEL_SERVER
-from inferplane.components.scheduling import TPU_RESOURCE
+from inferplane.components.serving.annotations import COMPONENT_LABEL, ENGINE_BUILD, MODEL_SERVER
+from inferplane.components.spec.scheduling import TPU_RESOURCE
 from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
@@ -71,7 +71,7 @@ def _strings(value: Any) -> list[str]:
     severity=Severity.HIGH,
     enforcement=EnforcementLevel.MANDATORY,
     types={T.KMS_KEY},
-    remediation="Give the key a policy (components.kms_policy): administration for the account, use for the one "
+    remediation="Give the key a policy (components.aws.kms_policy): administration for the account, use for the one "
     "principal or service that needs it.",
 )
 def kms_explicit_policy(resource: Resource, config: Config, report: Report) -> None:
@@ -182,7 +182,7 @@ def vpc_flow_logs(resources: list[Resource], config: Config, report: StackReport
     ),
     severity=Severity.MEDIUM,
     enforcement=EnforcementLevel.MANDATORY,
-    remediation="Add an aws.s3.BucketLogging for the bucket (components.model_cache does).",
+    remediation="Add an aws.s3.BucketLogging for the bucket (components.aws.model_cache does).",
 )
 def bucket_logging(resources: list[Resource], config: Config, report: StackReport) -> None:
     """Anchors: AWS FSBP S3.9; CKV_AWS_18. A bucket counts as covered when a logging configuration names it, as
@@ -212,7 +212,8 @@ def _is_default_deny(policy: Resource) -> bool:
     ),
     severity=Severity.HIGH,
     enforcement=EnforcementLevel.MANDATORY,
-    remediation="components.network_policy.ServingNetworkPolicy declares it with the allowances the servers need.",
+    remediation="components.serving.network_policy.ServingNetworkPolicy declares it with the allowances the "
+    "servers need.",
 )
 def namespace_default_deny(resources: list[Resource], config: Config, report: StackReport) -> None:
     """Anchors: CIS EKS 4.3.2; CIS GKE 5.6.7; EKS Best Practices (network security: default deny)."""
@@ -242,7 +243,7 @@ def namespace_default_deny(resources: list[Resource], config: Config, report: St
     severity=Severity.HIGH,
     enforcement=EnforcementLevel.MANDATORY,
     types={T.GKE_CLUSTER},
-    remediation="components.gke_cluster sets all four; keep them.",
+    remediation="components.gcp.gke_cluster sets all four; keep them.",
 )
 def gke_hardening(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: CIS GKE 5.6.7 (network policy), 5.10.5 (Binary Authorization), 5.6.1 (intranode visibility),
@@ -267,7 +268,7 @@ def gke_hardening(resource: Resource, config: Config, report: Report) -> None:
     severity=Severity.MEDIUM,
     enforcement=EnforcementLevel.MANDATORY,
     types={T.GCP_SUBNETWORK},
-    remediation="Set log_config on the subnetwork (components.gke_cluster.FLOW_LOG_CONFIG).",
+    remediation="Set log_config on the subnetwork (components.gcp.gke_cluster.FLOW_LOG_CONFIG).",
 )
 def subnetwork_flow_logs(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: CIS GKE 5.6.1 / CIS GCP 3.8 (VPC flow logs on every subnet)."""
@@ -300,7 +301,8 @@ _HARDENED_COMPONENTS = [MODEL_SERVER, ENGINE_BUILD]
         },
         "minUid": {"type": "integer", "minimum": 1, "default": 10000, "description": "Lowest uid allowed."},
     },
-    remediation="Use components.model_server.container_security/pod_security and mount emptyDirs where it writes.",
+    remediation="Use components.serving.model_server.container_security/pod_security and mount emptyDirs where it "
+    "writes.",
 )
 def restricted_container(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: Pod Security Standards "restricted"; CKV_K8S_22 (read-only root), CKV_K8S_28/37 (drop ALL),
@@ -361,7 +363,7 @@ def _inherited(context: dict[str, Any], pod_context: Any, key: str) -> Any:
             "description": "Environment variable names that must not be set at all (use the file instead).",
         }
     },
-    remediation="Mount the Secret as a volume and point HF_TOKEN_PATH at the file (components.model_server).",
+    remediation="Mount the Secret as a volume and point HF_TOKEN_PATH at the file (components.serving.model_server).",
 )
 def secret_files(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: Kubernetes "Good practices for Kubernetes Secrets" (prefer volumes over env); CIS EKS 4.4.1."""

@@ -1,7 +1,7 @@
 """What the environment may cost at max scale: accelerators and on-demand dollars per hour, summed over its pools.
 
-Counted like :func:`components.sizing.size_platform`: accelerator pools at their maximum node count, priced at the
-dated on-demand price book (``components/catalog/prices.toml``); spot and capacity-block pools are costed at the
+Counted like :func:`components.capacity.sizing.size_platform`: accelerator pools at their maximum node count, priced at
+the dated on-demand price book (``components/catalog/prices.toml``); spot and capacity-block pools are costed at the
 on-demand price, an upper bound. System node groups (non-accelerator types) are outside both limits.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferplane.components.catalog import INSTANCE_TYPES, InstanceType, hourly_price
-from inferplane.components.scheduling import POOL_LABEL
+from inferplane.components.spec.scheduling import POOL_LABEL
 from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,

@@ -7,7 +7,7 @@ from typing import Any
 
 from inferplane.components.catalog import ACCELERATORS, INSTANCE_TYPES
 from inferplane.components.catalog.eks import ADDON_VERSIONS
-from inferplane.components.scheduling import GPU_TAINT, POOL_LABEL
+from inferplane.components.spec.scheduling import GPU_TAINT, POOL_LABEL
 from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,

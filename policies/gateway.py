@@ -1,8 +1,9 @@
 """The gateway: callers authenticate, limits answer 429, every model is reachable, no context cap beyond the engine.
 
 The gateway Deployment (``app.kubernetes.io/component: gateway``) carries the gateway annotations of
-:mod:`components.annotations` (``inferplane.io/gateway-auth``, ``-requests-per-minute``, ``-tokens-per-minute``,
-``-routes``), written by :class:`components.gateway.Gateway` from the same rendered configuration its pods load.
+:mod:`components.serving.annotations` (``inferplane.io/gateway-auth``, ``-requests-per-minute``, ``-tokens-per-minute``,
+``-routes``), written by :class:`components.gateway.component.Gateway` from the same rendered configuration its pods
+load.
 Model servers are recognised as in :mod:`policies.serving`; their served name is the ``inferplane.io/model`` label and
 their context the ``--max-model-len`` they run with (else the ``inferplane.io/max-model-len`` annotation).
 
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplane.components.annotations import (
+from inferplane.components.gateway.renderer import REDIS_URL_ENV
+from inferplane.components.serving.annotations import (
     COMPONENT_LABEL,
     GATEWAY,
     GATEWAY_AUTH,
@@ -26,7 +28,6 @@ from inferplane.components.annotations import (
     GatewayRoute,
     parse_gateway_annotations,
 )
-from inferplane.components.gateway_config import REDIS_URL_ENV
 from inferplane.policies.base import (
     UNKNOWN,
     AnyPolicy,
@@ -136,7 +137,7 @@ def require_rate_limits(resource: Resource, config: Config, report: Report) -> N
     """Anchors: OWASP API Security Top 10 (API4 unrestricted resource consumption); Envoy local_ratelimit.
 
     Shared budgets: the processor container (the one whose environment could carry it) gets
-    :data:`~inferplane.components.gateway_config.REDIS_URL_ENV`; without it the processor fails open on budgets.
+    :data:`~inferplane.components.gateway.renderer.REDIS_URL_ENV`; without it the processor fails open on budgets.
     """
     if not is_gateway(resource) or not config["required"]:
         return
@@ -196,8 +197,8 @@ def require_model_routes(resources: list[Resource], config: Config, report: Stac
     """Anchor: the issue's design (every client request enters through the gateway).
 
     A route's tiers are the tiers the gateway's processor admits requests for the model through
-    (:func:`components.gateway.policy_annotations`). Each cluster's gateway routes only to the models on its own
-    cluster, so a route found on any gateway is a real way in."""
+    (:func:`components.gateway.component.policy_annotations`). Each cluster's gateway routes only to the models on its
+    own cluster, so a route found on any gateway is a real way in."""
     reachable: set[str] = set()
     for gateway in of_type(resources, T.DEPLOYMENT):
         if object_labels(gateway).get(COMPONENT_LABEL) is UNKNOWN:
@@ -226,7 +227,7 @@ def require_model_routes(resources: list[Resource], config: Config, report: Stac
     ),
     severity=Severity.HIGH,
     enforcement=EnforcementLevel.MANDATORY,
-    remediation="Render the gateway from the same sizing as the model servers (components.gateway_config).",
+    remediation="Render the gateway from the same sizing as the model servers (components.gateway.renderer).",
 )
 def limit_context(resources: list[Resource], config: Config, report: StackReport) -> None:
     """Anchor: vLLM ``--max-model-len`` (requests beyond it are refused with 400 by the engine)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from inferplane.components.annotations import ALERT_KIND_LABEL, NAME_LABEL, PREEMPTION_ALERT, SERVED_MODEL_LABEL
+from inferplane.components.serving.annotations import ALERT_KIND_LABEL, NAME_LABEL, PREEMPTION_ALERT, SERVED_MODEL_LABEL
 from inferplane.policies.base import (
     AnyPolicy,
     Config,
@@ -72,10 +72,11 @@ def _covers(rule: dict[str, Any], model: str) -> bool:
     ),
     severity=Severity.MEDIUM,
     enforcement=EnforcementLevel.MANDATORY,
-    remediation="Create the model's rules with components.alerts.ServingRules (it alerts on preemptions).",
+    remediation="Create the model's rules with components.observability.alerts.ServingRules (it alerts on "
+    "preemptions).",
 )
 def preemption_alert(resources: list[Resource], config: Config, report: StackReport) -> None:
-    """Anchor: vLLM metrics (vllm:num_preemptions_total); components.alerts."""
+    """Anchor: vLLM metrics (vllm:num_preemptions_total); components.observability.alerts."""
     alerts = preemption_alerts(resources)
     if alerts is None:
         return

@@ -1,11 +1,11 @@
 """Model servers: does the model fit its accelerators, with engine settings that make sense, and can it start?
 
 What a generic Deployment cannot say (which model, on which accelerator, how long it takes to start) comes from the
-serving annotations of :mod:`components.annotations`. What the engine will actually do comes from the container's
-own arguments where they say it (vLLM's ``--tensor-parallel-size``, ``--max-model-len``, ``--max-num-seqs``,
+serving annotations of :mod:`components.serving.annotations`. What the engine will actually do comes from the
+container's own arguments where they say it (vLLM's ``--tensor-parallel-size``, ``--max-model-len``, ``--max-num-seqs``,
 ``--gpu-memory-utilization``, ``--kv-cache-dtype``, ``--quantization``, ``--max-num-batched-tokens``): arguments win
-over annotations, because they are what runs. The verdicts come from :mod:`components.sizing`, the same arithmetic
-that chose the settings, so a plan and its policy can never disagree about what fits.
+over annotations, because they are what runs. The verdicts come from :mod:`components.capacity.sizing`, the same
+arithmetic that chose the settings, so a plan and its policy can never disagree about what fits.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from inferplane.components.annotations import (
-    COMPONENT_LABEL,
-    ENGINE,
-    GATEWAY,
-    MODEL,
-    MODEL_SERVER,
-    AnnotationError,
-    ServingAnnotations,
-    parse_serving_annotations,
+from inferplane.components.capacity.sizing import (
+    COMPUTE_EFFICIENCY,
+    MAX_GPU_MEMORY_UTILIZATION,
+    WARMUP_SECONDS,
+    WEIGHTS_LOAD_BYTES_PER_SECOND,
+    SizingRequest,
+    SizingResult,
+    size,
+    weights_bytes,
 )
 from inferplane.components.catalog import (
     ACCELERATORS,
@@ -33,18 +33,18 @@ from inferplane.components.catalog import (
     ModelArchitecture,
     instances_for,
 )
-from inferplane.components.scheduling import ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
-from inferplane.components.sizing import (
-    COMPUTE_EFFICIENCY,
-    MAX_GPU_MEMORY_UTILIZATION,
-    WARMUP_SECONDS,
-    WEIGHTS_LOAD_BYTES_PER_SECOND,
-    SizingRequest,
-    SizingResult,
-    size,
-    weights_bytes,
+from inferplane.components.serving.annotations import (
+    COMPONENT_LABEL,
+    ENGINE,
+    GATEWAY,
+    MODEL,
+    MODEL_SERVER,
+    AnnotationError,
+    ServingAnnotations,
+    parse_serving_annotations,
 )
-from inferplane.components.spec import KvCacheDtype, WeightsDtype
+from inferplane.components.spec.platform_spec import KvCacheDtype, WeightsDtype
+from inferplane.components.spec.scheduling import ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
 from inferplane.policies.autoscaling import replica_bounds, scaled_object_for
 from inferplane.policies.base import (
     UNKNOWN,
@@ -301,8 +301,8 @@ _TYPES = SERVER_TYPES
     "per replica, a shorter context or fewer sequences.",
 )
 def memory_fit(resources: list[Resource], config: Config, report: StackReport) -> None:
-    """Sizing's fit arithmetic (components.sizing) on the deployed settings, on the accelerator of the pool the pods
-    select (a stack policy, so it can look the pool's node group up; the serving annotations otherwise)."""
+    """Sizing's fit arithmetic (components.capacity.sizing) on the deployed settings, on the accelerator of the pool the
+    pods select (a stack policy, so it can look the pool's node group up; the serving annotations otherwise)."""
     pools = pool_instance_types(resources)
     for server in of_type(resources, *SERVER_TYPES):
         if not is_model_server(server) or not _decidable(server):
@@ -344,7 +344,7 @@ def memory_fit(resources: list[Resource], config: Config, report: StackReport) -
     remediation="Set models[].gpu_memory_utilization within the band.",
 )
 def gpu_memory_utilization(resource: Resource, config: Config, report: Report) -> None:
-    """Anchor: components.sizing.MAX_GPU_MEMORY_UTILIZATION; vLLM engine arguments."""
+    """Anchor: components.capacity.sizing.MAX_GPU_MEMORY_UTILIZATION; vLLM engine arguments."""
     settings = _settings_or_report(resource, report)
     if settings is None or settings.gpu_memory_utilization is None:
         return
@@ -366,7 +366,7 @@ def gpu_memory_utilization(resource: Resource, config: Config, report: Report) -
     remediation="Leave models[].gpus_per_replica unset (sizing picks a valid size) or choose one that divides both.",
 )
 def tensor_parallel(resource: Resource, config: Config, report: Report) -> None:
-    """Anchor: components.sizing tensor-parallel rules (vLLM: heads must divide; TP within NVLink domain)."""
+    """Anchor: components.capacity.sizing tensor-parallel rules (vLLM: heads must divide; TP within NVLink domain)."""
     settings = _settings_or_report(resource, report)
     if settings is None or settings.tensor_parallel_size is None:
         return
@@ -457,7 +457,8 @@ def probe_budget(probe: dict[str, Any]) -> int | None:
     remediation="Derive startupProbe.failureThreshold from the sizing's engine_start_seconds.",
 )
 def startup_probe(resource: Resource, config: Config, report: Report) -> None:
-    """Anchors: CKV_K8S_8/9; Kyverno require-pod-probes; vLLM chart startup probe; components.sizing cold start."""
+    """Anchors: CKV_K8S_8/9; Kyverno require-pod-probes; vLLM chart startup probe; components.capacity.sizing cold
+    start."""
     settings = _settings_or_report(resource, report)
     if settings is None:
         return

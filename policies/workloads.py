@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from inferplane.components.scheduling import (
+from inferplane.components.spec.scheduling import (
     ACCELERATOR_LABEL,
     GKE_TPU_ACCELERATOR_LABEL,
     GPU_TAINT,
@@ -399,7 +399,7 @@ def _selects(spec: dict[str, Any], keys: tuple[str, ...]) -> bool:
     enforcement=EnforcementLevel.MANDATORY,
     types=WORKLOADS,
     config=_EXEMPT_SCHEMA,
-    remediation="Use the tolerations and nodeSelector from components.scheduling for the pool.",
+    remediation="Use the tolerations and nodeSelector from components.spec.scheduling for the pool.",
 )
 def accelerator_placement(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: EKS Best Practices AI/ML (taints and tolerations, node selection)."""

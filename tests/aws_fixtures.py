@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from inferplane.components.eks_cluster import EksCluster, EksClusterArgs
-from inferplane.components.sizing import PoolSizing
+from inferplane.components.aws.eks_cluster import EksCluster, EksClusterArgs
+from inferplane.components.capacity.sizing import PoolSizing
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")

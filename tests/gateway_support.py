@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from inferplane.components import gateway_config as gc
-from inferplane.components.sizing import PlatformSizing
-from inferplane.components.spec import PlatformSpec
+from inferplane.components.capacity.sizing import PlatformSizing
+from inferplane.components.gateway import renderer as gc
+from inferplane.components.spec.platform_spec import PlatformSpec
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
 from tests.redis_server import search_module

@@ -14,7 +14,9 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
-from inferplane.components.annotations import (
+from inferplane.components.capacity.sizing import DeploymentSizing, size_platform
+from inferplane.components.gateway.renderer import REDIS_URL_ENV
+from inferplane.components.serving.annotations import (
     COMPONENT_LABEL,
     GATEWAY,
     MODEL_SERVER,
@@ -24,9 +26,7 @@ from inferplane.components.annotations import (
     gateway_annotations,
     serving_annotations,
 )
-from inferplane.components.gateway_config import REDIS_URL_ENV
-from inferplane.components.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
-from inferplane.components.sizing import DeploymentSizing, size_platform
+from inferplane.components.spec.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
 from inferplane.policies.resource_types import T
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Registration
 from inferplane.tool.stackfile import find_project_dir, load_stack

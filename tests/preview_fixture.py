@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from inferplane.components.sizing import size_platform
+from inferplane.components.capacity.sizing import size_platform
 from inferplane.infra.program import platform_from_config
 
 NODE_ROLE_POLICY = '{"Version":"2012-10-17","Statement":[]}'

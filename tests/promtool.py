@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inferplane.components.alerts import RecordingRule, RuleGroup, rule_file
+from inferplane.components.observability.alerts import RecordingRule, RuleGroup, rule_file
 
 
 def promtool() -> str:

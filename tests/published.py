@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
-from inferplane.components import perf_model
+from inferplane.components.capacity import perf_model
 from inferplane.components.catalog import get_accelerator, get_model
-from inferplane.components.spec import Engine, KvCacheDtype, WeightsDtype
+from inferplane.components.spec.platform_spec import Engine, KvCacheDtype, WeightsDtype
 
 DATA = Path(__file__).parent / "data" / "published_benchmarks.csv"
 

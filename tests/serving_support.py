@@ -8,10 +8,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.platform.serving import build_model_servers
-from inferplane.components.sizing import size_platform
-from inferplane.components.spec import PlatformSpec, parse_platform
+from inferplane.components.spec.platform_spec import PlatformSpec, parse_platform
 from inferplane.tool.mockengine import Evaluation, PlatformMocks, Registration, evaluate
 from inferplane.tool.stackfile import find_project_dir, load_stack
 

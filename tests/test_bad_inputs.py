@@ -25,11 +25,11 @@ import pytest
 import yaml
 
 from inferplane.components.catalog import MODELS
-from inferplane.components.tags import is_label_value, kubernetes_labels
+from inferplane.components.spec.tags import is_label_value, kubernetes_labels
 from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
-from tests.test_spec import _set as set_path
+from tests.spec.test_spec import _set as set_path
 
 Edit = Callable[[dict[str, Any]], None]
 """Changes a stack file's parsed document in place (the file is then written back as YAML)."""

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferplane.components.catalog import ACCELERATORS, MODELS
-from inferplane.components.spec import KvCacheDtype, WeightsDtype
+from inferplane.components.spec.platform_spec import KvCacheDtype, WeightsDtype
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
 from tests.test_bad_inputs import copy_project, run_cli

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferplane.components.spec import CacheSpec
+from inferplane.components.spec.platform_spec import CacheSpec
 from inferplane.tool.cache_eval import Scored, load_pairs, point, score
 from inferplane.tool.cli import main
 

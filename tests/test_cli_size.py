@@ -15,7 +15,7 @@ import yaml
 from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
-from tests.test_spec import SEVENTY_B
+from tests.spec.test_spec import SEVENTY_B
 
 CONTRACT = {
     "weights_bytes",

@@ -27,8 +27,8 @@ import openai
 import pytest
 import yaml
 
-from inferplane.components import gateway_config as gc
-from inferplane.components.sizing import PlatformSizing, size_platform
+from inferplane.components.capacity.sizing import PlatformSizing, size_platform
+from inferplane.components.gateway import renderer as gc
 from inferplane.gateway import metrics as gm
 from inferplane.gateway.config import ProcessorConfig
 from tests.gateway_support import Gateway, Procs, free_port, gateway_addresses, scrape, start_gateway, start_redis

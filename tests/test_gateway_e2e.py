@@ -24,8 +24,8 @@ from typing import Any
 import openai
 import pytest
 
-from inferplane.components import gateway_config as gc
-from inferplane.components.sizing import size_platform
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.gateway import renderer as gc
 from inferplane.gateway import metrics as gm
 from inferplane.gateway.cache import metrics as cm
 from tests.gateway_support import (

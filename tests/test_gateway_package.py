@@ -11,7 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from inferplane.components import gateway_config as gc
+from inferplane.components.gateway import renderer as gc
 from tests.conftest import PROJECT_DIR
 
 GATEWAY = PROJECT_DIR / "gateway"
@@ -67,5 +67,5 @@ def test_the_publish_workflow_checks_the_pinned_version() -> None:
     workflow = (PROJECT_DIR / ".github" / "workflows" / "gateway-image.yml").read_text()
     assert 'tags: ["gateway-v*"]' in workflow
     version_line = f'PROCESSOR_VERSION = "{gc.PROCESSOR_VERSION}"'
-    assert version_line in (PROJECT_DIR / "components" / "gateway_config.py").read_text().splitlines()
+    assert version_line in (PROJECT_DIR / "components" / "gateway" / "renderer.py").read_text().splitlines()
     assert f"ghcr.io/inferplane/inferplane-gateway:{gc.PROCESSOR_VERSION}" == gc.PROCESSOR_IMAGE

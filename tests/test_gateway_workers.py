@@ -25,9 +25,9 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferplane.components import gateway_config as gc
-from inferplane.components.sizing import size_platform
-from inferplane.components.spec import PlatformSpec
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.gateway import renderer as gc
+from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.gateway import metrics as gm
 from inferplane.gateway.config import ProcessorConfig
 from tests.gateway_support import (

@@ -7,6 +7,7 @@ circle), over every import wherever it stands; see :mod:`tests.import_graph` for
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,51 @@ FORBIDDEN: dict[str, frozenset[str]] = {
 """Layer -> the layers it must not import. Data flows one way: the library (components) knows nothing of the program,
 the tool or the policies; the program (infra) composes the library and knows nothing of the tool; the policy pack
 judges resources by their types and inputs and knows nothing of the program or the tool."""
+
+
+COMPONENT_SUBPACKAGES: dict[str, frozenset[str]] = {
+    "catalog": frozenset(),
+    "spec": frozenset({"catalog"}),
+    "capacity": frozenset({"catalog", "spec"}),
+    "aws": frozenset({"catalog", "spec", "capacity"}),
+    "gcp": frozenset({"catalog", "spec", "capacity"}),
+    "serving": frozenset({"catalog", "spec", "capacity", "aws", "gcp"}),
+    "observability": frozenset({"catalog", "spec", "capacity", "aws", "gcp", "serving"}),
+    "gateway": frozenset({"catalog", "spec", "capacity", "aws", "gcp", "serving", "observability"}),
+    "platform": frozenset({"catalog", "spec", "capacity", "aws", "gcp", "serving", "observability", "gateway"}),
+}
+"""Subpackage of ``inferplane.components`` -> the subpackages it may import (besides itself). A DAG: the catalog at
+the bottom, then the spec, capacity (sizing, performance, planning), the two clouds' foundations (siblings that never
+import each other), the model servers, what watches and scales them, the gateway, and the platform's composition on
+top. Each subpackage's ``__init__`` docstring says the same in words."""
+
+RUNTIME_READERS = frozenset({"gateway"})
+"""The component subpackages that may import the gateway's runtime (its pure configuration and metric names, which
+the renderer fills in): only the gateway's own."""
+
+
+def component_subpackage(module: str) -> str | None:
+    """``aws`` for ``inferplane.components.aws.network``; None outside components or for its facade ``__init__``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["inferplane", "components"] else None
+
+
+def subpackage_crossings(edges: dict[str, set[str]]) -> list[str]:
+    """Every import between component subpackages that :data:`COMPONENT_SUBPACKAGES` does not allow, and every
+    import of the gateway's runtime from a component subpackage other than :data:`RUNTIME_READERS`."""
+    found: list[str] = []
+    for module, targets in edges.items():
+        source = component_subpackage(module)
+        if source is None:
+            continue
+        allowed = COMPONENT_SUBPACKAGES.get(source, frozenset())
+        for target in targets:
+            into = component_subpackage(target)
+            if into is not None and into != source and into not in allowed:
+                found.append(f"{module} -> {target} ({source} may import {sorted(allowed) or 'nothing'})")
+            elif layer(target) == "gateway" and source not in RUNTIME_READERS:
+                found.append(f"{module} -> {target} (only {sorted(RUNTIME_READERS)} read the runtime)")
+    return sorted(found)
 
 
 def test_every_layer_is_read() -> None:
@@ -75,6 +121,81 @@ def test_layers_depend_one_way() -> None:
     assert crossings == []
 
 
+def test_the_library_is_its_subpackages() -> None:
+    """Every module of ``components`` lives in one of the known subpackages; only the facade sits at the top."""
+    flat = sorted(name for name in modules() if name.startswith("inferplane.components.") and name.count(".") == 2)
+    assert flat == sorted(f"inferplane.components.{name}" for name in COMPONENT_SUBPACKAGES)
+    assert {component_subpackage(name) for name in modules()} == {None, *COMPONENT_SUBPACKAGES}
+
+
+def test_every_subpackage_says_what_it_owns_and_may_import() -> None:
+    for name, allowed in COMPONENT_SUBPACKAGES.items():
+        doc = ast.get_docstring(ast.parse((PROJECT_DIR / "components" / name / "__init__.py").read_text()))
+        assert doc is not None, name
+        assert "May import:" in doc, name
+        said = doc[doc.index("May import:") :]
+        if said.startswith("May import: every"):  # the gateway and the platform, which sit near the top
+            continue
+        named = {other for other in COMPONENT_SUBPACKAGES if f"components.{other}`" in said}
+        assert named >= allowed, (name, sorted(allowed - named))
+
+
+def test_subpackages_depend_one_way() -> None:
+    assert subpackage_crossings(graph()) == []
+
+
+def test_the_subpackage_table_is_acyclic_and_layered() -> None:
+    edges = {name: set(allowed) for name, allowed in COMPONENT_SUBPACKAGES.items()}
+    assert cycles(edges) == []
+    assert not COMPONENT_SUBPACKAGES["aws"] & {"gcp"} and not COMPONENT_SUBPACKAGES["gcp"] & {"aws"}
+    for name, allowed in COMPONENT_SUBPACKAGES.items():
+        # Layered: what a subpackage may import, it may import transitively (no rule is bypassed through another).
+        for lower in allowed:
+            assert COMPONENT_SUBPACKAGES[lower] <= allowed, (name, lower)
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "allowed"),
+    [
+        ("catalog", "spec", False),
+        ("spec", "capacity", False),
+        ("aws", "gcp", False),
+        ("gcp", "aws", False),
+        ("serving", "observability", False),
+        ("observability", "gateway", False),
+        ("capacity", "serving", False),
+        ("gateway", "platform", False),
+        ("serving", "aws", True),
+        ("platform", "gateway", True),
+    ],
+)
+def test_a_subpackage_crossing_is_named(tmp_path: Path, source: str, target: str, allowed: bool) -> None:
+    package = tmp_path / "inferplane"
+    for folder in ("components", f"components/{source}", f"components/{target}"):
+        (package / folder).mkdir(parents=True, exist_ok=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "components" / source / "a.py").write_text(f"from ..{target} import b\n")
+    (package / "components" / target / "b.py").write_text("")
+    crossings = subpackage_crossings(graph(modules(package)))
+    edge = f"inferplane.components.{source}.a -> inferplane.components.{target}.b"
+    assert [c.startswith(edge) for c in crossings] == ([] if allowed else [True])
+
+
+def test_only_the_gateway_subpackage_reads_the_runtime(tmp_path: Path) -> None:
+    package = tmp_path / "inferplane"
+    for folder in ("components", "components/serving", "components/gateway", "gateway"):
+        (package / folder).mkdir(parents=True, exist_ok=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "gateway" / "config.py").write_text("")
+    (package / "components" / "serving" / "a.py").write_text("from inferplane.gateway import config\n")
+    (package / "components" / "gateway" / "b.py").write_text("from inferplane.gateway import config\n")
+    assert subpackage_crossings(graph(modules(package))) == [
+        "inferplane.components.serving.a -> inferplane.gateway.config (only ['gateway'] read the runtime)"
+    ]
+
+
 def test_a_crossing_is_named(tmp_path: Path) -> None:
     package = tmp_path / "inferplane"
     for folder in ("components", "tool"):
@@ -92,8 +213,8 @@ CONSUMER_PROGRAM = """
 import components
 import inferplane.components
 from components.network import NAME
-from inferplane.components.spec import PlatformSpec
-from inferplane.components.network import Network
+from inferplane.components.spec.platform_spec import PlatformSpec
+from inferplane.components.aws.network import Network
 
 print(components.__file__)
 print(inferplane.components.__file__)
@@ -156,7 +277,7 @@ def test_the_wheel_installs_only_inferplane(wheel: zipfile.ZipFile) -> None:
         "inferplane/py.typed",
         "inferplane/components/__init__.py",
         "inferplane/components/py.typed",
-        "inferplane/components/spec.py",
+        "inferplane/components/spec/platform_spec.py",
         "inferplane/components/catalog/prices.toml",
         "inferplane/infra/program.py",
         "inferplane/policies/PulumiPolicy.yaml",

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pulumi.runtime import rpc
 
-from inferplane.components.annotations import (
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.serving.annotations import (
     COMPONENT_LABEL,
     ENGINE,
     ENGINE_START_SECONDS,
@@ -33,8 +34,7 @@ from inferplane.components.annotations import (
     TENSOR_PARALLEL_SIZE,
     serving_annotations,
 )
-from inferplane.components.scheduling import GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
-from inferplane.components.sizing import size_platform
+from inferplane.components.spec.scheduling import GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
 from inferplane.policies.pack import POLICIES
 from inferplane.policies.resource_types import T
 from inferplane.policies.serving import serving_settings, sizing_for
@@ -1269,7 +1269,7 @@ def test_type_tokens_are_the_sdks_tokens() -> None:
 
 
 def test_serving_annotations_round_trip_and_name_the_bad_key() -> None:
-    from inferplane.components.annotations import AnnotationError, parse_serving_annotations
+    from inferplane.components.serving.annotations import AnnotationError, parse_serving_annotations
     from tests.policy_plan import prod_llama
 
     sizing = prod_llama()

@@ -28,9 +28,9 @@ from moto.servicequotas.exceptions import NoSuchResource
 from moto.servicequotas.models import servicequotas_backends
 from moto.ssm.models import Parameter, ssm_backends
 
+from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.catalog import ACCELERATORS, INSTANCE_TYPES
-from inferplane.components.sizing import size_platform
-from inferplane.components.spec import PLATFORM_KEY, CapacityType, PlatformSpec, parse_platform
+from inferplane.components.spec.platform_spec import PLATFORM_KEY, CapacityType, PlatformSpec, parse_platform
 from inferplane.tool.cli import main
 from inferplane.tool.preflight import AwsCaller, PreflightError, Report, boto3_client_for, iam_policy, run_preflight
 from inferplane.tool.preflight.aws import ClientFor

@@ -20,10 +20,10 @@ from pulumi.runtime.proto import errors_pb2, provider_pb2, status_pb2
 from pydantic import BaseModel
 
 from inferplane import __version__
+from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.platform import Platform
 from inferplane.components.platform.component import PLATFORM_TYPE, platform_spec, schema_path
-from inferplane.components.sizing import size_platform
-from inferplane.components.spec import PlatformSpec
+from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.tool.cli import main as cli_main
 from inferplane.tool.mockengine import PlatformMocks, Registration, evaluate
 from inferplane.tool.schema import SCHEMA_FILE, generate_args_module, package_schema, schema_inputs, stale
@@ -106,7 +106,7 @@ def test_literal_fields_become_enums_with_the_spec_values(schema: dict[str, Any]
 
 
 def test_a_generated_module_that_drifts_from_the_spec_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
-    from inferplane.components import spec as spec_module
+    from inferplane.components.spec import platform_spec as spec_module
 
     current = generate_args_module()
     fields = dict(spec_module.SloSpec.model_fields)

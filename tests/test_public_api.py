@@ -112,7 +112,9 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         _ = public.Nothing  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("module", ["inferplane.components", "inferplane.components.sizing", "inferplane.tool.cli"])
+@pytest.mark.parametrize(
+    "module", ["inferplane.components", "inferplane.components.capacity.sizing", "inferplane.tool.cli"]
+)
 def test_sizing_does_not_load_the_cloud_sdks(module: str) -> None:
     probe = (
         f"import sys, {module}; print(sorted(m for m in ('pulumi', 'pulumi_aws', 'pulumi_gcp') if m in sys.modules))"

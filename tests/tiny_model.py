@@ -12,7 +12,7 @@ from typing import Any
 
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from inferplane.components.spec import PlatformSpec, parse_platform
+from inferplane.components.spec.platform_spec import PlatformSpec, parse_platform
 
 VOCAB_SIZE = 512
 SPECIAL = ("<unk>", "<s>", "</s>")

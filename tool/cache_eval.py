@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from inferplane.components.cache_config import embedder_config
-from inferplane.components.spec import CacheSpec
+from inferplane.components.gateway.cache_renderer import embedder_config
+from inferplane.components.spec.platform_spec import CacheSpec
 from inferplane.gateway.cache.embedders import make_embedder
 from inferplane.gateway.cache.guards import refusals
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED

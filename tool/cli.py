@@ -17,11 +17,11 @@ from typing import get_args
 
 from rich.console import Console
 
-from inferplane.components.buildable import validate_platform
+from inferplane.components.capacity.sizing import SizingRequest, size, size_platform
 from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
 from inferplane.components.catalog.models import MAX_CONTEXT_TOKENS
-from inferplane.components.sizing import SizingRequest, size, size_platform
-from inferplane.components.spec import (
+from inferplane.components.spec.buildable import validate_platform
+from inferplane.components.spec.platform_spec import (
     MAX_CONCURRENCY,
     MAX_GPUS_PER_REPLICA,
     PLATFORM_KEY,

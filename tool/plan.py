@@ -1,6 +1,7 @@
 """``inferplane plan``: the cheapest configuration for a workload, printed, and optionally written into a stack.
 
-The search is :func:`components.planner.plan`; this module turns arguments into a workload, prints the candidates,
+The search is :func:`components.capacity.planner.plan`; this module turns arguments into a workload, prints the
+candidates,
 and with ``--write-stack S`` adds the first candidate the stack's limits accept to ``stacks/Pulumi.S.yaml`` as one
 pool and one model deployment, editing the file in place (ruamel.yaml round trip: comments and key order stay).
 Before writing, the edited platform is validated and sized as ``preview`` would; a candidate that breaks a limit is
@@ -20,12 +21,19 @@ from rich.console import Console
 from rich.table import Table
 from ruamel.yaml import YAML
 
-from inferplane.components import perf_model
+from inferplane.components.capacity import perf_model
+from inferplane.components.capacity.planner import Candidate, Filters, Plan, Workload, plan
+from inferplane.components.capacity.sizing import SizingResult, size_platform
 from inferplane.components.catalog import PRICES, Accelerator, ModelArchitecture, get_instance_type, get_model
 from inferplane.components.catalog.accelerators import AcceleratorId
-from inferplane.components.planner import Candidate, Filters, Plan, Workload, plan
-from inferplane.components.sizing import SizingResult, size_platform
-from inferplane.components.spec import PLATFORM_KEY, CapacityType, Engine, SpecError, WeightsDtype, parse_platform
+from inferplane.components.spec.platform_spec import (
+    PLATFORM_KEY,
+    CapacityType,
+    Engine,
+    SpecError,
+    WeightsDtype,
+    parse_platform,
+)
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.stackfile import find_project_dir, load_stack, read_config
 
@@ -46,7 +54,7 @@ def _cloud_for_region(region: str | None) -> str | None:
 
 def keda_threshold(candidate: Candidate) -> int:
     """The autoscaler's queue threshold for the candidate's batch, from the function the ScaledObject uses."""
-    from inferplane.components.keda import target_waiting_per_replica  # noqa: PLC0415 - loads Pulumi only here
+    from inferplane.components.observability.keda import target_waiting_per_replica  # noqa: PLC0415 - loads Pulumi only here
 
     return target_waiting_per_replica(candidate.max_num_seqs)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from inferplane.components.sizing import GIB, PlatformSizing, SizingResult
+from inferplane.components.capacity.sizing import GIB, PlatformSizing, SizingResult
 
 
 def _gib(value: float) -> str:

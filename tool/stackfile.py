@@ -18,8 +18,8 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node
 
-from inferplane.components.buildable import validate_platform
-from inferplane.components.spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError
+from inferplane.components.spec.buildable import validate_platform
+from inferplane.components.spec.platform_spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError
 from inferplane.tool.files import UnreadableFileError, os_reason, read_regular_file
 
 _CONFIG_KEY = re.compile(r"^[^:\s]+:[^\s]+$")

@@ -1,4 +1,8 @@
-"""Catalog facts: accelerators, instance types, models and prices, each defined once with its source."""
+"""Catalog facts: accelerators, instance types, models, images and chart versions, EKS versions and prices, each
+defined once with its source beside it. A new GPU, instance, model or pinned image goes here.
+
+May import: nothing of inferplane (the bottom layer).
+"""
 
 from inferplane.components.catalog.accelerators import ACCELERATORS, Accelerator, AcceleratorId, get_accelerator
 from inferplane.components.catalog.instances import INSTANCE_TYPES, InstanceType, get_instance_type, instances_for

@@ -2,8 +2,8 @@
 
 EC2 rows: EC2 ``DescribeInstanceTypes`` (``GpuInfo``, ``VCpuInfo.DefaultVCpus``, ``MemoryInfo.SizeInMiB``,
 ``NetworkInfo.EfaInfo.MaximumEfaInterfaces``, ``InstanceStorageInfo.TotalSizeInGB``, ``SupportedUsageClasses``) as
-bundled with moto 5.2.5, read 2026-11-29. ``tests/test_catalog.py`` re-reads every row through boto3 against that
-data, so a typo here fails the suite. Preflight checks the same facts against the live account.
+bundled with moto 5.2.5, read 2026-11-29. ``tests/catalog/test_catalog.py`` re-reads every row through boto3 against
+that data, so a typo here fails the suite. Preflight checks the same facts against the live account.
 
 GKE rows: cloud.google.com/tpu/docs/v5e (machine types and single-host topologies), read 2026-11-29.
 """

@@ -4,6 +4,8 @@
   declared as its children. The multi-language package hosts it (see :mod:`inferplane.tool.provider`).
 * :func:`~inferplane.components.platform.compose.compose_platform`: the composition itself (clusters, pools,
   caches, model servers, autoscaling, monitoring), which ``infra/program.py`` runs at the top of a stack.
+
+May import: every other component subpackage (the top layer; nothing in ``components`` imports it).
 """
 
 from inferplane.components.platform.component import Platform

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from inferplane.components.aws.eks_cluster import EksCluster, EksClusterArgs
+from inferplane.components.aws.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from inferplane.components.aws.network import Network, NetworkArgs
+from inferplane.components.aws.node_addons import NodeAddons, NodeAddonsArgs
+from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.catalog import get_instance_type
-from inferplane.components.eks_cluster import EksCluster, EksClusterArgs
-from inferplane.components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
-from inferplane.components.network import Network, NetworkArgs
-from inferplane.components.node_addons import NodeAddons, NodeAddonsArgs
-from inferplane.components.sizing import PlatformSizing
-from inferplane.components.spec import PlatformSpec
-from inferplane.components.tags import PLATFORM_TAG_KEYS
+from inferplane.components.spec.platform_spec import PlatformSpec
+from inferplane.components.spec.tags import PLATFORM_TAG_KEYS
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class AwsFoundation:
 
 def platform_tags(spec: PlatformSpec) -> dict[str, str]:
     """The spec's tags plus the environment and the tool that manages the resource (the spec may not set these
-    keys: :data:`~inferplane.components.tags.PLATFORM_TAG_KEYS`)."""
+    keys: :data:`~inferplane.components.spec.tags.PLATFORM_TAG_KEYS`)."""
     own = dict(zip(PLATFORM_TAG_KEYS, (spec.environment, "pulumi", "inferplane"), strict=True))
     return {**spec.tags, **own}
 

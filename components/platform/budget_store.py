@@ -1,4 +1,4 @@
-"""The GKE gateway's shared budget store: a :class:`~inferplane.components.memorystore.MemorystoreRedis` in the GKE
+"""The GKE gateway's shared budget store: a :class:`~inferplane.components.gcp.memorystore.MemorystoreRedis` in the GKE
 cluster's network, declared when the GKE cluster serves a model.
 
 Sized like the EKS cache (:mod:`components.platform.cache`) from ``cache.replicas``: two or more nodes there mean a
@@ -13,11 +13,11 @@ from collections.abc import Mapping
 
 import pulumi
 
-from inferplane.components.gateway_config import cluster_of
-from inferplane.components.gcp_labels import to_gcp_labels
-from inferplane.components.memorystore import MemorystoreRedis, MemorystoreRedisArgs
+from inferplane.components.gateway.renderer import cluster_of
+from inferplane.components.gcp.memorystore import MemorystoreRedis, MemorystoreRedisArgs
 from inferplane.components.platform.gke_foundation import GkeFoundation
-from inferplane.components.spec import PlatformSpec
+from inferplane.components.spec.gcp_labels import to_gcp_labels
+from inferplane.components.spec.platform_spec import PlatformSpec
 
 
 def build_budget_store(

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 
 import pulumi
 
-from inferplane.components.redis_cache import RedisCache, RedisCacheArgs
-from inferplane.components.spec import PlatformSpec
+from inferplane.components.aws.redis_cache import RedisCache, RedisCacheArgs
+from inferplane.components.spec.platform_spec import PlatformSpec
 
 
 def build_cache(

@@ -1,9 +1,10 @@
 """``Platform``: one environment's whole inference platform as a single component.
 
 Its one input is the platform spec (:class:`~inferplane.components.platform.args.PlatformArgs`, generated from
-:class:`~inferplane.components.spec.PlatformSpec`) plus the Hugging Face token. It validates the spec exactly as a
-stack file is validated (:func:`~inferplane.components.buildable.validate_platform`; every problem reported at once as
-``pulumi.InputPropertiesError`` naming the input's property paths), then runs the composition the stack's own
+:class:`~inferplane.components.spec.platform_spec.PlatformSpec`) plus the Hugging Face token. It validates the spec
+exactly as a
+stack file is validated (:func:`~inferplane.components.spec.buildable.validate_platform`; every problem reported at once
+as ``pulumi.InputPropertiesError`` naming the input's property paths), then runs the composition the stack's own
 program runs (:func:`~inferplane.components.platform.compose.compose_platform`) with itself as the parent.
 
 No ``from __future__ import annotations``: Pulumi's schema inference reads the annotations below at runtime.
@@ -16,11 +17,11 @@ from typing import Any
 import pulumi
 from pulumi.provider.experimental.util import camel_case
 
-from inferplane.components.awscommon import raise_input_errors
-from inferplane.components.buildable import validate_platform
 from inferplane.components.platform.args import PlatformArgs
 from inferplane.components.platform.compose import compose_platform
-from inferplane.components.spec import PlatformSpec, SpecError
+from inferplane.components.spec.buildable import validate_platform
+from inferplane.components.spec.input_errors import raise_input_errors
+from inferplane.components.spec.platform_spec import PlatformSpec, SpecError
 
 PACKAGE_NAME = "inferplane"
 """The Pulumi package name: type tokens are ``inferplane:index:<Component>``."""

@@ -15,11 +15,13 @@ from typing import Any
 
 import pulumi
 
+from inferplane.components.aws.model_cache import ModelCache
+from inferplane.components.aws.redis_cache import REDIS_PORT, RedisCache
+from inferplane.components.capacity.sizing import PlatformSizing, size_platform
 from inferplane.components.catalog import get_instance_type
-from inferplane.components.gateway import Gateway
-from inferplane.components.gateway_observability import wake_query
-from inferplane.components.memorystore import TLS_PORT, MemorystoreRedis
-from inferplane.components.model_cache import ModelCache
+from inferplane.components.gateway.component import Gateway
+from inferplane.components.gateway.observability import wake_query
+from inferplane.components.gcp.memorystore import TLS_PORT, MemorystoreRedis
 from inferplane.components.platform.aws_foundation import AwsFoundation, build_aws_foundation, platform_tags
 from inferplane.components.platform.budget_store import build_budget_store
 from inferplane.components.platform.cache import build_cache
@@ -34,9 +36,7 @@ from inferplane.components.platform.gke_foundation import GkeFoundation, build_g
 from inferplane.components.platform.model_cache import build_model_cache
 from inferplane.components.platform.observability import Observability, ServingTarget, build_observability
 from inferplane.components.platform.serving import HF_TOKEN_SECRET, ModelServer, build_model_servers
-from inferplane.components.redis_cache import REDIS_PORT, RedisCache
-from inferplane.components.sizing import PlatformSizing, size_platform
-from inferplane.components.spec import PlatformSpec
+from inferplane.components.spec.platform_spec import PlatformSpec
 
 
 @dataclass(frozen=True)

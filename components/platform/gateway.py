@@ -1,7 +1,8 @@
-"""The gateways of a platform: one :class:`~inferplane.components.gateway.Gateway` per cluster that serves models.
+"""The gateways of a platform: one :class:`~inferplane.components.gateway.component.Gateway` per cluster that serves
+models.
 
 Each is rendered from the spec and the sizing plan for its cluster
-(:func:`~inferplane.components.gateway_config.render_gateway`:
+(:func:`~inferplane.components.gateway.renderer.render_gateway`:
 the models whose pools are on that cluster), runs in the serving namespace on the cluster's system nodes, and is
 declared after the model servers and the cluster's monitoring (its ScaledObject, PodMonitor and PrometheusRule need
 their CRDs). On EKS it reaches the platform's Redis/Valkey (the response cache's replication group, over TLS with
@@ -18,17 +19,17 @@ from dataclasses import dataclass
 
 import pulumi
 
+from inferplane.components.aws.eks_cluster import SYSTEM_ROLE, SYSTEM_ROLE_LABEL
+from inferplane.components.aws.redis_cache import REDIS_PORT
+from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.catalog import get_instance_type
-from inferplane.components.eks_cluster import SYSTEM_ROLE, SYSTEM_ROLE_LABEL
-from inferplane.components.gateway import Gateway, GatewayArgs, service_account_name
-from inferplane.components.gateway_config import render_gateway, serving_clusters
-from inferplane.components.gateway_observability import ModelCost
-from inferplane.components.metrics import ModelSeries
-from inferplane.components.naming import SERVING_NAMESPACE
-from inferplane.components.redis_cache import REDIS_PORT
-from inferplane.components.sizing import PlatformSizing
-from inferplane.components.spec import PlatformSpec
-from inferplane.components.tags import kubernetes_labels
+from inferplane.components.gateway.component import Gateway, GatewayArgs, service_account_name
+from inferplane.components.gateway.observability import ModelCost
+from inferplane.components.gateway.renderer import render_gateway, serving_clusters
+from inferplane.components.observability.metrics import ModelSeries
+from inferplane.components.serving.naming import SERVING_NAMESPACE
+from inferplane.components.spec.platform_spec import PlatformSpec
+from inferplane.components.spec.tags import kubernetes_labels
 
 GATEWAY_NAME = "gateway"
 """The gateway on the primary (EKS) cluster; another cluster's is ``gateway-<cluster>``."""

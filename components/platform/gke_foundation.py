@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.catalog import INSTANCE_TYPES
-from inferplane.components.gcp_labels import to_gcp_labels
-from inferplane.components.gke_cluster import GkeCluster, GkeClusterArgs
-from inferplane.components.sizing import PlatformSizing
-from inferplane.components.spec import PlatformSpec
-from inferplane.components.tpu_node_pool import TpuNodePool, TpuNodePoolArgs
+from inferplane.components.gcp.gke_cluster import GkeCluster, GkeClusterArgs
+from inferplane.components.gcp.tpu_node_pool import TpuNodePool, TpuNodePoolArgs
+from inferplane.components.spec.gcp_labels import to_gcp_labels
+from inferplane.components.spec.platform_spec import PlatformSpec
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def build_gke_foundation(
 ) -> GkeFoundation | None:
     """Declare the GKE cluster and its TPU pools, or nothing (``None``) when no pool is on GKE.
 
-    ``tags`` are the platform's cloud tags; they become GCP labels (lowercase, see :mod:`components.gcp_labels`).
+    ``tags`` are the platform's cloud tags; they become GCP labels (lowercase, see :mod:`components.spec.gcp_labels`).
     """
     names = gke_pool_names(spec)
     if not names:

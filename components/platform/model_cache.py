@@ -6,19 +6,19 @@ from collections.abc import Mapping
 
 import pulumi
 
-from inferplane.components import model_server as ms
+from inferplane.components.aws.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
 from inferplane.components.catalog import get_instance_type
-from inferplane.components.model_cache import ModelCache, ModelCacheArgs, ServiceAccountRef
-from inferplane.components.naming import SERVING_NAMESPACE
 from inferplane.components.platform.gateway import gateway_service_account
-from inferplane.components.spec import PlatformSpec
+from inferplane.components.serving import model_server as ms
+from inferplane.components.serving.naming import SERVING_NAMESPACE
+from inferplane.components.spec.platform_spec import PlatformSpec
 
 
 def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
     """The ServiceAccount of every deployment on an AWS pool, in spec order; Triton's may write (engine builds).
 
     The names are those :func:`~inferplane.components.platform.serving.build_model_servers` gives the servers
-    (``<deployment>-sa`` in :data:`~inferplane.components.naming.SERVING_NAMESPACE`); GKE pools read the
+    (``<deployment>-sa`` in :data:`~inferplane.components.serving.naming.SERVING_NAMESPACE`); GKE pools read the
     Hugging Face hub and get none.
     """
     accounts = [

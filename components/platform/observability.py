@@ -3,7 +3,7 @@ per model deployment.
 
 The model servers are built elsewhere; they hand over, per deployment of the spec, the Deployment's name and
 namespace (:class:`ServingTarget`) and label their PodMonitor/ServiceMonitor with
-:data:`components.metrics.SCRAPE_LABELS`. Called from the program after the servers exist::
+:data:`components.serving.annotations.SCRAPE_LABELS`. Called from the program after the servers exist::
 
     observability = build_observability(spec, plan, {"eks": eks_provider, "gke": gke_provider}, targets)
 """
@@ -16,13 +16,18 @@ from dataclasses import dataclass
 
 import pulumi
 
-from inferplane.components.alerts import ModelAlertInputs, ServingRules, ServingRulesArgs
-from inferplane.components.dashboards import ModelDashboardInputs, ServingDashboards, ServingDashboardsArgs
-from inferplane.components.keda import Keda, KedaArgs, QueueDepthAutoscaler, QueueDepthAutoscalerArgs
-from inferplane.components.metrics import SCRAPE_LABELS, Engine, ModelSeries
-from inferplane.components.monitoring import MonitoringStack, MonitoringStackArgs
-from inferplane.components.sizing import PlatformSizing
-from inferplane.components.spec import PlatformSpec, SloSpec
+from inferplane.components.capacity.sizing import PlatformSizing
+from inferplane.components.observability.alerts import ModelAlertInputs, ServingRules, ServingRulesArgs
+from inferplane.components.observability.dashboards import (
+    ModelDashboardInputs,
+    ServingDashboards,
+    ServingDashboardsArgs,
+)
+from inferplane.components.observability.keda import Keda, KedaArgs, QueueDepthAutoscaler, QueueDepthAutoscalerArgs
+from inferplane.components.observability.metrics import Engine, ModelSeries
+from inferplane.components.observability.monitoring import MonitoringStack, MonitoringStackArgs
+from inferplane.components.serving.annotations import SCRAPE_LABELS
+from inferplane.components.spec.platform_spec import PlatformSpec, SloSpec
 
 PRIMARY_CLUSTER = "eks"
 """The cluster whose monitoring keeps the unprefixed names (``keda``, ``monitoring``...)."""
@@ -38,7 +43,7 @@ class ServingTarget:
     """Its namespace."""
     wake_query: str | None = None
     """PromQL above zero when requests wait outside the engine (scale-from-zero deployments; see
-    :class:`components.keda.QueueDepthAutoscalerArgs`)."""
+    :class:`components.observability.keda.QueueDepthAutoscalerArgs`)."""
     cluster: str = PRIMARY_CLUSTER
     """Which cluster serves it (a key of ``providers``): KEDA and Prometheus run beside the servers they scale."""
 

@@ -3,8 +3,8 @@
 Each deployment's objects go to the cluster of its pool (EKS for GPU pools, GKE for TPU pools), through the
 Kubernetes provider the caller maps the pool to. Per cluster this also creates the serving namespace (Pod Security
 admission enforced), the Secret holding the Hugging Face token, which pods mount as a read-only file only, and the
-namespace's NetworkPolicies (:class:`components.network_policy.ServingNetworkPolicy`: default deny, then DNS, the
-gateway and Prometheus in, model loading out).
+namespace's NetworkPolicies (:class:`components.serving.network_policy.ServingNetworkPolicy`: default deny, then DNS,
+the gateway and Prometheus in, model loading out).
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_kubernetes as k8s
 
-from inferplane.components import model_server as ms
-from inferplane.components.annotations import PLATFORM_NAMESPACE_LABELS
+from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.catalog.images import engine_image
-from inferplane.components.gateway_config import fallback_aliases
-from inferplane.components.naming import SERVING_NAMESPACE, TRITON_OPENAI_PORT, VLLM_PORT
-from inferplane.components.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
-from inferplane.components.sizing import PlatformSizing
-from inferplane.components.spec import PlatformSpec
-from inferplane.components.tags import kubernetes_labels
-from inferplane.components.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
-from inferplane.components.vllm_service import VllmService, VllmServiceArgs
+from inferplane.components.gateway.renderer import fallback_aliases
+from inferplane.components.serving import model_server as ms
+from inferplane.components.serving.annotations import PLATFORM_NAMESPACE_LABELS
+from inferplane.components.serving.naming import SERVING_NAMESPACE, TRITON_OPENAI_PORT, VLLM_PORT
+from inferplane.components.serving.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
+from inferplane.components.serving.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
+from inferplane.components.serving.vllm_service import VllmService, VllmServiceArgs
+from inferplane.components.spec.platform_spec import PlatformSpec
+from inferplane.components.spec.tags import kubernetes_labels
 
 HF_TOKEN_SECRET = "hf-token"
 

@@ -1,7 +1,7 @@
 """The response cache's part of the processor's configuration (``ProcessorConfig.cache``).
 
-The renderer (``components/cache_config.py``) fills it from the stack's ``cache`` section, the gateway tiers and
-the sizing; the processor reads it at start. The server's address and AUTH token are not here: they come with the
+The renderer (``components/gateway/cache_renderer.py``) fills it from the stack's ``cache`` section, the gateway tiers
+and the sizing; the processor reads it at start. The server's address and AUTH token are not here: they come with the
 processor's Redis URL (``ProcessorConfig.redis_url_env``). Nothing here imports Pulumi or the platform's other
 packages.
 """

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferplane.components.capacity.sizing import PlatformSizing, PoolSizing
 from inferplane.components.catalog import INSTANCE_TYPES, InstanceType, get_accelerator
-from inferplane.components.sizing import PlatformSizing, PoolSizing
-from inferplane.components.spec import AmiFamily, CapacityType, PlatformSpec, PoolSpec
+from inferplane.components.spec.platform_spec import AmiFamily, CapacityType, PlatformSpec, PoolSpec
 from inferplane.tool.preflight.aws import ApiCallError, AwsCaller, CallUnavailableError
 from inferplane.tool.preflight.registry import (
     ACCELERATED_AMI,

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferplane.components.sizing import PlatformSizing, size_platform
-from inferplane.components.spec import PLATFORM_KEY, REGION_KEY
+from inferplane.components.capacity.sizing import PlatformSizing, size_platform
+from inferplane.components.spec.platform_spec import PLATFORM_KEY, REGION_KEY
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
 from inferplane.tool.preview.model import Cost, Plan, PlanResource, plain_mapping, stack_urn, tree_order
 from inferplane.tool.preview.policy import PolicyReport, PolicyRunner, no_policies, start_policies

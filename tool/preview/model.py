@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from inferplane.components.sizing import PlatformSizing
+from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.tool.files import UnreadableFileError, read_regular_file
 
 HOURS_PER_MONTH = 730
@@ -103,7 +103,7 @@ class Plan(_Model):
     stack: str
     resources: tuple[PlanResource, ...] = Field(description="In tree order: parents first, siblings by URN.")
     outputs: dict[str, Any] = Field(description="The stack's exports; secrets are '[secret]'.")
-    sizing: dict[str, Any] = Field(description="inferplane.components.sizing.PlatformSizing, as JSON.")
+    sizing: dict[str, Any] = Field(description="inferplane.components.capacity.sizing.PlatformSizing, as JSON.")
     cost: Cost
     policies: tuple[PolicyInfo, ...] = Field(description="Every policy evaluated; empty without a policy pack.")
     violations: tuple[Violation, ...]

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from inferplane.components.sizing import PlatformSizing
+from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.tool.preview.diff import Operation, PlanDiff, PropertyChange, ResourceChange
 from inferplane.tool.preview.model import Cost, Plan, PlanResource, stack_urn
 from inferplane.tool.sizing_report import render_platform

@@ -1,0 +1,8 @@
+"""Sizing and planning: what fits, how fast it runs, and the cheapest plan that meets a workload.
+
+Owns the physics (:mod:`.sizing`: weights, KV cache, tensor parallelism within a node, every engine setting), the
+performance model (:mod:`.perf_model`: prefill, decode and latency from bandwidth and FLOPs) and the planner
+(:mod:`.planner`: the cheapest accelerator, parallelism and replica count within the objectives). Pure: no Pulumi.
+
+May import: :mod:`~inferplane.components.catalog`, :mod:`~inferplane.components.spec`.
+"""

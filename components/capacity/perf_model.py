@@ -1,0 +1,340 @@
+"""Performance of one replica under load: saturation throughput, and TTFT and ITL at a request rate.
+
+Pure Python, no Pulumi. Everything comes from physics and the catalogs; there is no per-benchmark table.
+
+One engine step (continuous batching, chunked prefill) runs the running sequences' decode tokens and a share of
+prompt tokens together. Its duration is a roofline:
+
+* memory: the weights once (for a mixture of experts, only the experts the step's tokens are routed to), plus
+  every decoding sequence's KV cache, over ``TP x HBM bandwidth x MEMORY_BANDWIDTH_EFFICIENCY``;
+* compute: ``2 x active parameters`` FLOPs per token plus attention (``4 x layers x heads x head dim x context``
+  per token), over ``TP x peak dense FLOP/s for the compute dtype x COMPUTE_EFFICIENCY``;
+* interconnect (TP > 1): two all-reduces of the step's hidden states per layer, ring-sized, over the chip's link
+  bandwidth (one direction) x ``INTERCONNECT_EFFICIENCY``, plus a fixed latency per all-reduce;
+
+The GEMMs and attention are separate kernels, so each gets its own roofline and they add up:
+step = max(weights, GEMM FLOPs) + max(KV reads, attention FLOPs) + interconnect + a per-layer kernel overhead.
+The largest of memory traffic, FLOPs and interconnect names the limit.
+
+Saturation (what ``trtllm-bench throughput`` and ``vllm bench throughput`` measure): the batch is as large as the
+KV cache and ``max_num_seqs`` allow; every finished sequence is replaced, so each step also carries
+``batch x input / output`` prompt tokens, within the per-step token budget. TensorRT-LLM's default capacity
+scheduler (guaranteed no evict) reserves a sequence's whole input + output in the KV cache up front; vLLM
+allocates pages as tokens arrive, so a sequence holds input + output / 2 on average.
+
+Under a request rate the replica is an M/M/c queue (Erlang C): ``c`` = batch slots, service time = a request's
+prefill plus ``output x ITL``, where ITL is the step time at the concurrency Little's law gives (solved as a fixed
+point, since ITL grows with concurrency). TTFT p95 = the queue's exact p95 wait + the prompt's prefill steps;
+ITL p95 = a step that carries a full prefill chunk when at least 5% of steps carry one, else a decode-only step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from inferplane.components.capacity.sizing import (
+    COMPUTE_EFFICIENCY,
+    INTERCONNECT_EFFICIENCY,
+    MEMORY_BANDWIDTH_EFFICIENCY,
+    RUNTIME_RESERVE_BYTES_PER_GPU,
+    SizingResult,
+    kv_cache_bytes_per_token,
+    kv_element_bytes,
+    weights_bytes,
+)
+from inferplane.components.catalog import Accelerator, ModelArchitecture
+from inferplane.components.spec.platform_spec import Engine, KvCacheDtype, WeightsDtype
+
+Limit = Literal["bandwidth", "compute", "interconnect"]
+Capacity = Literal["kv-capacity", "max-num-seqs", "token-budget"]
+
+ALLREDUCE_LATENCY_SECONDS = 10e-6
+"""Fixed cost of one small all-reduce inside a node: an order-of-magnitude estimate for NCCL's low-latency
+protocol over NVLink or PCIe (not a measured figure). It is what keeps TP from scaling single-stream decode
+linearly."""
+
+KERNEL_OVERHEAD_SECONDS_PER_LAYER = 20e-6
+"""Launch, ramp-up and tail of the ~10 kernels a transformer layer runs per step (a few us each, even replayed
+from a CUDA graph): what keeps a small batch from reaching the bandwidth roofline exactly. An estimate: one
+constant for every model and GPU, not fitted per benchmark row; the published single-stream ITLs in
+``tests/data/published_benchmarks.csv`` sit 0.5-5 ms above the pure bandwidth term, of this order."""
+
+TAIL_SHARE = 0.05
+"""p95: the share of steps (or requests) allowed above the reported figure."""
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica of one model on ``tensor_parallel_size`` accelerators, as an engine runs it."""
+
+    model: ModelArchitecture
+    accelerator: Accelerator
+    tensor_parallel_size: int
+    weights_dtype: WeightsDtype
+    kv_cache_dtype: KvCacheDtype
+    engine: Engine
+    max_num_seqs: int
+    """vLLM ``--max-num-seqs`` / TensorRT-LLM ``max_batch_size``: the batch slots."""
+    max_num_batched_tokens: int
+    """vLLM ``--max-num-batched-tokens`` / TensorRT-LLM ``max_num_tokens``: tokens per step."""
+    kv_capacity_tokens: int
+    """Tokens the KV pool holds (whole replica)."""
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV cache per token of the replica, with heads replicated when TP exceeds the KV heads."""
+        element = kv_element_bytes(self.model, self.kv_cache_dtype, self.weights_dtype)
+        replication = max(self.model.kv_heads, self.tensor_parallel_size) / self.model.kv_heads
+        return int(kv_cache_bytes_per_token(self.model, element) * replication)
+
+
+def replica_from_sizing(
+    sizing: SizingResult, model: ModelArchitecture, accelerator: Accelerator, engine: Engine
+) -> Replica:
+    """The replica a sizing configures: its TP, precisions, batch (``concurrency``), step budget and KV pool."""
+    per_token = sizing.kv_cache_bytes_per_token * sizing.kv_head_replication
+    return Replica(
+        model=model,
+        accelerator=accelerator,
+        tensor_parallel_size=sizing.tensor_parallel_size,
+        weights_dtype=sizing.weights_dtype,
+        kv_cache_dtype=sizing.kv_cache_dtype,
+        engine=engine,
+        max_num_seqs=sizing.concurrency,
+        max_num_batched_tokens=sizing.max_num_batched_tokens,
+        kv_capacity_tokens=max(int(sizing.kv_pool_bytes // per_token), 0),
+    )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A request mix: fixed input and output lengths, tokens."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One engine step."""
+
+    seconds: float
+    limit: Limit
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """One replica at its maximum sustainable throughput for a mix."""
+
+    batch: int
+    output_tokens_per_second: float
+    requests_per_second: float
+    itl_ms: float
+    capacity: Capacity
+    """What caps the batch: KV cache, the engine's batch slots, or the per-step token budget (prefill)."""
+    limit: Limit
+    """What bounds a step at that batch."""
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One replica at a request rate (M/M/c, see the module docstring)."""
+
+    requests_per_second: float
+    concurrency: float
+    ttft_mean_ms: float
+    ttft_p95_ms: float
+    itl_mean_ms: float
+    itl_p95_ms: float
+    limit: Limit
+    stable: bool
+    """False when the rate reaches the replica's saturation: the queue grows without bound."""
+
+
+def _peak_flops(replica: Replica) -> float:
+    acc = replica.accelerator
+    # FP8 checkpoints run FP8 GEMMs where the chip has FP8 units (W8A8); everything else computes in 16 bits.
+    if replica.weights_dtype == "fp8" and acc.fp8_dense_tflops is not None:
+        return acc.fp8_dense_tflops * 1e12
+    return acc.bf16_dense_tflops * 1e12
+
+
+def _weights_read_bytes(replica: Replica, tokens: float) -> float:
+    """Weight bytes one step reads: all of a dense model; shared layers plus the routed experts of a MoE."""
+    model = replica.model
+    total = weights_bytes(model, replica.weights_dtype)
+    if model.experts is None or model.experts_per_token is None:
+        return float(total)
+    per_parameter = total / model.parameters
+    expert_bytes = model.expert_parameters * per_parameter
+    shared = total - model.experts * expert_bytes
+    # Each token picks k of E experts; the chance an expert is untouched by n tokens is (1 - k/E)^n.
+    touched = model.experts * (1 - (1 - model.experts_per_token / model.experts) ** max(tokens, 1.0))
+    return float(shared + touched * expert_bytes)
+
+
+def step_time(
+    replica: Replica, decode_seqs: float, prefill_tokens: float, mean_context: float, input_tokens: int
+) -> Step:
+    """Duration of one step running ``decode_seqs`` decodes and ``prefill_tokens`` prompt tokens."""
+    model = replica.model
+    acc = replica.accelerator
+    tp = replica.tensor_parallel_size
+    tokens = decode_seqs + prefill_tokens
+    bandwidth = tp * acc.memory_bandwidth_gbps * 1e9 * MEMORY_BANDWIDTH_EFFICIENCY
+    # The GEMMs: weights once per step, 2 FLOPs per active parameter per token.
+    weights_s = _weights_read_bytes(replica, tokens) / bandwidth
+    linear_s = tokens * 2 * model.decode_parameters / tp / (_peak_flops(replica) * COMPUTE_EFFICIENCY)
+    # Attention, a separate kernel: reads every decoding sequence's KV cache; computes in 16 bits.
+    kv_s = decode_seqs * mean_context * replica.kv_bytes_per_token / bandwidth
+    attention_flops = float(4 * model.layers * model.attention_heads * model.head_dim)
+    attention_flops *= decode_seqs * mean_context + prefill_tokens * input_tokens / 2
+    attention_s = attention_flops / tp / (acc.bf16_dense_tflops * 1e12 * COMPUTE_EFFICIENCY)
+    comm_s = 0.0
+    if tp > 1:
+        message = max(tokens, 1.0) * model.hidden_size * 2  # 16-bit activations
+        per_rank = 2 * (tp - 1) / tp * message
+        one_way = acc.interconnect_gbps / 2 * 1e9 * INTERCONNECT_EFFICIENCY
+        comm_s = 2 * model.layers * (per_rank / one_way + ALLREDUCE_LATENCY_SECONDS)
+    overhead_s = model.layers * KERNEL_OVERHEAD_SECONDS_PER_LAYER
+    memory_s = weights_s + kv_s
+    compute_s = linear_s + attention_s
+    seconds = max(weights_s, linear_s) + max(kv_s, attention_s) + comm_s + overhead_s
+    parts: dict[Limit, float] = {"bandwidth": memory_s, "compute": compute_s, "interconnect": comm_s}
+    limit = max(parts, key=lambda key: parts[key])
+    return Step(seconds=seconds, limit=limit)
+
+
+def resident_tokens(replica: Replica, workload: Workload) -> float:
+    """KV tokens one running sequence holds: reserved in full (TensorRT-LLM), or on average as it grows (vLLM)."""
+    if replica.engine == "triton":
+        return float(workload.input_tokens + workload.output_tokens)
+    return workload.input_tokens + workload.output_tokens / 2
+
+
+def max_batch(replica: Replica, workload: Workload) -> tuple[int, Capacity]:
+    """Sequences running at once at saturation, and what caps them."""
+    kv_seqs = int(replica.kv_capacity_tokens // resident_tokens(replica, workload))
+    ratio = workload.input_tokens / workload.output_tokens
+    # Each step must carry batch x input/output prompt tokens besides the batch's decodes.
+    budget_seqs = int(replica.max_num_batched_tokens // (1 + ratio))
+    options: list[tuple[int, Capacity]] = [
+        (kv_seqs, "kv-capacity"),
+        (replica.max_num_seqs, "max-num-seqs"),
+        (budget_seqs, "token-budget"),
+    ]
+    batch, capacity = min(options, key=lambda option: option[0])
+    return max(batch, 0), capacity
+
+
+def saturation(replica: Replica, workload: Workload) -> Saturation:
+    """Maximum sustainable output tokens/s of one replica for the mix (batch as large as memory and slots allow)."""
+    batch, capacity = max_batch(replica, workload)
+    if batch < 1:
+        return Saturation(
+            batch=0,
+            output_tokens_per_second=0.0,
+            requests_per_second=0.0,
+            itl_ms=math.inf,
+            capacity=capacity,
+            limit="bandwidth",
+        )
+    prefill = batch * workload.input_tokens / workload.output_tokens
+    mean_context = workload.input_tokens + workload.output_tokens / 2
+    step = step_time(replica, batch, prefill, mean_context, workload.input_tokens)
+    tokens_per_second = batch / step.seconds
+    return Saturation(
+        batch=batch,
+        output_tokens_per_second=tokens_per_second,
+        requests_per_second=tokens_per_second / workload.output_tokens,
+        itl_ms=step.seconds * 1000,
+        capacity=capacity,
+        limit=step.limit,
+    )
+
+
+def single_stream_itl_ms(replica: Replica, workload: Workload) -> float:
+    """Inter-token latency of one request alone, half-way through its output."""
+    mean_context = workload.input_tokens + workload.output_tokens / 2
+    return step_time(replica, 1, 0, mean_context, workload.input_tokens).seconds * 1000
+
+
+def _erlang_c(servers: int, offered: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue (``offered`` = arrival rate x service time < c)."""
+    blocking = 1.0
+    for k in range(1, servers + 1):
+        blocking = offered * blocking / (k + offered * blocking)
+    return servers * blocking / (servers - offered * (1 - blocking))
+
+
+def at_rate(replica: Replica, workload: Workload, requests_per_second: float) -> Latency:
+    """TTFT and ITL (mean and p95) of one replica serving ``requests_per_second`` of the mix."""
+    batch, _ = max_batch(replica, workload)
+    mean_context = workload.input_tokens + workload.output_tokens / 2
+    rate = requests_per_second
+    chunk = max(replica.max_num_batched_tokens - 1, 1)
+    step = step_time(replica, 1, 0, mean_context, workload.input_tokens)
+    concurrency = 1.0
+    for _ in range(60):
+        prefill_per_step = rate * workload.input_tokens * step.seconds
+        concurrency = min(float(batch), max(1.0, rate * workload.output_tokens * step.seconds))
+        new = step_time(replica, concurrency, prefill_per_step, mean_context, workload.input_tokens)
+        if abs(new.seconds - step.seconds) < 1e-9:
+            step = new
+            break
+        step = new
+    chunk_tokens = float(min(workload.input_tokens, max(chunk - concurrency, 1.0)))
+    prefill_steps = math.ceil(workload.input_tokens / chunk_tokens)
+    chunk_step = step_time(replica, concurrency, chunk_tokens, mean_context, workload.input_tokens)
+    share_with_prefill = min(1.0, rate * step.seconds * prefill_steps)
+    itl_p95 = chunk_step.seconds if share_with_prefill >= TAIL_SHARE else step.seconds
+    prefill_s = prefill_steps * chunk_step.seconds
+    service = prefill_s + workload.output_tokens * step.seconds
+    offered = rate * service
+    stable = batch >= 1 and offered < batch
+    if not stable:
+        return Latency(
+            requests_per_second=rate,
+            concurrency=float(batch),
+            ttft_mean_ms=math.inf,
+            ttft_p95_ms=math.inf,
+            itl_mean_ms=step.seconds * 1000,
+            itl_p95_ms=itl_p95 * 1000,
+            limit=step.limit,
+            stable=False,
+        )
+    waits = _erlang_c(batch, offered)
+    drain = batch / service - rate  # rate at which the queue empties
+    wait_mean = waits / drain
+    wait_p95 = math.log(waits / TAIL_SHARE) / drain if waits > TAIL_SHARE else 0.0
+    return Latency(
+        requests_per_second=rate,
+        concurrency=concurrency,
+        ttft_mean_ms=(wait_mean + prefill_s) * 1000,
+        ttft_p95_ms=(wait_p95 + prefill_s) * 1000,
+        itl_mean_ms=step.seconds * 1000,
+        itl_p95_ms=itl_p95 * 1000,
+        limit=step.limit,
+        stable=True,
+    )
+
+
+def trtllm_kv_capacity_tokens(
+    model: ModelArchitecture,
+    accelerator: Accelerator,
+    *,
+    tensor_parallel_size: int,
+    weights_dtype: WeightsDtype,
+    kv_cache_dtype: KvCacheDtype,
+    free_fraction: float,
+) -> int:
+    """KV tokens TensorRT-LLM allocates: ``kv_cache_free_gpu_mem_fraction`` of the memory left after the weights
+    and the runtime reserve (``trtllm-bench`` runs at 0.95)."""
+    replica_memory = tensor_parallel_size * accelerator.memory_bytes
+    free = replica_memory - weights_bytes(model, weights_dtype) - tensor_parallel_size * RUNTIME_RESERVE_BYTES_PER_GPU
+    element = kv_element_bytes(model, kv_cache_dtype, weights_dtype)
+    replication = max(model.kv_heads, tensor_parallel_size) / model.kv_heads
+    per_token = kv_cache_bytes_per_token(model, element) * replication
+    return max(int(free * free_fraction // per_token), 0)

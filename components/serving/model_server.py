@@ -1,0 +1,508 @@
+"""What every model server shares: placement, fitted resources, probes from sizing, pod security, weights cache.
+
+``VllmService`` and ``TritonTrtLlmService`` build their pods from these pieces, so both engines agree on how a
+replica lands on its pool, how much of the node it may take, how long it may take to start and how it is locked
+down. Nothing here recomputes an engine setting: those come from :mod:`components.capacity.sizing`.
+
+Model weights (decision, see README "Model servers"): an S3 model bucket, synced by an init container onto the
+node's local NVMe (the instance store backs the kubelet's ephemeral storage, so an ``emptyDir`` lives on it), is
+the primary source; the Hugging Face hub is the fallback when no bucket is configured. ``emptyDir`` rather than a
+``hostPath`` keeps the pods inside the Pod Security "restricted" profile (``hostPath`` is refused even by
+"baseline"); the price is one S3 sync per new pod, which sizing already counts in ``cold_start_seconds`` (S3 at
+1 GB/s in-region), while container restarts keep the directory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from inferplane.components.capacity.sizing import DeploymentSizing
+from inferplane.components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
+from inferplane.components.catalog.images import image_reference
+from inferplane.components.serving.annotations import (
+    COMPONENT_LABEL,
+    MODEL_SERVER,
+    NAME_LABEL,
+    SCRAPE_LABELS,
+    SERVED_MODEL_LABEL,
+)
+from inferplane.components.spec.platform_spec import Engine, ModelDeploymentSpec
+from inferplane.components.spec.scheduling import (
+    GKE_TPU_ACCELERATOR_LABEL,
+    GKE_TPU_TOPOLOGY_LABEL,
+    GKE_TPU_V5E_ACCELERATOR,
+    GPU_TAINT,
+    NVIDIA_GPU_RESOURCE,
+    POOL_LABEL,
+    TPU_RESOURCE,
+    TPU_TAINT,
+)
+
+GIB = 1024**3
+MIB = 1024**2
+
+AWS_CLI_IMAGE = image_reference("aws-cli")
+"""Syncs weights and engines between S3 and node-local disk (catalog ``aws-cli``, unpinned; entrypoint ``aws``)."""
+
+HF_TOKEN_SECRET_KEY = "token"
+"""Key of the Hugging Face token inside the Kubernetes Secret the composition creates."""
+
+
+MODELS_MOUNT = "/models"
+"""Node-local weights (and engines); an ``emptyDir`` on the instance-store NVMe."""
+
+HOME_MOUNT = "/home/inferplane"
+"""Writable home for non-root engines: vLLM, torch.compile, Triton-lang and FlashInfer caches live under ``$HOME``."""
+
+RUN_AS_USER = 65532
+"""Numeric non-root uid (and gid, and ``fsGroup``): the vLLM, Triton and AWS CLI images declare no ``USER`` (they
+run as root by default), so ``runAsNonRoot`` needs an explicit numeric uid. A high uid that no image's
+``/etc/passwd`` maps (65532, the ``nonroot`` uid of distroless images; Checkov CKV_K8S_40 asks for >= 10000) cannot
+coincide with a host account if a container ever escaped. Every path the engines write is a mounted volume, so the
+root filesystem is read-only (:func:`container_security`)."""
+
+RUN_AS_USER_NAME = "inferplane"
+"""``USER`` for the uid above, which has no ``/etc/passwd`` entry: Python's ``getpass.getuser()`` reads ``USER``
+first and raises without it (torch.compile names its cache directory after the user)."""
+
+HF_TOKEN_VOLUME = "hf-token"
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+"""Where the Hugging Face token Secret is mounted, read-only; ``HF_TOKEN_PATH`` points huggingface_hub at the file
+(``huggingface_hub.constants.HF_TOKEN_PATH`` reads that variable), so the token never sits in the environment,
+where ``/proc/<pid>/environ``, crash dumps and ``kubectl describe`` of a pod spec would show it."""
+
+STARTUP_PERIOD_SECONDS = 10
+STARTUP_BUDGET_FACTOR = 1.5
+STARTUP_BUDGET_MARGIN_SECONDS = 60
+"""The startup probe allows 1.5 x sizing's ``engine_start_seconds`` + 60 s. The estimate divides the weights by an
+average 2 GB/s load rate and adds a fixed warm-up; a slow NVMe, a cold page cache or a longer CUDA-graph capture
+stretches both, and a probe that fires early restarts the load from scratch (the crash loop this prevents).
+Init containers (the S3 sync) run before probes start, so the fetch is not part of this budget."""
+
+PRE_STOP_SLEEP_SECONDS = 15
+"""Endpoints and the gateway stop routing to a terminating pod asynchronously; sleeping first avoids new requests
+arriving after the engine began to shut down."""
+
+MIN_DRAIN_SECONDS = 30
+MAX_DRAIN_SECONDS = 300
+"""In-flight requests get the time one full-length generation takes at sizing's decode step, within bounds."""
+
+SYSTEM_RESERVED_CPU_MILLI = 1000
+SYSTEM_RESERVED_CPU_SHARE = 0.04
+SYSTEM_RESERVED_MEMORY_BYTES = 2 * GIB
+SYSTEM_RESERVED_MEMORY_SHARE = 0.06
+"""Per node, kept for the kubelet's kube-reserved (EKS AL2023: 255 MiB + 11 MiB per pod of max-pods), the eviction
+threshold and the node daemons (CNI, kube-proxy, device plugin, DCGM exporter, node exporter, log shipper)."""
+
+SHM_MAX_BYTES = 16 * GIB
+"""NCCL and vLLM's custom all-reduce use /dev/shm between tensor-parallel ranks; a quarter of the pod's memory,
+at most 16 GiB, is what NVIDIA's and vLLM's container guides pass as ``--shm-size``."""
+
+WEIGHTS_DISK_FACTOR = 1.15
+SCRATCH_DISK_BYTES = 20 * GIB
+"""The weights ``emptyDir`` holds the checkpoint plus tokenizer and config files; scratch covers caches and logs."""
+
+
+def ceil_to(value: float, step: int) -> int:
+    """``value`` rounded up to a multiple of ``step``."""
+    return int(math.ceil(value / step) * step)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a deployment's replicas run: its pool, node type and accelerator (from the catalog)."""
+
+    pool: str
+    instance: InstanceType
+    accelerator: Accelerator
+    tpu_topology: str | None
+
+    @property
+    def is_tpu(self) -> bool:
+        """TPU pools are GKE node pools with Google's labels and taint."""
+        return self.accelerator.vendor == "google"
+
+    @staticmethod
+    def of(sizing: DeploymentSizing, tpu_topology: str | None) -> Placement:
+        """The placement sizing chose for one deployment."""
+        instance = get_instance_type(sizing.instance_type)
+        return Placement(
+            pool=sizing.pool,
+            instance=instance,
+            accelerator=ACCELERATORS[instance.accelerator],
+            tpu_topology=tpu_topology,
+        )
+
+
+def accelerator_resources(placement: Placement, sizing: DeploymentSizing) -> dict[str, str]:
+    """The device request: ``nvidia.com/gpu`` = tensor parallel size, or ``google.com/tpu`` = the host's chips."""
+    if placement.is_tpu:
+        return {TPU_RESOURCE: str(placement.instance.accelerators_per_node)}
+    return {NVIDIA_GPU_RESOURCE: str(sizing.result.tensor_parallel_size)}
+
+
+@dataclass(frozen=True)
+class FittedResources:
+    """CPU and memory one replica may take of its node, proportional to its share of the accelerators."""
+
+    cpu_milli: int
+    memory_bytes: int
+    shm_bytes: int
+    ephemeral_bytes: int
+    weights_volume_bytes: int
+
+    def requirements(self, accelerators: Mapping[str, str]) -> k8s.core.v1.ResourceRequirementsArgs:
+        """Requests and limits: memory is guaranteed (limit = request), CPU is not capped (no CFS throttling
+        of the tokenizer and scheduler threads), accelerators are whole devices."""
+        memory = f"{self.memory_bytes // MIB}Mi"
+        ephemeral = f"{self.ephemeral_bytes // GIB}Gi"
+        return k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": f"{self.cpu_milli}m", "memory": memory, "ephemeral-storage": ephemeral, **accelerators},
+            limits={"memory": memory, "ephemeral-storage": ephemeral, **accelerators},
+        )
+
+
+def fit_resources(placement: Placement, accelerators_per_replica: int, weights_bytes: int) -> FittedResources:
+    """The node's allocatable CPU and memory (after the system reserve), shared in proportion to accelerators."""
+    instance = placement.instance
+    share = accelerators_per_replica / instance.accelerators_per_node
+    cpu_node = instance.vcpus * 1000
+    cpu_free = cpu_node - SYSTEM_RESERVED_CPU_MILLI - cpu_node * SYSTEM_RESERVED_CPU_SHARE
+    memory_node = instance.memory_mib * MIB
+    memory_free = memory_node - SYSTEM_RESERVED_MEMORY_BYTES - memory_node * SYSTEM_RESERVED_MEMORY_SHARE
+    cpu = int(cpu_free * share // 100 * 100)
+    memory = int(memory_free * share // MIB * MIB)
+    weights_volume = ceil_to(weights_bytes * WEIGHTS_DISK_FACTOR, GIB)
+    return FittedResources(
+        cpu_milli=cpu,
+        memory_bytes=memory,
+        shm_bytes=min(SHM_MAX_BYTES, memory // 4 // GIB * GIB),
+        ephemeral_bytes=weights_volume + SCRATCH_DISK_BYTES,
+        weights_volume_bytes=weights_volume,
+    )
+
+
+def progress_deadline_seconds(cold_start_seconds: float) -> int:
+    """How long a rollout may go without progress before Kubernetes marks it failed: three cold starts, 10 min at
+    least (the S3 sync, the load and the warm-up of a surge replica, with room for a node to be added first)."""
+    return max(600, int(cold_start_seconds * 3))
+
+
+def rollout_timeouts(cold_start_seconds: float) -> pulumi.CustomTimeouts:
+    """Pulumi waits for a rollout past Kubernetes' own deadline (its default of 10 min is shorter for large
+    models), so a failed rollout is reported by Kubernetes' condition, not by Pulumi giving up first."""
+    limit = f"{progress_deadline_seconds(cold_start_seconds) + 300}s"
+    return pulumi.CustomTimeouts(create=limit, update=limit)
+
+
+def startup_failure_threshold(engine_start_seconds: float) -> int:
+    """Startup-probe failures allowed so that failureThreshold x period covers the engine start with margin."""
+    budget = engine_start_seconds * STARTUP_BUDGET_FACTOR + STARTUP_BUDGET_MARGIN_SECONDS
+    return math.ceil(budget / STARTUP_PERIOD_SECONDS)
+
+
+def drain_seconds(context_tokens: int, decode_step_ms: float) -> int:
+    """How long in-flight requests may take to finish: one full-length generation, within bounds."""
+    longest = context_tokens * decode_step_ms / 1000
+    return int(min(max(math.ceil(longest), MIN_DRAIN_SECONDS), MAX_DRAIN_SECONDS))
+
+
+def probes(
+    ready_path: str, port: str, engine_start_seconds: float, *, live_path: str | None = None
+) -> tuple[k8s.core.v1.ProbeArgs, k8s.core.v1.ProbeArgs, k8s.core.v1.ProbeArgs]:
+    """(startup, readiness, liveness): startup and readiness on ``ready_path``, liveness on ``live_path``.
+
+    Liveness is the gentlest (5 failures 30 s apart): a busy engine answers health checks late, and killing it
+    throws away minutes of loading; readiness reacts in 15 s so traffic leaves a sick replica quickly.
+    """
+    ready = k8s.core.v1.HTTPGetActionArgs(path=ready_path, port=port)
+    live = k8s.core.v1.HTTPGetActionArgs(path=live_path or ready_path, port=port)
+    startup = k8s.core.v1.ProbeArgs(
+        http_get=ready,
+        period_seconds=STARTUP_PERIOD_SECONDS,
+        timeout_seconds=5,
+        failure_threshold=startup_failure_threshold(engine_start_seconds),
+    )
+    readiness = k8s.core.v1.ProbeArgs(http_get=ready, period_seconds=5, timeout_seconds=5, failure_threshold=3)
+    liveness = k8s.core.v1.ProbeArgs(http_get=live, period_seconds=30, timeout_seconds=10, failure_threshold=5)
+    return startup, readiness, liveness
+
+
+def container_security(*, non_root: bool, uid: int = RUN_AS_USER) -> k8s.core.v1.SecurityContextArgs:
+    """No privilege escalation, every capability dropped, the runtime's default seccomp profile, a read-only root
+    filesystem (every writable path is an ``emptyDir``: the weights, ``$HOME``, ``/tmp``, ``/dev/shm``); ``non_root``
+    runs as ``uid`` (also the gid)."""
+    return k8s.core.v1.SecurityContextArgs(
+        allow_privilege_escalation=False,
+        privileged=False,
+        read_only_root_filesystem=True,
+        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+        run_as_non_root=True if non_root else None,
+        run_as_user=uid if non_root else None,
+        run_as_group=uid if non_root else None,
+    )
+
+
+def pod_security(*, non_root: bool, uid: int = RUN_AS_USER) -> k8s.core.v1.PodSecurityContextArgs:
+    """Pod-level defaults; ``fsGroup`` makes the mounted volumes writable by the non-root ``uid``."""
+    return k8s.core.v1.PodSecurityContextArgs(
+        run_as_non_root=True if non_root else None,
+        run_as_user=uid if non_root else None,
+        run_as_group=uid if non_root else None,
+        fs_group=uid if non_root else None,
+        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+    )
+
+
+def node_selector(placement: Placement) -> dict[str, str]:
+    """GPU pools: the pool label inferplane's node groups set. TPU pools: GKE's own accelerator/topology labels."""
+    if placement.is_tpu:
+        assert placement.tpu_topology is not None  # check_platform requires it for TPU pools
+        return {GKE_TPU_ACCELERATOR_LABEL: GKE_TPU_V5E_ACCELERATOR, GKE_TPU_TOPOLOGY_LABEL: placement.tpu_topology}
+    return {POOL_LABEL: placement.pool}
+
+
+def tolerations(placement: Placement) -> list[k8s.core.v1.TolerationArgs]:
+    """Tolerate exactly the pool's accelerator taint."""
+    taint = TPU_TAINT if placement.is_tpu else GPU_TAINT
+    return [
+        k8s.core.v1.TolerationArgs(key=taint.key, operator="Equal", value=taint.value, effect=taint.kubernetes_effect)
+    ]
+
+
+def zone_spread(selector: Mapping[str, str]) -> list[k8s.core.v1.TopologySpreadConstraintArgs]:
+    """Replicas spread evenly over zones (a zone outage takes at most its share of capacity)."""
+    return [
+        k8s.core.v1.TopologySpreadConstraintArgs(
+            max_skew=1,
+            topology_key="topology.kubernetes.io/zone",
+            when_unsatisfiable="DoNotSchedule",
+            label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
+        )
+    ]
+
+
+def memory_volume(name: str, size_bytes: int) -> k8s.core.v1.VolumeArgs:
+    """A memory-backed ``emptyDir`` (``/dev/shm``)."""
+    return k8s.core.v1.VolumeArgs(
+        name=name, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="Memory", size_limit=f"{size_bytes // GIB}Gi")
+    )
+
+
+def disk_volume(name: str, size_bytes: int) -> k8s.core.v1.VolumeArgs:
+    """An ``emptyDir`` on the node's ephemeral storage (the instance-store NVMe on GPU nodes)."""
+    return k8s.core.v1.VolumeArgs(
+        name=name, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit=f"{ceil_to(size_bytes, GIB) // GIB}Gi")
+    )
+
+
+def s3_sync_container(
+    name: str,
+    source: pulumi.Input[str],
+    target: pulumi.Input[str],
+    volume: str,
+    *,
+    include: tuple[str, ...] = (),
+    image: str = AWS_CLI_IMAGE,
+) -> k8s.core.v1.ContainerArgs:
+    """A container copying between S3 and a mounted volume (``aws s3 sync`` skips unchanged files).
+
+    ``include`` limits the copy to matching names (``--exclude '*' --include ...``); ``image`` is the AWS CLI
+    reference to run (pinned by the stack's digest when it has one).
+    """
+    filters: list[pulumi.Input[str]] = []
+    if include:
+        filters = ["--exclude", "*"]
+        for pattern in include:
+            filters += ["--include", pattern]
+    return k8s.core.v1.ContainerArgs(
+        name=name,
+        image=image,
+        command=["aws"],
+        args=["s3", "sync", "--only-show-errors", *filters, source, target],
+        env=[k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp")],
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name=volume, mount_path=MODELS_MOUNT),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        ],
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": "1", "memory": "1Gi"}, limits={"memory": "2Gi"}
+        ),
+        security_context=container_security(non_root=True),
+    )
+
+
+def user_env() -> k8s.core.v1.EnvVarArgs:
+    """``USER`` for :data:`RUN_AS_USER` (see :data:`RUN_AS_USER_NAME`)."""
+    return k8s.core.v1.EnvVarArgs(name="USER", value=RUN_AS_USER_NAME)
+
+
+def hf_token_volume(secret_name: pulumi.Input[str]) -> k8s.core.v1.VolumeArgs:
+    """The Hugging Face token Secret as a volume holding one file, ``token``, readable by owner and group only (the
+    pod's ``fsGroup``)."""
+    return k8s.core.v1.VolumeArgs(
+        name=HF_TOKEN_VOLUME,
+        secret=k8s.core.v1.SecretVolumeSourceArgs(
+            secret_name=secret_name,
+            items=[k8s.core.v1.KeyToPathArgs(key=HF_TOKEN_SECRET_KEY, path="token")],
+            default_mode=0o440,
+        ),
+    )
+
+
+def hf_token_file() -> tuple[k8s.core.v1.VolumeMountArgs, k8s.core.v1.EnvVarArgs]:
+    """(the read-only mount of :func:`hf_token_volume`, ``HF_TOKEN_PATH`` naming the file): the token as a file."""
+    return (
+        k8s.core.v1.VolumeMountArgs(name=HF_TOKEN_VOLUME, mount_path=HF_TOKEN_DIR, read_only=True),
+        k8s.core.v1.EnvVarArgs(name="HF_TOKEN_PATH", value=f"{HF_TOKEN_DIR}/token"),
+    )
+
+
+def pod_monitor(
+    name: str,
+    namespace: pulumi.Input[str],
+    selector: Mapping[str, str],
+    port: str,
+    *,
+    labels: Mapping[str, str],
+    interval_seconds: int,
+    opts: pulumi.ResourceOptions,
+) -> k8s.apiextensions.CustomResource:
+    """A Prometheus Operator PodMonitor scraping ``/metrics`` on ``port``, labelled for the monitoring stack."""
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version="monitoring.coreos.com/v1",
+        kind="PodMonitor",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels={**labels, **SCRAPE_LABELS}),
+        spec={
+            "selector": {"matchLabels": dict(selector)},
+            "podMetricsEndpoints": [{"port": port, "path": "/metrics", "interval": f"{interval_seconds}s"}],
+        },
+        opts=opts,
+    )
+
+
+def disruption_budget(
+    name: str,
+    namespace: pulumi.Input[str],
+    selector: Mapping[str, str],
+    labels: Mapping[str, str],
+    opts: pulumi.ResourceOptions,
+) -> k8s.policy.v1.PodDisruptionBudget:
+    """At most one replica voluntarily disrupted at a time (node drains, upgrades)."""
+    return k8s.policy.v1.PodDisruptionBudget(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=dict(labels)),
+        spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+            max_unavailable=1,
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
+        ),
+        opts=opts,
+    )
+
+
+def service_account_name(deployment: str) -> str:
+    """The Kubernetes name of a model server's ServiceAccount: what the model cache binds its role to."""
+    return f"{deployment}-sa"
+
+
+def service_account(
+    name: str, deployment: str, namespace: pulumi.Input[str], labels: Mapping[str, str], opts: pulumi.ResourceOptions
+) -> k8s.core.v1.ServiceAccount:
+    """The pods' own identity (never ``default``): resource ``name``, Kubernetes name from the deployment's.
+
+    It carries no role annotation: on EKS the model cache's ``aws.eks.PodIdentityAssociation`` binds this
+    (namespace, name) to the cache's IAM role (see :mod:`components.aws.model_cache`), and the Pod Identity agent hands
+    the pods their credentials.
+    """
+    return k8s.core.v1.ServiceAccount(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=service_account_name(deployment), namespace=namespace, labels=dict(labels)
+        ),
+        automount_service_account_token=False,
+        opts=opts,
+    )
+
+
+def labels_for(name: str, tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(selector labels, all labels) of a model server (the contract in :mod:`components.serving.annotations`).
+
+    The selector never changes; the rest adds the served model name and the stack's tags.
+    """
+    selector = {NAME_LABEL: name, COMPONENT_LABEL: MODEL_SERVER}
+    return selector, {**tags, **selector, SERVED_MODEL_LABEL: name, "app.kubernetes.io/part-of": "inferplane"}
+
+
+class ModelServer(pulumi.ComponentResource):
+    """What every model server exposes: the autoscaler's target and the identity the model cache binds."""
+
+    deployment_name: pulumi.Output[str]
+    namespace: pulumi.Output[str]
+    service_name: pulumi.Output[str]
+    service_account_name: pulumi.Output[str]
+
+    def _finish(
+        self,
+        name: str,
+        *,
+        deployment: k8s.apps.v1.Deployment,
+        service: k8s.core.v1.Service,
+        account: k8s.core.v1.ServiceAccount,
+        spec: ModelDeploymentSpec,
+        selector: Mapping[str, str],
+        labels: Mapping[str, str],
+        metrics_port: str,
+        scrape_interval_seconds: int,
+        opts: pulumi.ResourceOptions,
+    ) -> None:
+        """The children both engines share (a PDB when replicas can exceed one, the PodMonitor), then the outputs;
+        the last thing a server's constructor does."""
+        namespace = deployment.metadata.namespace
+        if spec.max_replicas > 1:
+            disruption_budget(f"{name}-pdb", namespace, selector, labels, opts)
+        pod_monitor(
+            f"{name}-monitor",
+            namespace,
+            selector,
+            metrics_port,
+            labels=labels,
+            interval_seconds=scrape_interval_seconds,
+            opts=opts,
+        )
+        self.deployment_name = deployment.metadata.name
+        self.namespace = namespace
+        self.service_name = service.metadata.name
+        self.service_account_name = account.metadata.name
+        self.register_outputs(
+            {
+                "deploymentName": self.deployment_name,
+                "namespace": self.namespace,
+                "serviceName": self.service_name,
+                "serviceAccountName": self.service_account_name,
+            }
+        )
+
+
+def check_engine_inputs(
+    component: str,
+    engine: Engine,
+    spec: ModelDeploymentSpec,
+    sizing: DeploymentSizing,
+    add: Callable[[str, str], None],
+) -> None:
+    """The checks every server makes of its deployment and sizing: the right engine, the same deployment, a fit."""
+    if spec.engine != engine:
+        add("deployment.engine", f"{component} serves engine {engine!r}, got {spec.engine!r}")
+    if sizing.name != spec.name:
+        add("sizing.name", f"sizing is for {sizing.name!r}, not deployment {spec.name!r}")
+    if sizing.engine != engine:
+        add("sizing.engine", f"sizing was made for engine {sizing.engine!r}")
+    if not sizing.result.fits:
+        add("sizing.result", f"the model does not fit: {sizing.result.reason}")

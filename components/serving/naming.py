@@ -1,0 +1,58 @@
+"""Names and ports of the model servers' Kubernetes objects that other parts of the platform address.
+
+Pure (no Pulumi): the model-server components name their Services with these helpers and the gateway's renderer
+(:mod:`components.gateway.renderer`) derives its upstream addresses from the same helpers, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+SERVING_NAMESPACE = "inference"
+"""Namespace of the model servers in every cluster (the gateway and KEDA look for them here)."""
+
+MONITORING_NAMESPACE = "monitoring"
+"""Namespace of the monitoring stack by default (the model servers' NetworkPolicy admits its Prometheus)."""
+
+VLLM_PORT = 8000
+"""vLLM's default ``--port``; ``/health``, ``/metrics`` and the OpenAI API share it."""
+
+VLLM_HEALTH_PATH = "/health"
+"""vLLM's health endpoint: 200 once the engine serves, 503 when it is dead."""
+
+TRITON_OPENAI_PORT = 9000
+"""Triton's OpenAI-compatible frontend (``--openai-port``, default 9000 in ``python/openai/openai_frontend/main.py``
+of triton-inference-server/server r26.05): ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
+``/health/ready`` and ``/metrics`` (the in-process server's Prometheus text, ``routers/observability.py``)."""
+
+TRITON_HTTP_PORT = 8000
+TRITON_GRPC_PORT = 8001
+"""Triton's KServe v2 frontends, started by the OpenAI frontend with ``--enable-kserve-frontends`` on
+``--kserve-http-port`` / ``--kserve-grpc-port`` (defaults 8000 and 8001, same ``main.py``)."""
+
+TRITON_HEALTH_PATH = "/health/ready"
+"""The OpenAI frontend's readiness: 200 when the in-process Triton server is ready, 400 when not
+(``routers/observability.py`` of the same release)."""
+
+CLUSTER_DOMAIN = "cluster.local"
+"""The clusters' DNS domain (the EKS and GKE default)."""
+
+
+def model_service_name(deployment: str) -> str:
+    """The Service of a model deployment: named after the deployment (the served model name)."""
+    return deployment
+
+
+def model_service_host(deployment: str, namespace: str = SERVING_NAMESPACE) -> str:
+    """The in-cluster DNS name of a model deployment's Service."""
+    return f"{model_service_name(deployment)}.{namespace}.svc.{CLUSTER_DOMAIN}"
+
+
+def model_service_port(engine: Literal["vllm", "triton"]) -> int:
+    """The Service port that carries a model server's OpenAI API (what the gateway calls)."""
+    return VLLM_PORT if engine == "vllm" else TRITON_OPENAI_PORT
+
+
+def model_health_path(engine: Literal["vllm", "triton"]) -> str:
+    """The path on :func:`model_service_port` answering 200 when a replica is ready (probes and the gateway)."""
+    return VLLM_HEALTH_PATH if engine == "vllm" else TRITON_HEALTH_PATH

@@ -1,0 +1,912 @@
+"""The typed description of one environment's inference platform (``PlatformSpec``).
+
+A stack file carries it under the ``inferplane:platform`` config key, the same YAML the ``pulumi`` CLI reads.
+Validation happens in two passes, and both collect every problem before raising:
+
+1. structure (pydantic): types, ranges, unknown keys (``extra="forbid"`` everywhere);
+2. meaning (:func:`check_platform`): references between sections and against the catalogs, e.g. a model's
+   ``max_context`` against what the model supports, a pool's accelerator against its instance type.
+
+Either pass raises :class:`SpecError`, whose issues carry the key path (``models[1].max_context``) so the CLI can
+name the stack file and the key. Nothing downstream ever sees a spec that failed either pass.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from inferplane.components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
+from inferplane.components.catalog.accelerators import AcceleratorId
+from inferplane.components.catalog.images import DIGEST_PATTERN, ImageName
+from inferplane.components.catalog.instances import tpu_topology_chips
+from inferplane.components.catalog.models import HF_REPO_PATTERN, MAX_CONTEXT_TOKENS
+from inferplane.components.spec.gcp_labels import to_gcp_labels
+from inferplane.components.spec.tags import aws_tag_problems, label_problems
+
+Environment = Literal["dev", "staging", "prod"]
+CapacityType = Literal["on_demand", "spot", "capacity_block"]
+WeightsDtype = Literal["bf16", "fp16", "fp8", "int4"]
+KvCacheDtype = Literal["auto", "bf16", "fp16", "fp8"]
+Engine = Literal["vllm", "triton"]
+AmiFamily = Literal["al2023", "bottlerocket"]
+EndpointAccess = Literal["private", "public_and_private"]
+ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3"]
+
+# RFC 1123 label: every name becomes part of Kubernetes and AWS resource names.
+_DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+Name = Annotated[str, Field(pattern=_DNS_LABEL, description="Lower-case RFC 1123 label, at most 40 characters.")]
+_AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+
+ALL_CONTROL_PLANE_LOGS: tuple[ControlPlaneLog, ...] = (
+    "api",
+    "audit",
+    "authenticator",
+    "controllerManager",
+    "scheduler",
+)
+"""Every EKS control-plane log type (botocore ``eks`` model, ``LogType``); all are enabled by default."""
+
+LOG_RETENTION_DAYS: dict[Environment, int] = {"dev": 90, "staging": 365, "prod": 365}
+"""Control-plane log retention when ``cluster.log_retention_days`` is not given. AWS FSBP CloudWatch.16 keeps log
+groups at least a year: staging and prod do; dev keeps 90 days (a disposable environment's logs)."""
+
+LOG_RETENTION_VALUES: frozenset[int] = frozenset(
+    (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+)
+"""The retention periods CloudWatch Logs accepts (botocore ``logs`` model, shape ``Days``; tests check it)."""
+
+MIN_PROD_LOG_RETENTION_DAYS = 365
+"""Prod never keeps less than a year of audit trail (AWS FSBP CloudWatch.16)."""
+
+_IAM_PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+
+
+MAX_CONCURRENCY = 4096
+"""Most concurrent sequences per replica, for the spec and ``inferplane size --concurrency`` alike."""
+MAX_GPUS_PER_REPLICA = 64
+"""Most accelerators one replica may span (tensor parallelism stays within a node; none has more)."""
+MAX_POOL_NODES = 1000
+"""Most nodes a pool may keep at minimum (an EKS managed node group holds at most 1000 nodes per group quota)."""
+
+
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+class _Spec(BaseModel):
+    """Base for every spec model: unknown keys are errors and values never change after validation.
+
+    No text may hold control characters: they end up in resource names, arguments and terminals (an escape
+    sequence in a stack file would otherwise reach whoever reads the preview).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _printable(cls, value: Any) -> Any:
+        texts = (
+            [value]
+            if isinstance(value, str)
+            else [v for v in value if isinstance(v, str)]
+            if isinstance(value, tuple)
+            else []
+        )
+        if any(_CONTROL_CHARACTERS.search(text) for text in texts):
+            raise ValueError("control characters (escape sequences, NUL, newlines) are not allowed")
+        return value
+
+
+class ClusterSpec(_Spec):
+    """The EKS control plane."""
+
+    kubernetes_version: str = Field(
+        default="1.35", pattern=r"^1\.\d{2}$", description="EKS Kubernetes minor version, e.g. ``1.35``."
+    )
+    endpoint_access: EndpointAccess = Field(
+        default="private",
+        description="``private``: the API server is reachable only inside the VPC (prod). ``public_and_private``: "
+        "also from ``public_access_cidrs``.",
+    )
+    public_access_cidrs: tuple[str, ...] = Field(
+        default=(), description="CIDRs allowed to reach a public endpoint; required when the endpoint is public."
+    )
+    log_types: tuple[ControlPlaneLog, ...] = Field(
+        default=ALL_CONTROL_PLANE_LOGS,
+        description="Control-plane log types sent to CloudWatch; every type by default, and the cluster refuses "
+        "fewer (CIS EKS 2.1.1, EKS Best Practices).",
+    )
+    log_retention_days: int | None = Field(
+        default=None,
+        description="Days CloudWatch keeps the control-plane logs; one of CloudWatch's retention values. By default "
+        "per environment (``LOG_RETENTION_DAYS``: dev 90, staging and prod 365); prod refuses less than 365.",
+    )
+    admin_principals: tuple[str, ...] = Field(
+        default=(),
+        description="IAM role or user ARNs that may assume the cluster-admin role. Empty: only the principal that "
+        "deploys the stack (its role or user) is trusted; never the whole account.",
+    )
+    system_instance_type: str = Field(
+        default="m7i.large",
+        pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
+        description="Instance type of the system node group.",
+    )
+    system_nodes: int = Field(default=2, ge=1, le=10, description="Nodes in the system node group (controllers).")
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a valid CIDR block: {exc}") from None
+        return value
+
+    @field_validator("admin_principals")
+    @classmethod
+    def _principals(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in value:
+            if not _IAM_PRINCIPAL.match(arn):
+                raise ValueError(f"{arn!r} is not an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)")
+        if len(set(value)) != len(value):
+            raise ValueError("admin_principals repeat")
+        return value
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, value: int | None) -> int | None:
+        if value is not None and value not in LOG_RETENTION_VALUES:
+            allowed = ", ".join(str(days) for days in sorted(LOG_RETENTION_VALUES))
+            raise ValueError(f"{value} is not a CloudWatch Logs retention period ({allowed})")
+        return value
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> ClusterSpec:
+        if self.endpoint_access == "public_and_private" and not self.public_access_cidrs:
+            raise ValueError("a public endpoint needs an explicit public_access_cidrs allowlist")
+        if self.endpoint_access == "private" and self.public_access_cidrs:
+            raise ValueError("public_access_cidrs is set but endpoint_access is private")
+        return self
+
+
+class PoolSpec(_Spec):
+    """An accelerator node pool: an EKS managed node group, or a GKE TPU node pool."""
+
+    name: Name = Field(description="Pool name; model deployments refer to it.")
+    accelerator: AcceleratorId = Field(description="Catalog accelerator; must match the instance type.")
+    instance_type: str = Field(description="EC2 instance type or GKE machine type from the catalog.")
+    capacity_type: CapacityType = Field(default="on_demand", description="How the nodes are bought.")
+    capacity_reservation_id: str | None = Field(
+        default=None,
+        pattern=r"^cr-[0-9a-f]{8,17}$",
+        description="Capacity Block reservation (``cr-...``); required for ``capacity_block``.",
+    )
+    zone: str | None = Field(
+        default=None, description="Pin the pool to one zone (required for capacity blocks: the reservation's zone)."
+    )
+    efa: bool = Field(default=False, description="Attach EFA interfaces and a cluster placement group.")
+    disk_gib: int = Field(default=200, ge=50, le=16384, description="Encrypted gp3 root volume, GiB.")
+    ami_family: AmiFamily = Field(default="al2023", description="EKS accelerated AMI: AL2023 NVIDIA or Bottlerocket.")
+    min_nodes: int = Field(
+        default=0, ge=0, le=MAX_POOL_NODES, description="Nodes kept even when no replica needs them."
+    )
+    tpu_topology: str | None = Field(
+        default=None, pattern=r"^\d+x\d+$", description="GKE TPU slice topology (``2x4``); TPU pools only."
+    )
+
+
+class SpeculativeDecodingSpec(_Spec):
+    """Speculative decoding, passed to vLLM as ``--speculative-config`` JSON."""
+
+    method: SpeculativeMethod = Field(description="``ngram`` (prompt lookup), ``draft_model``, ``eagle``/``eagle3``.")
+    draft_model: str | None = Field(
+        default=None,
+        pattern=HF_REPO_PATTERN,
+        description="Hugging Face repo of the draft or EAGLE head; required except for ``ngram``.",
+    )
+    num_speculative_tokens: int = Field(default=3, ge=1, le=10, description="Tokens proposed per step.")
+    prompt_lookup_max: int | None = Field(default=None, ge=1, le=16, description="n-gram window (``ngram`` only).")
+
+    @model_validator(mode="after")
+    def _draft(self) -> SpeculativeDecodingSpec:
+        if self.method != "ngram" and not self.draft_model:
+            raise ValueError(f"method {self.method!r} needs draft_model")
+        if self.method == "ngram" and self.draft_model:
+            raise ValueError("method 'ngram' takes no draft_model")
+        if self.method != "ngram" and self.prompt_lookup_max is not None:
+            raise ValueError("prompt_lookup_max applies to method 'ngram' only")
+        return self
+
+
+class SloSpec(_Spec):
+    """Latency objectives at p95; alerts and engine batching budgets derive from them."""
+
+    ttft_p95_ms: int = Field(default=2000, gt=0, le=600_000, description="Time to first token, p95, milliseconds.")
+    itl_p95_ms: int = Field(default=100, gt=0, le=60_000, description="Inter-token latency, p95, milliseconds.")
+
+
+class ModelDeploymentSpec(_Spec):
+    """One served model: what it is, where it runs, how far it scales."""
+
+    name: Name = Field(description="Deployment name; also the served model name clients ask for.")
+    model: str | None = Field(default=None, description="Catalog model id (e.g. ``llama-3.3-70b``).")
+    architecture: ModelArchitecture | None = Field(
+        default=None, description="A custom model's architecture, instead of ``model``."
+    )
+    engine: Engine = Field(default="vllm", description="Serving engine: vLLM or Triton + TensorRT-LLM.")
+    pool: Name = Field(description="Name of the pool the replicas run on.")
+    weights_dtype: WeightsDtype = Field(default="bf16", description="Weight precision: bf16, fp16, fp8 or int4 (AWQ).")
+    weights_repo: str | None = Field(
+        default=None,
+        pattern=HF_REPO_PATTERN,
+        description="Override the weights repository (an AWQ checkpoint for int4).",
+    )
+    kv_cache_dtype: KvCacheDtype = Field(
+        default="auto", description="KV-cache precision; ``auto`` is the model's 16-bit dtype, as in vLLM."
+    )
+    max_context: int = Field(
+        gt=0, le=MAX_CONTEXT_TOKENS, description="Longest sequence (prompt + output) served, tokens."
+    )
+    concurrency: int = Field(
+        gt=0, le=MAX_CONCURRENCY, description="Target concurrent sequences per replica at max_context."
+    )
+    gpus_per_replica: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_GPUS_PER_REPLICA,
+        description="Force the tensor-parallel size; by default sizing picks the smallest fit.",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.90, ge=0.5, le=0.93, description="Share of device memory the engine may take (never above 0.93)."
+    )
+    min_replicas: int = Field(default=1, ge=0, description="Replicas kept when idle (0 needs scale_to_zero).")
+    max_replicas: int = Field(default=1, ge=1, le=256, description="Replica ceiling for the autoscaler.")
+    scale_to_zero: bool = Field(default=False, description="Allow the autoscaler to remove every replica when idle.")
+    routing_tier: Name = Field(default="standard", description="Gateway tier that routes to this model.")
+    prefix_caching: bool = Field(default=True, description="Reuse KV blocks across requests sharing a prefix.")
+    chunked_prefill: bool = Field(default=True, description="Split long prompts so decodes keep flowing.")
+    speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
+    slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
+    image_digest: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU or Triton); wins over "
+        "the platform's ``image_digests`` and the catalog's tag.",
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> ModelDeploymentSpec:
+        if (self.model is None) == (self.architecture is None):
+            raise ValueError("give exactly one of model (a catalog id) or architecture (a custom model)")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas {self.min_replicas} exceeds max_replicas {self.max_replicas}")
+        if self.min_replicas == 0 and not self.scale_to_zero:
+            raise ValueError("min_replicas 0 needs scale_to_zero: true")
+        return self
+
+    @property
+    def architecture_resolved(self) -> ModelArchitecture:
+        """The architecture, from the catalog or the custom block (valid after :func:`check_platform`)."""
+        if self.architecture is not None:
+            return self.architecture
+        assert self.model is not None  # guaranteed by _shape
+        return MODELS[self.model]
+
+    @property
+    def model_label(self) -> str:
+        """What to call the model in messages: the catalog id or the custom repository."""
+        return self.model or self.architecture_resolved.hf_repo
+
+
+CacheEvictionPolicy = Literal[
+    "volatile-lru", "allkeys-lru", "volatile-lfu", "allkeys-lfu", "volatile-ttl", "volatile-random", "allkeys-random"
+]
+"""``maxmemory-policy`` values the cache may use (``noeviction`` would turn a full cache into failed writes)."""
+
+
+class CacheEmbedderSpec(_Spec):
+    """What turns prompts into vectors for the semantic cache."""
+
+    kind: Literal["wordllama", "endpoint"] = Field(
+        default="wordllama",
+        description="``wordllama``: in the processor, static embeddings the image ships (no network, ~20 us); "
+        "``endpoint``: an OpenAI-compatible ``/v1/embeddings`` service.",
+    )
+    url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Base URL of the endpoint's OpenAI API (``http://embed.ml:8000/v1``); endpoint only.",
+    )
+    model: str | None = Field(default=None, min_length=1, description="``model`` of the embeddings requests.")
+    dimensions: int | None = Field(
+        default=None, ge=2, le=32768, description="Vector length: 64, 128 or 256 for wordllama (default 256)."
+    )
+    timeout_ms: int = Field(default=50, ge=1, le=5000, description="Per-request timeout of the endpoint.")
+
+    @model_validator(mode="after")
+    def _kind(self) -> CacheEmbedderSpec:
+        if self.kind == "endpoint":
+            missing = [f for f in ("url", "model", "dimensions") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"an endpoint embedder needs {', '.join(missing)}")
+        else:
+            if self.url is not None or self.model is not None:
+                raise ValueError("url and model apply to kind 'endpoint' only")
+            if self.dimensions not in (None, 64, 128, 256):
+                raise ValueError(f"wordllama's bundled model has 64, 128 or 256 dimensions, not {self.dimensions}")
+        return self
+
+
+class CacheSpec(_Spec):
+    """The gateway's response cache: an ElastiCache replication group."""
+
+    enabled: bool = Field(default=True, description="Create the cache.")
+    engine: Literal["valkey", "redis"] = Field(default="valkey", description="ElastiCache engine.")
+    node_type: str = Field(
+        default="cache.r7g.large", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$", description="Node type."
+    )
+    replicas: int = Field(default=2, ge=1, le=6, description="Cache nodes (primary plus replicas).")
+    semantic: bool = Field(default=True, description="Also serve near-duplicate prompts by embedding similarity.")
+    semantic_similarity_threshold: float = Field(default=0.95, gt=0.5, le=1.0, description="Cosine similarity.")
+    ttl_seconds: int = Field(default=3600, ge=1, description="Entry lifetime.")
+    embedder: CacheEmbedderSpec = Field(default_factory=CacheEmbedderSpec, description="Semantic cache embedder.")
+    semantic_guards: bool = Field(
+        default=True,
+        description="Refuse semantic hits whose numbers, negations, names or directions differ (never off in prod).",
+    )
+    max_entry_bytes: int = Field(
+        default=262_144, ge=1024, le=16 * 1024 * 1024, description="Larger answers are not stored."
+    )
+    eviction_policy: CacheEvictionPolicy = Field(
+        default="volatile-lru", description="``maxmemory-policy`` of the cache's parameter group."
+    )
+    cache_tool_requests: bool = Field(default=False, description="Cache requests that offer tools or functions.")
+    cache_non_text: bool = Field(default=False, description="Cache requests with non-text content (images, audio).")
+    allow_nondeterministic_opt_in: bool = Field(
+        default=True, description="Let clients cache sampled requests with the ``x-inferplane-cache: allow`` header."
+    )
+    tenant_isolation: bool = Field(
+        default=True,
+        description="Key entries by tenant. ``false`` shares every tier's entries across its tenants (not in prod: "
+        "there a tier opts in with ``share_cache_across_tenants``).",
+    )
+    lookup_timeout_ms: int = Field(
+        default=50, ge=1, le=1000, description="Bound on one cache lookup; past it the request goes on uncached."
+    )
+
+
+class RateLimitSpec(_Spec):
+    """Per API key limits; excess requests are answered with HTTP 429."""
+
+    requests_per_minute: int = Field(default=600, ge=1, description="Requests per key per minute.")
+    tokens_per_minute: int = Field(default=200_000, ge=1, description="Prompt + completion tokens per key per minute.")
+
+
+class RoutingTierSpec(_Spec):
+    """A gateway tier: the models it routes to, in order of preference."""
+
+    name: Name = Field(description="Tier name clients select.")
+    share_cache_across_tenants: bool = Field(
+        default=False, description="The tier's tenants share response-cache entries (public, tenant-neutral answers)."
+    )
+    models: tuple[Name, ...] = Field(min_length=1, description="Deployments serving the tier, preferred first.")
+    fallback: tuple[Name, ...] = Field(default=(), description="Deployments tried when all of ``models`` fail.")
+
+
+class TenantSpec(_Spec):
+    """A caller of the gateway. Its API key is generated at deploy time and never appears in stack config."""
+
+    name: Name = Field(description="Tenant name; Envoy forwards it upstream and metrics are labelled with it.")
+    tiers: tuple[Name, ...] = Field(min_length=1, description="Tiers the tenant may use (and the models behind them).")
+    requests_per_minute: int | None = Field(
+        default=None, ge=1, description="Overrides ``gateway.rate_limit.requests_per_minute`` for this tenant."
+    )
+    tokens_per_minute: int | None = Field(
+        default=None, ge=1, description="Overrides ``gateway.rate_limit.tokens_per_minute`` for this tenant."
+    )
+
+
+class AdmissionSpec(_Spec):
+    """KV-capacity admission at the gateway: what happens beyond replicas x ``max_num_seqs`` in flight."""
+
+    queue_max: int = Field(
+        default=32, ge=0, le=4096, description="Requests per model and gateway replica that may wait for a slot."
+    )
+    queue_timeout_seconds: float = Field(
+        default=2.0, gt=0, le=60, description="Longest wait for a slot; then 429 with Retry-After."
+    )
+    cold_start_hold_factor: float = Field(
+        default=1.2,
+        ge=1.0,
+        le=5.0,
+        description="A request for a model with no ready replica waits this times sizing's cold start, then 503.",
+    )
+
+
+class GatewaySpec(_Spec):
+    """The OpenAI-compatible front door."""
+
+    replicas: int = Field(default=2, ge=1, le=50, description="Gateway replicas.")
+    auth: Literal["api_key", "oidc", "none"] = Field(
+        default="api_key", description="How callers authenticate (``none`` only outside prod)."
+    )
+    rate_limit: RateLimitSpec = Field(default_factory=RateLimitSpec, description="Limits answered with 429.")
+    tiers: tuple[RoutingTierSpec, ...] = Field(
+        default=(), description="Routing tiers; by default one per ``routing_tier`` named by the models."
+    )
+    tenants: tuple[TenantSpec, ...] = Field(default=(), description="Callers, their tiers and limits (never keys).")
+    admission: AdmissionSpec = Field(default_factory=AdmissionSpec, description="Queueing beyond KV capacity.")
+    request_timeout_seconds: int = Field(
+        default=900, ge=10, le=7200, description="Longest a whole request (a long stream included) may take."
+    )
+    stream_idle_timeout_seconds: int = Field(
+        default=300, ge=5, le=3600, description="Longest silence on a stream (e.g. waiting for the first token)."
+    )
+    max_request_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024, description="Largest request body accepted."
+    )
+    processor_workers: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Processor worker processes per gateway pod, a CPU each: one Python event loop saturates a core "
+        "long before Envoy does, so a pod's throughput grows with them (Envoy sends each request to the least busy). "
+        "Every model's in-flight cap is split between them; a pod never runs more workers than its smallest cap.",
+    )
+
+
+class ObservabilitySpec(_Spec):
+    """Prometheus, alerting and dashboards."""
+
+    retention_days: int = Field(default=15, ge=1, le=365, description="Prometheus retention.")
+    storage_gib: int = Field(default=50, ge=10, description="Prometheus persistent volume.")
+    scrape_interval_seconds: int = Field(default=15, ge=5, le=120, description="Scrape interval.")
+    grafana: bool = Field(default=True, description="Install Grafana with the dashboards.")
+
+
+class LimitsSpec(_Spec):
+    """The environment's own ceilings, checked at preview time."""
+
+    max_total_gpus: int = Field(ge=1, le=1_000_000, description="Accelerators across all pools at max scale.")
+    max_hourly_cost_usd: float = Field(
+        gt=0, le=1e9, allow_inf_nan=False, description="On-demand USD per hour at max scale."
+    )
+    allowed_accelerators: tuple[AcceleratorId, ...] = Field(min_length=1, description="Accelerators pools may use.")
+    max_context: int = Field(
+        default=131072, gt=0, le=MAX_CONTEXT_TOKENS, description="Longest max_context any deployment may serve."
+    )
+    allow_spot: bool = Field(default=True, description="Whether pools may use spot capacity.")
+
+
+class GcpSpec(_Spec):
+    """Where GKE TPU pools live (only when a pool uses a GKE machine type)."""
+
+    project: str = Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id.")
+    region: str = Field(pattern=r"^[a-z]+-[a-z]+\d$", description="GCP region, e.g. ``us-west4``.")
+    zone: str = Field(pattern=r"^[a-z]+-[a-z]+\d-[a-z]$", description="Zone of the TPU node pools.")
+
+
+class PlatformSpec(_Spec):
+    """Everything one environment's inference platform is made of."""
+
+    environment: Environment = Field(description="dev, staging or prod; decides the secure defaults' strictness.")
+    region: str = Field(description="AWS region (from the stack's ``aws:region``).")
+    zones: tuple[str, ...] = Field(min_length=2, max_length=6, description="Availability zones for the VPC.")
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="The EKS control plane.")
+    pools: tuple[PoolSpec, ...] = Field(min_length=1, description="Accelerator node pools.")
+    models: tuple[ModelDeploymentSpec, ...] = Field(min_length=1, description="Served models.")
+    cache: CacheSpec = Field(default_factory=CacheSpec, description="Gateway cache.")
+    gateway: GatewaySpec = Field(default_factory=GatewaySpec, description="Gateway.")
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, description="Monitoring.")
+    limits: LimitsSpec = Field(description="Ceilings for this environment.")
+    gcp: GcpSpec | None = Field(default=None, description="GKE location, needed by TPU pools.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Tags added to every cloud resource.")
+    image_digests: dict[ImageName, Annotated[str, Field(pattern=DIGEST_PATTERN)]] = Field(
+        default_factory=dict,
+        description="``sha256:`` digests pinning catalog images by name (``vllm``, ``vllm-tpu``, ``triton-trtllm``, "
+        "``aws-cli``); a pinned digest wins over the catalog's tag. Prod's policy config asks for every image.",
+    )
+
+    def image_digests_for(self, deployment: ModelDeploymentSpec, image: ImageName) -> dict[str, str]:
+        """The digests a deployment's pods use: the platform's, with the deployment's own for its engine
+        ``image``."""
+        digests: dict[str, str] = {str(name): digest for name, digest in self.image_digests.items()}
+        if deployment.image_digest is not None:
+            digests[image] = deployment.image_digest
+        return digests
+
+    @property
+    def log_retention_days(self) -> int:
+        """The control-plane log retention: ``cluster.log_retention_days`` or the environment's default."""
+        return self.cluster.log_retention_days or LOG_RETENTION_DAYS[self.environment]
+
+    def pool(self, name: str) -> PoolSpec:
+        """The pool called ``name`` (valid after :func:`check_platform`)."""
+        return next(p for p in self.pools if p.name == name)
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem with a spec: where (``models[1].max_context``) and what."""
+
+    path: str
+    message: str
+
+
+PLATFORM_KEY = "inferplane:platform"
+"""The stack config key that holds the platform spec (``pulumi config set --path inferplane:platform...``)."""
+REGION_KEY = "aws:region"
+"""The stack config key of the AWS region the platform is planned in."""
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; carries every issue found, not just the first."""
+
+    def __init__(self, issues: list[SpecIssue]) -> None:
+        self.issues = issues
+        super().__init__("; ".join(f"{i.path}: {i.message}" for i in issues))
+
+    def render(self, file: str, key: str = "inferplane:platform") -> str:
+        """One line per issue, naming the file and the full key path."""
+        lines = []
+        for issue in self.issues:
+            path = f"{key}.{issue.path}" if issue.path and not issue.path.startswith("[") else f"{key}{issue.path}"
+            lines.append(f"{file}: {path}: {issue.message}")
+        return "\n".join(lines)
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _loc_to_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part == "[key]":  # pydantic's marker: the mapping key just named is itself invalid
+            path += " (key)"
+        elif not _PLAIN_KEY.match(part):  # an empty key, a tag key with '-' or spaces: quoted, never blank
+            path += f"[{part!r}]"
+        else:
+            path += f".{part}" if path else part
+    return path
+
+
+def parse_platform(raw: Mapping[str, Any], region: str) -> PlatformSpec:
+    """Validate raw config into a :class:`PlatformSpec`, or raise :class:`SpecError` with every issue."""
+    if "region" in raw:
+        raise SpecError([SpecIssue("region", "set the region once, as aws:region, not inside the platform block")])
+    try:
+        spec = PlatformSpec.model_validate({**raw, "region": region})
+    except ValidationError as exc:
+        issues = []
+        errors = exc.errors()
+        item_errors = {tuple(e["loc"][:-1]) for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}
+        for err in errors:
+            if err["type"] == "too_short" and tuple(err["loc"]) in item_errors:
+                continue  # the list is short only because its items failed, which are reported
+            # Pydantic reports model-validator errors at the model's location with a "Value error, " prefix.
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            issues.append(SpecIssue(_loc_to_path(loc), message))
+        raise SpecError(issues) from None
+    issues = check_platform(spec)
+    if issues:
+        raise SpecError(issues)
+    return spec
+
+
+def check_platform(spec: PlatformSpec) -> list[SpecIssue]:
+    """Cross-checks between sections and against the catalogs; returns every issue found."""
+    issues: list[SpecIssue] = []
+    add = issues.append
+
+    if not _AWS_REGION.match(spec.region):
+        add(SpecIssue("region", f"{spec.region!r} is not an AWS region name (from aws:region)"))
+    for i, zone in enumerate(spec.zones):
+        if not zone.startswith(spec.region) or len(zone) != len(spec.region) + 1:
+            add(SpecIssue(f"zones[{i}]", f"{zone!r} is not a zone of region {spec.region}"))
+    if len(set(spec.zones)) != len(spec.zones):
+        add(SpecIssue("zones", "zones repeat"))
+    if spec.environment == "prod" and len(spec.zones) < 3:
+        add(SpecIssue("zones", f"prod spreads over at least 3 zones, got {len(spec.zones)}"))
+    _check_cluster_security(spec, add)
+
+    _check_pools(spec, add)
+    _check_models(spec, add)
+    _check_gateway(spec, add)
+    _check_surface(spec, add)
+    return issues
+
+
+def _check_cluster_security(spec: PlatformSpec, add: Any) -> None:
+    missing = [log for log in ALL_CONTROL_PLANE_LOGS if log not in spec.cluster.log_types]
+    if missing:
+        add(SpecIssue("cluster.log_types", f"every control-plane log is kept; missing {', '.join(missing)}"))
+    if spec.environment == "prod" and spec.log_retention_days < MIN_PROD_LOG_RETENTION_DAYS:
+        add(
+            SpecIssue(
+                "cluster.log_retention_days",
+                f"prod keeps control-plane logs at least {MIN_PROD_LOG_RETENTION_DAYS} days, got "
+                f"{spec.log_retention_days}",
+            )
+        )
+
+
+def tensor_parallel_problem(gpus: int, per_node: int, instance_type: str) -> str | None:
+    """Why ``gpus`` accelerators per replica cannot run on ``instance_type`` nodes, or None when they can.
+
+    One rule for the spec's ``gpus_per_replica`` and ``inferplane size --gpus``.
+    """
+    if gpus > per_node:
+        return (
+            f"{gpus} GPUs per replica exceeds the {per_node} per {instance_type} node: "
+            "tensor parallelism never crosses a node"
+        )
+    if per_node % gpus:
+        return f"{gpus} does not divide the {per_node} accelerators of a {instance_type} node"
+    return None
+
+
+def _check_surface(spec: PlatformSpec, add: Any) -> None:
+    """What the cloud or the components would refuse later: tags, open endpoints, single points of failure."""
+    for key, problem in aws_tag_problems(spec.tags) + label_problems(spec.tags):
+        add(SpecIssue("tags" if key is None else f"tags[{key!r}]", problem))
+    if spec.gcp is not None:
+        try:
+            to_gcp_labels(spec.tags)
+        except ValueError as exc:
+            add(SpecIssue("tags", f"as GCP labels: {exc}"))
+        if not spec.gcp.zone.startswith(f"{spec.gcp.region}-"):
+            add(SpecIssue("gcp.zone", f"{spec.gcp.zone!r} is not a zone of GCP region {spec.gcp.region}"))
+    for i, cidr in enumerate(spec.cluster.public_access_cidrs):
+        if ipaddress.ip_network(cidr).prefixlen == 0:
+            add(SpecIssue(f"cluster.public_access_cidrs[{i}]", f"{cidr} opens the API endpoint to the whole internet"))
+    if spec.environment == "prod":
+        if spec.cluster.endpoint_access != "private":
+            add(SpecIssue("cluster.endpoint_access", "prod clusters keep the API endpoint private"))
+        if spec.cache.enabled and spec.cache.replicas < 2:
+            add(
+                SpecIssue(
+                    "cache.replicas",
+                    f"prod needs at least 2 cache nodes (multi-AZ automatic failover), got {spec.cache.replicas}",
+                )
+            )
+
+
+def _check_pools(spec: PlatformSpec, add: Any) -> None:
+    seen: set[str] = set()
+    for i, pool in enumerate(spec.pools):
+        at = f"pools[{i}]"
+        if pool.name in seen:
+            add(SpecIssue(f"{at}.name", f"pool name {pool.name!r} is used twice"))
+        seen.add(pool.name)
+        instance = INSTANCE_TYPES.get(pool.instance_type)
+        if instance is None:
+            add(SpecIssue(f"{at}.instance_type", f"unknown instance type {pool.instance_type!r}"))
+            continue
+        if instance.accelerator != pool.accelerator:
+            add(
+                SpecIssue(
+                    f"{at}.accelerator",
+                    f"{pool.instance_type} carries {instance.accelerator}, not {pool.accelerator}",
+                )
+            )
+        if pool.capacity_type == "capacity_block":
+            if not instance.capacity_block:
+                add(SpecIssue(f"{at}.capacity_type", f"{pool.instance_type} is not sold as a capacity block"))
+            if pool.capacity_reservation_id is None:
+                add(SpecIssue(f"{at}.capacity_reservation_id", "a capacity block needs its reservation id (cr-...)"))
+            if pool.zone is None:
+                add(SpecIssue(f"{at}.zone", "a capacity block needs the reservation's zone"))
+        elif pool.capacity_reservation_id is not None:
+            add(SpecIssue(f"{at}.capacity_reservation_id", "only capacity_block pools take a reservation id"))
+        if pool.zone is not None and instance.cloud == "aws" and pool.zone not in spec.zones:
+            add(SpecIssue(f"{at}.zone", f"{pool.zone!r} is not one of the platform's zones"))
+        if pool.efa and not instance.supports_efa:
+            add(SpecIssue(f"{at}.efa", f"{pool.instance_type} does not support EFA"))
+        elif pool.efa and pool.zone is None and instance.cloud == "aws":
+            add(SpecIssue(f"{at}.zone", "EFA pools need one zone: a cluster placement group lives in a single zone"))
+        if pool.min_nodes == 0 and not any(m.pool == pool.name for m in spec.models):
+            # A standby pool (min_nodes > 0, no model yet) is fine; one that can never hold a node is a mistake.
+            add(
+                SpecIssue(
+                    f"{at}.name",
+                    f"no model runs on pool {pool.name!r} and it keeps no nodes: place a model on it, "
+                    "keep standby nodes (min_nodes), or remove it",
+                )
+            )
+        if pool.min_nodes > 0 and pool.capacity_type == "capacity_block":
+            add(SpecIssue(f"{at}.min_nodes", "capacity-block pools scale from 0 (the block ends on a schedule)"))
+        if instance.cloud == "gcp":
+            if spec.gcp is None:
+                add(SpecIssue(f"{at}.instance_type", f"{pool.instance_type} is a GKE machine type: add a gcp block"))
+            if pool.tpu_topology is None:
+                add(SpecIssue(f"{at}.tpu_topology", f"TPU pools need a topology, one of {instance.tpu_topologies}"))
+            elif pool.tpu_topology not in instance.tpu_topologies:
+                add(
+                    SpecIssue(
+                        f"{at}.tpu_topology",
+                        f"{pool.tpu_topology} is not a {pool.instance_type} topology "
+                        f"({', '.join(instance.tpu_topologies)})",
+                    )
+                )
+            if pool.capacity_type == "capacity_block" or pool.efa:
+                add(SpecIssue(f"{at}.capacity_type", "capacity blocks and EFA are EC2 features"))
+        elif pool.tpu_topology is not None:
+            add(SpecIssue(f"{at}.tpu_topology", "only GKE TPU pools take a topology"))
+
+
+def _check_models(spec: PlatformSpec, add: Any) -> None:
+    pools = {p.name: p for p in spec.pools}
+    seen: set[str] = set()
+    for i, deployment in enumerate(spec.models):
+        at = f"models[{i}]"
+        if deployment.name in seen:
+            add(SpecIssue(f"{at}.name", f"model name {deployment.name!r} is used twice"))
+        seen.add(deployment.name)
+        if deployment.model is not None and deployment.model not in MODELS:
+            add(SpecIssue(f"{at}.model", f"unknown model {deployment.model!r}; known: {', '.join(sorted(MODELS))}"))
+            continue
+        arch = deployment.architecture_resolved
+        if deployment.max_context > arch.max_context:
+            add(
+                SpecIssue(
+                    f"{at}.max_context",
+                    f"{deployment.max_context} exceeds the {arch.max_context} tokens {deployment.model_label} supports",
+                )
+            )
+        kv_16bit = {"bf16": "bf16", "fp16": "fp16"}.get(deployment.kv_cache_dtype)
+        compute_dtype = "fp16" if deployment.weights_dtype in ("fp16", "int4") else arch.native_dtype
+        if kv_16bit is not None and kv_16bit != compute_dtype:
+            add(
+                SpecIssue(
+                    f"{at}.kv_cache_dtype",
+                    f"a {kv_16bit} KV cache with {compute_dtype} activations is not supported; use auto or fp8",
+                )
+            )
+        if deployment.weights_dtype == "int4" and deployment.weights_repo is None:
+            add(SpecIssue(f"{at}.weights_repo", "int4 weights need an AWQ checkpoint: set weights_repo"))
+        pool = pools.get(deployment.pool)
+        if pool is None:
+            add(SpecIssue(f"{at}.pool", f"no pool named {deployment.pool!r} ({', '.join(pools)})"))
+            continue
+        instance = INSTANCE_TYPES.get(pool.instance_type)
+        if instance is None:
+            continue
+        accelerator = get_accelerator(instance.accelerator)
+        if deployment.gpus_per_replica is not None:
+            problem = tensor_parallel_problem(
+                deployment.gpus_per_replica, instance.accelerators_per_node, pool.instance_type
+            )
+            if problem:
+                add(SpecIssue(f"{at}.gpus_per_replica", problem))
+        if accelerator.vendor == "google":
+            chips = tpu_topology_chips(pool.tpu_topology) if pool.tpu_topology else instance.accelerators_per_node
+            if deployment.engine != "vllm":
+                add(
+                    SpecIssue(f"{at}.engine", "TPU pools serve with vLLM's TPU image; Triton TensorRT-LLM needs NVIDIA")
+                )
+            if deployment.weights_dtype != "bf16" or deployment.kv_cache_dtype not in ("auto", "bf16"):
+                add(SpecIssue(f"{at}.weights_dtype", "TPU v5e serves bf16 weights and KV cache"))
+            if chips > instance.accelerators_per_node:
+                add(SpecIssue(f"{at}.pool", f"pool {pool.name!r} is a multi-host slice; serving needs one host"))
+        if deployment.engine == "triton" and deployment.speculative_decoding is not None:
+            add(
+                SpecIssue(
+                    f"{at}.speculative_decoding",
+                    "speculative decoding with Triton needs the BLS model and a draft engine; not supported",
+                )
+            )
+        if deployment.engine == "triton" and deployment.weights_dtype == "int4":
+            add(SpecIssue(f"{at}.weights_dtype", "int4 (AWQ) is served with vLLM; build TensorRT-LLM engines in fp8"))
+
+
+ServingCluster = Literal["eks", "gke"]
+"""The Kubernetes cluster a model runs on: EKS for EC2 pools, GKE for GKE TPU pools. Nothing joins their networks
+(the platform builds no VPN or interconnect), so each cluster's gateway reaches only the models on its own cluster."""
+
+
+def _cluster_of_cloud(cloud: str) -> ServingCluster:
+    return "eks" if cloud == "aws" else "gke"
+
+
+def serving_cluster(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> ServingCluster:
+    """The cluster ``deployment`` runs on, from its pool's instance type (valid after :func:`check_platform`)."""
+    return _cluster_of_cloud(INSTANCE_TYPES[spec.pool(deployment.pool).instance_type].cloud)
+
+
+def gateway_tiers(spec: PlatformSpec) -> tuple[RoutingTierSpec, ...]:
+    """The gateway's tiers: ``gateway.tiers`` when given, else one per ``routing_tier`` (models in spec order).
+
+    A model's ``routing_tier`` is the tier that routes to it, so a given tier that does not name a model whose
+    ``routing_tier`` it is (as a primary or a fallback) serves it after its own primaries, in spec order: a model
+    added with only a ``routing_tier`` (``inferplane plan --write-stack`` adds them so) is reachable, not refused
+    by every gateway."""
+    if spec.gateway.tiers:
+        tiers = []
+        for tier in spec.gateway.tiers:
+            named = {*tier.models, *tier.fallback}
+            joined = tuple(d.name for d in spec.models if d.routing_tier == tier.name and d.name not in named)
+            tiers.append(tier.model_copy(update={"models": (*tier.models, *joined)}) if joined else tier)
+        return tuple(tiers)
+    order: dict[str, list[str]] = {}
+    for deployment in spec.models:
+        order.setdefault(deployment.routing_tier, []).append(deployment.name)
+    return tuple(RoutingTierSpec(name=tier, models=tuple(models)) for tier, models in order.items())
+
+
+def _check_tenants(spec: PlatformSpec, add: Any) -> None:
+    gateway = spec.gateway
+    tiers = {t.name for t in gateway_tiers(spec)}
+    seen: set[str] = set()
+    for i, tenant in enumerate(gateway.tenants):
+        if tenant.name in seen:
+            add(SpecIssue(f"gateway.tenants[{i}].name", f"tenant {tenant.name!r} is defined twice"))
+        seen.add(tenant.name)
+        for j, tier in enumerate(tenant.tiers):
+            if tier not in tiers:
+                add(SpecIssue(f"gateway.tenants[{i}].tiers[{j}]", f"no gateway tier named {tier!r}"))
+    if gateway.auth == "none" and gateway.tenants:
+        add(SpecIssue("gateway.tenants", "tenants need authentication: set auth to api_key"))
+    if gateway.auth == "oidc":
+        add(SpecIssue("gateway.auth", "the gateway implements api_key authentication; oidc is not supported yet"))
+
+
+def _check_gateway(spec: PlatformSpec, add: Any) -> None:
+    _check_tenants(spec, add)
+    names = {m.name for m in spec.models}
+    tier_names: set[str] = set()
+    effective = gateway_tiers(spec)
+    for i, tier in enumerate(spec.gateway.tiers):
+        if tier.name in tier_names:
+            add(SpecIssue(f"gateway.tiers[{i}].name", f"tier {tier.name!r} is defined twice"))
+        tier_names.add(tier.name)
+        for field in ("models", "fallback"):
+            for j, name in enumerate(getattr(tier, field)):
+                if name not in names:
+                    add(SpecIssue(f"gateway.tiers[{i}].{field}[{j}]", f"no model deployment named {name!r}"))
+        overlap = set(tier.models) & set(tier.fallback)
+        if overlap:
+            add(SpecIssue(f"gateway.tiers[{i}].fallback", f"{', '.join(sorted(overlap))} is both primary and fallback"))
+        _check_fallback_clusters(spec, i, effective[i], add)
+    for i, deployment in enumerate(spec.models):
+        if spec.gateway.tiers and deployment.routing_tier not in tier_names:
+            add(SpecIssue(f"models[{i}].routing_tier", f"no gateway tier named {deployment.routing_tier!r}"))
+
+
+def _check_fallback_clusters(spec: PlatformSpec, index: int, tier: RoutingTierSpec, add: Any) -> None:
+    """A fallback must run on the cluster of every primary of its tier: Envoy retries a failed request on the
+    fallback from the gateway of the primary's cluster, and nothing joins the clusters' networks. Primaries may span
+    clusters (each cluster's gateway serves the tier with its own primaries); a fallback elsewhere would be promised
+    and never tried."""
+    pools = {p.name: p for p in spec.pools}
+    clusters = {
+        m.name: _cluster_of_cloud(INSTANCE_TYPES[pools[m.pool].instance_type].cloud)
+        for m in spec.models
+        if m.pool in pools and pools[m.pool].instance_type in INSTANCE_TYPES  # else refused elsewhere
+    }
+    stranded = []
+    for fallback in tier.fallback:
+        away = [m for m in tier.models if m in clusters and fallback in clusters and clusters[m] != clusters[fallback]]
+        if away:
+            stranded.append(
+                f"{fallback} runs on {clusters[fallback]} but primary {', '.join(away)} on {clusters[away[0]]}"
+            )
+    if stranded:
+        add(
+            SpecIssue(
+                f"gateway.tiers[{index}].fallback",
+                f"{'; '.join(stranded)}: a gateway falls back only to models on its own cluster (nothing joins the "
+                "EKS and GKE networks); list the model under models instead",
+            )
+        )

@@ -1,0 +1,123 @@
+"""The performance model: its physics on small cases, and its error against published results."""
+
+from __future__ import annotations
+
+import math
+from urllib.parse import urlparse
+
+import pytest
+
+from inferplane.components.capacity import perf_model
+from inferplane.components.capacity.sizing import MEMORY_BANDWIDTH_EFFICIENCY, weights_bytes
+from inferplane.components.catalog import ModelArchitecture, get_accelerator, get_model
+from tests.published import compare, load, median_abs_error
+
+
+def _replica(model: str = "llama-3.1-8b", accelerator: str = "h100-80gb", **changes: object) -> perf_model.Replica:
+    values: dict[str, object] = {
+        "model": get_model(model),
+        "accelerator": get_accelerator(accelerator),
+        "tensor_parallel_size": 1,
+        "weights_dtype": "bf16",
+        "kv_cache_dtype": "auto",
+        "engine": "vllm",
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 8192,
+        "kv_capacity_tokens": 400_000,
+    }
+    values.update(changes)
+    return perf_model.Replica(**values)  # type: ignore[arg-type]
+
+
+def test_the_data_file_covers_the_models_gpus_precisions_and_mixes_asked_for() -> None:
+    rows = load()
+    assert len(rows) >= 30
+    assert {r.model for r in rows} >= {"llama-3.1-8b", "llama-3.3-70b", "llama-3.1-405b", "mixtral-8x7b"}
+    assert {r.accelerator for r in rows} >= {"h100-80gb", "h200-141gb", "l40s-48gb", "a100-80gb"}
+    assert {r.weights_dtype for r in rows} >= {"fp8", "bf16", "fp16"}
+    assert {r.metric for r in rows} == {"output_tokens_per_second", "mean_itl_ms"}
+    assert min(r.input_tokens for r in rows) <= 128 and max(r.input_tokens for r in rows) >= 20000
+    for row in rows:
+        assert urlparse(row.source).scheme == "https" and row.measured and row.published > 0
+
+
+def test_predictions_meet_the_goal_on_published_results() -> None:
+    comparisons = compare()
+    for metric in ("output_tokens_per_second", "mean_itl_ms"):
+        assert median_abs_error(comparisons, metric) <= 0.25, metric
+    worst = max(comparisons, key=lambda c: c.ratio)
+    assert worst.ratio <= 2.0, (worst.row, worst.predicted)
+
+
+def test_single_stream_decode_reads_the_weights_once_per_token() -> None:
+    replica = _replica()
+    model = replica.model
+    mix = perf_model.Workload(input_tokens=1, output_tokens=2)
+    bandwidth = 3350e9 * MEMORY_BANDWIDTH_EFFICIENCY
+    kv = 2 * (1 + 1) * replica.kv_bytes_per_token / 2  # one sequence at a mean context of 2 tokens
+    expected = (
+        weights_bytes(model, "bf16") + kv
+    ) / bandwidth + model.layers * perf_model.KERNEL_OVERHEAD_SECONDS_PER_LAYER
+    assert perf_model.single_stream_itl_ms(replica, mix) == pytest.approx(expected * 1000, rel=1e-3)
+
+
+def test_a_mixture_of_experts_reads_only_the_routed_experts_for_one_token() -> None:
+    mixtral = get_model("mixtral-8x7b")
+    replica = _replica("mixtral-8x7b", "h200-141gb")
+    one = perf_model.step_time(replica, 1, 0, 1, 1).seconds
+    many = perf_model.step_time(replica, 256, 0, 1, 1).seconds
+    total = weights_bytes(mixtral, "bf16")
+    # Two of eight experts for one token: about 12.9B of 46.7B parameters; every expert for 256 tokens.
+    assert many / one == pytest.approx(total / (total * mixtral.active_parameters / mixtral.parameters), rel=0.1)  # type: ignore[operator]
+
+
+def test_saturation_is_capped_by_the_kv_cache_and_trtllm_reserves_whole_sequences() -> None:
+    mix = perf_model.Workload(input_tokens=1000, output_tokens=1000)
+    vllm = perf_model.saturation(_replica(kv_capacity_tokens=60_000), mix)
+    trt = perf_model.saturation(_replica(kv_capacity_tokens=60_000, engine="triton"), mix)
+    assert (vllm.batch, vllm.capacity) == (40, "kv-capacity")  # 60000 // (1000 + 500)
+    assert (trt.batch, trt.capacity) == (30, "kv-capacity")  # 60000 // 2000
+    assert vllm.output_tokens_per_second > trt.output_tokens_per_second
+    slots = perf_model.saturation(_replica(max_num_seqs=8), mix)
+    assert (slots.batch, slots.capacity) == (8, "max-num-seqs")
+
+
+def test_latency_rises_with_the_rate_and_the_queue_diverges_at_saturation() -> None:
+    replica = _replica(max_num_seqs=64)
+    mix = perf_model.Workload(input_tokens=500, output_tokens=200)
+    peak = perf_model.saturation(replica, mix).requests_per_second
+    light, busy = (perf_model.at_rate(replica, mix, peak * share) for share in (0.1, 0.9))
+    assert light.stable and busy.stable
+    assert light.ttft_p95_ms < busy.ttft_p95_ms and light.itl_mean_ms < busy.itl_mean_ms
+    assert light.concurrency < busy.concurrency <= 64
+    beyond = perf_model.at_rate(replica, mix, peak * 1.01)
+    assert not beyond.stable and math.isinf(beyond.ttft_p95_ms)
+
+
+def test_tensor_parallelism_pays_for_its_all_reduces() -> None:
+    mix = perf_model.Workload(input_tokens=100, output_tokens=100)
+    one = perf_model.single_stream_itl_ms(_replica("llama-3.3-70b", "h200-141gb"), mix)
+    two = perf_model.single_stream_itl_ms(_replica("llama-3.3-70b", "h200-141gb", tensor_parallel_size=2), mix)
+    assert one / 2 < two < one
+
+
+def test_mixtral_expert_arithmetic() -> None:
+    mixtral = get_model("mixtral-8x7b")
+    expert = mixtral.expert_parameters
+    shared = mixtral.parameters - 8 * expert
+    assert expert == (46_702_792_704 - 12_879_921_152) // 6
+    assert shared + 2 * expert == pytest.approx(mixtral.active_parameters, abs=6)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"experts": 8}, "experts and experts_per_token go together"),
+        ({"experts": 8, "experts_per_token": 2}, "needs active_parameters"),
+        ({"experts": 2, "experts_per_token": 4, "active_parameters": 1}, "experts_per_token exceeds experts"),
+    ],
+)
+def test_a_mixture_of_experts_needs_consistent_fields(changes: dict[str, int], message: str) -> None:
+    base = get_model("llama-3.1-8b").model_dump()
+    with pytest.raises(ValueError, match=message):
+        ModelArchitecture.model_validate({**base, **changes})

@@ -1,0 +1,295 @@
+"""The capacity planner: brute-force reference, the CLI's JSON contract, and writing a stack in place."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferplane.components.capacity import perf_model
+from inferplane.components.capacity.planner import (
+    Evaluation,
+    Filters,
+    Workload,
+    configurations,
+    evaluate,
+    meets,
+    plan,
+    replica_model,
+)
+from inferplane.components.capacity.sizing import SizingRequest, size
+from inferplane.components.catalog import get_accelerator, get_instance_type, get_model, hourly_price
+from inferplane.components.observability.keda import target_waiting_per_replica
+from inferplane.tool.cli import main
+from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from tests.conftest import PROJECT_DIR
+
+CANDIDATE_KEYS = {
+    "accelerator",
+    "instance_type",
+    "tensor_parallel_size",
+    "engine",
+    "weights_dtype",
+    "kv_cache_dtype",
+    "replicas",
+    "hourly_cost_usd",
+    "cost_per_million_output_tokens_usd",
+    "ttft_p95_ms",
+    "itl_p95_ms",
+    "max_output_tokens_per_second",
+}
+
+FILTERS = Filters(accelerators=("l4-24gb", "l40s-48gb", "tpu-v5e"), weights_dtypes=("bf16", "fp8"))
+MAX_REPLICAS_TRIED = 64
+
+
+def _workload(**changes: Any) -> Workload:
+    values: dict[str, Any] = {
+        "model": get_model("llama-3.1-8b"),
+        "model_label": "llama-3.1-8b",
+        "input_tokens": 500,
+        "output_tokens": 200,
+        "requests_per_second": 2.0,
+        "peak_requests_per_second": 4.0,
+        "ttft_p95_ms": 2000.0,
+        "itl_p95_ms": 100.0,
+    }
+    values.update(changes)
+    return Workload(**values)
+
+
+def _brute_force_cheapest(workload: Workload) -> float | None:
+    """Every configuration, every host, every replica count from one up: the cheapest that meets both objectives."""
+    mix = perf_model.Workload(input_tokens=workload.input_tokens, output_tokens=workload.output_tokens)
+    best: float | None = None
+    for config, hosts in configurations(workload, FILTERS):
+        result = evaluate(workload, config)
+        if not isinstance(result, Evaluation):
+            continue
+        replica = replica_model(workload, config, result.sizing)
+        for host in hosts:
+            price = hourly_price(host.cloud, host.name)
+            if price is None or host.accelerators_per_node % config.tensor_parallel_size:
+                continue
+            for replicas in range(1, MAX_REPLICAS_TRIED + 1):
+                latency = perf_model.at_rate(replica, mix, workload.requests_per_second / replicas)
+                ttft_ok = latency.ttft_p95_ms <= workload.ttft_p95_ms
+                if latency.stable and ttft_ok and latency.itl_p95_ms <= workload.itl_p95_ms:
+                    nodes = math.ceil(replicas * config.tensor_parallel_size / host.accelerators_per_node)
+                    cost = round(nodes * price, 4)
+                    best = cost if best is None else min(best, cost)
+                    break
+    return best
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    input_tokens=st.integers(32, 4000),
+    output_tokens=st.integers(16, 1000),
+    rate=st.floats(0.05, 30),
+    ttft=st.floats(150, 5000),
+    itl=st.floats(15, 200),
+)
+def test_first_candidate_is_the_brute_force_cheapest_and_none_misses(
+    input_tokens: int, output_tokens: int, rate: float, ttft: float, itl: float
+) -> None:
+    workload = _workload(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        requests_per_second=rate,
+        peak_requests_per_second=rate,
+        ttft_p95_ms=ttft,
+        itl_p95_ms=itl,
+    )
+    result = plan(workload, FILTERS)
+    cheapest = _brute_force_cheapest(workload)
+    if cheapest is None:
+        assert result.candidates == ()
+        return
+    assert result.candidates[0].hourly_cost_usd == cheapest
+    costs = [c.hourly_cost_usd for c in result.candidates]
+    assert costs == sorted(costs)
+    for c in result.candidates:
+        instance = get_instance_type(c.instance_type)
+        fit = size(
+            SizingRequest(
+                model=workload.model,
+                model_label=workload.model_label,
+                accelerator=get_accelerator(c.accelerator),
+                accelerators_per_node=instance.accelerators_per_node,
+                weights_dtype=c.weights_dtype,
+                kv_cache_dtype=c.kv_cache_dtype,
+                context=c.max_context,
+                concurrency=c.max_num_seqs,
+                tensor_parallel_size=c.tensor_parallel_size,
+                itl_slo_ms=max(1, int(itl)),
+                whole_node=instance.cloud == "gcp",
+            )
+        )
+        assert fit.fits, fit.reason
+        assert c.ttft_p95_ms <= ttft + 0.05 and c.itl_p95_ms <= itl + 0.005
+        assert c.max_context >= input_tokens + output_tokens
+        assert c.weights_dtype in FILTERS.weights_dtypes
+
+
+def test_only_allowed_precisions_are_used() -> None:
+    result = plan(_workload(), Filters(accelerators=("l40s-48gb",)))
+    assert result.candidates
+    assert {(c.weights_dtype, c.kv_cache_dtype) for c in result.candidates} == {("bf16", "auto")}
+
+
+def test_peak_rate_sets_max_replicas_and_the_batch_sets_the_keda_threshold() -> None:
+    workload = _workload(requests_per_second=3.0, peak_requests_per_second=30.0)
+    first = plan(workload, Filters(accelerators=("l4-24gb",), engines=("vllm",))).candidates[0]
+    assert first.max_replicas == math.ceil(30.0 / first.replica_capacity_rps)
+    assert first.replicas == math.ceil(3.0 / first.replica_capacity_rps)
+    evaluation = evaluate(
+        workload,
+        next(
+            config
+            for config, _ in configurations(workload, Filters(accelerators=("l4-24gb",), engines=("vllm",)))
+            if config.tensor_parallel_size == first.tensor_parallel_size and config.kv_cache_dtype == "auto"
+        ),
+    )
+    assert isinstance(evaluation, Evaluation)
+    assert meets(workload, evaluation.replica, first.replica_capacity_rps)
+    assert target_waiting_per_replica(first.max_num_seqs) == max(1, first.max_num_seqs // 4)
+
+
+def _plan_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, dict[str, Any]]:
+    code = main(argv)
+    return code, json.loads(capsys.readouterr().out)
+
+
+PLAN = [
+    "plan",
+    "--model",
+    "llama-3.1-8b",
+    "--input-tokens",
+    "500",
+    "--output-tokens",
+    "200",
+    "--requests-per-second",
+    "2",
+    "--peak-requests-per-second",
+    "4",
+    "--ttft-p95-ms",
+    "2000",
+    "--itl-p95-ms",
+    "100",
+]
+
+
+def test_plan_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _plan_json(capsys, [*PLAN, "--accelerator", "l40s-48gb", "--accelerator", "l4-24gb", "--json"])
+    assert code == EXIT_OK
+    assert out["candidates"]
+    for row in out["candidates"]:
+        assert set(row) >= CANDIDATE_KEYS
+        assert row["accelerator"] in {"l40s-48gb", "l4-24gb"}
+    costs = [row["hourly_cost_usd"] for row in out["candidates"]]
+    assert costs == sorted(costs)
+
+
+def test_plan_with_nothing_feasible_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*PLAN[:-1], "1", "--accelerator", "l4-24gb", "--json"]
+    code, out = _plan_json(capsys, argv)
+    assert code == EXIT_REFUSED and out == {"candidates": []}
+
+
+def test_plan_rejects_an_unpriced_region(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PLAN, "--region", "eu-west-1"]) == EXIT_INVALID
+    assert "prices are known for us-east-1 (aws) and us-west4 (gcp)" in capsys.readouterr().err
+
+
+def test_size_json_adds_throughput_and_single_stream_itl(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["size", "--model", "llama-3.1-8b", "--accelerator", "h100-80gb", "--json"]
+    code = main([*argv, "--input-tokens", "128", "--output-tokens", "128", "--engine", "triton"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == EXIT_OK
+    assert out["fits"] is True and out["vllm"]["max_num_seqs"] == 32
+    replica = perf_model.Replica(
+        model=get_model("llama-3.1-8b"),
+        accelerator=get_accelerator("h100-80gb"),
+        tensor_parallel_size=1,
+        weights_dtype="bf16",
+        kv_cache_dtype="auto",
+        engine="triton",
+        max_num_seqs=32,
+        max_num_batched_tokens=out["max_num_batched_tokens"],
+        kv_capacity_tokens=out["kv_pool_bytes"] // out["kv_cache_bytes_per_token"],
+    )
+    mix = perf_model.Workload(input_tokens=128, output_tokens=128)
+    expected = perf_model.saturation(replica, mix).output_tokens_per_second
+    assert out["max_output_tokens_per_second"] == pytest.approx(expected, abs=0.1)
+    assert out["single_stream_itl_ms"] == pytest.approx(perf_model.single_stream_itl_ms(replica, mix), abs=0.01)
+
+
+def _project_copy(tmp_path: Path) -> Path:
+    shutil.copy(PROJECT_DIR / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    (tmp_path / "infra").symlink_to(PROJECT_DIR / "infra")  # the program Pulumi.yaml's ``main`` names
+    shutil.copytree(PROJECT_DIR / "stacks", tmp_path / "stacks")
+    shutil.copytree(PROJECT_DIR / "policies", tmp_path / "policies")
+    # The policy pack runs with the project's virtual environment (policies/PulumiPolicy.yaml: ../.venv).
+    venv = PROJECT_DIR / ".venv"
+    if venv.is_dir():
+        os.symlink(venv, tmp_path / ".venv")
+    return tmp_path
+
+
+def test_write_stack_round_trip_keeps_comments_and_previews(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = _project_copy(tmp_path)
+    stack_file = project / "stacks" / "Pulumi.staging.yaml"
+    before = stack_file.read_text(encoding="utf-8")
+    argv = [*PLAN, "--write-stack", "staging", "--project-dir", str(project), "--name", "chat-8b", "--json"]
+    code, out = _plan_json(capsys, argv)
+    assert code == EXIT_OK
+    assert out["written"].startswith("wrote pool plan-")
+    after = stack_file.read_text(encoding="utf-8")
+    comments = [line for line in before.splitlines() if line.lstrip().startswith("#")]
+    assert comments and all(line in after.splitlines() for line in comments)
+    # Every original line is still there, in order; the new pool and model are added.
+    remaining = iter(after.splitlines())
+    assert all(any(line == other for other in remaining) for line in before.splitlines())
+    assert "      - name: chat-8b" in after
+    first = out["candidates"][0]
+    assert f"        instance_type: {first['instance_type']}" in after
+    assert main(["preview", "--stack", "staging", "--project-dir", str(project)]) == EXIT_OK
+
+
+def test_write_stack_names_the_limit_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = _project_copy(tmp_path)
+    stack_file = project / "stacks" / "Pulumi.dev.yaml"
+    before = stack_file.read_text(encoding="utf-8")
+    argv = [*PLAN, "--accelerator", "l40s-48gb", "--write-stack", "dev", "--project-dir", str(project)]
+    assert main(argv) == EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert "stacks/Pulumi.dev.yaml refuses every candidate" in err
+    assert "l40s-48gb is not allowed in dev" in err
+    assert stack_file.read_text(encoding="utf-8") == before
+
+
+def test_size_refuses_tensorrt_llm_on_a_tpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["size", "--model", "qwen2.5-7b", "--accelerator", "tpu-v5e", "--engine", "triton"]) == EXIT_INVALID
+    assert capsys.readouterr().err.strip() == (
+        "inferplane size: --engine triton (TensorRT-LLM) serves NVIDIA GPUs, not tpu-v5e"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (["--input-tokens", "131000"], "inferplane plan: --input-tokens + --output-tokens exceed the 131072 tokens"),
+        (["--peak-requests-per-second", "1"], "inferplane plan: --peak-requests-per-second is below"),
+    ],
+)
+def test_plan_invalid_input_exits_2(capsys: pytest.CaptureFixture[str], changes: list[str], message: str) -> None:
+    assert main([*PLAN, *changes]) == EXIT_INVALID
+    assert capsys.readouterr().err.startswith(message)

@@ -1,0 +1,248 @@
+"""Sizing: exact figures on hand-computed cases, refusals with their reasons, and properties over the space."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferplane.components.capacity.sizing import (
+    GIB,
+    MAX_GPU_MEMORY_UTILIZATION,
+    RUNTIME_RESERVE_BYTES_PER_GPU,
+    SizingRequest,
+    kv_cache_bytes_per_token,
+    size,
+    weights_bytes,
+)
+from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
+
+LLAMA_70B = get_model("llama-3.3-70b")
+H100 = get_accelerator("h100-80gb")
+L4 = get_accelerator("l4-24gb")
+
+
+BASE = SizingRequest(model=LLAMA_70B, model_label="llama-3.3-70b", accelerator=H100, accelerators_per_node=8)
+
+
+def _request(**changes: object) -> SizingRequest:
+    return replace(BASE, **changes)  # type: ignore[arg-type]
+
+
+def test_llama_70b_kv_cache_per_token_bf16_and_fp8() -> None:
+    # 2 (K, V) x 80 layers x 8 KV heads x 128 head dim x bytes
+    assert kv_cache_bytes_per_token(LLAMA_70B, 2) == 2 * 80 * 8 * 128 * 2 == 327_680
+    assert kv_cache_bytes_per_token(LLAMA_70B, 1) == 163_840
+    assert size(_request(kv_cache_dtype="fp8")).kv_cache_bytes_per_token == 163_840
+    assert size(_request(kv_cache_dtype="auto")).kv_cache_bytes_per_token == 327_680
+
+
+def test_llama_70b_bf16_does_not_fit_one_h100() -> None:
+    result = size(_request(tensor_parallel_size=1))
+    assert result.fits is False
+    assert result.weights_bytes == LLAMA_70B.parameters * 2 == 141_107_412_992
+    assert result.usable_bytes == int(81920 * 2**20 * 0.90)
+    assert result.reason is not None
+    assert result.reason.startswith("llama-3.3-70b weights in bf16 take 131.4 GiB")
+    assert "1 x h100-80gb (TP 1, 72.0 GiB usable at 0.9)" in result.reason
+    assert "more GPUs per replica: fits at TP 4" in result.alternatives
+
+
+def test_llama_70b_bf16_fits_four_h100_at_8k_by_32() -> None:
+    result = size(_request(context=8192, concurrency=32))
+    assert result.fits is True
+    assert result.tensor_parallel_size == 4
+    # Independent arithmetic: 4 x 80 GiB x 0.90, minus 2 bytes x 70.55B weights, minus the reserve.
+    usable = int(4 * 81920 * 2**20 * 0.90)
+    assert result.usable_bytes == usable
+    assert result.kv_cache_bytes_required == 327_680 * 8192 * 32 == 85_899_345_920
+    assert result.kv_pool_bytes == usable - 141_107_412_992 - result.reserve_bytes
+    assert result.max_concurrent_sequences == result.kv_pool_bytes // (327_680 * 8192)
+    assert result.max_concurrent_sequences >= 32
+    # TP 2 is too small: 144 GiB usable leaves room for fewer than 32 sequences of 8k.
+    assert size(_request(context=8192, concurrency=32, tensor_parallel_size=2)).fits is False
+
+
+def test_reserve_is_runtime_plus_activations_plus_logits() -> None:
+    result = size(_request(context=8192, concurrency=32))
+    activations = result.max_num_batched_tokens * LLAMA_70B.hidden_size * 24
+    logits = 32 * LLAMA_70B.vocab_size * 4
+    assert result.reserve_bytes == 4 * RUNTIME_RESERVE_BYTES_PER_GPU + activations + logits
+
+
+def test_quantized_weights_keep_embeddings_in_16_bits() -> None:
+    embedding = 2 * 128256 * 8192
+    body = LLAMA_70B.parameters - embedding
+    assert weights_bytes(LLAMA_70B, "fp8") == body + embedding * 2
+    awq = math.ceil(body * 0.5 + body / 128 * 2.5) + embedding * 2
+    assert weights_bytes(LLAMA_70B, "int4") == awq
+    gemma = get_model("gemma-2-9b")  # tied embeddings: one matrix
+    assert weights_bytes(gemma, "fp8") == (gemma.parameters - 256000 * 3584) + 256000 * 3584 * 2
+
+
+def test_engine_settings_follow_the_sizing() -> None:
+    result = size(_request(context=8192, concurrency=32, kv_cache_dtype="fp8", weights_dtype="fp8"))
+    assert result.vllm.tensor_parallel_size == result.tensor_parallel_size == result.trtllm.tensor_parallel
+    assert result.vllm.max_model_len == 8192 == result.trtllm.max_seq_len
+    assert result.trtllm.max_input_len == 8191
+    assert result.vllm.max_num_seqs == 32 == result.trtllm.max_batch_size
+    assert result.vllm.kv_cache_dtype == "fp8" and result.vllm.quantization == "fp8"
+    assert result.vllm.dtype == "bfloat16"
+    assert result.trtllm.weights_qformat == "fp8"
+    assert 0 < result.trtllm.kv_cache_free_gpu_mem_fraction <= 0.95
+    awq = size(_request(weights_dtype="int4"))
+    assert awq.vllm.quantization == "awq" and awq.vllm.dtype == "float16"
+
+
+def test_batched_token_budget_tracks_the_itl_objective() -> None:
+    tight = size(_request(context=8192, concurrency=32, itl_slo_ms=20))
+    loose = size(_request(context=8192, concurrency=32, itl_slo_ms=2000))
+    assert tight.max_num_batched_tokens == 2048  # floor
+    assert loose.max_num_batched_tokens == 16384  # ceiling
+    unchunked = size(_request(context=8192, concurrency=32, chunked_prefill=False))
+    assert unchunked.max_num_batched_tokens == 8192  # must hold a whole prompt
+
+
+@pytest.mark.parametrize(
+    ("tp", "reason"),
+    [
+        (3, "tensor parallel 3 is not a power of two"),
+        (16, "tensor parallel 16 exceeds the 8 accelerators of one node; tensor parallelism never crosses a node"),
+    ],
+)
+def test_invalid_tensor_parallel_is_refused(tp: int, reason: str) -> None:
+    result = size(_request(tensor_parallel_size=tp))
+    assert result.fits is False
+    assert result.reason == reason
+
+
+def test_tensor_parallel_must_divide_attention_heads() -> None:
+    qwen = get_model("qwen2.5-7b")  # 28 heads
+    result = size(
+        SizingRequest(
+            model=qwen, model_label="qwen2.5-7b", accelerator=H100, accelerators_per_node=8, tensor_parallel_size=8
+        )
+    )
+    assert result.reason == "tensor parallel 8 does not divide the model's 28 attention heads"
+
+
+def test_kv_cache_misfit_names_the_shortfall_and_alternatives() -> None:
+    model = get_model("llama-3.1-8b")
+    base = SizingRequest(
+        model=model, model_label="llama-3.1-8b", accelerator=L4, accelerators_per_node=1, context=16384, concurrency=8
+    )
+    result = size(base)
+    assert result.fits is False
+    assert result.reason == (
+        "the KV cache for 8 sequences x 16384 tokens needs 16.0 GiB, but 1 x l4-24gb (TP 1, 20.1 GiB usable at 0.9) "
+        "leaves 3.5 GiB after 15.0 GiB of weights; it holds 1 of them"
+    )
+    assert result.alternatives == (
+        "fp8 weights and KV cache: fits at TP 1 (9 sequences)",
+        "a larger GPU: l40s-48gb fits at TP 1 (g6e.xlarge)",
+        "shorter context: 3072 tokens at 8 sequences (TP 1)",
+        "fewer sequences: 1 at 16384 tokens (TP 1)",
+    )
+    # Each alternative is re-checked by sizing, so it really fits.
+    assert size(replace(base, weights_dtype="fp8", kv_cache_dtype="fp8")).fits
+    assert size(replace(base, accelerator=get_accelerator("l40s-48gb"))).fits
+    assert size(replace(base, context=3072)).fits
+    assert size(replace(base, concurrency=1)).fits
+
+
+def test_larger_gpu_alternative_is_the_smallest_that_fits() -> None:
+    result = size(_request(tensor_parallel_size=1))
+    assert "a larger GPU: h200-141gb fits at TP 2 (p5e.48xlarge)" in result.alternatives
+
+
+def test_gpu_memory_utilization_is_capped() -> None:
+    result = size(_request(gpu_memory_utilization=0.99))
+    assert result.gpu_memory_utilization == MAX_GPU_MEMORY_UTILIZATION
+
+
+def test_decode_roofline_is_memory_bound_for_a_single_sequence() -> None:
+    model = get_model("llama-3.1-8b")
+    result = size(
+        SizingRequest(
+            model=model, model_label="m", accelerator=H100, accelerators_per_node=1, context=2048, concurrency=1
+        )
+    )
+    # One sequence: reading 16 GB of weights at 0.75 x 3.35 TB/s takes ~6.4 ms, plus a little KV.
+    weights_seconds = model.parameters * 2 / (3350e9 * 0.75)
+    assert result.decode_step_ms == pytest.approx(weights_seconds * 1000, rel=0.02)
+    assert result.decode_tokens_per_second == pytest.approx(1 / weights_seconds, rel=0.02)
+
+
+def test_cold_start_is_fetch_plus_load_plus_warmup() -> None:
+    result = size(_request(context=8192, concurrency=32))
+    assert result.weights_fetch_seconds == pytest.approx(141.1, abs=0.1)
+    assert result.engine_start_seconds == pytest.approx(141.107 / 2 + 60, abs=0.1)
+    assert result.cold_start_seconds == pytest.approx(
+        result.weights_fetch_seconds + result.engine_start_seconds, abs=0.1
+    )
+
+
+# --- properties ----------------------------------------------------------------------------------------------
+
+NVIDIA = sorted(a for a, acc in ACCELERATORS.items() if acc.vendor == "nvidia")
+requests = st.builds(
+    lambda model, accelerator, context, concurrency, weights, kv, util: SizingRequest(
+        model=MODELS[model],
+        model_label=model,
+        accelerator=ACCELERATORS[accelerator],
+        accelerators_per_node=instances_for(accelerator)[0].accelerators_per_node,
+        context=min(context, MODELS[model].max_context),
+        concurrency=concurrency,
+        weights_dtype=weights,
+        kv_cache_dtype=kv,
+        gpu_memory_utilization=util,
+    ),
+    model=st.sampled_from(sorted(MODELS)),
+    accelerator=st.sampled_from(NVIDIA),
+    context=st.integers(min_value=512, max_value=131072),
+    concurrency=st.integers(min_value=1, max_value=256),
+    weights=st.sampled_from(["bf16", "fp16", "fp8", "int4"]),
+    kv=st.sampled_from(["auto", "fp8"]),
+    util=st.floats(min_value=0.80, max_value=0.93),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests)
+def test_more_gpus_never_turn_a_fit_into_a_misfit(request: SizingRequest) -> None:
+    from inferplane.components.capacity.sizing import tensor_parallel_candidates
+
+    verdicts = [size(replace(request, tensor_parallel_size=tp)).fits for tp in tensor_parallel_candidates(request)]
+    first_fit = verdicts.index(True) if True in verdicts else len(verdicts)
+    assert all(verdicts[first_fit:])
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests, st.integers(min_value=1, max_value=8))
+def test_longer_context_never_raises_the_sequence_count(request: SizingRequest, factor: int) -> None:
+    tp = size(request).tensor_parallel_size
+    short = size(replace(request, tensor_parallel_size=tp))
+    longer_context = min(request.context * (factor + 1), request.model.max_context)
+    long = size(replace(request, tensor_parallel_size=tp, context=longer_context))
+    assert long.max_concurrent_sequences <= short.max_concurrent_sequences
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests)
+def test_chosen_tensor_parallel_divides_the_node_and_the_heads(request: SizingRequest) -> None:
+    result = size(request)
+    assert request.accelerators_per_node % result.tensor_parallel_size == 0
+    assert request.model.attention_heads % result.tensor_parallel_size == 0
+    assert result.tensor_parallel_size & (result.tensor_parallel_size - 1) == 0
+    if result.fits:
+        assert result.max_concurrent_sequences >= request.concurrency
+        assert result.kv_pool_bytes >= result.kv_cache_bytes_required * result.kv_head_replication
+    else:
+        assert result.reason and result.alternatives
+
+
+def test_gib_constant() -> None:
+    assert GIB == 1024**3
