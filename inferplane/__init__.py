@@ -7,10 +7,10 @@ package never collides with ours:
 * :mod:`inferplane.infra`: the Pulumi program that composes them for one stack;
 * :mod:`inferplane.policies`: the CrossGuard policy pack;
 * :mod:`inferplane.tool`: the ``inferplane`` command (offline preview, preflight, sizing);
-* :mod:`inferplane.gateway`: the gateway's admission processor (runtime code shipped in its own image).
+* :mod:`inferplane.processor`: the gateway's admission processor (runtime code shipped in its own image).
 
 In the repository these are the top-level folders ``components/``, ``infra/``, ``policies/``, ``tool/`` and
-``gateway/``; this package links them (relative symlinks), so the source tree shows the architecture and the
+``processor/``; this package links them (relative symlinks), so the source tree shows the architecture and the
 import names stay unique.
 """
 

@@ -1,7 +1,7 @@
 """The gateway's response cache: whose answers a tenant may receive, and how close a semantic match must be.
 
 The cache's settings reach the cluster as the processor's configuration: a ConfigMap whose data holds the
-processor's JSON with a ``cache`` object (:class:`inferplane.gateway.cache.config.CacheConfig`). These policies read
+processor's JSON with a ``cache`` object (:class:`inferplane.processor.cache.config.CacheConfig`). These policies read
 that object wherever it appears, so they judge what the processor will actually run.
 """
 
@@ -13,7 +13,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from inferplane.gateway.cache.config import CacheConfig
 from inferplane.policies.base import (
     AnyPolicy,
     Config,
@@ -25,6 +24,7 @@ from inferplane.policies.base import (
     resource_policy,
 )
 from inferplane.policies.resource_types import T
+from inferplane.processor.cache.config import CacheConfig
 
 _TYPES = {T.CONFIG_MAP}
 

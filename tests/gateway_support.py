@@ -278,7 +278,7 @@ def start_gateway(
     (config_dir / gc.PROCESSOR_CONFIG_FILE).write_text(rendered.processor_json)
     processor = procs.start(
         f"{name}-processor",
-        [sys.executable, "-m", "inferplane.gateway", "--config", str(config_dir / gc.PROCESSOR_CONFIG_FILE)],
+        [sys.executable, "-m", "inferplane.processor", "--config", str(config_dir / gc.PROCESSOR_CONFIG_FILE)],
         {rendered.redis_url_env: redis_url},
     )
     envoy = procs.start(

@@ -26,6 +26,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "components": frozenset({"infra", "tool", "policies"}),
     "infra": frozenset({"tool", "policies"}),
     "policies": frozenset({"infra", "tool"}),
+    "processor": frozenset({"components", "infra", "tool", "policies"}),
 }
 """Layer -> the layers it must not import. Data flows one way: the library (components) knows nothing of the program,
 the tool or the policies; the program (infra) composes the library and knows nothing of the tool; the policy pack
@@ -72,7 +73,7 @@ def subpackage_crossings(edges: dict[str, set[str]]) -> list[str]:
             into = component_subpackage(target)
             if into is not None and into != source and into not in allowed:
                 found.append(f"{module} -> {target} ({source} may import {sorted(allowed) or 'nothing'})")
-            elif layer(target) == "gateway" and source not in RUNTIME_READERS:
+            elif layer(target) == "processor" and source not in RUNTIME_READERS:
                 found.append(f"{module} -> {target} (only {sorted(RUNTIME_READERS)} read the runtime)")
     return sorted(found)
 
@@ -184,15 +185,15 @@ def test_a_subpackage_crossing_is_named(tmp_path: Path, source: str, target: str
 
 def test_only_the_gateway_subpackage_reads_the_runtime(tmp_path: Path) -> None:
     package = tmp_path / "inferplane"
-    for folder in ("components", "components/serving", "components/gateway", "gateway"):
+    for folder in ("components", "components/serving", "components/gateway", "processor"):
         (package / folder).mkdir(parents=True, exist_ok=True)
         (package / folder / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")
-    (package / "gateway" / "config.py").write_text("")
-    (package / "components" / "serving" / "a.py").write_text("from inferplane.gateway import config\n")
-    (package / "components" / "gateway" / "b.py").write_text("from inferplane.gateway import config\n")
+    (package / "processor" / "config.py").write_text("")
+    (package / "components" / "serving" / "a.py").write_text("from inferplane.processor import config\n")
+    (package / "components" / "gateway" / "b.py").write_text("from inferplane.processor import config\n")
     assert subpackage_crossings(graph(modules(package))) == [
-        "inferplane.components.serving.a -> inferplane.gateway.config (only ['gateway'] read the runtime)"
+        "inferplane.components.serving.a -> inferplane.processor.config (only ['gateway'] read the runtime)"
     ]
 
 

@@ -3,7 +3,7 @@
 Reads labelled pairs (JSON lines ``{"a": ..., "b": ..., "same": true|false}``), embeds both sides with the
 configured embedder (``--stack S``: that stack's ``cache.embedder``, threshold and guards; otherwise the defaults),
 and counts a pair as a predicted hit when the similarity reaches the threshold and no guard refuses it, exactly as
-:meth:`inferplane.gateway.cache.store.ResponseCache.lookup` decides. Precision = true hits / predicted hits, recall =
+:meth:`inferplane.processor.cache.store.ResponseCache.lookup` decides. Precision = true hits / predicted hits, recall =
 true hits / pairs labelled same, false hits = near misses that would be served another prompt's answer.
 
 Exit 0 when the configured threshold has no false hit on the pairs, 1 when it has (a team's CI can hold its
@@ -27,13 +27,13 @@ from rich.table import Table
 
 from inferplane.components.gateway.cache_renderer import embedder_config
 from inferplane.components.spec.platform_spec import CacheSpec
-from inferplane.gateway.cache.embedders import make_embedder
-from inferplane.gateway.cache.guards import refusals
+from inferplane.processor.cache.embedders import make_embedder
+from inferplane.processor.cache.guards import refusals
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.stackfile import find_project_dir, load_stack
 
 SHIPPED_PAIRS = "cache/eval_pairs.jsonl"
-"""The labelled set shipped in the package (``inferplane.gateway``), used when ``--pairs`` is not given."""
+"""The labelled set shipped in the package (``inferplane.processor``), used when ``--pairs`` is not given."""
 CURVE = tuple(round(0.80 + i / 100, 2) for i in range(21))
 """Thresholds of the precision/recall curve."""
 
@@ -75,7 +75,7 @@ class Point:
 def load_pairs(path: Path | None) -> tuple[str, list[Pair]]:
     """The pairs of ``path`` (or the shipped set) and the name to show for it."""
     if path is None:
-        resource = files("inferplane.gateway").joinpath(SHIPPED_PAIRS)
+        resource = files("inferplane.processor").joinpath(SHIPPED_PAIRS)
         name, text = f"<shipped {SHIPPED_PAIRS}>", resource.read_text(encoding="utf-8")
     else:
         try:

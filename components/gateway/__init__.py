@@ -4,7 +4,7 @@ Owns the pure renderer (:mod:`.renderer`: Envoy's bootstrap and the processor's 
 the sizing; :mod:`.cache_renderer` for the response cache's part), the Pulumi component that deploys them
 (:mod:`.component`: ``Gateway``), and the gateway's rules and dashboard (:mod:`.observability`,
 :mod:`.cache_observability`). A new gateway feature is rendered here and enforced in the processor
-(:mod:`inferplane.gateway`), whose configuration models are the one thing from outside ``components`` it reads.
+(:mod:`inferplane.processor`), whose configuration models are the one thing from outside ``components`` it reads.
 
 May import: every component subpackage but :mod:`~inferplane.components.platform`, and the processor's pure
 configuration and metric-name modules.

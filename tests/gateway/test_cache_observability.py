@@ -8,7 +8,7 @@ from typing import Any
 from inferplane.components.gateway.cache_observability import cache_panels, cache_rule_group
 from inferplane.components.observability.alerts import AlertingRule
 from inferplane.components.observability.dashboards import Dashboard
-from inferplane.gateway.cache import metrics as cm
+from inferplane.processor.cache import metrics as cm
 from tests.promtool import check_expressions, check_rules, run_rule_tests
 
 PODS = 'namespace="gateway",pod=~"gw-[a-z0-9]+-[a-z0-9]+"'
@@ -115,8 +115,8 @@ def test_panels_query_the_processors_cache_metrics(tmp_path: Path) -> None:
 
 def test_a_gateway_with_a_cache_gets_the_cache_rules_and_panels(tmp_path: Path) -> None:
     from inferplane.components.gateway.observability import GatewaySeries, gateway_dashboard, render_rules
-    from inferplane.gateway.cache.config import CacheConfig
-    from tests.gateway.test_gateway_observability import CONFIG
+    from inferplane.processor.cache.config import CacheConfig
+    from tests.gateway.test_observability import CONFIG
 
     series = GatewaySeries("gateway", "inference")
     plain = render_rules(series, CONFIG)

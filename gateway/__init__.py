@@ -1,6 +1,0 @@
-"""inferplane's gateway processor: an Envoy external processor (ext_proc, gRPC) for what needs LLM knowledge.
-
-Runtime code shipped in its own image (``gateway/Dockerfile``), not infrastructure code: nothing here imports Pulumi
-or the rest of inferplane. Its configuration (:class:`inferplane.gateway.config.ProcessorConfig`) is rendered by
-:mod:`inferplane.components.gateway.renderer` from the platform spec and the sizing plan.
-"""

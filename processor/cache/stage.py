@@ -1,0 +1,153 @@
+"""The response cache as a stage of the ext_proc processor: look up on the request body, store from the response.
+
+:class:`inferplane.processor.ext_proc.Processor` calls :meth:`CacheStage.lookup` once a request is admitted (tenant,
+model and budgets settled; the body as it will be forwarded). A hit is answered at once with an immediate response
+(JSON, or the SSE replay for a stream) and never reaches the model server. A miss keeps its :class:`Lookup`; the
+request goes upstream with the verdict (``miss`` or ``bypass``) in Envoy's dynamic metadata, which the model routes
+echo as the response's ``x-inferplane-cache``; the response body chunks are collected (bounded by the entry size)
+and, when the stream ends with a complete answer, stored in the background so the client never waits on the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.type.v3 import http_status_pb2
+
+from inferplane.processor.cache.request import CACHE_HEADER, Cacheable, Endpoint
+from inferplane.processor.cache.sse import assemble, events
+from inferplane.processor.cache.store import Lookup, ResponseCache
+from inferplane.processor.config import CACHE_RESULT_METADATA_KEY, METADATA_NAMESPACE
+
+log = logging.getLogger(__name__)
+
+ENDPOINTS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+HEALTH_INTERVAL_SECONDS = 5.0
+"""How often an idle processor pings the cache, so the ``up`` gauge (and its alert) follow it."""
+
+
+def header(key: str, value: str) -> Any:
+    """One header to set (overwriting)."""
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+@dataclass
+class Pending:
+    """A missed request waiting for its answer: the lookup and the response collected so far."""
+
+    lookup: Lookup
+    body: bytearray = field(default_factory=bytearray)
+    event_stream: bool = False
+    overflow: bool = False
+
+
+class CacheStage:
+    """The processor's use of a :class:`ResponseCache`."""
+
+    def __init__(self, cache: ResponseCache) -> None:
+        self.cache = cache
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        """Create the vector index and start the health pings."""
+        await self.cache.ensure_index()
+        self._spawn(self._health())
+
+    async def _health(self) -> None:
+        while True:
+            await self.cache.check()
+            await asyncio.sleep(HEALTH_INTERVAL_SECONDS)
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def lookup(
+        self, path: str, body: Mapping[str, Any], *, tenant: str, tier: str, headers: Mapping[str, str]
+    ) -> Lookup | None:
+        """The lookup for a completions request (``None`` for other paths)."""
+        endpoint = ENDPOINTS.get(path)
+        if endpoint is None:
+            return None
+        return await self.cache.lookup(endpoint, body, tenant=tenant, tier=tier, header=headers.get(CACHE_HEADER))
+
+    @staticmethod
+    def reply(lookup: Lookup) -> Any:
+        """The immediate 200 that answers a hit."""
+        content, content_type = lookup.response()
+        mutation = pb.HeaderMutation(
+            set_headers=[
+                header("content-type", content_type),
+                *(header(k, v) for k, v in lookup.response_headers().items()),
+            ]
+        )
+        return pb.ProcessingResponse(
+            immediate_response=pb.ImmediateResponse(
+                status=http_status_pb2.HttpStatus(code=200),
+                headers=mutation,
+                body=content,
+                details="inferplane_cache_hit",
+            )
+        )
+
+    @staticmethod
+    def tag(forwarded: Any, lookup: Lookup | None) -> Any:
+        """Put the verdict (miss or bypass) of the request going upstream in Envoy's dynamic metadata
+        (``inferplane.cache_result``); the model routes copy it into the response's ``x-inferplane-cache`` (response
+        headers do not pass through the processor, and request headers set in the body phase are dropped)."""
+        if lookup is not None:
+            value = lookup.response_headers()[CACHE_HEADER]
+            forwarded.dynamic_metadata.update({METADATA_NAMESPACE: {CACHE_RESULT_METADATA_KEY: value}})
+        return forwarded
+
+    @staticmethod
+    def pending_for(lookup: Lookup | None) -> Pending | None:
+        """What to collect for a lookup whose answer may be stored (a cacheable miss)."""
+        if lookup is None or lookup.hit is not None or not isinstance(lookup.request, Cacheable):
+            return None
+        return Pending(lookup)
+
+    def on_response_body(self, pending: Pending | None, chunk: bytes, end: bool, event_stream: bool) -> None:
+        """Collect a chunk; at the end of a complete answer, store it in the background. The status is not seen
+        (response headers skip the processor): error bodies carry no finished ``choices`` and are never stored."""
+        if pending is None or pending.overflow:
+            return
+        pending.event_stream = event_stream
+        limit = self.cache.config.max_entry_bytes * (4 if pending.event_stream else 1)
+        if len(pending.body) + len(chunk) > limit:
+            pending.overflow = True
+            pending.body.clear()
+            return
+        pending.body += chunk
+        if not end:
+            return
+        answer: dict[str, Any] | None
+        try:
+            if pending.event_stream:
+                answer = assemble(events(bytes(pending.body)))
+            else:
+                parsed = json.loads(bytes(pending.body))
+                answer = parsed if isinstance(parsed, dict) else None
+        except ValueError:
+            answer = None
+        pending.body.clear()
+        if answer is not None:
+            self._spawn(self.cache.store(pending.lookup, answer))
+
+    async def aclose(self) -> None:
+        """Stop the health pings, let stores finish, close the client."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.cache.aclose()

@@ -1,0 +1,191 @@
+"""The processor's configuration: the contract between the renderer and the processor.
+
+:func:`inferplane.components.gateway.renderer.render_gateway` writes it as JSON (``processor_json``) into a ConfigMap;
+the processor reads it at start (:meth:`ProcessorConfig.load`). Only pydantic here: the processor image installs
+nothing of inferplane's infrastructure code. Secrets never appear in it: the Redis URL (which may carry a password)
+comes from the environment variable named by :attr:`ProcessorConfig.redis_url_env`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from inferplane.processor.cache.config import CacheConfig
+from inferplane.processor.cache.request import CACHE_HEADER
+
+ATTRIBUTES_NAMESPACE = "envoy.filters.http.ext_proc"
+"""Key of ``ProcessingRequest.attributes`` under which Envoy's ext_proc filter sends the request attributes."""
+PATH_ATTRIBUTE = "request.path"
+METHOD_ATTRIBUTE = "request.method"
+METADATA_NAMESPACE = "inferplane"
+"""Dynamic metadata namespace the gateway's filters share: ``model`` (json_to_metadata, routing) and what the
+processor reports back (``cache_result``); Envoy accepts the processor's metadata in this namespace only."""
+CACHE_RESULT_METADATA_KEY = "cache_result"
+"""The response cache's verdict on a forwarded request (``miss`` or ``bypass``); the model routes echo it as the
+response's ``x-inferplane-cache`` (response headers do not pass through the processor)."""
+
+
+def header_attribute(name: str) -> str:
+    """The Envoy attribute (a CEL expression) that carries one request header to the processor."""
+    return f"request.headers['{name}']"
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Config):
+    """One served model as the processor sees it: where it is, how long its context is, how much it may take."""
+
+    name: str = Field(description="Deployment name: the served model name clients ask for and Envoy routes on.")
+    tier: str = Field(description="The gateway tier the model belongs to (its ``routing_tier``).")
+    upstream_url: str = Field(description="Base URL of the model server's Service (``http://host:port``).")
+    health_path: str = Field(
+        description="Path answering 200 when a replica is ready (vLLM ``/health``, Triton's OpenAI frontend "
+        "``/health/ready``)."
+    )
+    max_model_len: int = Field(gt=0, description="The engine's context length (prompt + output), from sizing.")
+    max_num_seqs: int = Field(gt=0, description="Sequences one replica runs at once, from sizing.")
+    replicas: int = Field(gt=0, description="Model replicas the in-flight cap assumes (the autoscaler's ceiling).")
+    inflight_limit: int = Field(gt=0, description="Requests this processor lets reach the model at once.")
+    queue_max: int = Field(ge=0, description="Requests waiting for an in-flight slot beyond which 429 answers.")
+    queue_timeout_seconds: float = Field(gt=0, description="Longest wait for a slot before 429 answers.")
+    scale_to_zero: bool = Field(description="The model may have no replica; requests then wait for a cold start.")
+    cold_start_hold_seconds: float = Field(
+        gt=0, description="How long a request waits for a replica to become ready before 503 answers."
+    )
+    tokenizer_path: str | None = Field(
+        default=None, description="``tokenizer.json`` of the served model; without it prompt tokens are estimated."
+    )
+    longer_context: tuple[str, ...] = Field(
+        default=(), description="Models of the same tier with a longer context, shortest first (context reroute)."
+    )
+
+
+class TierConfig(_Config):
+    """A routing tier: a name clients may ask for instead of a model, and the models behind it."""
+
+    name: str = Field(description="Tier name; a request's ``model`` may name it.")
+    models: tuple[str, ...] = Field(min_length=1, description="Models serving the tier, preferred first.")
+    fallback: tuple[str, ...] = Field(default=(), description="Models Envoy retries when the primary fails.")
+
+
+class TenantConfig(_Config):
+    """A caller: its name (Envoy's api_key_auth forwards it), the tiers it may use and its budgets."""
+
+    name: str = Field(description="Tenant name, the ``client`` of its API key.")
+    tiers: tuple[str, ...] = Field(min_length=1, description="Tiers (and so models) the tenant may use.")
+    requests_per_minute: int = Field(gt=0, description="Requests per minute, shared by every gateway replica.")
+    tokens_per_minute: int = Field(gt=0, description="Prompt + completion tokens per minute, shared by replicas.")
+
+
+class ProcessorConfig(_Config):
+    """Everything the processor needs; rendered from the platform spec and the sizing plan."""
+
+    grpc_port: int = Field(
+        gt=0, lt=65536, description="Port of the first worker's ext_proc gRPC server; worker ``i`` serves ``+ i``."
+    )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Worker processes, one Python event loop each, behind one metrics endpoint: Envoy balances "
+        "requests across them, and each holds its share of every model's in-flight cap and queue.",
+    )
+    metrics_port: int = Field(gt=0, lt=65536, description="Port of the Prometheus ``/metrics`` endpoint.")
+    listen_host: str = Field(default="127.0.0.1", description="Address of the gRPC server (the pod's loopback).")
+    metrics_host: str = Field(default="0.0.0.0", description="Address of the metrics server (Prometheus scrapes).")
+    tenant_header: str = Field(description="Request header carrying the authenticated tenant (set by Envoy).")
+    auth_required: bool = Field(description="Refuse requests without a tenant header (Envoy authenticates).")
+    anonymous_tenant: TenantConfig | None = Field(
+        default=None, description="Budgets applied when authentication is off (``auth: none``)."
+    )
+    redis_url_env: str = Field(description="Environment variable holding the Redis/Valkey URL (may carry secrets).")
+    redis_ca_file: str | None = Field(
+        default=None,
+        description="PEM file of the certificate authorities the Redis server's TLS certificate must chain to, trusted "
+        "instead of the system's (Memorystore's per-instance CA); None: the system's trust store and hostname check.",
+    )
+    redis_key_prefix: str = Field(default="inferplane:gw:", description="Prefix of every key the processor writes.")
+    redis_timeout_seconds: float = Field(default=0.05, gt=0, description="Per-command Redis timeout.")
+    chat_message_overhead_tokens: int = Field(
+        default=8, ge=0, description="Tokens a chat template adds per message (role markers), counted on top."
+    )
+    inject_stream_usage: bool = Field(
+        default=True,
+        description="Add ``stream_options.include_usage`` to streamed requests so the final chunk carries usage.",
+    )
+    retry_after_seconds_503: int = Field(default=30, gt=0, description="Retry-After on 503 after a cold-start hold.")
+    models: tuple[ModelConfig, ...] = Field(min_length=1, description="Models this gateway routes to.")
+    tiers: tuple[TierConfig, ...] = Field(default=(), description="Routing tiers.")
+    tenants: tuple[TenantConfig, ...] = Field(default=(), description="Callers and their budgets.")
+    cache: CacheConfig | None = Field(
+        default=None, description="Exact and semantic response caching in the same Redis/Valkey (none: off)."
+    )
+
+    @model_validator(mode="after")
+    def _references(self) -> ProcessorConfig:
+        names = {m.name for m in self.models}
+        problems = [
+            f"tier {t.name!r} names unknown model {m!r}"
+            for t in self.tiers
+            for m in (*t.models, *t.fallback)
+            if m not in names
+        ]
+        problems += [
+            f"model {m.name!r} reroutes to unknown model {other!r}"
+            for m in self.models
+            for other in m.longer_context
+            if other not in names
+        ]
+        tier_names = {t.name for t in self.tiers}
+        problems += [
+            f"tenant {t.name!r} names unknown tier {tier!r}"
+            for t in self.tenants
+            for tier in t.tiers
+            if tier not in tier_names
+        ]
+        problems += [
+            f"model {m.name!r}: an in-flight cap of {m.inflight_limit} cannot be split between {self.workers} workers"
+            for m in self.models
+            if m.inflight_limit < self.workers
+        ]
+        if self.grpc_port + self.workers > 65536:
+            problems.append(f"workers' gRPC ports {self.grpc_port}..{self.grpc_port + self.workers - 1} exceed 65535")
+        if self.auth_required and self.anonymous_tenant is not None:
+            problems.append("anonymous_tenant applies only when auth_required is false")
+        if not self.auth_required and self.anonymous_tenant is None:
+            problems.append("without authentication an anonymous_tenant carries the budgets")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @classmethod
+    def load(cls, path: str | Path) -> ProcessorConfig:
+        """Read the rendered JSON file."""
+        return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+    def worker_share(self, total: int, worker: int) -> int:
+        """Worker ``worker``'s part of a per-pod quantity split between the workers (the parts add up to ``total``:
+        together the workers never admit more than the pod may)."""
+        return total // self.workers + (1 if worker < total % self.workers else 0)
+
+    def header_attributes(self) -> tuple[tuple[str, str], ...]:
+        """The only request headers the processor reads (the tenant, the cache directive), each with the Envoy
+        attribute that carries it."""
+        return tuple((name, header_attribute(name)) for name in (self.tenant_header, CACHE_HEADER))
+
+    def request_attributes(self) -> tuple[str, ...]:
+        """What Envoy sends the processor with the request body, in place of a request-headers message (one gRPC
+        round trip less per request): the path, the method and :meth:`header_attributes`."""
+        return (PATH_ATTRIBUTE, METHOD_ATTRIBUTE, *(attribute for _, attribute in self.header_attributes()))
+
+    def model(self, name: str) -> ModelConfig | None:
+        """The model called ``name``, if this gateway serves it."""
+        return next((m for m in self.models if m.name == name), None)
+
+    def tier(self, name: str) -> TierConfig | None:
+        """The tier called ``name``, if any."""
+        return next((t for t in self.tiers if t.name == name), None)

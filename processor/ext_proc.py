@@ -1,0 +1,639 @@
+"""The ext_proc processor: one gRPC stream per HTTP request, deciding what needs LLM knowledge.
+
+Request headers go to the processor only on the ``GET /v1/models`` route, which is answered here (the models and tiers
+the tenant may use). Completions reach it once, as the request body (Envoy buffers it), with the path, method and the
+headers it reads sent alongside as request attributes (one gRPC round trip less per request than a headers message):
+the tenant (from Envoy's api_key_auth), the model or tier asked for and whether the tenant may use it,
+prompt tokens with the model's tokenizer, context admission (400 ``context_length_exceeded`` in OpenAI's error
+shape, or a reroute to a longer-context model of the same tier; a missing ``max_tokens`` is clamped to what is
+left), shared request and token budgets (429 + Retry-After), scale from zero (hold, then 503 + Retry-After) and
+KV-capacity admission (bounded queue, then 429 + Retry-After). The body goes on with ``model`` rewritten to the
+deployment that serves it (Envoy routes on it), ``max_tokens`` set and, for streams,
+``stream_options.include_usage`` on so the last chunk carries ``usage``. Response: ``usage`` from the JSON body or
+the final SSE chunk is accounted per tenant, tier and model, and the tenant's token reservation corrected.
+
+Failure modes (README "Gateway runtime"): processor down: Envoy answers 500 (fail closed, ``failure_mode_allow``
+false). Redis down: shared budgets fail open, Envoy's per-replica request limit holds. Tokenizer missing: prompt
+tokens are estimated (over-counting).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.type.v3 import http_status_pb2
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from redis.asyncio import Redis
+
+from inferplane.processor import metrics as m
+from inferplane.processor.admission import ModelGate, Readiness
+from inferplane.processor.budgets import SharedBudgets
+from inferplane.processor.cache.metrics import CacheMetrics
+from inferplane.processor.cache.stage import CacheStage, Pending
+from inferplane.processor.cache.store import Lookup, ResponseCache, connect
+from inferplane.processor.config import (
+    ATTRIBUTES_NAMESPACE,
+    METHOD_ATTRIBUTE,
+    PATH_ATTRIBUTE,
+    ModelConfig,
+    ProcessorConfig,
+    TenantConfig,
+)
+from inferplane.processor.tokens import TokenCounter, prompt_texts
+
+log = logging.getLogger(__name__)
+
+ERROR_TYPE_HEADER = "x-inferplane-error-type"
+ERROR_CODE_HEADER = "x-inferplane-error-code"
+MAX_ACCOUNTED_BODY_BYTES = 8 * 1024 * 1024
+"""A non-streamed response larger than this is not parsed for ``usage`` (its reservation stands)."""
+KV_RETRY_AFTER_SECONDS = 1
+COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+class RejectError(Exception):
+    """A request the processor answers itself, in OpenAI's error shape."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: m.RejectionReason,
+        message: str,
+        error_type: str,
+        code: str,
+        *,
+        retry_after: int | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.error_type = error_type
+        self.code = code
+        self.retry_after = retry_after
+        self.param = param
+
+
+@dataclass
+class _Stream:
+    """What one request's stream has learnt so far."""
+
+    path: str = ""
+    method: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    headers_message: bool = False
+    """Envoy sent the request headers as a message of their own (else they came as attributes with the body)."""
+    tenant: TenantConfig | None = None
+    model: ModelConfig | None = None
+    tier: str = ""
+    reserved_tokens: int = 0
+    gate: ModelGate | None = None
+    status: int = 0
+    seen_response: bool = False
+    event_stream: bool = False
+    buffer: bytearray = field(default_factory=bytearray)
+    usage: tuple[int, int] | None = None
+    accounted: bool = False
+    cache_lookup: Lookup | None = None
+    cache_pending: Pending | None = None
+
+
+def _header(key: str, value: str) -> Any:
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+def _headers_of(message: Any) -> dict[str, str]:
+    return {h.key: (h.raw_value.decode("latin-1") if h.raw_value else h.value) for h in message.headers.headers}
+
+
+def _immediate(status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+    mutation = pb.HeaderMutation(
+        set_headers=[_header("content-type", "application/json"), *(_header(k, v) for k, v in headers.items())]
+    )
+    return pb.ProcessingResponse(
+        immediate_response=pb.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=status),
+            headers=mutation,
+            body=json.dumps(body).encode(),
+            details=f"inferplane_{headers.get(ERROR_CODE_HEADER, 'reply')}",
+        )
+    )
+
+
+def error_reply(reply: RejectError) -> Any:
+    """The immediate response for ``reply``: status, OpenAI error body, Retry-After when it applies."""
+    headers = {ERROR_TYPE_HEADER: reply.error_type, ERROR_CODE_HEADER: reply.code}
+    if reply.retry_after is not None:
+        headers["retry-after"] = str(reply.retry_after)
+    body = {"error": {"message": reply.message, "type": reply.error_type, "param": reply.param, "code": reply.code}}
+    return _immediate(reply.status, body, headers)
+
+
+class Metrics:
+    """The processor's Prometheus metrics (names from :mod:`inferplane.processor.metrics`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def bare(name: str) -> str:
+            return name.removesuffix("_total")
+
+        self.requests = Counter(
+            bare(m.REQUESTS_TOTAL),
+            "Requests the processor decided on.",
+            [m.MODEL_LABEL, m.TIER_LABEL, m.TENANT_LABEL, m.OUTCOME_LABEL],
+            registry=registry,
+        )
+        self.rejections = Counter(
+            bare(m.REJECTIONS_TOTAL),
+            "Requests the processor answered itself.",
+            [m.REASON_LABEL, m.MODEL_LABEL],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            bare(m.TOKENS_TOTAL),
+            "Tokens accounted from the model server's usage.",
+            [m.TENANT_LABEL, m.TIER_LABEL, m.MODEL_LABEL, m.KIND_LABEL],
+            registry=registry,
+        )
+        # With several workers (prometheus_client's multiprocess mode) a pod's gauge is the sum over its live workers.
+        self.pending = Gauge(
+            m.PENDING_REQUESTS,
+            "Requests waiting at the gateway for a model.",
+            [m.MODEL_LABEL],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.inflight = Gauge(
+            m.INFLIGHT_REQUESTS,
+            "Requests admitted to a model and not finished.",
+            [m.MODEL_LABEL],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.queue_seconds = Histogram(
+            m.QUEUE_SECONDS,
+            "Time a request waited at the gateway before admission or rejection.",
+            [m.MODEL_LABEL],
+            buckets=m.QUEUE_BUCKETS,
+            registry=registry,
+        )
+        self.errors = Counter(
+            bare(m.PROCESSOR_ERRORS_TOTAL), "Failures inside the processor.", [m.STAGE_LABEL], registry=registry
+        )
+        # The labelled children of the per-request series, looked up once per label set: ``labels()`` validates
+        # and joins its arguments on every call, which cost more than the rest of a request's bookkeeping. The label
+        # sets are bounded by the config (models x tiers x tenants x outcomes).
+        self.request = functools.cache(self.requests.labels)
+        self.token = functools.cache(self.tokens.labels)
+        self.queued = functools.cache(self.queue_seconds.labels)
+
+
+class Processor:
+    """The decisions; transport-free (the gRPC servicer feeds it ``ProcessingRequest`` messages)."""
+
+    def __init__(
+        self,
+        config: ProcessorConfig,
+        redis: Redis | None,
+        registry: CollectorRegistry,
+        cache: CacheStage | None = None,
+        worker: int = 0,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.metrics = Metrics(registry)
+        self.budgets = SharedBudgets(redis, config.redis_key_prefix, self._redis_error)
+        self.tokens = TokenCounter({model.name: model.tokenizer_path for model in config.models})
+        self.gates: dict[str, ModelGate] = {}
+        self.readiness: dict[str, Readiness] = {}
+        self._waiting_ready: dict[str, int] = {}
+        for model in config.models:
+            self.gates[model.name] = ModelGate(
+                config.worker_share(model.inflight_limit, worker),
+                config.worker_share(model.queue_max, worker),
+                model.queue_timeout_seconds,
+                self._gauges(model.name),
+            )
+            if model.scale_to_zero:
+                self.readiness[model.name] = Readiness(model.upstream_url, model.health_path)
+            self._waiting_ready[model.name] = 0
+            self.metrics.pending.labels(model.name).set(0)
+            self.metrics.inflight.labels(model.name).set(0)
+        self._tenants = {t.name: t for t in config.tenants}
+        self._header_attributes = config.header_attributes()
+
+    @classmethod
+    def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry, worker: int = 0) -> Processor:
+        """A processor with the Redis named by ``config.redis_url_env`` (None: budgets fail open, logged)."""
+        url = os.environ.get(config.redis_url_env)
+        redis = None
+        if url:
+            tls: dict[str, Any] = {}
+            if config.redis_ca_file is not None and url.startswith("rediss://"):
+                # Trust only the server's own CA (Memorystore: one per instance, so a chain to it is this server).
+                # No hostname check: the client connects by IP, and Memorystore's certificate names that IP in its
+                # subject CN (envoyproxy/ratelimit#409), which Python's matcher ignores (it reads subjectAltName).
+                tls = {"ssl_ca_certs": config.redis_ca_file, "ssl_check_hostname": False}
+            redis = Redis.from_url(
+                url,
+                socket_timeout=config.redis_timeout_seconds,
+                socket_connect_timeout=config.redis_timeout_seconds,
+                **tls,
+            )
+        else:
+            log.error("%s is not set: shared request and token budgets are off", config.redis_url_env)
+        cache = None
+        if url and config.cache is not None and config.cache.enabled:
+            client = connect(url, config.cache)
+            cache = CacheStage(ResponseCache(config.cache, CacheMetrics(registry), client=client))
+        return cls(config, redis, registry, cache, worker)
+
+    def _redis_error(self) -> None:
+        self.metrics.errors.labels("redis").inc()
+
+    def _gauges(self, model: str) -> Any:
+        pending, inflight = self.metrics.pending.labels(model), self.metrics.inflight.labels(model)
+
+        def update() -> None:  # twice a request: the labelled children are looked up once, here
+            gate = self.gates[model]
+            pending.set(gate.waiting + self._waiting_ready[model])
+            inflight.set(gate.inflight)
+
+        return update
+
+    # -- the stream -------------------------------------------------------------------------------------------
+
+    async def process(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """Answer each ``ProcessingRequest`` of one HTTP request's stream."""
+        stream = _Stream()
+        try:
+            async for message in requests:
+                kind = message.WhichOneof("request")
+                if kind == "request_headers":
+                    yield self._on_request_headers(stream, message.request_headers)
+                elif kind == "request_body":
+                    if not stream.headers_message:  # what the processor reads came as attributes with the body
+                        self._from_attributes(stream, message)
+                    yield await self._on_request_body(stream, message.request_body)
+                elif kind == "response_headers":
+                    yield self._on_response_headers(stream, message.response_headers)
+                elif kind == "response_body":
+                    yield await self._on_response_body(stream, message.response_body)
+                elif kind == "request_trailers":
+                    yield pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
+                elif kind == "response_trailers":
+                    yield pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
+        finally:
+            if stream.gate is not None:
+                stream.gate.release()
+            if stream.tenant is not None and not stream.accounted and stream.reserved_tokens:
+                # no usage came back (an error, a client gone): return the prompt's reservation
+                self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
+
+    def _on_request_headers(self, stream: _Stream, message: Any) -> Any:
+        stream.headers_message = True
+        stream.headers = _headers_of(message)
+        stream.path = stream.headers.get(":path", "").split("?", 1)[0]
+        stream.method = stream.headers.get(":method", "")
+        if stream.method == "GET" and stream.path == "/v1/models":
+            try:
+                tenant = self._tenant(stream.headers)
+            except RejectError as reply:
+                return self._reject(reply, "")
+            return _immediate(200, self._model_list(tenant), {})
+        if message.end_of_stream and stream.path in COMPLETION_PATHS:
+            return self._reject(
+                RejectError(400, "bad_request", "a JSON body is required", "invalid_request_error", "bad_request"), ""
+            )
+        return pb.ProcessingResponse(request_headers=pb.HeadersResponse())
+
+    def _from_attributes(self, stream: _Stream, message: Any) -> None:
+        fields = message.attributes[ATTRIBUTES_NAMESPACE].fields
+        stream.path = fields[PATH_ATTRIBUTE].string_value.split("?", 1)[0] if PATH_ATTRIBUTE in fields else ""
+        stream.method = fields[METHOD_ATTRIBUTE].string_value if METHOD_ATTRIBUTE in fields else ""
+        for name, attribute in self._header_attributes:
+            if attribute in fields:
+                stream.headers[name] = fields[attribute].string_value
+
+    def _model_list(self, tenant: TenantConfig) -> dict[str, Any]:
+        names = [model.name for model in self.config.models if self._allowed(tenant, model.name)]
+        names += [tier.name for tier in self.config.tiers if tier.name in tenant.tiers and tier.name not in names]
+        created = int(time.time())
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": created, "owned_by": "inferplane"} for n in names],
+        }
+
+    def _tenant(self, headers: Mapping[str, str]) -> TenantConfig:
+        if not self.config.auth_required:
+            assert self.config.anonymous_tenant is not None  # ProcessorConfig guarantees it
+            return self.config.anonymous_tenant
+        name = headers.get(self.config.tenant_header)
+        if not name:
+            raise RejectError(
+                401, "unauthenticated", "no authenticated tenant", "invalid_request_error", "invalid_api_key"
+            )
+        tenant = self._tenants.get(name)
+        if tenant is None:
+            raise RejectError(
+                403,
+                "tier_forbidden",
+                f"tenant {name!r} has no tier on this gateway",
+                "permission_error",
+                "tier_forbidden",
+            )
+        return tenant
+
+    def _allowed(self, tenant: TenantConfig, model: str) -> bool:
+        return any(tier.name in tenant.tiers and model in (*tier.models, *tier.fallback) for tier in self.config.tiers)
+
+    def _reject(self, reply: RejectError, model: str, tenant: str = "", tier: str = "") -> Any:
+        self.metrics.rejections.labels(reply.reason, model).inc()
+        self.metrics.request(model, tier, tenant, "rejected").inc()
+        return error_reply(reply)
+
+    async def _on_request_body(self, stream: _Stream, message: Any) -> Any:
+        try:
+            return await self._admit(stream, message.body)
+        except RejectError as reply:
+            model = stream.model.name if stream.model else ""
+            tenant = stream.tenant.name if stream.tenant else ""
+            return self._reject(reply, model, tenant, stream.tier)
+        except Exception:
+            log.exception("processor failure on a request body")
+            self.metrics.errors.labels("internal").inc()
+            raise
+
+    def _resolve(self, asked: str, tenant: TenantConfig) -> tuple[ModelConfig, str]:
+        tier = self.config.tier(asked)
+        if tier is not None:
+            if tier.name not in tenant.tiers:
+                raise RejectError(
+                    403,
+                    "tier_forbidden",
+                    f"tier {asked!r} is not allowed for this key",
+                    "permission_error",
+                    "tier_forbidden",
+                )
+            model = self.config.model(tier.models[0])
+            assert model is not None  # ProcessorConfig checks tier references
+            return model, tier.name
+        model = self.config.model(asked)
+        if model is None:
+            raise RejectError(
+                404,
+                "model_not_found",
+                f"the model {asked!r} does not exist",
+                "invalid_request_error",
+                "model_not_found",
+                param="model",
+            )
+        if not self._allowed(tenant, model.name):
+            raise RejectError(
+                403,
+                "tier_forbidden",
+                f"model {asked!r} is not in a tier allowed for this key",
+                "permission_error",
+                "tier_forbidden",
+            )
+        return model, model.tier
+
+    def _fit_context(self, body: dict[str, Any], model: ModelConfig, prompt: int, tenant: TenantConfig) -> ModelConfig:
+        """The model that fits prompt + output (this one, or a longer-context one of its tier); clamps max_tokens."""
+        key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        requested = body.get(key)
+        if requested is not None and (not isinstance(requested, int) or isinstance(requested, bool) or requested < 1):
+            raise RejectError(
+                400,
+                "bad_request",
+                f"{key} must be a positive integer",
+                "invalid_request_error",
+                "bad_request",
+                param=key,
+            )
+        needed = prompt + (requested or 1)
+        candidates = [model, *(self.config.model(n) for n in model.longer_context)]
+        for candidate in candidates:
+            if candidate is not None and needed <= candidate.max_model_len and self._allowed(tenant, candidate.name):
+                if requested is None:
+                    body["max_tokens"] = candidate.max_model_len - prompt
+                return candidate
+        limit = max(c.max_model_len for c in candidates if c is not None)
+        raise RejectError(
+            400,
+            "context_length_exceeded",
+            f"This model's maximum context length is {limit} tokens. However, you requested {needed} tokens "
+            f"({prompt} in the messages, {needed - prompt} in the completion). Please reduce the length of the "
+            "messages or completion.",
+            "invalid_request_error",
+            "context_length_exceeded",
+            param="messages",
+        )
+
+    async def _admit(self, stream: _Stream, raw: bytes) -> Any:
+        stream.tenant = tenant = self._tenant(stream.headers)
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            raise RejectError(
+                400, "bad_request", "the body is not a JSON object", "invalid_request_error", "bad_request"
+            ) from None
+        asked = body.get("model")
+        if not isinstance(asked, str):
+            raise RejectError(
+                400,
+                "bad_request",
+                "you must provide a model parameter",
+                "invalid_request_error",
+                "bad_request",
+                param="model",
+            )
+        stream.model, stream.tier = self._resolve(asked, tenant)
+        try:
+            texts, messages = prompt_texts(body)
+        except ValueError as exc:
+            raise RejectError(400, "bad_request", str(exc), "invalid_request_error", "bad_request") from None
+        prompt, exact = self.tokens.count(stream.model.name, texts, messages, self.config.chat_message_overhead_tokens)
+        if not exact:
+            self.metrics.errors.labels("tokenizer").inc()
+        stream.model = model = self._fit_context(body, stream.model, prompt, tenant)
+        verdict, budget = await self.budgets.admit(
+            tenant.name, tenant.requests_per_minute, tenant.tokens_per_minute, prompt
+        )
+        if verdict.retry_after is not None:
+            kind = "requests" if budget == "requests_per_minute" else "tokens"
+            raise RejectError(
+                429,
+                "requests_per_minute" if kind == "requests" else "tokens_per_minute",
+                f"Rate limit reached for {kind} per minute on this key. Please try again in {verdict.retry_after}s.",
+                kind,
+                "rate_limit_exceeded",
+                retry_after=verdict.retry_after,
+            )
+        if verdict.redis_ok:
+            stream.reserved_tokens = prompt
+        if self.cache is not None:
+            body["model"] = model.name  # the key names the deployment that answers, whatever tier was asked
+            stream.cache_lookup = lookup = await self.cache.lookup(
+                stream.path, body, tenant=tenant.name, tier=stream.tier, headers=stream.headers
+            )
+            if lookup is not None and lookup.hit is not None:
+                if stream.reserved_tokens:  # a cached answer spends no model tokens
+                    self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
+                    stream.reserved_tokens = 0
+                self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
+                return self.cache.reply(lookup)
+            stream.cache_pending = self.cache.pending_for(lookup)
+        started = time.monotonic()
+        try:
+            await self._wait_ready(model)
+            gate = self.gates[model.name]
+            if not await gate.acquire():
+                raise RejectError(
+                    429,
+                    "kv_capacity",
+                    f"{model.name} is at capacity; please retry shortly",
+                    "server_busy",
+                    "capacity_exceeded",
+                    retry_after=KV_RETRY_AFTER_SECONDS,
+                )
+            stream.gate = gate
+        except RejectError:
+            if stream.reserved_tokens:
+                self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
+                stream.reserved_tokens = 0
+            raise
+        finally:
+            self.metrics.queued(model.name).observe(time.monotonic() - started)
+        self.metrics.request(model.name, stream.tier, tenant.name, "admitted").inc()
+        return (
+            self._forward(stream, body, model)
+            if self.cache is None
+            else self.cache.tag(self._forward(stream, body, model), stream.cache_lookup)
+        )
+
+    async def _wait_ready(self, model: ModelConfig) -> None:
+        readiness = self.readiness.get(model.name)
+        if readiness is None or await readiness.ready():
+            return
+        self._waiting_ready[model.name] += 1
+        self._gauges(model.name)()
+        try:
+            ready = await readiness.wait(model.cold_start_hold_seconds)
+        finally:
+            self._waiting_ready[model.name] -= 1
+            self._gauges(model.name)()
+        if not ready:
+            raise RejectError(
+                503,
+                "cold_start_timeout",
+                f"{model.name} is starting (scaled from zero); please retry",
+                "service_unavailable",
+                "model_starting",
+                retry_after=self.config.retry_after_seconds_503,
+            )
+
+    def _forward(self, stream: _Stream, body: dict[str, Any], model: ModelConfig) -> Any:
+        body["model"] = model.name
+        if body.get("stream") and self.config.inject_stream_usage:
+            options = body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        # No clear_route_cache: json_to_metadata, after this filter, reads the rewritten ``model`` and routes on it
+        # (Envoy ignores a route-cache clear from a body response anyway, counting ``clear_route_cache_ignored``).
+        common = pb.CommonResponse(body_mutation=pb.BodyMutation(body=payload))
+        if stream.headers_message:
+            # Envoy held the headers for this processor and forwards them as they are: the length must follow the
+            # body. (Without a headers message Envoy drops the stale length itself and sends the body chunked.)
+            common.header_mutation.set_headers.append(_header("content-length", str(len(payload))))
+        return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
+
+    # -- the response -----------------------------------------------------------------------------------------
+
+    def _on_response_headers(self, stream: _Stream, message: Any) -> Any:
+        headers = _headers_of(message)
+        stream.status = int(headers.get(":status", "0") or 0)
+        stream.seen_response = True
+        stream.event_stream = headers.get("content-type", "").startswith("text/event-stream")
+        return pb.ProcessingResponse(response_headers=pb.HeadersResponse())
+
+    async def _on_response_body(self, stream: _Stream, message: Any) -> Any:
+        if not stream.seen_response:
+            # Response headers are not sent to the processor (one round trip less): an event stream's body
+            # starts with an SSE field, a JSON body with "{"; an error body carries no usage.
+            stream.seen_response = True
+            stream.event_stream = message.body[:5] in (b"data:", b"event", b": ", b"id: ")
+        if self.cache is not None:
+            self.cache.on_response_body(stream.cache_pending, message.body, message.end_of_stream, stream.event_stream)
+        if (
+            stream.tenant is not None
+            and stream.model is not None
+            and not stream.accounted
+            and stream.status in (0, 200)
+        ):
+            try:
+                self._scan(stream, message.body, message.end_of_stream)
+                if stream.usage is not None or message.end_of_stream:
+                    await self._account(stream)
+            except Exception:
+                log.exception("cannot account a response")
+                self.metrics.errors.labels("internal").inc()
+                stream.accounted = True
+        return pb.ProcessingResponse(response_body=pb.BodyResponse())
+
+    def _scan(self, stream: _Stream, chunk: bytes, end: bool) -> None:
+        if stream.event_stream:
+            stream.buffer += chunk
+            *lines, rest = bytes(stream.buffer).split(b"\n")
+            stream.buffer = bytearray(rest)
+            for line in lines:
+                if line.startswith(b"data:") and b'"prompt_tokens"' in line:
+                    usage = _usage(json.loads(line[5:]))
+                    if usage is not None:
+                        stream.usage = usage
+            return
+        if len(stream.buffer) + len(chunk) <= MAX_ACCOUNTED_BODY_BYTES:
+            stream.buffer += chunk
+        if end and len(stream.buffer) > 0:
+            try:
+                stream.usage = _usage(json.loads(bytes(stream.buffer)))
+            except ValueError:  # not JSON (a proxy's error page): nothing to account
+                stream.usage = None
+
+    async def _account(self, stream: _Stream) -> None:
+        assert stream.tenant is not None and stream.model is not None
+        stream.accounted = True
+        if stream.usage is None:
+            self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
+            stream.reserved_tokens = 0
+            return
+        prompt, completion = stream.usage
+        labels = (stream.tenant.name, stream.tier, stream.model.name)
+        self.metrics.token(*labels, "prompt").inc(prompt)
+        self.metrics.token(*labels, "completion").inc(completion)
+        self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
+        stream.reserved_tokens = prompt + completion
+
+
+def _usage(payload: Any) -> tuple[int, int] | None:
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return prompt, completion
+    return None

@@ -1,0 +1,55 @@
+"""One processor worker: ext_proc over gRPC (grpc.aio) on the pod's loopback (``grpc_port + worker``). Its metrics
+are served by the supervisor (:mod:`inferplane.processor.supervisor`) for all workers together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from prometheus_client import CollectorRegistry
+
+from inferplane.processor.config import ProcessorConfig
+from inferplane.processor.ext_proc import Processor
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_SECONDS = 30.0
+"""On SIGTERM, streams in flight (long generations) get this long to finish."""
+
+
+class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    """Envoy's ``envoy.service.ext_proc.v3.ExternalProcessor`` service, answered by :class:`Processor`."""
+
+    def __init__(self, processor: Processor) -> None:
+        self.processor = processor
+
+    async def Process(self, request_iterator: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        async for response in self.processor.process(request_iterator):
+            yield response
+
+
+async def serve(config: ProcessorConfig, worker: int = 0, processor: Processor | None = None) -> None:
+    """Run worker ``worker`` until SIGTERM/SIGINT, then drain for :data:`SHUTDOWN_GRACE_SECONDS`."""
+    processor = processor or Processor.from_environment(config, CollectorRegistry(), worker)
+    server = grpc.aio.server()
+    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(processor), server)
+    port = config.grpc_port + worker
+    server.add_insecure_port(f"{config.listen_host}:{port}")
+    await server.start()
+    if processor.cache is not None:
+        await processor.cache.start()
+    log.info("worker %d: ext_proc on %s:%d", worker, config.listen_host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(SHUTDOWN_GRACE_SECONDS)
+    await processor.budgets.aclose()
+    if processor.cache is not None:
+        await processor.cache.aclose()

@@ -1,0 +1,464 @@
+"""The gateway end to end with real parts: Envoy 1.40 running the rendered bootstrap, the real processor, Redis 8.2
+and two vLLM 0.32 OpenAI servers on CPU (a tiny Llama with dummy weights), driven by the official ``openai`` client.
+
+Topology: tier ``standard`` = ``alpha`` with fallback ``beta``; tier ``batch`` = ``gamma``, which scales to zero.
+vLLM "alpha" serves the names ``alpha`` and ``gamma``; vLLM "beta" serves ``beta`` and ``alpha`` (a fallback server
+must accept the primary's name). Two gateway replicas (A and B) share the Redis. ``gamma``'s address is a relay that
+refuses connections (no replica) until the test opens it to vLLM "alpha" (the replica coming up).
+
+The tests run in file order on one worker (xdist group): the destructive ones (Redis, a vLLM, a processor
+stopped) come last.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import pytest
+
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.gateway import renderer as gc
+from inferplane.processor import metrics as gm
+from inferplane.processor.cache import metrics as cm
+from tests.gateway_support import (
+    Gateway,
+    Procs,
+    Relay,
+    gateway_addresses,
+    scrape,
+    start_gateway,
+    start_redis,
+    start_vllm,
+    wait_vllm,
+)
+from tests.tiny_model import ARCHITECTURE, tiny_platform, words, write_model
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gateway-e2e")]
+
+CACHE_TTL_SECONDS = 8
+"""Short, so the response cache's expiry is observable (``test_cache_entries_expire``)."""
+TENANTS: dict[str, dict[str, Any]] = {
+    "team-a": {"tiers": ["standard", "batch"]},
+    "accounting": {"tiers": ["standard"]},
+    "rpm-tight": {"tiers": ["standard"], "requests_per_minute": 3},
+    "tpm-tight": {"tiers": ["standard"], "tokens_per_minute": 150},
+    "batch-only": {"tiers": ["batch"]},
+}
+
+
+def _spec() -> Any:
+    return tiny_platform(
+        [
+            {"name": "alpha", "routing_tier": "standard"},
+            {"name": "beta", "routing_tier": "standard"},
+            {"name": "gamma", "routing_tier": "batch", "min_replicas": 0, "scale_to_zero": True},
+        ],
+        {
+            "replicas": 2,
+            "tiers": [
+                {"name": "standard", "models": ["alpha"], "fallback": ["beta"]},
+                {"name": "batch", "models": ["gamma"]},
+            ],
+            "tenants": [{"name": name, **limits} for name, limits in TENANTS.items()],
+            "admission": {"queue_max": 2, "queue_timeout_seconds": 1.5},
+        },
+        # A generous lookup bound: on a loaded test machine a 50 ms bound would turn lookups into bypasses.
+        cache={"ttl_seconds": CACHE_TTL_SECONDS, "lookup_timeout_ms": 500},
+    )
+
+
+@dataclass
+class Platform:
+    """Everything the tests talk to."""
+
+    procs: Procs
+    a: Gateway
+    b: Gateway
+    keys: dict[str, str]
+    vllm_ports: dict[str, int]
+    relay: Relay
+
+    def client(self, tenant: str, gateway: Gateway | None = None) -> openai.OpenAI:
+        """An OpenAI client with the tenant's key, no retries (429 and 5xx must surface)."""
+        return openai.OpenAI(base_url=(gateway or self.a).base_url, api_key=self.keys[tenant], max_retries=0)
+
+    def vllm_posts(self, name: str) -> int:
+        """Completion requests vLLM ``name`` has received (its access log)."""
+        return self.procs.log(name).count('"POST /v1/')
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    directory = tmp_path_factory.mktemp("gateway-e2e")
+    procs = Procs(directory)
+    spec = _spec()
+    plan = size_platform(spec)
+    alpha = next(d for d in plan.deployments if d.name == "alpha").result.vllm
+    tokenizers = directory / "tokenizers"
+    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
+    keys = {tenant: secrets.token_urlsafe(32) for tenant in TENANTS}
+    keys_dir = directory / "keys"
+    keys_dir.mkdir()
+    (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file(keys))
+    try:
+        limits = {"max_model_len": alpha.max_model_len, "max_num_seqs": alpha.max_num_seqs}
+        ports = {
+            "vllm-alpha": start_vllm(procs, "vllm-alpha", model_dir, ["alpha", "gamma"], **limits),
+            "vllm-beta": start_vllm(procs, "vllm-beta", model_dir, ["beta", "alpha"], **limits),
+        }
+        redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
+        relay = Relay(ports["vllm-alpha"])
+        upstreams = {
+            "alpha": ("127.0.0.1", ports["vllm-alpha"]),
+            "beta": ("127.0.0.1", ports["vllm-beta"]),
+            "gamma": ("127.0.0.1", relay.port),
+        }
+        gateways = [
+            start_gateway(
+                procs,
+                name,
+                spec=spec,
+                plan=plan,
+                addresses=gateway_addresses(upstreams, keys_dir, tokenizers, f"-{name}"),
+                redis_url=redis_url,
+            )
+            for name in ("gw-a", "gw-b")
+        ]
+        for name, port in ports.items():
+            wait_vllm(procs, name, port)
+        yield Platform(procs, gateways[0], gateways[1], keys, ports, relay)
+    finally:
+        procs.stop_all()
+
+
+def _metric(gateway: Gateway, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    total = 0.0
+    for sample, value in scrape(gateway.metrics_url).items():
+        metric, _, rest = sample.partition("{")
+        if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            total += value
+    return total
+
+
+def _fresh_window() -> None:
+    """Budgets count per clock minute: do not start a budget test in a window's last seconds."""
+    left = 60 - time.time() % 60
+    if left < 8:
+        time.sleep(left + 0.5)
+
+
+def _chat(client: openai.OpenAI, model: str, prompt: str = "w1 w2 w3", **kwargs: Any) -> Any:
+    return client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": prompt}], **{"max_tokens": 8, **kwargs}
+    )
+
+
+def test_routes_by_model_and_by_tier(platform: Platform) -> None:
+    client = platform.client("team-a")
+    by_model = _chat(client, "alpha")
+    assert by_model.parse().model == "alpha"
+    assert by_model.headers[gc.UPSTREAM_HEADER] in {"model-alpha", "route-alpha"}
+    assert _chat(client, "beta").parse().model == "beta"
+    by_tier = _chat(client, "standard")  # the tier's first model answers
+    assert by_tier.parse().model == "alpha"
+    models = {m.id for m in client.models.list()}
+    assert models == {"alpha", "beta", "gamma", "standard", "batch"}
+
+
+def test_missing_or_unknown_key_is_401(platform: Platform) -> None:
+    for key in ("not-a-key-of-anyone-0123456789", ""):
+        client = openai.OpenAI(base_url=platform.a.base_url, api_key=key or "x", max_retries=0)
+        if not key:
+            client = client.with_options(default_headers={"Authorization": ""})
+        with pytest.raises(openai.AuthenticationError) as error:
+            _chat(client, "alpha")
+        assert error.value.code == "invalid_api_key"
+
+
+def test_tier_and_model_checks(platform: Platform) -> None:
+    with pytest.raises(openai.PermissionDeniedError) as forbidden:
+        _chat(platform.client("batch-only"), "alpha")
+    assert forbidden.value.code == "tier_forbidden"
+    with pytest.raises(openai.NotFoundError) as missing:
+        _chat(platform.client("team-a"), "no-such-model")
+    assert missing.value.code == "model_not_found"
+
+
+def test_request_limit_is_shared_by_the_replicas(platform: Platform) -> None:
+    _fresh_window()
+    a, b = platform.client("rpm-tight", platform.a), platform.client("rpm-tight", platform.b)
+    for client in (a, b, a):  # 3 per minute, each replica saw at most 2: Envoy's local buckets never fire
+        _chat(client, "alpha")
+    with pytest.raises(openai.RateLimitError) as error:
+        _chat(b, "alpha")
+    assert error.value.code == "rate_limit_exceeded"
+    assert 1 <= int(error.value.response.headers["retry-after"]) <= 60
+    assert _metric(platform.b, gm.REJECTIONS_TOTAL, reason="requests_per_minute") == 1
+
+
+def test_token_limit_is_shared_by_the_replicas(platform: Platform) -> None:
+    _fresh_window()
+    first = _chat(platform.client("tpm-tight", platform.a), "alpha", words(90), max_tokens=10).parse()
+    assert first.usage.total_tokens <= 150
+    with pytest.raises(openai.RateLimitError) as error:
+        _chat(platform.client("tpm-tight", platform.b), "alpha", words(60), max_tokens=10)
+    assert error.value.code == "rate_limit_exceeded"
+    assert "tokens per minute" in error.value.message
+    assert int(error.value.response.headers["retry-after"]) >= 1
+
+
+def test_context_length_exceeded_never_reaches_vllm(platform: Platform) -> None:
+    client = platform.client("team-a")
+    before = platform.vllm_posts("vllm-alpha")
+    with pytest.raises(openai.BadRequestError) as error:
+        _chat(client, "alpha", words(2100), max_tokens=10)
+    assert error.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError):
+        _chat(client, "alpha", words(1500), max_tokens=1000)  # prompt fits, prompt + max_tokens does not
+    assert platform.vllm_posts("vllm-alpha") == before
+    # Without max_tokens the processor clamps the completion to what is left of the context.
+    clamped = client.chat.completions.create(model="alpha", messages=[{"role": "user", "content": words(2000)}])
+    assert clamped.usage is not None and clamped.usage.total_tokens <= 2048
+
+
+LONG_GENERATION_TOKENS = 1500
+"""Tokens a long request generates (``ignore_eos``; the models' context is 2048): on the tiny model that is over
+a hundred milliseconds of decoding even on a quiet machine, long enough to watch a request while it runs."""
+
+
+def _running(platform: Platform, server: str) -> float:
+    """``vllm:num_requests_running`` of one vLLM server, from its own metrics."""
+    samples = scrape(f"http://127.0.0.1:{platform.vllm_ports[server]}/metrics")
+    return sum(v for k, v in samples.items() if k.startswith("vllm:num_requests_running"))
+
+
+def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
+    cap = 2  # ceil(max_num_seqs 4 x 1 replica / 2 gateway replicas); vLLM itself would run 4
+    client = platform.client("team-a")
+    peak = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, int(_running(platform, "vllm-beta")))
+            time.sleep(0.02)
+
+    def one(_: int) -> int:
+        try:
+            _chat(client, "beta", max_tokens=LONG_GENERATION_TOKENS, extra_body={"ignore_eos": True})
+        except openai.RateLimitError as error:
+            assert error.code == "capacity_exceeded"
+            assert error.response.headers["retry-after"] == "1"
+            return 429
+        return 200
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(one, range(8)))
+    finally:
+        done.set()
+        watcher.join()
+    assert 1 <= peak <= cap
+    assert statuses.count(200) >= cap and statuses.count(429) >= 1
+    assert _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") == statuses.count(429)
+
+
+def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> None:
+    usage_total = 0
+    for gateway in (platform.a, platform.b):
+        client = platform.client("accounting", gateway)
+        usage = _chat(client, "alpha", words(40), max_tokens=16).parse().usage
+        usage_total += usage.prompt_tokens + usage.completion_tokens
+        started = time.monotonic()
+        arrivals: list[float] = []
+        stream = client.chat.completions.create(
+            model="alpha",
+            messages=[{"role": "user", "content": words(30)}],
+            max_tokens=LONG_GENERATION_TOKENS,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        streamed_usage = None
+        for chunk in stream:
+            arrivals.append(time.monotonic() - started)
+            if chunk.usage is not None:  # the processor asked vLLM for it (stream_options.include_usage)
+                streamed_usage = chunk.usage
+        assert streamed_usage is not None and streamed_usage.completion_tokens == LONG_GENERATION_TOKENS
+        usage_total += streamed_usage.prompt_tokens + streamed_usage.completion_tokens
+        assert len({round(t, 3) for t in arrivals}) > 10  # chunks over time (unbuffered: see the relay test below)
+    accounted = sum(_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b))
+    assert accounted == usage_total
+
+
+def test_scale_from_zero_holds_until_a_replica_is_ready(platform: Platform) -> None:
+    client = platform.client("team-a")
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        result["response"] = _chat(client, "batch")
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + 10
+    while _metric(platform.a, gm.PENDING_REQUESTS, model="gamma") != 1:
+        assert time.monotonic() < deadline, "the pending gauge never rose"
+        time.sleep(0.1)
+    assert caller.is_alive()  # held at the gateway, not refused
+    platform.relay.open()  # a replica comes up
+    caller.join(timeout=30)
+    assert result["response"].status_code == 200
+    assert _metric(platform.a, gm.PENDING_REQUESTS, model="gamma") == 0
+
+
+# --- the response cache (issue 14): Redis 8.2 with RediSearch, so exact and semantic ---------------------------------
+
+RESET = "How do I reset my password?"
+
+
+def _cached(client: openai.OpenAI, prompt: str, **kwargs: Any) -> tuple[str, str, str]:
+    """(x-inferplane-cache, its kind, the answer) of a deterministic chat request to ``alpha``."""
+    response = _chat(client, "alpha", prompt, temperature=0, **kwargs)
+    answer = response.parse().choices[0].message.content or ""
+    return response.headers.get("x-inferplane-cache", ""), response.headers.get("x-inferplane-cache-kind", ""), answer
+
+
+def _vllm_requests(platform: Platform) -> int:
+    return platform.vllm_posts("vllm-alpha") + platform.vllm_posts("vllm-beta")
+
+
+def test_a_stream_reaches_the_client_while_the_server_withholds_the_rest(platform: Platform) -> None:
+    """Unbuffered, deterministically: the relay in front of gamma's server forwards the response up to its first
+    event and withholds the rest; the client must read that event meanwhile. Were Envoy or the processor buffering
+    the response, the first read would wait for the whole body, which the relay only lets through afterwards (or
+    after its timeout, which the test then reports). Runs after the scale-from-zero test, which opens the relay."""
+    if not platform.relay.is_open:
+        platform.relay.open()
+    client = platform.client("team-a")
+    platform.relay.hold_after_first_event()
+    try:
+        stream = client.chat.completions.create(
+            model="gamma",
+            messages=[{"role": "user", "content": words(10)}],
+            max_tokens=64,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        chunks = iter(stream)
+        first = next(chunks)
+        withheld = platform.relay.holding.is_set()
+    finally:
+        platform.relay.release()
+    rest = list(chunks)
+    assert withheld and not platform.relay.hold_timed_out
+    # Every token still arrives once the relay lets it through (vLLM may merge tokens that waited into one chunk,
+    # so count them by the usage the processor asked for, not by chunks).
+    usage = next(chunk.usage for chunk in reversed(rest) if chunk.usage is not None)
+    assert first.model and usage.completion_tokens == 64
+
+
+def test_cache_answers_repeats_and_paraphrases_without_vllm(platform: Platform) -> None:
+    client = platform.client("team-a")
+    first = _cached(client, RESET)
+    assert first[0] == "miss"
+    time.sleep(0.5)  # the processor stores in the background, after the answer went out
+    before = _vllm_requests(platform)
+    exact = _cached(client, RESET)
+    paraphrase = _cached(client, "How can I reset my password?")
+    other_replica = _cached(platform.client("team-a", platform.b), RESET)  # the replicas share the cache
+    assert exact == ("hit", "exact", first[2])
+    assert paraphrase == ("hit", "semantic", first[2])
+    assert other_replica == ("hit", "exact", first[2])
+    assert _vllm_requests(platform) == before  # vLLM never saw them
+    near_miss = _cached(client, "How do I not reset my password?")  # a guard (negation) refuses the match
+    assert near_miss[0] == "miss" and _vllm_requests(platform) == before + 1
+    assert _metric(platform.a, cm.HITS, kind="exact") >= 1 and _metric(platform.a, cm.HITS, kind="semantic") >= 1
+    assert _metric(platform.a, gm.REQUESTS_TOTAL, outcome="cached") >= 2
+
+
+def test_cache_never_serves_another_tenant(platform: Platform) -> None:
+    _cached(platform.client("team-a"), "Where is my package?")
+    time.sleep(0.5)
+    before = _vllm_requests(platform)
+    other = _cached(platform.client("accounting"), "Where is my package?")
+    assert other[0] == "miss" and _vllm_requests(platform) == before + 1
+
+
+def test_cache_replays_streams_and_bypasses_on_request(platform: Platform) -> None:
+    client = platform.client("team-a")
+    answer = _cached(client, "Summarize the plot of Hamlet.")[2]
+    time.sleep(0.5)
+    before = _vllm_requests(platform)
+    stream = client.chat.completions.create(
+        model="alpha",
+        messages=[{"role": "user", "content": "Summarize the plot of Hamlet."}],
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == answer
+    assert chunks[-1].usage is not None
+    assert _vllm_requests(platform) == before
+    bypass = _chat(
+        client, "alpha", "Summarize the plot of Hamlet.", temperature=0, extra_headers={"x-inferplane-cache": "bypass"}
+    )
+    assert bypass.headers["x-inferplane-cache"] == "bypass" and _vllm_requests(platform) == before + 1
+    sampled = _chat(client, "alpha", "Summarize the plot of Hamlet.", temperature=0.8)
+    assert sampled.headers["x-inferplane-cache"] == "bypass"
+
+
+def test_cache_entries_expire(platform: Platform) -> None:
+    client = platform.client("team-a")
+    assert _cached(client, "What is the boiling point of water?")[0] == "miss"
+    time.sleep(0.5)
+    assert _cached(client, "What is the boiling point of water?")[0] == "hit"
+    time.sleep(CACHE_TTL_SECONDS + 0.5)
+    assert _cached(client, "What is the boiling point of water?")[0] == "miss"
+
+
+def test_redis_down_fails_open_and_envoys_own_limit_holds(platform: Platform) -> None:
+    platform.procs.stop("redis")
+    client = platform.client("team-a")
+    assert _chat(client, "alpha").parse().model == "alpha"
+    assert _metric(platform.a, gm.PROCESSOR_ERRORS_TOTAL, stage="redis") >= 1
+    # Without the shared budget, each replica's Envoy bucket (3 a minute for rpm-tight) still limits the tenant.
+    tight = platform.client("rpm-tight", platform.a)
+    with pytest.raises(openai.RateLimitError) as error:
+        for _ in range(4):
+            _chat(tight, "alpha")
+    headers = error.value.response.headers
+    assert error.value.code == "rate_limit_exceeded"
+    assert (headers["x-ratelimit-limit"], headers["retry-after"]) == ("3", "20")
+    # The cache too: a deterministic request is answered by vLLM within the lookup timeout, and counted.
+    started = time.monotonic()
+    response = _chat(client, "alpha", RESET, temperature=0)
+    assert response.status_code == 200 and response.headers["x-inferplane-cache"] in ("miss", "bypass")
+    assert time.monotonic() - started < 10
+    assert _metric(platform.a, cm.ERRORS) >= 1 or _metric(platform.a, cm.BYPASSES, reason="unavailable") >= 1
+
+
+def test_fallback_when_the_primary_is_killed(platform: Platform) -> None:
+    platform.procs.stop("vllm-alpha", signal.SIGKILL)
+    response = _chat(platform.client("team-a"), "alpha")
+    assert response.parse().model == "beta"  # the fallback server answered, and says so
+
+
+def test_processor_down_fails_closed(platform: Platform) -> None:
+    platform.procs.stop("gw-b-processor")
+    with pytest.raises(openai.InternalServerError) as error:
+        _chat(platform.client("team-a", platform.b), "beta")
+    assert error.value.status_code == 500
+    assert error.value.code == "processor_unavailable"

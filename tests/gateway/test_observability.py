@@ -1,0 +1,253 @@
+"""The gateway's rules and dashboard: every alert proven by ``promtool test rules`` to fire on series shaped like
+Envoy's and the processor's exposition (as scraped through the PodMonitor) and to stay quiet otherwise; and the KEDA
+wake query proven to activate a scaled-to-zero model's ScaledObject on the processor's pending gauge."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.gateway.observability import (
+    GatewaySeries,
+    ModelCost,
+    gateway_dashboard,
+    gateway_rule_group,
+    wake_query,
+)
+from inferplane.components.observability.keda import autoscaling_policy, scaled_object_spec
+from inferplane.components.observability.metrics import ModelSeries
+from inferplane.processor import metrics as gm
+from inferplane.processor.config import ModelConfig, ProcessorConfig, TenantConfig, TierConfig
+from tests.crds import errors as crd_errors
+from tests.observability.test_alerts import fired
+from tests.promtool import check_expressions, check_rules, run_rule_tests
+from tests.serving_support import stack_spec
+
+SERIES = GatewaySeries("gateway", "inference")
+POD_A = "gateway-6c9f8d7b5-abcde"
+POD_B = "gateway-6c9f8d7b5-fghij"
+TOTAL = "envoy_http_downstream_rq_total"
+OTHER = "gateway-gke-7d8e9f6c4-klmno"  # another gateway's pod: never counted
+
+
+def _model(name: str, tier: str, timeout: float = 2.0) -> ModelConfig:
+    return ModelConfig(
+        name=name,
+        tier=tier,
+        upstream_url=f"http://{name}.inference.svc.cluster.local:8000",
+        health_path="/health",
+        max_model_len=32768,
+        max_num_seqs=24,
+        replicas=2,
+        inflight_limit=16,
+        queue_max=32,
+        queue_timeout_seconds=timeout,
+        scale_to_zero=False,
+        cold_start_hold_seconds=330.0,
+    )
+
+
+CONFIG = ProcessorConfig(
+    grpc_port=50051,
+    metrics_port=9464,
+    tenant_header="x-inferplane-tenant",
+    auth_required=True,
+    redis_url_env="INFERPLANE_REDIS_URL",
+    models=(_model("llama-70b", "premium"), _model("llama-8b", "standard")),
+    tiers=(
+        TierConfig(name="premium", models=("llama-70b",), fallback=("llama-8b",)),
+        TierConfig(name="standard", models=("llama-8b",)),
+    ),
+    tenants=(TenantConfig(name="acme", tiers=("premium",), requests_per_minute=600, tokens_per_minute=100000),),
+)
+
+
+def _scraped(container: str, endpoint: str, metric: str, pod: str, values: str, **extra: str) -> dict[str, str]:
+    """A series as Prometheus stores it from the gateway's PodMonitor: the target labels plus the metric's own."""
+    labels = {"namespace": "inference", "pod": pod, "container": container, "endpoint": endpoint, **extra}
+    return {"series": metric + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "values": values}
+
+
+def _envoy(metric: str, pod: str, values: str, **extra: str) -> dict[str, str]:
+    return _scraped("envoy", "stats", metric, pod, values, envoy_http_conn_manager_prefix="gateway", **extra)
+
+
+def _processor(metric: str, pod: str, values: str, **extra: str) -> dict[str, str]:
+    return _scraped("processor", "processor-metrics", metric, pod, values, **extra)
+
+
+def _alerts(name: str, at: str, *alerts: dict[str, Any]) -> dict[str, Any]:
+    return {"eval_time": at, "alertname": name, "exp_alerts": list(alerts)}
+
+
+GROUP = gateway_rule_group(SERIES, CONFIG)
+
+
+def _alert(name: str, labels: dict[str, str] | None = None, **rendered: str) -> dict[str, Any]:
+    return fired(GROUP, name, labels or {}, **rendered)
+
+
+def test_rules_pass_promtool_check(tmp_path: Path) -> None:
+    result = check_rules([gateway_rule_group(SERIES, CONFIG)], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_5xx_ratio_alert_fires_above_five_percent_and_not_below(tmp_path: Path) -> None:
+    series = [
+        # 200 requests a minute over two replicas; 20 a minute are 5xx on one: 10 %.
+        _envoy(TOTAL, POD_A, "0+100x30"),
+        _envoy(TOTAL, POD_B, "0+100x30"),
+        _envoy("envoy_http_downstream_rq_xx", POD_A, "0+20x30", envoy_response_code_class="5"),
+        _envoy("envoy_http_downstream_rq_xx", POD_A, "0+80x30", envoy_response_code_class="2"),
+        # Another gateway's errors never count.
+        _envoy("envoy_http_downstream_rq_xx", OTHER, "0+1000x30", envoy_response_code_class="5"),
+    ]
+    quiet = [
+        _envoy(TOTAL, POD_A, "0+100x30"),
+        _envoy("envoy_http_downstream_rq_xx", POD_A, "0+2x30", envoy_response_code_class="5"),
+    ]
+    error = _alert("InferplaneGatewayErrorRatioHigh")
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                _alerts("InferplaneGatewayErrorRatioHigh", "4m"),  # pending for 5m first
+                _alerts("InferplaneGatewayErrorRatioHigh", "15m", error),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": quiet,
+            "alert_rule_test": [_alerts("InferplaneGatewayErrorRatioHigh", "20m")],
+        },
+    ]
+    result = run_rule_tests([GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_429_ratio_alert_is_per_tier(tmp_path: Path) -> None:
+    requests = gm.REQUESTS_TOTAL
+    rejections = gm.REJECTIONS_TOTAL
+    series = [
+        _processor(requests, POD_A, "0+100x40", model="llama-70b", tier="premium", tenant="acme", outcome="admitted"),
+        _processor(requests, POD_A, "0+100x40", model="llama-8b", tier="standard", tenant="acme", outcome="admitted"),
+        # 25 of premium's 100 a minute run out of tokens; standard's single 401 a minute is no 429.
+        _processor(rejections, POD_A, "0+25x40", reason="tokens_per_minute", model="llama-70b"),
+        _processor(rejections, POD_A, "0+1x40", reason="unauthenticated", model="llama-8b"),
+    ]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                _alerts("InferplaneGatewayThrottlingHigh", "10m"),
+                _alerts("InferplaneGatewayThrottlingHigh", "25m", _alert("InferplaneGatewayThrottlingHigh")),
+            ],
+        }
+    ]
+    result = run_rule_tests([GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_processor_errors_and_admission_queue_time_alert(tmp_path: Path) -> None:
+    buckets = gm.QUEUE_SECONDS + "_bucket"
+    # llama-70b's requests wait between 1 and 2.5 s: p95 above half its 2 s timeout; llama-8b's do not wait.
+    slow = [
+        _processor(buckets, POD_A, "0+0x30", model="llama-70b", le="0.5"),
+        _processor(buckets, POD_A, "0+0x30", model="llama-70b", le="1.0"),
+        _processor(buckets, POD_A, "0+10x30", model="llama-70b", le="2.5"),
+        _processor(buckets, POD_A, "0+10x30", model="llama-70b", le="+Inf"),
+        _processor(buckets, POD_A, "0+10x30", model="llama-8b", le="0.005"),
+        _processor(buckets, POD_A, "0+10x30", model="llama-8b", le="+Inf"),
+        _processor(gm.PROCESSOR_ERRORS_TOTAL, POD_B, "0+3x30", stage="redis"),
+    ]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": slow,
+            "alert_rule_test": [
+                _alerts("InferplaneGatewayQueueWaitHigh", "20m", _alert("InferplaneGatewayQueueWaitHigh")),
+                _alerts("InferplaneGatewayProcessorErrors", "3m"),
+                _alerts(
+                    "InferplaneGatewayProcessorErrors",
+                    "10m",
+                    _alert(
+                        "InferplaneGatewayProcessorErrors",
+                        {"stage": "redis"},
+                        summary="gateway: the processor fails at stage redis",
+                    ),
+                ),
+            ],
+        }
+    ]
+    result = run_rule_tests([GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_wake_query_activates_a_scaled_to_zero_models_scaled_object(tmp_path: Path) -> None:
+    """KEDA activates a ScaledObject (0 -> 1 replica) when a trigger's value exceeds its activationThreshold."""
+    spec = stack_spec("dev")
+    model = next(m for m in spec.models if m.scale_to_zero)
+    sizing = next(d for d in size_platform(spec).deployments if d.name == model.name)
+    policy = autoscaling_policy(
+        sizing.result,
+        engine=model.engine,
+        min_replicas=model.min_replicas,
+        max_replicas=model.max_replicas,
+        scale_to_zero=True,
+        scrape_interval_seconds=15,
+    )
+    scaled = scaled_object_spec(
+        policy,
+        ModelSeries(model.name, model.engine, "inference", model.name),
+        prometheus_url="http://prometheus:9090",
+        wake_query=wake_query(model.name),
+    )
+    manifest = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "x"}, "spec": scaled}
+    assert crd_errors(json.loads(json.dumps(manifest))) == []
+    assert scaled["minReplicaCount"] == 0
+    wake = next(t for t in scaled["triggers"] if t["name"] == "wake")["metadata"]
+    activation = f"({wake['query']}) > {wake['activationThreshold']}"
+    pending = gm.PENDING_REQUESTS
+    series = [
+        # No replica: the engine's queue series do not exist. One request waits on replica B from minute 5.
+        _processor(pending, POD_A, "0x20", model=model.name),
+        _processor(pending, POD_B, "0x4 1x15", model=model.name),
+        _processor(pending, POD_B, "7x20", model="some-other-model"),
+    ]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {"expr": activation, "eval_time": "3m", "exp_samples": []},
+                {"expr": activation, "eval_time": "6m", "exp_samples": [{"labels": "{}", "value": 1}]},
+            ],
+        }
+    ]
+    result = run_rule_tests([], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Path) -> None:
+    cost = ModelCost(series=ModelSeries("llama-70b", "vllm", "inference", "llama-70b"), replica_hourly_usd=49.2)
+    dashboard = gateway_dashboard(SERIES, {"llama-70b": cost})
+    titles = [p.title for p in dashboard.panels]
+    assert titles == [
+        "Requests",
+        "Rejections by reason",
+        "Tokens per tenant",
+        "Requests in flight and pending",
+        "$ per 1k tokens",
+    ]
+    rendered = json.loads(dashboard.to_json())
+    expressions = [t["expr"] for p in rendered["panels"] for t in p["targets"]]
+    assert any(f"sum by (reason) (rate({gm.REJECTIONS_TOTAL}" in e for e in expressions)
+    assert any(f"sum by (tenant) (rate({gm.TOKENS_TOTAL}" in e for e in expressions)
+    assert expressions[-1].startswith("(49.2 * sum(kube_deployment_status_replicas_available")
+    result = check_expressions(expressions, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [p.title for p in gateway_dashboard(SERIES, {}).panels][-1] == "Requests in flight and pending"

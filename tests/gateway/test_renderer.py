@@ -1,0 +1,385 @@
+"""The gateway's rendered configuration: every shipped stack's Envoy bootstrap passes the real ``envoy --mode
+validate``, the processor config follows sizing, and the spec's gateway section is checked with key paths."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.gateway import renderer as gc
+from inferplane.components.serving.naming import model_service_host
+from inferplane.components.spec.platform_spec import PlatformSpec, SpecError, parse_platform
+from inferplane.processor.config import ProcessorConfig
+from tests.envoy import validate
+from tests.serving_support import stack_spec
+
+STACKS = ("dev", "staging", "prod")
+KEYS = {"assistant": "k" * 32, "batch-summaries": "b" * 32, "ml-dev": "d" * 32, "qa": "q" * 32}
+
+
+def _write_keys(directory: Path) -> gc.GatewayAddresses:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / gc.API_KEYS_FILE).write_text(gc.render_api_key_file(KEYS))
+    return gc.GatewayAddresses(api_keys_dir=str(directory))
+
+
+def _rendered(stack: str, cluster: gc.Cluster, tmp_path: Path) -> gc.RenderedGateway:
+    spec = stack_spec(stack)
+    return gc.render_gateway(spec, size_platform(spec), cluster, _write_keys(tmp_path / "keys"))
+
+
+def _stack_clusters() -> list[tuple[str, gc.Cluster]]:
+    return [(stack, cluster) for stack in STACKS for cluster in gc.serving_clusters(stack_spec(stack))]
+
+
+@pytest.mark.parametrize(("stack", "cluster"), _stack_clusters())
+def test_every_stack_renders_a_config_envoy_accepts(stack: str, cluster: gc.Cluster, tmp_path: Path) -> None:
+    rendered = _rendered(stack, cluster, tmp_path)
+    config = tmp_path / "envoy.yaml"
+    config.write_text(rendered.envoy_yaml)
+    result = validate(config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"configuration '{config}' OK" in result.stdout + result.stderr
+    ProcessorConfig.model_validate_json(rendered.processor_json)  # the processor reads exactly this
+
+
+def test_clusters_per_stack() -> None:
+    assert gc.serving_clusters(stack_spec("dev")) == ("eks",)
+    assert gc.serving_clusters(stack_spec("staging")) == ("eks", "gke")
+    assert gc.serving_clusters(stack_spec("prod")) == ("eks",)
+
+
+def _mutated(rendered: gc.RenderedGateway, mutate: Any, tmp_path: Path) -> str:
+    bootstrap = yaml.safe_load(rendered.envoy_yaml)
+    mutate(bootstrap)
+    config = tmp_path / "mutated.yaml"
+    config.write_text(yaml.safe_dump(bootstrap))
+    result = validate(config)
+    assert result.returncode != 0
+    return result.stdout + result.stderr
+
+
+def _api_manager(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    manager: dict[str, Any] = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
+        "typed_config"
+    ]
+    return manager
+
+
+def test_validation_catches_a_route_to_a_missing_cluster(tmp_path: Path) -> None:
+    rendered = _rendered("prod", "eks", tmp_path)
+
+    def drop_fallback_cluster(bootstrap: dict[str, Any]) -> None:
+        clusters = bootstrap["static_resources"]["clusters"]
+        bootstrap["static_resources"]["clusters"] = [c for c in clusters if c["name"] != "route-llama-70b"]
+
+    assert "route-llama-70b" in _mutated(rendered, drop_fallback_cluster, tmp_path)
+
+
+def test_validation_catches_an_unknown_filter_field(tmp_path: Path) -> None:
+    rendered = _rendered("dev", "eks", tmp_path)
+
+    def typo(bootstrap: dict[str, Any]) -> None:
+        ext_proc = next(
+            f for f in _api_manager(bootstrap)["http_filters"] if f["name"] == "envoy.filters.http.ext_proc"
+        )
+        ext_proc["typed_config"]["failure_mode_alow"] = True
+
+    assert "failure_mode_alow" in _mutated(rendered, typo, tmp_path)
+
+
+def test_validation_catches_a_missing_api_key_file(tmp_path: Path) -> None:
+    spec = stack_spec("dev")
+    rendered = gc.render_gateway(spec, size_platform(spec), "eks", gc.GatewayAddresses(api_keys_dir=str(tmp_path)))
+    config = tmp_path / "envoy.yaml"
+    config.write_text(rendered.envoy_yaml)
+    result = validate(config)
+    assert result.returncode != 0
+    assert f"{tmp_path}/{gc.API_KEYS_FILE}" in result.stdout + result.stderr
+
+
+def test_prod_routes_each_model_with_its_tier_fallback(tmp_path: Path) -> None:
+    rendered = _rendered("prod", "eks", tmp_path)
+    bootstrap = yaml.safe_load(rendered.envoy_yaml)
+    clusters = {c["name"]: c for c in bootstrap["static_resources"]["clusters"]}
+    assert clusters["route-llama-70b"]["cluster_type"]["typed_config"]["clusters"] == [
+        "model-llama-70b",
+        "model-llama-8b",
+    ]
+    assert "route-llama-8b" not in clusters  # standard has no fallback
+    endpoint = clusters["model-llama-70b"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert endpoint["address"]["socket_address"] == {"address": model_service_host("llama-70b"), "port_value": 8000}
+    assert clusters["model-llama-70b"]["type"] == "STRICT_DNS"
+    # The Triton fallback answers on its OpenAI frontend's port, not KServe's 8000.
+    triton = clusters["model-llama-8b"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert triton["address"]["socket_address"] == {"address": model_service_host("llama-8b"), "port_value": 9000}
+    routes = {r["name"]: r for r in _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]}
+    premium = routes["model-llama-70b"]
+    assert premium["route"]["cluster"] == "route-llama-70b"
+    assert premium["match"]["dynamic_metadata"][0]["value"] == {"string_match": {"exact": "llama-70b"}}
+    assert premium["route"]["retry_policy"]["retriable_status_codes"] == [429, 503]
+    assert routes["model-llama-8b"]["route"]["cluster"] == "model-llama-8b"
+    assert routes["not-found"]["direct_response"]["status"] == 404
+    assert rendered.upstream_hosts == {
+        "llama-70b": "llama-70b.inference.svc.cluster.local",
+        "llama-8b": "llama-8b.inference.svc.cluster.local",
+    }
+
+
+def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
+    bootstrap = yaml.safe_load(_rendered("prod", "eks", tmp_path).envoy_yaml)
+    filters = _api_manager(bootstrap)["http_filters"]
+    assert [f["name"] for f in filters] == [
+        gc.API_KEY_FILTER,
+        "envoy.filters.http.local_ratelimit",
+        "envoy.filters.http.ext_proc",
+        "envoy.filters.http.json_to_metadata",
+        "envoy.filters.http.router",
+    ]
+    ext_proc = filters[2]["typed_config"]
+    assert ext_proc["failure_mode_allow"] is False  # processor down: fail closed
+    assert ext_proc["processing_mode"] == {
+        "request_header_mode": "SKIP",  # what the processor reads of the headers comes as attributes with the body
+        "response_header_mode": "SKIP",
+        "request_body_mode": "BUFFERED",
+        "response_body_mode": "STREAMED",
+        "request_trailer_mode": "SKIP",
+        "response_trailer_mode": "SKIP",
+    }
+    assert ext_proc["request_attributes"] == [
+        "request.path",
+        "request.method",
+        "request.headers['x-inferplane-tenant']",
+        "request.headers['x-inferplane-cache']",
+    ]
+    assert ext_proc["metadata_options"] == {"receiving_namespaces": {"untyped": ["inferplane"]}}
+    routes = _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]
+    assert routes[0]["name"] == "models"  # GET /v1/models alone sends the processor its headers: it answers there
+    override = routes[0]["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["overrides"]["processing_mode"]
+    assert (override["request_header_mode"], override["request_body_mode"]) == ("SEND", "NONE")
+    assert all(
+        h["header"]["value"] == "%DYNAMIC_METADATA(inferplane:cache_result)%"
+        for r in routes
+        for h in r.get("response_headers_to_add", ())
+        if h["header"]["key"] == "x-inferplane-cache"
+    )
+    ecds = filters[0]["config_discovery"]["config_source"]["path_config_source"]
+    assert ecds["watched_directory"]["path"] == str(tmp_path / "keys")
+    limits = filters[1]["typed_config"]
+    assert {d["entries"][0]["value"]: d["token_bucket"]["max_tokens"] for d in limits["descriptors"]} == {
+        "assistant": 1200,
+        "batch-summaries": 300,
+    }
+
+
+def test_no_key_value_in_the_bootstrap_and_the_key_file_is_the_ecds_resource(tmp_path: Path) -> None:
+    rendered = _rendered("prod", "eks", tmp_path)
+    assert all(key not in rendered.envoy_yaml and key not in rendered.processor_json for key in KEYS.values())
+    resource = json.loads(gc.render_api_key_file({"assistant": "a" * 20}))["resources"][0]
+    assert resource["name"] == gc.API_KEY_FILTER
+    assert resource["typed_config"]["credentials"] == [{"key": "a" * 20, "client": "assistant"}]
+    assert resource["typed_config"]["forwarding"] == {"header": gc.TENANT_HEADER, "hide_credentials": True}
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({}, "at least one tenant"),
+        ({"a": "short"}, "key of tenant 'a' is not a valid API key"),
+        ({"a": 'x"' * 10}, "key of tenant 'a' is not a valid API key"),
+        ({"a": "s" * 20, "b": "s" * 20}, "two tenants share a key"),
+    ],
+)
+def test_bad_key_files_are_refused(keys: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        gc.render_api_key_file(keys)
+
+
+def test_processor_config_follows_sizing(tmp_path: Path) -> None:
+    spec = stack_spec("prod")
+    plan = size_platform(spec)
+    config = ProcessorConfig.model_validate_json(_rendered("prod", "eks", tmp_path).processor_json)
+    for deployment, sizing in zip(spec.models, plan.deployments, strict=True):
+        model = config.model(deployment.name)
+        assert model is not None
+        assert model.max_model_len == gc.max_model_len(sizing)
+        assert model.max_num_seqs == gc.max_num_seqs(sizing)
+        assert model.inflight_limit == math.ceil(model.max_num_seqs * deployment.max_replicas / spec.gateway.replicas)
+        assert model.cold_start_hold_seconds == round(sizing.result.cold_start_seconds * 1.2, 1)
+        # vLLM's OpenAI server on 8000; Triton's OpenAI frontend on 9000, ready on the frontend's own path.
+        port, health = {"vllm": (8000, "/health"), "triton": (9000, "/health/ready")}[deployment.engine]
+        assert model.upstream_url == f"http://{model_service_host(deployment.name)}:{port}"
+        assert model.health_path == health
+    assert config.auth_required and config.anonymous_tenant is None
+    assistant = next(t for t in config.tenants if t.name == "assistant")
+    assert (assistant.tiers, assistant.requests_per_minute, assistant.tokens_per_minute) == (
+        ("premium", "standard"),
+        1200,
+        2_000_000,
+    )
+
+
+def test_staging_splits_the_tier_by_cluster(tmp_path: Path) -> None:
+    eks = ProcessorConfig.model_validate_json(_rendered("staging", "eks", tmp_path).processor_json)
+    gke = ProcessorConfig.model_validate_json(_rendered("staging", "gke", tmp_path).processor_json)
+    assert [(t.name, t.models, t.fallback) for t in eks.tiers] == [("standard", ("llama-8b",), ())]
+    assert [(t.name, t.models, t.fallback) for t in gke.tiers] == [("standard", ("qwen-7b",), ())]
+    assert [m.name for m in gke.models] == ["qwen-7b"]
+
+
+def _raw(stack: str) -> dict[str, Any]:
+    path = Path(__file__).resolve().parents[2] / "stacks" / f"Pulumi.{stack}.yaml"
+    raw: dict[str, Any] = yaml.safe_load(path.read_text())["config"]["inferplane:platform"]
+    return raw
+
+
+def _parse(raw: dict[str, Any]) -> PlatformSpec:
+    return parse_platform(raw, "us-east-1")
+
+
+def _staging_with_a_second_eks_model() -> dict[str, Any]:
+    """Staging plus ``llama-8b-b``, a copy of ``llama-8b`` on the same EKS pool (a fallback that can serve it)."""
+    raw = _raw("staging")
+    raw["models"].append({**raw["models"][0], "name": "llama-8b-b"})
+    return raw
+
+
+CLUSTERS_OF_STAGING_MODELS = {"llama-8b": "eks", "llama-8b-b": "eks", "qwen-7b": "gke"}
+STAGING_SIZING = size_platform(_parse(_staging_with_a_second_eks_model()))
+
+
+def test_a_fallback_on_its_primarys_cluster_is_served_there_only(tmp_path: Path) -> None:
+    raw = _staging_with_a_second_eks_model()
+    raw["models"][1]["routing_tier"] = "tpu"
+    raw["gateway"]["tiers"] = [
+        {"name": "standard", "models": ["llama-8b"], "fallback": ["llama-8b-b"]},
+        {"name": "tpu", "models": ["qwen-7b"]},
+    ]
+    raw["gateway"]["tenants"][0]["tiers"] = ["standard", "tpu"]
+    spec = _parse(raw)
+    eks = gc.processor_config(spec, STAGING_SIZING, "eks", gc.GatewayAddresses())
+    gke = gc.processor_config(spec, STAGING_SIZING, "gke", gc.GatewayAddresses())
+    assert [(t.name, t.models, t.fallback) for t in eks.tiers] == [("standard", ("llama-8b",), ("llama-8b-b",))]
+    assert [(t.name, t.models, t.fallback) for t in gke.tiers] == [("tpu", ("qwen-7b",), ())]
+    assert gc.fallback_aliases(spec, "llama-8b-b") == ("llama-8b",)
+    assert gc.fallback_aliases(spec, "qwen-7b") == ()
+    rendered = gc.render_gateway(spec, STAGING_SIZING, "eks", _write_keys(tmp_path / "keys"))
+    bootstrap = yaml.safe_load(rendered.envoy_yaml)
+    [route] = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == "route-llama-8b"]
+    assert route["cluster_type"]["typed_config"]["clusters"] == ["model-llama-8b", "model-llama-8b-b"]
+
+
+def test_a_fallback_on_another_cluster_is_refused_naming_both_clusters() -> None:
+    raw = _staging_with_a_second_eks_model()
+    raw["gateway"]["tiers"] = [{"name": "standard", "models": ["llama-8b", "qwen-7b"], "fallback": ["llama-8b-b"]}]
+    with pytest.raises(SpecError) as error:
+        _parse(raw)
+    assert [(i.path, i.message) for i in error.value.issues] == [
+        (
+            "gateway.tiers[0].fallback",
+            "llama-8b-b runs on eks but primary qwen-7b on gke: a gateway falls back only to models on its own "
+            "cluster (nothing joins the EKS and GKE networks); list the model under models instead",
+        )
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.permutations(tuple(CLUSTERS_OF_STAGING_MODELS)).flatmap(
+        lambda order: st.tuples(st.integers(min_value=1, max_value=3), st.integers(min_value=0, max_value=2)).map(
+            lambda counts: (order[: counts[0]], order[counts[0] : counts[0] + counts[1]])
+        )
+    )
+)
+def test_a_tier_is_refused_or_served_with_every_fallback(tier: tuple[list[str], list[str]]) -> None:
+    """Over every tier staging's three models can make (each with ``routing_tier: standard``, so a model the tier
+    does not name joins it as a primary after the listed ones): the spec refuses a fallback off a primary's
+    cluster, and otherwise each cluster with a primary serves the tier with its own primaries and every fallback
+    (none dropped); a cluster without a primary does not serve the tier."""
+    listed, fallbacks = tuple(tier[0]), tuple(tier[1])
+    raw = _staging_with_a_second_eks_model()
+    raw["gateway"]["tiers"] = [{"name": "standard", "models": list(listed), "fallback": list(fallbacks)}]
+    joined = tuple(m["name"] for m in raw["models"] if m["name"] not in (*listed, *fallbacks))
+    primaries = (*listed, *joined)
+    split = any(CLUSTERS_OF_STAGING_MODELS[p] != CLUSTERS_OF_STAGING_MODELS[f] for p in primaries for f in fallbacks)
+    if split:
+        with pytest.raises(SpecError) as error:
+            _parse(raw)
+        assert [i.path for i in error.value.issues] == ["gateway.tiers[0].fallback"]
+        return
+    spec = _parse(raw)
+    for cluster in ("eks", "gke"):
+        here = tuple(p for p in primaries if CLUSTERS_OF_STAGING_MODELS[p] == cluster)
+        served = gc.processor_config(spec, STAGING_SIZING, cluster, gc.GatewayAddresses()).tiers
+        assert [(t.models, t.fallback) for t in served] == ([(here, fallbacks)] if here else [])
+
+
+def test_longer_context_reroute_within_the_tier() -> None:
+    raw = _raw("prod")
+    raw["gateway"]["tiers"][1]["models"] = ["llama-8b", "llama-70b"]
+    spec = _parse(raw)
+    config = gc.processor_config(spec, size_platform(spec), "eks", gc.GatewayAddresses())
+    short = config.model("llama-8b")
+    assert short is not None and short.longer_context == ("llama-70b",)
+
+
+def test_auth_none_gives_the_budgets_to_an_anonymous_tenant(tmp_path: Path) -> None:
+    raw = _raw("dev")
+    raw["gateway"]["auth"] = "none"
+    del raw["gateway"]["tenants"]
+    spec = _parse(raw)
+    rendered = gc.render_gateway(spec, size_platform(spec), "eks")
+    config = ProcessorConfig.model_validate_json(rendered.processor_json)
+    assert not config.auth_required
+    assert config.anonymous_tenant is not None and config.anonymous_tenant.requests_per_minute == 60
+    assert gc.API_KEY_FILTER not in rendered.envoy_yaml
+    envoy = tmp_path / "envoy.yaml"
+    envoy.write_text(rendered.envoy_yaml)
+    assert validate(envoy).returncode == 0
+
+
+def test_checksum_follows_the_config(tmp_path: Path) -> None:
+    raw = _raw("dev")
+    spec = _parse(raw)
+    first = gc.render_gateway(spec, size_platform(spec), "eks")
+    assert first.checksum == gc.render_gateway(spec, size_platform(spec), "eks").checksum
+    raw["gateway"]["rate_limit"]["tokens_per_minute"] = 60_000
+    changed = _parse(raw)
+    assert gc.render_gateway(changed, size_platform(changed), "eks").checksum != first.checksum
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "message"),
+    [
+        (lambda g: g["tenants"].append({"name": "ml-dev", "tiers": ["standard"]}), "gateway.tenants[1].name", "twice"),
+        (lambda g: g["tenants"][0].update(tiers=["gold"]), "gateway.tenants[0].tiers[0]", "no gateway tier"),
+        (lambda g: g.update(auth="none"), "gateway.tenants", "tenants need authentication"),
+        (lambda g: g.update(auth="oidc"), "gateway.auth", "oidc is not supported"),
+        (lambda g: g["tenants"][0].update(requests_per_minute=0), "gateway.tenants[0].requests_per_minute", ""),
+        (lambda g: g.update(admission={"queue_timeout_seconds": 0}), "gateway.admission.queue_timeout_seconds", ""),
+    ],
+)
+def test_gateway_spec_errors_name_the_key(mutate: Any, path: str, message: str) -> None:
+    raw = _raw("dev")
+    mutate(raw["gateway"])
+    with pytest.raises(SpecError) as error:
+        _parse(raw)
+    assert any(i.path == path and message in i.message for i in error.value.issues), error.value.issues
+
+
+@given(st.integers(min_value=1, max_value=1_000_000))
+def test_request_buckets_hold_the_rate_exactly(per_minute: int) -> None:
+    bucket, retry_after = gc._bucket(per_minute)
+    interval = float(bucket["fill_interval"].removesuffix("s"))
+    assert interval >= 0.05  # Envoy's shortest fill interval
+    assert bucket["max_tokens"] == per_minute
+    assert bucket["tokens_per_fill"] * 60 / interval == pytest.approx(per_minute, rel=0.01)
+    assert retry_after >= math.ceil(interval) and retry_after >= 1

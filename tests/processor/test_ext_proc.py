@@ -1,0 +1,409 @@
+"""The processor's decisions, driven message by message as Envoy drives them, with a real Redis 8.2 and a real
+tokenizer (``tokenizers``, built by the test): context admission, reroute, clamping, budgets, the KV gate, the
+scale-from-zero hold and token accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from inferplane.processor import metrics as gm
+from inferplane.processor.admission import ModelGate
+from inferplane.processor.config import ModelConfig, ProcessorConfig, TenantConfig, TierConfig
+from inferplane.processor.ext_proc import Processor
+from tests.gateway_support import free_port
+from tests.tiny_model import build_tokenizer, words
+
+OVERHEAD = 8
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    build_tokenizer().save(str(path))
+    return str(path)
+
+
+def _model(name: str, tokenizer: str | None, **overrides: Any) -> ModelConfig:
+    fields: dict[str, Any] = {
+        "name": name,
+        "tier": "standard",
+        "upstream_url": f"http://127.0.0.1:{free_port()}",
+        "health_path": "/health",
+        "max_model_len": 1024,
+        "max_num_seqs": 4,
+        "replicas": 1,
+        "inflight_limit": 4,
+        "queue_max": 2,
+        "queue_timeout_seconds": 1.0,
+        "scale_to_zero": False,
+        "cold_start_hold_seconds": 60.0,
+        "tokenizer_path": tokenizer,
+    }
+    return ModelConfig(**{**fields, **overrides})
+
+
+def _config(tokenizer: str | None, *models: ModelConfig, **tenant: Any) -> ProcessorConfig:
+    models = models or (_model("short", tokenizer),)
+    tiers: dict[str, list[str]] = {}
+    for model in models:
+        tiers.setdefault(model.tier, []).append(model.name)
+    limits = {"requests_per_minute": 100, "tokens_per_minute": 100_000, **tenant}
+    return ProcessorConfig(
+        grpc_port=1,
+        metrics_port=2,
+        tenant_header="x-inferplane-tenant",
+        auth_required=True,
+        redis_url_env="UNUSED",
+        redis_key_prefix=f"test:{free_port()}:",
+        chat_message_overhead_tokens=OVERHEAD,
+        models=models,
+        tiers=tuple(TierConfig(name=t, models=tuple(ms)) for t, ms in tiers.items()),
+        tenants=(TenantConfig(name="t", tiers=tuple(tiers), **limits),),
+    )
+
+
+def _headers(path: str = "/v1/chat/completions", method: str = "POST", tenant: str | None = "t") -> Any:
+    values = {":path": path, ":method": method, **({"x-inferplane-tenant": tenant} if tenant else {})}
+    header_map = base_pb2.HeaderMap(
+        headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in values.items()]
+    )
+    return pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=header_map, end_of_stream=method == "GET"))
+
+
+def _body(payload: dict[str, Any]) -> Any:
+    return pb.ProcessingRequest(request_body=pb.HttpBody(body=json.dumps(payload).encode(), end_of_stream=True))
+
+
+def _response_body(chunk: bytes, end: bool) -> Any:
+    return pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk, end_of_stream=end))
+
+
+class Stream:
+    """One ext_proc stream kept open: send a message, read the processor's answer."""
+
+    def __init__(self, processor: Processor) -> None:
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._responses = processor.process(self._messages())
+
+    async def _messages(self) -> AsyncIterator[Any]:
+        while (message := await self._queue.get()) is not None:
+            yield message
+
+    async def send(self, message: Any) -> Any:
+        await self._queue.put(message)
+        return await anext(self._responses)
+
+    async def close(self) -> None:
+        await self._queue.put(None)
+        with pytest.raises(StopAsyncIteration):
+            await anext(self._responses)
+
+
+def _processor(config: ProcessorConfig, redis_port: int | None = None) -> Processor:
+    redis = Redis(port=redis_port, socket_timeout=0.5) if redis_port else None
+    return Processor(config, redis, CollectorRegistry())
+
+
+async def _request(processor: Processor, payload: dict[str, Any]) -> tuple[Stream, Any]:
+    stream = Stream(processor)
+    first = await stream.send(_headers())
+    assert first.WhichOneof("response") == "request_headers"
+    return stream, await stream.send(_body(payload))
+
+
+def _status(response: Any) -> int:
+    if response.WhichOneof("response") != "immediate_response":
+        return 0
+    code: int = response.immediate_response.status.code
+    return code
+
+
+def _error(response: Any) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(response.immediate_response.body)["error"]
+    return body
+
+
+def _headers_of(response: Any) -> dict[str, str]:
+    return {h.header.key: h.header.raw_value.decode() for h in response.immediate_response.headers.set_headers}
+
+
+def _forwarded(response: Any) -> dict[str, Any]:
+    assert response.WhichOneof("response") == "request_body", response
+    body: dict[str, Any] = json.loads(response.request_body.response.body_mutation.body)
+    return body
+
+
+def _chat(content: str, model: str = "short", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": content}], **extra}
+
+
+def test_context_is_checked_with_the_models_tokenizer(tokenizer_file: str) -> None:
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))
+        fits = 1024 - OVERHEAD - 24
+        _, response = await _request(processor, _chat(words(fits), max_tokens=24))
+        assert _forwarded(response)["max_tokens"] == 24
+        _, response = await _request(processor, _chat(words(fits), max_tokens=25))
+        assert _status(response) == 400
+        error = _error(response)
+        assert (error["code"], error["type"], error["param"]) == (
+            "context_length_exceeded",
+            "invalid_request_error",
+            "messages",
+        )
+        assert "maximum context length is 1024 tokens" in error["message"]
+
+    asyncio.run(run())
+
+
+@settings(max_examples=25, deadline=None)
+@given(prompt=st.integers(min_value=0, max_value=1100), max_tokens=st.none() | st.integers(min_value=1, max_value=1100))
+def test_admission_holds_exactly_the_context(tokenizer_file: str, prompt: int, max_tokens: int | None) -> None:
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))
+        extra: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
+        _, response = await _request(processor, _chat(words(prompt), **extra))
+        counted = prompt + OVERHEAD
+        if counted + (max_tokens or 1) <= 1024:
+            assert _forwarded(response)["max_tokens"] == (max_tokens or 1024 - counted)
+        else:
+            assert _error(response)["code"] == "context_length_exceeded"
+
+    asyncio.run(run())
+
+
+def test_longer_context_model_of_the_tier_takes_what_does_not_fit(tokenizer_file: str) -> None:
+    async def run() -> None:
+        long = _model("long", tokenizer_file, max_model_len=4096)
+        short = _model("short", tokenizer_file, longer_context=("long",))
+        processor = _processor(_config(tokenizer_file, short, long))
+        _, response = await _request(processor, _chat(words(2000), max_tokens=100))
+        assert _forwarded(response)["model"] == "long"
+        _, response = await _request(processor, _chat(words(5000)))
+        assert _error(response)["code"] == "context_length_exceeded"
+        assert "4096" in _error(response)["message"]
+
+    asyncio.run(run())
+
+
+def test_tiers_models_and_streams(tokenizer_file: str) -> None:
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))
+        _, response = await _request(processor, _chat("w1", model="standard"))
+        assert _forwarded(response)["model"] == "short"
+        _, response = await _request(processor, _chat("w1", model="nope"))
+        assert (_status(response), _error(response)["code"]) == (404, "model_not_found")
+        _, response = await _request(processor, _chat("w1", stream=True, stream_options={"x": 1}))
+        assert _forwarded(response)["stream_options"] == {"x": 1, "include_usage": True}
+        _, response = await _request(processor, {"model": "short"})
+        assert (_status(response), _error(response)["code"]) == (400, "bad_request")
+        stream = Stream(processor)
+        models = await stream.send(_headers("/v1/models", "GET"))
+        assert [m["id"] for m in json.loads(models.immediate_response.body)["data"]] == ["short", "standard"]
+
+    asyncio.run(run())
+
+
+def _attributed_body(payload: dict[str, Any], tenant: str | None = "t") -> Any:
+    """A request body as Envoy sends it without a headers message: path, method and headers as attributes."""
+    message = _body(payload)
+    fields = {"request.path": "/v1/chat/completions?trace=1", "request.method": "POST"}
+    if tenant is not None:
+        fields["request.headers['x-inferplane-tenant']"] = tenant
+    message.attributes["envoy.filters.http.ext_proc"].update(fields)
+    return message
+
+
+def test_a_body_without_a_headers_message_reads_its_attributes(tokenizer_file: str) -> None:
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))
+        forwarded = await Stream(processor).send(_attributed_body(_chat("w1", model="standard")))
+        assert _forwarded(forwarded)["model"] == "short"
+        # Envoy held no headers for the processor: it drops the stale length itself and sends the new body chunked
+        assert not forwarded.request_body.response.header_mutation.set_headers
+        _, with_headers = await _request(processor, _chat("w1", model="standard"))
+        [length] = with_headers.request_body.response.header_mutation.set_headers
+        assert length.header.key == "content-length"
+        assert int(length.header.raw_value) == len(with_headers.request_body.response.body_mutation.body)
+        anonymous = await Stream(processor).send(_attributed_body(_chat("w1"), tenant=None))
+        assert (_status(anonymous), _error(anonymous)["code"]) == (401, "invalid_api_key")
+        stranger = await Stream(processor).send(_attributed_body(_chat("w1"), tenant="stranger"))
+        assert (_status(stranger), _error(stranger)["code"]) == (403, "tier_forbidden")
+
+    asyncio.run(run())
+
+
+def test_unknown_tenant_is_forbidden(tokenizer_file: str) -> None:
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))
+        stream = Stream(processor)
+        await stream.send(_headers(tenant="stranger"))
+        response = await stream.send(_body(_chat("w1")))
+        assert (_status(response), _error(response)["code"]) == (403, "tier_forbidden")
+
+    asyncio.run(run())
+
+
+def test_request_and_token_budgets_in_redis(tokenizer_file: str, redis_port: int) -> None:
+    async def run() -> None:
+        config = _config(tokenizer_file, requests_per_minute=2, tokens_per_minute=100)
+        processor = _processor(config, redis_port)
+        for _ in range(2):
+            _, response = await _request(processor, _chat("w1", max_tokens=5))
+            _forwarded(response)
+        _, response = await _request(processor, _chat("w1", max_tokens=5))
+        assert _status(response) == 429
+        assert _error(response)["type"] == "requests"
+        assert 1 <= int(_headers_of(response)["retry-after"]) <= 60
+        tokens = _processor(_config(tokenizer_file, tokens_per_minute=100), redis_port)
+        _, response = await _request(tokens, _chat(words(60)))
+        _forwarded(response)
+        _, response = await _request(tokens, _chat(words(60)))
+        assert (_status(response), _error(response)["type"]) == (429, "tokens")
+
+    asyncio.run(run())
+
+
+def test_redis_unreachable_fails_open(tokenizer_file: str) -> None:
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file, requests_per_minute=1), free_port())
+        for _ in range(3):
+            _, response = await _request(processor, _chat("w1"))
+            _forwarded(response)
+        errors = processor.metrics.errors.labels("redis")._value.get()
+        assert errors >= 3
+
+    asyncio.run(run())
+
+
+def test_kv_gate_queues_briefly_then_refuses(tokenizer_file: str) -> None:
+    async def run() -> None:
+        model = _model("short", tokenizer_file, inflight_limit=1, queue_max=1, queue_timeout_seconds=0.3)
+        processor = _processor(_config(tokenizer_file, model))
+        holder, response = await _request(processor, _chat("w1"))
+        _forwarded(response)
+        queued = asyncio.ensure_future(_request(processor, _chat("w1")))
+        await asyncio.sleep(0.05)
+        assert processor.metrics.pending.labels("short")._value.get() == 1
+        _, refused = await _request(processor, _chat("w1"))  # the queue is full
+        assert (_status(refused), _error(refused)["code"]) == (429, "capacity_exceeded")
+        assert _headers_of(refused)["retry-after"] == "1"
+        _, timed_out = await queued  # no slot within 0.3 s
+        assert _status(timed_out) == 429
+        waiter = asyncio.ensure_future(_request(processor, _chat("w1")))
+        await asyncio.sleep(0.05)
+        await holder.close()  # the slot passes to the waiter
+        _, admitted = await waiter
+        _forwarded(admitted)
+        assert processor.metrics.inflight.labels("short")._value.get() == 1
+        assert processor.metrics.pending.labels("short")._value.get() == 0
+
+    asyncio.run(run())
+
+
+def test_gate_cancellation_frees_the_queue() -> None:
+    async def run() -> None:
+        gate = ModelGate(1, 2, 5.0, lambda: None)
+        assert await gate.acquire()
+        waiter = asyncio.ensure_future(gate.acquire())
+        await asyncio.sleep(0.01)
+        assert gate.waiting == 1
+        waiter.cancel()
+        await asyncio.sleep(0.01)
+        assert gate.waiting == 0
+        gate.release()
+        assert gate.inflight == 0
+
+    asyncio.run(run())
+
+
+def test_scale_from_zero_holds_then_503(tokenizer_file: str) -> None:
+    async def run() -> None:
+        model = _model("short", tokenizer_file, scale_to_zero=True, cold_start_hold_seconds=0.8)
+        processor = _processor(_config(tokenizer_file, model))
+        pending = asyncio.ensure_future(_request(processor, _chat("w1")))
+        await asyncio.sleep(0.3)
+        assert processor.metrics.pending.labels("short")._value.get() == 1  # what KEDA wakes the model on
+        _, response = await pending
+        assert (_status(response), _error(response)["code"]) == (503, "model_starting")
+        assert _headers_of(response)["retry-after"] == "30"
+        assert processor.metrics.pending.labels("short")._value.get() == 0
+        assert processor.metrics.rejections.labels("cold_start_timeout", "short")._value.get() == 1
+
+    asyncio.run(run())
+
+
+def test_a_response_without_usage_returns_the_reservation(tokenizer_file: str, redis_port: int) -> None:
+    async def run() -> None:
+        config = _config(tokenizer_file)
+        processor = _processor(config, redis_port)
+        stream, response = await _request(processor, _chat(words(10)))
+        _forwarded(response)
+        await stream.send(_response_body(b'{"error": {"message": "upstream failed"}}', True))
+        await stream.close()
+        await processor.budgets.flush()
+        redis = Redis(port=redis_port)
+        keys = [k async for k in redis.scan_iter(f"{config.redis_key_prefix}t:tok:*")]
+        assert [int(await redis.get(k) or 0) for k in keys] == [0]
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_usage_is_accounted_per_tenant_and_corrects_the_reservation(
+    tokenizer_file: str, redis_port: int, streamed: bool
+) -> None:
+    async def run() -> None:
+        config = _config(tokenizer_file)
+        processor = _processor(config, redis_port)
+        stream, response = await _request(processor, _chat(words(10), stream=streamed))
+        _forwarded(response)
+        usage = {"prompt_tokens": 13, "completion_tokens": 7, "total_tokens": 20}
+        if streamed:
+            chunk = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+            final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
+            for piece, end in ((chunk, False), (final[:17], False), (final[17:], True)):
+                await stream.send(_response_body(piece, end))
+        else:
+            body = json.dumps({"choices": [], "usage": usage}).encode()
+            await stream.send(_response_body(body[:10], False))
+            await stream.send(_response_body(body[10:], True))
+        await stream.close()
+        tokens = processor.metrics.tokens
+        assert tokens.labels("t", "standard", "short", "prompt")._value.get() == 13
+        assert tokens.labels("t", "standard", "short", "completion")._value.get() == 7
+        await processor.budgets.flush()
+        redis = Redis(port=redis_port)
+        keys = [k async for k in redis.scan_iter(f"{config.redis_key_prefix}t:tok:*")]
+        assert [int(await redis.get(k) or 0) for k in keys] == [20]
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
+    registry = CollectorRegistry()
+    Processor(_config(tokenizer_file), None, registry)
+    names = {metric.name for metric in registry.collect()}
+    exposed = {
+        gm.REQUESTS_TOTAL.removesuffix("_total"),
+        gm.REJECTIONS_TOTAL.removesuffix("_total"),
+        gm.TOKENS_TOTAL.removesuffix("_total"),
+        gm.PENDING_REQUESTS,
+        gm.INFLIGHT_REQUESTS,
+        gm.QUEUE_SECONDS,
+        gm.PROCESSOR_ERRORS_TOTAL.removesuffix("_total"),
+    }
+    assert names == exposed
