@@ -485,7 +485,7 @@ def test_a_failing_program_exits_3_with_the_project_frames_only() -> None:
     code, _, stderr = run_cli(["preview", "--stack", "dev"], program=_failing_program)
     assert code == EXIT_FAILED
     assert stderr.startswith("the program failed:\nTraceback (project frames only, most recent call last):\n")
-    assert 'File "tests/test_preview.py"' in stderr and "in _failing_program" in stderr
+    assert 'File "tests/tool/test_preview.py"' in stderr and "in _failing_program" in stderr
     assert stderr.rstrip().endswith("ValueError: the program broke")
     assert "site-packages" not in stderr and "mockengine" not in stderr and "asyncio" not in stderr
 
