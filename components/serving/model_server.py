@@ -15,7 +15,7 @@ the primary source; the Hugging Face hub is the fallback when no bucket is confi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -30,8 +30,10 @@ from inferplane.components.serving.annotations import (
     NAME_LABEL,
     SCRAPE_LABELS,
     SERVED_MODEL_LABEL,
+    serving_annotations,
 )
-from inferplane.components.spec.platform_spec import Engine, ModelDeploymentSpec
+from inferplane.components.serving.naming import model_service_name
+from inferplane.components.spec.platform_spec import Engine, Environment, ModelDeploymentSpec
 from inferplane.components.spec.scheduling import (
     GKE_TPU_ACCELERATOR_LABEL,
     GKE_TPU_TOPOLOGY_LABEL,
@@ -438,6 +440,118 @@ def labels_for(name: str, tags: Mapping[str, str]) -> tuple[dict[str, str], dict
     """
     selector = {NAME_LABEL: name, COMPONENT_LABEL: MODEL_SERVER}
     return selector, {**tags, **selector, SERVED_MODEL_LABEL: name, "app.kubernetes.io/part-of": "inferplane"}
+
+
+def pre_stop_sleep() -> k8s.core.v1.LifecycleArgs:
+    """The server container's ``preStop``: :data:`PRE_STOP_SLEEP_SECONDS` asleep before the engine sees SIGTERM."""
+    return k8s.core.v1.LifecycleArgs(
+        pre_stop=k8s.core.v1.LifecycleHandlerArgs(sleep=k8s.core.v1.SleepActionArgs(seconds=PRE_STOP_SLEEP_SECONDS))
+    )
+
+
+def server_pod(
+    account: k8s.core.v1.ServiceAccount,
+    placement: Placement,
+    selector: Mapping[str, str],
+    environment: Environment,
+    drain: int,
+    *,
+    non_root: bool,
+    init_containers: list[k8s.core.v1.ContainerArgs] | None,
+    containers: list[k8s.core.v1.ContainerArgs],
+    volumes: list[k8s.core.v1.VolumeArgs],
+) -> k8s.core.v1.PodSpecArgs:
+    """A model server's pod: its own identity without an API token, on its pool, spread over zones in ``prod``.
+
+    The grace period covers the ``preStop`` sleep, ``drain`` seconds of in-flight requests and 15 s for the engine
+    to exit, so the kubelet's SIGKILL never cuts a drain short.
+    """
+    return k8s.core.v1.PodSpecArgs(
+        service_account_name=account.metadata.name,
+        automount_service_account_token=False,
+        enable_service_links=False,
+        node_selector=node_selector(placement),
+        tolerations=tolerations(placement),
+        topology_spread_constraints=zone_spread(selector) if environment == "prod" else None,
+        termination_grace_period_seconds=PRE_STOP_SLEEP_SECONDS + drain + 15,
+        security_context=pod_security(non_root=non_root),
+        init_containers=init_containers,
+        containers=containers,
+        volumes=volumes,
+    )
+
+
+def server_deployment(
+    name: str,
+    spec: ModelDeploymentSpec,
+    sizing: DeploymentSizing,
+    pod: k8s.core.v1.PodSpecArgs,
+    *,
+    namespace: pulumi.Input[str],
+    selector: Mapping[str, str],
+    labels: Mapping[str, str],
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None = None,
+) -> k8s.apps.v1.Deployment:
+    """The server's Deployment, named after the model deployment: surge-first rollouts, KEDA's replica count."""
+    return k8s.apps.v1.Deployment(
+        name,
+        # What the policy pack and humans read back: model, engine, placement, sizing
+        # (components.serving.annotations).
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=spec.name, namespace=namespace, labels=dict(labels), annotations=serving_annotations(sizing)
+        ),
+        spec=k8s.apps.v1.DeploymentSpecArgs(
+            replicas=spec.min_replicas,
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
+            # A new replica must be Ready before an old one goes: no capacity dip during a rollout. The
+            # cluster autoscaler adds a node when the surge pod does not fit.
+            strategy=k8s.apps.v1.DeploymentStrategyArgs(
+                type="RollingUpdate",
+                rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
+            ),
+            progress_deadline_seconds=progress_deadline_seconds(sizing.result.cold_start_seconds),
+            template=k8s.core.v1.PodTemplateSpecArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(labels)), spec=pod
+            ),
+        ),
+        # KEDA owns the replica count once the ScaledObject exists; Pulumi only sets the initial one.
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=depends_on,
+            ignore_changes=["spec.replicas"],
+            custom_timeouts=rollout_timeouts(sizing.result.cold_start_seconds),
+        ),
+    )
+
+
+def server_service(
+    name: str,
+    deployment: str,
+    ports: Sequence[tuple[str, int]],
+    *,
+    namespace: pulumi.Input[str],
+    selector: Mapping[str, str],
+    labels: Mapping[str, str],
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.Service:
+    """The server's ClusterIP Service (:func:`components.serving.naming.model_service_name`): one TCP port per
+    ``(name, port)``, each targeting the container port of the same name."""
+    return k8s.core.v1.Service(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=model_service_name(deployment), namespace=namespace, labels=dict(labels)
+        ),
+        spec=k8s.core.v1.ServiceSpecArgs(
+            type="ClusterIP",
+            selector=dict(selector),
+            ports=[
+                k8s.core.v1.ServicePortArgs(name=port_name, port=port, target_port=port_name, protocol="TCP")
+                for port_name, port in ports
+            ],
+        ),
+        opts=opts,
+    )
 
 
 class ModelServer(pulumi.ComponentResource):

@@ -34,13 +34,12 @@ from inferplane.components.capacity.sizing import DeploymentSizing, TrtLlmSettin
 from inferplane.components.catalog.images import image_reference
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving import triton_config as tc
-from inferplane.components.serving.annotations import COMPONENT_LABEL, ENGINE_BUILD, serving_annotations
+from inferplane.components.serving.annotations import COMPONENT_LABEL, ENGINE_BUILD
 from inferplane.components.serving.naming import (
     TRITON_GRPC_PORT,
     TRITON_HEALTH_PATH,
     TRITON_HTTP_PORT,
     TRITON_OPENAI_PORT,
-    model_service_name,
 )
 from inferplane.components.spec.platform_spec import Environment, ModelDeploymentSpec
 
@@ -74,6 +73,12 @@ CALIBRATION_SAMPLES = 512
 
 REPOSITORY_MOUNT = "/repository"
 CONFIG_MOUNT = "/config"
+
+CHECKPOINT_DIR = f"{ms.MODELS_MOUNT}/checkpoint"
+ENGINE_DIR = f"{ms.MODELS_MOUNT}/engine"
+TOKENIZER_DIR = f"{ms.MODELS_MOUNT}/tokenizer"
+"""On the node-local models disk: the quantized checkpoint (build Job only), the built engine (built there, then
+synced into every replica), and the checkpoint's tokenizer files (:data:`TOKENIZER_FILES`, replicas only)."""
 
 TOKENIZER_FILES = (
     "tokenizer*",
@@ -235,252 +240,293 @@ class TritonTrtLlmService(ms.ModelServer):
     def __init__(self, name: str, args: TritonTrtLlmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         _validate(args)  # before registering anything: bad input declares nothing
         super().__init__("inferplane:index:TritonTrtLlmService", name, None, opts)
-        assert args.model_cache_uri is not None  # _validate
-        deployment, sizing = args.deployment, args.sizing
-        trtllm = sizing.result.trtllm
-        placement = ms.Placement.of(sizing, None)
-        selector, labels = ms.labels_for(deployment.name, args.labels)
+        deployment = args.deployment
+        layout = _Layout.of(args)
         child = pulumi.ResourceOptions(parent=self)
-        repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
-        fingerprint = engine_fingerprint(trtllm, repo)
-        engine_uri = pulumi.Output.concat(args.model_cache_uri, ENGINES_PREFIX, deployment.name, "/", fingerprint, "/")
-        checkpoint_uri = pulumi.Output.concat(args.model_cache_uri, repo, "/")
-        resources = ms.fit_resources(placement, trtllm.tensor_parallel, sizing.result.weights_bytes)
-        accelerators = ms.accelerator_resources(placement, sizing)
 
-        account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, labels, child)
-        tokenizer_dir = f"{ms.MODELS_MOUNT}/tokenizer"
-        configs = tc.model_repository(
-            trtllm,
-            engine_dir=f"{ms.MODELS_MOUNT}/engine",
-            tokenizer_dir=tokenizer_dir,
-            served_names=(deployment.name, *args.served_model_aliases),
+        account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, layout.labels, child)
+        repository, models = _model_repository(name, args, layout, child)
+        build_job = self._engine_build(name, args, layout, account)
+        pod = _server_pod(args, layout, account, repository, models)
+        server = ms.server_deployment(
+            f"{name}-deployment",
+            deployment,
+            args.sizing,
+            pod,
+            namespace=args.namespace,
+            selector=layout.selector,
+            labels=layout.labels,
+            parent=self,
+            # The engine must exist in the cache before a replica fetches it.
+            depends_on=[build_job],
         )
-        repository = k8s.core.v1.ConfigMap(
-            f"{name}-model-repository",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=f"{deployment.name}-model-repository", namespace=args.namespace, labels=labels
-            ),
-            data={f"{model}.pbtxt": tc.render(config) for model, config in configs.items()},
+        service = ms.server_service(
+            f"{name}-service",
+            deployment.name,
+            [("openai", TRITON_OPENAI_PORT), ("http", TRITON_HTTP_PORT), ("grpc", TRITON_GRPC_PORT)],
+            namespace=args.namespace,
+            selector=layout.selector,
+            labels=layout.labels,
+            opts=child,
+        )
+        self._finish(
+            name,
+            deployment=server,
+            service=service,
+            account=account,
+            spec=deployment,
+            selector=layout.selector,
+            labels=layout.labels,
+            metrics_port="openai",
+            scrape_interval_seconds=args.scrape_interval_seconds,
             opts=child,
         )
 
-        common_volumes = [
-            ms.memory_volume("dshm", resources.shm_bytes),
-            ms.disk_volume("home", 10 * ms.GIB),
-            ms.disk_volume("tmp", 2 * ms.GIB),
-        ]
-        engine_mounts = [
-            k8s.core.v1.VolumeMountArgs(name="models", mount_path=ms.MODELS_MOUNT),
-            k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
-            k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
-            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-        ]
-        home_env = [
-            k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
-            ms.user_env(),
-            k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
-        ]
-        if trtllm.tensor_parallel > 1:
-            # Orchestrator mode: one tritonserver process spawns a worker per rank (no mpirun in the pod).
-            home_env.append(k8s.core.v1.EnvVarArgs(name="TRTLLM_ORCHESTRATOR", value="1"))
-
-        checkpoint_dir = f"{ms.MODELS_MOUNT}/checkpoint"
-        engine_dir = f"{ms.MODELS_MOUNT}/engine"
-        build_script = "\n".join(
-            ["set -eu"]
-            + [
-                shlex.join(command)
-                for command in engine_build_commands(
-                    trtllm, dtype=sizing.result.vllm.dtype, checkpoint_dir=checkpoint_dir, engine_dir=engine_dir
-                )
-            ]
-        )
-        token_mount, token_env = ms.hf_token_file()
-        engine_image = image_reference("triton-trtllm", args.image_digests)
-        cli_image = image_reference("aws-cli", args.image_digests)
-        build_job = k8s.batch.v1.Job(
+    def _engine_build(
+        self, name: str, args: TritonTrtLlmServiceArgs, layout: _Layout, account: k8s.core.v1.ServiceAccount
+    ) -> k8s.batch.v1.Job:
+        """The Job that builds the engine once into the model cache, named after its fingerprint."""
+        return k8s.batch.v1.Job(
             f"{name}-engine-build",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=f"{deployment.name}-engine-{fingerprint}", namespace=args.namespace, labels=labels
+                name=f"{args.deployment.name}-engine-{layout.fingerprint}",
+                namespace=args.namespace,
+                labels=layout.labels,
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=2,
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels={**labels, COMPONENT_LABEL: ENGINE_BUILD}),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        restart_policy="Never",
-                        service_account_name=account.metadata.name,
-                        automount_service_account_token=False,
-                        enable_service_links=False,
-                        node_selector=ms.node_selector(placement),
-                        tolerations=ms.tolerations(placement),
-                        security_context=ms.pod_security(non_root=True),
-                        init_containers=[
-                            ms.s3_sync_container(
-                                "fetch-checkpoint", checkpoint_uri, f"{ms.MODELS_MOUNT}/hf", "models", image=cli_image
-                            ),
-                            k8s.core.v1.ContainerArgs(
-                                name="build-engine",
-                                image=engine_image,
-                                command=["/bin/sh", "-c", build_script],
-                                env=[*home_env, token_env],
-                                resources=resources.requirements(accelerators),
-                                volume_mounts=[*engine_mounts, token_mount],
-                                security_context=ms.container_security(non_root=True),
-                            ),
-                        ],
-                        containers=[
-                            ms.s3_sync_container("upload-engine", engine_dir, engine_uri, "models", image=cli_image)
-                        ],
-                        volumes=[
-                            # Checkpoint, quantized checkpoint and engine side by side.
-                            ms.disk_volume("models", resources.weights_volume_bytes * 3),
-                            *common_volumes,
-                            ms.hf_token_volume(args.hf_token_secret_name),
-                        ],
-                    ),
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels={**layout.labels, COMPONENT_LABEL: ENGINE_BUILD}),
+                    spec=_build_pod(args, layout, account),
                 ),
             ),
             # Calibration and the build take tens of minutes; Pulumi waits for the Job to complete.
             opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="90m")),
         )
 
-        drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
-        # The frontend's readiness is the in-process server's: every model loaded (strict readiness).
-        startup, readiness, liveness = ms.probes(TRITON_HEALTH_PATH, "openai", sizing.result.engine_start_seconds)
-        server = k8s.core.v1.ContainerArgs(
-            name="triton",
-            image=engine_image,
-            # In-flight requests finish before the server exits on SIGTERM (uvicorn drains its connections first).
-            command=["python3", "-c", frontend_launcher(drain)],
-            args=frontend_args(tokenizer_dir),
-            ports=[
-                k8s.core.v1.ContainerPortArgs(name="openai", container_port=TRITON_OPENAI_PORT, protocol="TCP"),
-                k8s.core.v1.ContainerPortArgs(name="http", container_port=TRITON_HTTP_PORT, protocol="TCP"),
-                k8s.core.v1.ContainerPortArgs(name="grpc", container_port=TRITON_GRPC_PORT, protocol="TCP"),
-            ],
-            # Offline: the tokenizer is a local folder; a missing file must fail the pod, not reach for the hub.
-            env=[*home_env, k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")],
-            resources=resources.requirements(accelerators),
-            startup_probe=startup,
-            readiness_probe=readiness,
-            liveness_probe=liveness,
-            lifecycle=k8s.core.v1.LifecycleArgs(
-                pre_stop=k8s.core.v1.LifecycleHandlerArgs(
-                    sleep=k8s.core.v1.SleepActionArgs(seconds=ms.PRE_STOP_SLEEP_SECONDS)
-                )
-            ),
-            volume_mounts=[
-                *engine_mounts,
-                k8s.core.v1.VolumeMountArgs(name="repository", mount_path=REPOSITORY_MOUNT),
-            ],
-            security_context=ms.container_security(non_root=True),
-        )
-        assemble = k8s.core.v1.ContainerArgs(
-            name="assemble-repository",
-            image=engine_image,
-            command=["/bin/sh", "-c", assemble_repository_script(tuple(configs))],
-            resources=k8s.core.v1.ResourceRequirementsArgs(
-                requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "256Mi"}
-            ),
-            volume_mounts=[
-                k8s.core.v1.VolumeMountArgs(name="repository", mount_path=REPOSITORY_MOUNT),
-                k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_MOUNT, read_only=True),
-            ],
-            security_context=ms.container_security(non_root=True),
-        )
-        pod = k8s.core.v1.PodSpecArgs(
-            service_account_name=account.metadata.name,
-            automount_service_account_token=False,
-            enable_service_links=False,
-            node_selector=ms.node_selector(placement),
-            tolerations=ms.tolerations(placement),
-            topology_spread_constraints=ms.zone_spread(selector) if args.environment == "prod" else None,
-            termination_grace_period_seconds=ms.PRE_STOP_SLEEP_SECONDS + drain + 15,
-            security_context=ms.pod_security(non_root=True),
-            init_containers=[
-                ms.s3_sync_container("fetch-engine", engine_uri, engine_dir, "models", image=cli_image),
-                ms.s3_sync_container(
-                    "fetch-tokenizer",
-                    checkpoint_uri,
-                    tokenizer_dir,
-                    "models",
-                    image=cli_image,
-                    include=TOKENIZER_FILES,
-                ),
-                assemble,
-            ],
-            containers=[server],
-            volumes=[
-                ms.disk_volume("models", resources.weights_volume_bytes),
-                *common_volumes,
-                k8s.core.v1.VolumeArgs(
-                    name="repository", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="1Gi")
-                ),
-                k8s.core.v1.VolumeArgs(
-                    name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=repository.metadata.name)
-                ),
-            ],
-        )
-        self._deployment = k8s.apps.v1.Deployment(
-            f"{name}-deployment",
-            # What the policy pack and humans read back: model, engine, placement, sizing
-            # (components.serving.annotations).
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=deployment.name,
-                namespace=args.namespace,
-                labels=labels,
-                annotations=serving_annotations(sizing),
-            ),
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                replicas=deployment.min_replicas,
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(
-                    type="RollingUpdate",
-                    rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
-                ),
-                progress_deadline_seconds=ms.progress_deadline_seconds(sizing.result.cold_start_seconds),
-                template=k8s.core.v1.PodTemplateSpecArgs(metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels), spec=pod),
-            ),
-            # The engine must exist in the cache before a replica fetches it; KEDA owns the replica count.
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[build_job],
-                ignore_changes=["spec.replicas"],
-                custom_timeouts=ms.rollout_timeouts(sizing.result.cold_start_seconds),
-            ),
-        )
-        self._service = k8s.core.v1.Service(
-            f"{name}-service",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=model_service_name(deployment.name), namespace=args.namespace, labels=labels
-            ),
-            spec=k8s.core.v1.ServiceSpecArgs(
-                type="ClusterIP",
-                selector=selector,
-                ports=[
-                    k8s.core.v1.ServicePortArgs(
-                        name="openai", port=TRITON_OPENAI_PORT, target_port="openai", protocol="TCP"
-                    ),
-                    k8s.core.v1.ServicePortArgs(name="http", port=TRITON_HTTP_PORT, target_port="http", protocol="TCP"),
-                    k8s.core.v1.ServicePortArgs(name="grpc", port=TRITON_GRPC_PORT, target_port="grpc", protocol="TCP"),
-                ],
-            ),
-            opts=child,
-        )
-        self._finish(
-            name,
-            deployment=self._deployment,
-            service=self._service,
-            account=account,
-            spec=deployment,
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the children share, derived once from the inputs: labels, placement and the share of the node, where the
+    checkpoint and the engine live in the cache, and the images."""
+
+    selector: dict[str, str]
+    labels: dict[str, str]
+    placement: ms.Placement
+    resources: ms.FittedResources
+    accelerators: dict[str, str]
+    fingerprint: str
+    engine_uri: pulumi.Output[str]
+    checkpoint_uri: pulumi.Output[str]
+    engine_image: str
+    cli_image: str
+
+    @staticmethod
+    def of(args: TritonTrtLlmServiceArgs) -> _Layout:
+        """The layout of validated inputs."""
+        assert args.model_cache_uri is not None  # _validate
+        deployment, sizing = args.deployment, args.sizing
+        trtllm = sizing.result.trtllm
+        placement = ms.Placement.of(sizing, None)
+        selector, labels = ms.labels_for(deployment.name, args.labels)
+        repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
+        fingerprint = engine_fingerprint(trtllm, repo)
+        return _Layout(
             selector=selector,
             labels=labels,
-            metrics_port="openai",
-            scrape_interval_seconds=args.scrape_interval_seconds,
-            opts=child,
+            placement=placement,
+            resources=ms.fit_resources(placement, trtllm.tensor_parallel, sizing.result.weights_bytes),
+            accelerators=ms.accelerator_resources(placement, sizing),
+            fingerprint=fingerprint,
+            engine_uri=pulumi.Output.concat(
+                args.model_cache_uri, ENGINES_PREFIX, deployment.name, "/", fingerprint, "/"
+            ),
+            checkpoint_uri=pulumi.Output.concat(args.model_cache_uri, repo, "/"),
+            engine_image=image_reference("triton-trtllm", args.image_digests),
+            cli_image=image_reference("aws-cli", args.image_digests),
         )
+
+
+def _model_repository(
+    name: str, args: TritonTrtLlmServiceArgs, layout: _Layout, opts: pulumi.ResourceOptions
+) -> tuple[k8s.core.v1.ConfigMap, tuple[str, ...]]:
+    """The ConfigMap of generated ``config.pbtxt`` files, and the names of the models it configures."""
+    configs = tc.model_repository(
+        args.sizing.result.trtllm,
+        engine_dir=ENGINE_DIR,
+        tokenizer_dir=TOKENIZER_DIR,
+        served_names=(args.deployment.name, *args.served_model_aliases),
+    )
+    repository = k8s.core.v1.ConfigMap(
+        f"{name}-model-repository",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=f"{args.deployment.name}-model-repository", namespace=args.namespace, labels=layout.labels
+        ),
+        data={f"{model}.pbtxt": tc.render(config) for model, config in configs.items()},
+        opts=opts,
+    )
+    return repository, tuple(configs)
+
+
+def _engine_env(trtllm: TrtLlmSettings) -> list[k8s.core.v1.EnvVarArgs]:
+    """The environment of both engine containers (the build and the server): a writable home, the hub's cache."""
+    env = [
+        k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
+        ms.user_env(),
+        k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
+    ]
+    if trtllm.tensor_parallel > 1:
+        # Orchestrator mode: one tritonserver process spawns a worker per rank (no mpirun in the pod).
+        env.append(k8s.core.v1.EnvVarArgs(name="TRTLLM_ORCHESTRATOR", value="1"))
+    return env
+
+
+def _engine_mounts() -> list[k8s.core.v1.VolumeMountArgs]:
+    """Where both engine containers see the models disk and the scratch volumes of :func:`_scratch_volumes`."""
+    return [
+        k8s.core.v1.VolumeMountArgs(name="models", mount_path=ms.MODELS_MOUNT),
+        k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
+        k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
+        k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+    ]
+
+
+def _scratch_volumes(resources: ms.FittedResources) -> list[k8s.core.v1.VolumeArgs]:
+    """``/dev/shm``, ``$HOME`` and ``/tmp``, the same in the build Job and the server pods."""
+    return [
+        ms.memory_volume("dshm", resources.shm_bytes),
+        ms.disk_volume("home", 10 * ms.GIB),
+        ms.disk_volume("tmp", 2 * ms.GIB),
+    ]
+
+
+def _build_pod(
+    args: TritonTrtLlmServiceArgs, layout: _Layout, account: k8s.core.v1.ServiceAccount
+) -> k8s.core.v1.PodSpecArgs:
+    """Fetch the checkpoint, convert and build it (:func:`engine_build_commands`), upload the engine."""
+    sizing = args.sizing
+    commands = engine_build_commands(
+        sizing.result.trtllm, dtype=sizing.result.vllm.dtype, checkpoint_dir=CHECKPOINT_DIR, engine_dir=ENGINE_DIR
+    )
+    build_script = "\n".join(["set -eu"] + [shlex.join(command) for command in commands])
+    token_mount, token_env = ms.hf_token_file()
+    placement, cli_image = layout.placement, layout.cli_image
+    return k8s.core.v1.PodSpecArgs(
+        restart_policy="Never",
+        service_account_name=account.metadata.name,
+        automount_service_account_token=False,
+        enable_service_links=False,
+        node_selector=ms.node_selector(placement),
+        tolerations=ms.tolerations(placement),
+        security_context=ms.pod_security(non_root=True),
+        init_containers=[
+            ms.s3_sync_container(
+                "fetch-checkpoint", layout.checkpoint_uri, f"{ms.MODELS_MOUNT}/hf", "models", image=cli_image
+            ),
+            k8s.core.v1.ContainerArgs(
+                name="build-engine",
+                image=layout.engine_image,
+                command=["/bin/sh", "-c", build_script],
+                env=[*_engine_env(sizing.result.trtllm), token_env],
+                resources=layout.resources.requirements(layout.accelerators),
+                volume_mounts=[*_engine_mounts(), token_mount],
+                security_context=ms.container_security(non_root=True),
+            ),
+        ],
+        containers=[ms.s3_sync_container("upload-engine", ENGINE_DIR, layout.engine_uri, "models", image=cli_image)],
+        volumes=[
+            # Checkpoint, quantized checkpoint and engine side by side.
+            ms.disk_volume("models", layout.resources.weights_volume_bytes * 3),
+            *_scratch_volumes(layout.resources),
+            ms.hf_token_volume(args.hf_token_secret_name),
+        ],
+    )
+
+
+def _server_pod(
+    args: TritonTrtLlmServiceArgs,
+    layout: _Layout,
+    account: k8s.core.v1.ServiceAccount,
+    repository: k8s.core.v1.ConfigMap,
+    models: tuple[str, ...],
+) -> k8s.core.v1.PodSpecArgs:
+    """Fetch the engine and the tokenizer, assemble the model repository, serve."""
+    sizing = args.sizing
+    drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
+    cli_image = layout.cli_image
+    return ms.server_pod(
+        account,
+        layout.placement,
+        layout.selector,
+        args.environment,
+        drain,
+        non_root=True,
+        init_containers=[
+            ms.s3_sync_container("fetch-engine", layout.engine_uri, ENGINE_DIR, "models", image=cli_image),
+            ms.s3_sync_container(
+                "fetch-tokenizer",
+                layout.checkpoint_uri,
+                TOKENIZER_DIR,
+                "models",
+                image=cli_image,
+                include=TOKENIZER_FILES,
+            ),
+            _assemble_container(layout.engine_image, models),
+        ],
+        containers=[_server_container(sizing, layout, drain)],
+        volumes=[
+            ms.disk_volume("models", layout.resources.weights_volume_bytes),
+            *_scratch_volumes(layout.resources),
+            k8s.core.v1.VolumeArgs(name="repository", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="1Gi")),
+            k8s.core.v1.VolumeArgs(
+                name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=repository.metadata.name)
+            ),
+        ],
+    )
+
+
+def _assemble_container(image: str, models: tuple[str, ...]) -> k8s.core.v1.ContainerArgs:
+    """The init container that lays out the model repository (:func:`assemble_repository_script`)."""
+    return k8s.core.v1.ContainerArgs(
+        name="assemble-repository",
+        image=image,
+        command=["/bin/sh", "-c", assemble_repository_script(models)],
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "256Mi"}
+        ),
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name="repository", mount_path=REPOSITORY_MOUNT),
+            k8s.core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_MOUNT, read_only=True),
+        ],
+        security_context=ms.container_security(non_root=True),
+    )
+
+
+def _server_container(sizing: DeploymentSizing, layout: _Layout, drain: int) -> k8s.core.v1.ContainerArgs:
+    """Triton behind its OpenAI frontend (:func:`frontend_launcher`), with KServe HTTP and gRPC beside it."""
+    # The frontend's readiness is the in-process server's: every model loaded (strict readiness).
+    startup, readiness, liveness = ms.probes(TRITON_HEALTH_PATH, "openai", sizing.result.engine_start_seconds)
+    return k8s.core.v1.ContainerArgs(
+        name="triton",
+        image=layout.engine_image,
+        # In-flight requests finish before the server exits on SIGTERM (uvicorn drains its connections first).
+        command=["python3", "-c", frontend_launcher(drain)],
+        args=frontend_args(TOKENIZER_DIR),
+        ports=[
+            k8s.core.v1.ContainerPortArgs(name="openai", container_port=TRITON_OPENAI_PORT, protocol="TCP"),
+            k8s.core.v1.ContainerPortArgs(name="http", container_port=TRITON_HTTP_PORT, protocol="TCP"),
+            k8s.core.v1.ContainerPortArgs(name="grpc", container_port=TRITON_GRPC_PORT, protocol="TCP"),
+        ],
+        # Offline: the tokenizer is a local folder; a missing file must fail the pod, not reach for the hub.
+        env=[*_engine_env(sizing.result.trtllm), k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")],
+        resources=layout.resources.requirements(layout.accelerators),
+        startup_probe=startup,
+        readiness_probe=readiness,
+        liveness_probe=liveness,
+        lifecycle=ms.pre_stop_sleep(),
+        volume_mounts=[*_engine_mounts(), k8s.core.v1.VolumeMountArgs(name="repository", mount_path=REPOSITORY_MOUNT)],
+        security_context=ms.container_security(non_root=True),
+    )
 
 
 def _validate(args: TritonTrtLlmServiceArgs) -> None:

@@ -19,8 +19,7 @@ import pulumi_kubernetes as k8s
 from inferplane.components.capacity.sizing import DeploymentSizing, VllmSettings
 from inferplane.components.catalog.images import engine_image, image_reference
 from inferplane.components.serving import model_server as ms
-from inferplane.components.serving.annotations import serving_annotations
-from inferplane.components.serving.naming import VLLM_HEALTH_PATH, VLLM_PORT, model_service_name
+from inferplane.components.serving.naming import VLLM_HEALTH_PATH, VLLM_PORT
 from inferplane.components.spec.platform_spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
 
 VLLM_IMAGE = image_reference("vllm")
@@ -149,142 +148,36 @@ class VllmService(ms.ModelServer):
     def __init__(self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         _validate(args)  # before registering anything: bad input declares nothing
         super().__init__("inferplane:index:VllmService", name, None, opts)
-        deployment, sizing = args.deployment, args.sizing
-        settings = sizing.result.vllm
-        placement = ms.Placement.of(sizing, args.tpu_topology)
+        deployment = args.deployment
+        placement = ms.Placement.of(args.sizing, args.tpu_topology)
         selector, labels = ms.labels_for(deployment.name, args.labels)
         child = pulumi.ResourceOptions(parent=self)
 
         account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, labels, child)
-        resources = ms.fit_resources(placement, settings.tensor_parallel_size, sizing.result.weights_bytes)
-        drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
-        repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
-        from_cache = args.model_cache_uri is not None
-        model = f"{ms.MODELS_MOUNT}/{repo}" if from_cache else repo
-
-        env = [
-            k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
-            ms.user_env(),
-            k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
-            k8s.core.v1.EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
-        ]
-        init_containers = []
-        if from_cache:
-            assert args.model_cache_uri is not None
-            # Offline: a missing file must fail the pod, not silently pull the checkpoint from the hub.
-            env.append(k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1"))
-            source = pulumi.Output.concat(args.model_cache_uri, repo, "/")
-            init_containers.append(
-                ms.s3_sync_container(
-                    "fetch-weights", source, model, "models", image=image_reference("aws-cli", args.image_digests)
-                )
-            )
-        token_mounts: list[k8s.core.v1.VolumeMountArgs] = []
-        token_volumes: list[k8s.core.v1.VolumeArgs] = []
-        if not from_cache:
-            token_mount, token_env = ms.hf_token_file()
-            env.append(token_env)
-            token_mounts.append(token_mount)
-            token_volumes.append(ms.hf_token_volume(args.hf_token_secret_name))
-
-        startup, readiness, liveness = ms.probes(HEALTH_PATH, "http", sizing.result.engine_start_seconds)
-        container = k8s.core.v1.ContainerArgs(
-            name="vllm",
-            image=image_reference(engine_image("vllm", tpu=placement.is_tpu), args.image_digests),
-            command=list(VLLM_COMMAND),
-            args=vllm_args(
-                settings,
-                model=model,
-                served_model_name=deployment.name,
-                speculative=deployment.speculative_decoding,
-                shutdown_timeout_seconds=drain,
-                aliases=args.served_model_aliases,
-            ),
-            ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=VLLM_PORT, protocol="TCP")],
-            env=env,
-            resources=resources.requirements(ms.accelerator_resources(placement, sizing)),
-            startup_probe=startup,
-            readiness_probe=readiness,
-            liveness_probe=liveness,
-            lifecycle=k8s.core.v1.LifecycleArgs(
-                pre_stop=k8s.core.v1.LifecycleHandlerArgs(
-                    sleep=k8s.core.v1.SleepActionArgs(seconds=ms.PRE_STOP_SLEEP_SECONDS)
-                )
-            ),
-            volume_mounts=[
-                k8s.core.v1.VolumeMountArgs(name="models", mount_path=ms.MODELS_MOUNT),
-                k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
-                k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
-                k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-                *token_mounts,
-            ],
-            security_context=ms.container_security(non_root=not placement.is_tpu),
-        )
-        volumes = [
-            ms.disk_volume("models", resources.weights_volume_bytes),
-            ms.memory_volume("dshm", resources.shm_bytes),
-            ms.disk_volume("home", 10 * ms.GIB),
-            ms.disk_volume("tmp", 2 * ms.GIB),
-            *token_volumes,
-        ]
-        pod = k8s.core.v1.PodSpecArgs(
-            service_account_name=account.metadata.name,
-            automount_service_account_token=False,
-            enable_service_links=False,
-            node_selector=ms.node_selector(placement),
-            tolerations=ms.tolerations(placement),
-            topology_spread_constraints=ms.zone_spread(selector) if args.environment == "prod" else None,
-            termination_grace_period_seconds=ms.PRE_STOP_SLEEP_SECONDS + drain + 15,
-            security_context=ms.pod_security(non_root=not placement.is_tpu),
-            init_containers=init_containers or None,
-            containers=[container],
-            volumes=volumes,
-        )
-        self._deployment = k8s.apps.v1.Deployment(
+        pod = _server_pod(args, placement, selector, account)
+        server = ms.server_deployment(
             f"{name}-deployment",
-            # What the policy pack and humans read back: model, engine, placement, sizing
-            # (components.serving.annotations).
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=deployment.name,
-                namespace=args.namespace,
-                labels=labels,
-                annotations=serving_annotations(sizing),
-            ),
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                replicas=deployment.min_replicas,
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                # A new replica must be Ready before an old one goes: no capacity dip during a rollout. The
-                # cluster autoscaler adds a node when the surge pod does not fit.
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(
-                    type="RollingUpdate",
-                    rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
-                ),
-                progress_deadline_seconds=ms.progress_deadline_seconds(sizing.result.cold_start_seconds),
-                template=k8s.core.v1.PodTemplateSpecArgs(metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels), spec=pod),
-            ),
-            # KEDA owns the replica count once the ScaledObject exists; Pulumi only sets the initial one.
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                ignore_changes=["spec.replicas"],
-                custom_timeouts=ms.rollout_timeouts(sizing.result.cold_start_seconds),
-            ),
+            deployment,
+            args.sizing,
+            pod,
+            namespace=args.namespace,
+            selector=selector,
+            labels=labels,
+            parent=self,
         )
-        self._service = k8s.core.v1.Service(
+        service = ms.server_service(
             f"{name}-service",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=model_service_name(deployment.name), namespace=args.namespace, labels=labels
-            ),
-            spec=k8s.core.v1.ServiceSpecArgs(
-                type="ClusterIP",
-                selector=selector,
-                ports=[k8s.core.v1.ServicePortArgs(name="http", port=VLLM_PORT, target_port="http", protocol="TCP")],
-            ),
+            deployment.name,
+            [("http", VLLM_PORT)],
+            namespace=args.namespace,
+            selector=selector,
+            labels=labels,
             opts=child,
         )
         self._finish(
             name,
-            deployment=self._deployment,
-            service=self._service,
+            deployment=server,
+            service=service,
             account=account,
             spec=deployment,
             selector=selector,
@@ -293,6 +186,113 @@ class VllmService(ms.ModelServer):
             scrape_interval_seconds=args.scrape_interval_seconds,
             opts=child,
         )
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """Where the pods read the checkpoint, and what the pod needs for it: ``model`` is ``vllm serve``'s first
+    argument (a local folder when the cache syncs it, the hub id otherwise)."""
+
+    model: str
+    env: tuple[k8s.core.v1.EnvVarArgs, ...]
+    init_containers: tuple[k8s.core.v1.ContainerArgs, ...]
+    mounts: tuple[k8s.core.v1.VolumeMountArgs, ...]
+    volumes: tuple[k8s.core.v1.VolumeArgs, ...]
+
+
+def _weights(args: VllmServiceArgs) -> _Weights:
+    """The model cache, synced onto the node by an init container, or else the hub, read with the token file."""
+    deployment = args.deployment
+    repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
+    if args.model_cache_uri is None:
+        token_mount, token_env = ms.hf_token_file()
+        return _Weights(
+            model=repo,
+            env=(token_env,),
+            init_containers=(),
+            mounts=(token_mount,),
+            volumes=(ms.hf_token_volume(args.hf_token_secret_name),),
+        )
+    model = f"{ms.MODELS_MOUNT}/{repo}"
+    source = pulumi.Output.concat(args.model_cache_uri, repo, "/")
+    fetch = ms.s3_sync_container(
+        "fetch-weights", source, model, "models", image=image_reference("aws-cli", args.image_digests)
+    )
+    # Offline: a missing file must fail the pod, not silently pull the checkpoint from the hub.
+    offline = k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")
+    return _Weights(model=model, env=(offline,), init_containers=(fetch,), mounts=(), volumes=())
+
+
+def _server_pod(
+    args: VllmServiceArgs,
+    placement: ms.Placement,
+    selector: Mapping[str, str],
+    account: k8s.core.v1.ServiceAccount,
+) -> k8s.core.v1.PodSpecArgs:
+    """The pod: the weights' sync when they come from the cache, the engine, its volumes."""
+    sizing = args.sizing
+    resources = ms.fit_resources(placement, sizing.result.vllm.tensor_parallel_size, sizing.result.weights_bytes)
+    drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
+    weights = _weights(args)
+    return ms.server_pod(
+        account,
+        placement,
+        selector,
+        args.environment,
+        drain,
+        non_root=not placement.is_tpu,
+        init_containers=list(weights.init_containers) or None,
+        containers=[_server_container(args, placement, resources, weights, drain)],
+        volumes=[
+            ms.disk_volume("models", resources.weights_volume_bytes),
+            ms.memory_volume("dshm", resources.shm_bytes),
+            ms.disk_volume("home", 10 * ms.GIB),
+            ms.disk_volume("tmp", 2 * ms.GIB),
+            *weights.volumes,
+        ],
+    )
+
+
+def _server_container(
+    args: VllmServiceArgs, placement: ms.Placement, resources: ms.FittedResources, weights: _Weights, drain: int
+) -> k8s.core.v1.ContainerArgs:
+    """``vllm serve`` with every flag from sizing, its probes, and a drain as long as one full generation."""
+    deployment, sizing = args.deployment, args.sizing
+    startup, readiness, liveness = ms.probes(HEALTH_PATH, "http", sizing.result.engine_start_seconds)
+    return k8s.core.v1.ContainerArgs(
+        name="vllm",
+        image=image_reference(engine_image("vllm", tpu=placement.is_tpu), args.image_digests),
+        command=list(VLLM_COMMAND),
+        args=vllm_args(
+            sizing.result.vllm,
+            model=weights.model,
+            served_model_name=deployment.name,
+            speculative=deployment.speculative_decoding,
+            shutdown_timeout_seconds=drain,
+            aliases=args.served_model_aliases,
+        ),
+        ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=VLLM_PORT, protocol="TCP")],
+        env=[
+            k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
+            ms.user_env(),
+            k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
+            k8s.core.v1.EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
+            *weights.env,
+        ],
+        resources=resources.requirements(ms.accelerator_resources(placement, sizing)),
+        startup_probe=startup,
+        readiness_probe=readiness,
+        liveness_probe=liveness,
+        lifecycle=ms.pre_stop_sleep(),
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name="models", mount_path=ms.MODELS_MOUNT),
+            k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
+            k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+            *weights.mounts,
+        ],
+        security_context=ms.container_security(non_root=not placement.is_tpu),
+    )
 
 
 def _validate(args: VllmServiceArgs) -> None:
