@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -261,219 +261,49 @@ class Gateway(pulumi.ComponentResource):
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         raise_input_errors(f"The input properties for gateway {name!r} are invalid.", validate(name, args))
         super().__init__("inferplane:index:Gateway", name, None, opts)
-        rendered = args.rendered
-        config = ProcessorConfig.model_validate_json(rendered.processor_json)
+        config = ProcessorConfig.model_validate_json(args.rendered.processor_json)
         selector = {NAME_LABEL: name, COMPONENT_LABEL: GATEWAY}
         labels = {**args.labels, **selector, "app.kubernetes.io/part-of": "inferplane"}
         child = pulumi.ResourceOptions(parent=self)
         meta = _metadata(args.namespace, labels)
 
-        account = k8s.core.v1.ServiceAccount(
-            f"{name}-sa",
-            metadata=meta(service_account_name(name)),
-            automount_service_account_token=False,
-            opts=child,
-        )
-        config_map = k8s.core.v1.ConfigMap(
-            f"{name}-config",
-            metadata=meta(f"{name}-config"),
-            data={
-                rendered.envoy_config_file: rendered.envoy_yaml,
-                rendered.processor_config_file: rendered.processor_json,
-            },
-            opts=child,
-        )
-        keys = {
-            tenant: random.RandomPassword(
-                f"{name}-key-{tenant}", length=API_KEY_LENGTH, special=False, opts=child
-            ).result
-            for tenant in rendered.tenants
-        }
-        self.api_keys = pulumi.Output.secret(pulumi.Output.all(**keys)) if keys else pulumi.Output.secret({})
-        volumes = [
-            k8s.core.v1.VolumeArgs(
-                name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=config_map.metadata.name)
-            ),
-            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi")),
-            k8s.core.v1.VolumeArgs(name="tokenizers", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="2Gi")),
-        ]
-        envoy_mounts = [
-            k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
-            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-        ]
-        self.api_key_secret = None
-        if keys:
-            key_secret = self.api_key_secret = k8s.core.v1.Secret(
-                f"{name}-api-keys",
-                metadata=meta(f"{name}-api-keys"),
-                type="Opaque",
-                string_data={rendered.api_keys_file: self.api_keys.apply(render_api_key_file)},
-                opts=child,
-            )
-            volumes.append(
-                k8s.core.v1.VolumeArgs(
-                    name="api-keys",
-                    # Readable by the pod's group (fsGroup) only: Envoy reads it, nothing writes it.
-                    secret=k8s.core.v1.SecretVolumeSourceArgs(secret_name=key_secret.metadata.name, default_mode=0o440),
-                )
-            )
-            # A directory mount, never subPath: Kubernetes swaps the Secret's files atomically (the ``..data``
-            # symlink) and Envoy's watched directory sees the move; a subPath mount would never update.
-            envoy_mounts.append(
-                k8s.core.v1.VolumeMountArgs(name="api-keys", mount_path=rendered.api_keys_dir, read_only=True)
-            )
-        processor_env: list[k8s.core.v1.EnvVarArgs] = []
-        if args.redis_url is not None:
-            redis_secret = k8s.core.v1.Secret(
-                f"{name}-redis",
-                metadata=meta(f"{name}-redis"),
-                type="Opaque",
-                string_data={"url": pulumi.Output.secret(args.redis_url)},
-                opts=child,
-            )
-            processor_env.append(
-                k8s.core.v1.EnvVarArgs(
-                    name=rendered.redis_url_env,
-                    value_from=k8s.core.v1.EnvVarSourceArgs(
-                        secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=redis_secret.metadata.name, key="url")
-                    ),
-                )
-            )
-
-        processor_mounts = [
-            k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
-            k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=rendered.tokenizers_dir, read_only=True),
-            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-        ]
-        if args.redis_url is not None and args.redis_ca_certificates is not None:
-            assert config.redis_ca_file is not None  # validate() refuses certificates nobody reads
-            ca_dir, ca_file = posixpath.split(config.redis_ca_file)
-            ca_map = k8s.core.v1.ConfigMap(
-                f"{name}-redis-ca",
-                metadata=meta(f"{name}-redis-ca"),
-                data={ca_file: args.redis_ca_certificates},
-                opts=child,
-            )
-            volumes.append(
-                k8s.core.v1.VolumeArgs(
-                    name="redis-ca", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=ca_map.metadata.name)
-                )
-            )
-            processor_mounts.append(k8s.core.v1.VolumeMountArgs(name="redis-ca", mount_path=ca_dir, read_only=True))
-
-        files = tuple(sorted(set(rendered.tokenizer_files.values())))
-        init_containers = []
-        if args.model_cache_uri is not None:
-            init_containers.append(_tokenizer_fetch(args.model_cache_uri, files))
-        if args.hf_token_secret_name is not None:
-            volumes.append(ms.hf_token_volume(args.hf_token_secret_name))
-            init_containers.append(_hub_tokenizer_fetch(rendered.processor_image, rendered.tokenizers_dir, files))
-        envoy = k8s.core.v1.ContainerArgs(
-            name="envoy",
-            image=rendered.envoy_image,
-            command=["envoy"],
-            args=[
-                "--config-path",
-                f"{rendered.config_dir}/{rendered.envoy_config_file}",
-                "--concurrency",
-                str(ENVOY_CONCURRENCY),
-                "--log-level",
-                "info",
-            ],
-            ports=[
-                k8s.core.v1.ContainerPortArgs(name="http", container_port=rendered.listener_port, protocol="TCP"),
-                k8s.core.v1.ContainerPortArgs(name="stats", container_port=rendered.stats_port, protocol="TCP"),
-            ],
-            resources=ENVOY_RESOURCES,
-            readiness_probe=k8s.core.v1.ProbeArgs(
-                http_get=k8s.core.v1.HTTPGetActionArgs(path="/ready", port="stats"),
-                period_seconds=5,
-                timeout_seconds=2,
-                failure_threshold=2,
-            ),
-            liveness_probe=_tcp_liveness("stats"),
-            lifecycle=_pre_stop_sleep(),
-            volume_mounts=envoy_mounts,
-            security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
-        )
-        processor = k8s.core.v1.ContainerArgs(
-            name="processor",
-            image=rendered.processor_image,
-            args=["--config", f"{rendered.config_dir}/{rendered.processor_config_file}"],
-            env=processor_env or None,
-            ports=[
-                k8s.core.v1.ContainerPortArgs(
-                    name="processor-metrics", container_port=rendered.processor_metrics_port, protocol="TCP"
-                )
-            ],
-            resources=processor_resources(config.workers),
-            # Envoy refuses requests (500) while its processor is away (failure_mode_allow: false), so the pod is
-            # ready only once the processor serves too; its gRPC port is loopback-only, its metrics port is not, and
-            # both open at start. Liveness restarts a processor that no longer accepts connections at all.
-            readiness_probe=k8s.core.v1.ProbeArgs(
-                tcp_socket=k8s.core.v1.TCPSocketActionArgs(port="processor-metrics"),
-                period_seconds=5,
-                timeout_seconds=2,
-                failure_threshold=2,
-            ),
-            liveness_probe=_tcp_liveness("processor-metrics"),
-            lifecycle=_pre_stop_sleep(),
-            volume_mounts=processor_mounts,
-            security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
-        )
-        pod_labels = {**labels}
+        account, config_map = _account_and_config(name, args.rendered, meta, child)
+        self.api_keys, self.api_key_secret = _api_keys(name, args.rendered, meta, child)
+        redis_url, redis_ca = _redis_objects(name, args, config, meta, child)
+        mounted = _Mounted(config_map, self.api_key_secret, redis_url, redis_ca)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=name, namespace=args.namespace, labels=labels, annotations=policy_annotations(config)
             ),
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                replicas=args.replicas,
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(
-                    type="RollingUpdate",
-                    rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
-                ),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(
-                        labels=pod_labels, annotations={CONFIG_CHECKSUM_ANNOTATION: rendered.checksum}
-                    ),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        service_account_name=account.metadata.name,
-                        automount_service_account_token=False,
-                        node_selector=dict(args.node_selector),
-                        security_context=ms.pod_security(non_root=True, uid=RUN_AS_USER),
-                        termination_grace_period_seconds=ms.PRE_STOP_SLEEP_SECONDS + DRAIN_SECONDS,
-                        topology_spread_constraints=_spread(selector, zones=args.environment == "prod"),
-                        init_containers=init_containers or None,
-                        containers=[envoy, processor],
-                        volumes=volumes,
-                    ),
-                ),
-            ),
+            spec=_deployment_spec(args, config, account=account, mounted=mounted, selector=selector, labels=labels),
             opts=child,
         )
-        lb = LOAD_BALANCER[args.environment]
-        lb_annotations = (
-            {} if lb == "none" else AWS_INTERNAL_LB_ANNOTATIONS if args.cloud == "aws" else GKE_INTERNAL_LB_ANNOTATIONS
-        )
-        self.service = k8s.core.v1.Service(
-            f"{name}-service",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=name, namespace=args.namespace, labels=labels, annotations=lb_annotations or None
-            ),
-            spec=k8s.core.v1.ServiceSpecArgs(
-                type="ClusterIP" if lb == "none" else "LoadBalancer",
-                selector=selector,
-                ports=[k8s.core.v1.ServicePortArgs(name="http", port=80, target_port="http", protocol="TCP")],
-                # Keep the caller's address (Envoy's access log and per-client limits see it) and skip a node hop.
-                external_traffic_policy=None if lb == "none" else "Local",
-            ),
-            opts=child,
-        )
+        self.service = _service(name, args, selector, labels, child)
         # The autoscaler may always add replicas, so there is always a budget: one pod drained at a time.
         ms.disruption_budget(f"{name}-pdb", args.namespace, selector, labels, child)
-        self.scaled_object = k8s.apiextensions.CustomResource(
+        self.scaled_object = self._scaled_object(name, args, labels)
+        _pod_monitor(name, args, selector, labels, child)
+        _network_policy(
+            name, args=args, rendered=args.rendered, config=config, selector=selector, labels=labels, opts=child
+        )
+        _rules_and_dashboard(name, args, config, labels, child)
+        self.endpoint = pulumi.Output.concat("http://", self.service.metadata.name, ".", args.namespace, ".svc:80")
+        self.register_outputs(
+            {
+                "deploymentName": self.deployment.metadata.name,
+                "serviceName": self.service.metadata.name,
+                "endpoint": self.endpoint,
+                "apiKeys": self.api_keys,
+            }
+        )
+
+    def _scaled_object(
+        self, name: str, args: GatewayArgs, labels: Mapping[str, str]
+    ) -> k8s.apiextensions.CustomResource:
+        """KEDA's ScaledObject on the requests in flight (:func:`scaled_object_spec`); it waits for the Deployment
+        it scales."""
+        return k8s.apiextensions.CustomResource(
             f"{name}-scaledobject",
             api_version="keda.sh/v1alpha1",
             kind="ScaledObject",
@@ -490,64 +320,347 @@ class Gateway(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment]),
         )
-        k8s.apiextensions.CustomResource(
-            f"{name}-monitor",
-            api_version="monitoring.coreos.com/v1",
-            kind="PodMonitor",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=name, namespace=args.namespace, labels={**labels, **SCRAPE_LABELS}
-            ),
-            spec={
-                "selector": {"matchLabels": selector},
-                "podMetricsEndpoints": [
-                    {"port": "stats", "path": "/stats/prometheus", "interval": f"{args.scrape_interval_seconds}s"},
-                    {"port": "processor-metrics", "path": "/metrics", "interval": f"{args.scrape_interval_seconds}s"},
-                ],
-            },
-            opts=child,
-        )
-        _network_policy(name, args=args, rendered=rendered, config=config, selector=selector, labels=labels, opts=child)
-        series = pulumi.Output.from_input(args.namespace).apply(lambda namespace: GatewaySeries(name, namespace))
-        k8s.apiextensions.CustomResource(
-            f"{name}-rules",
-            api_version="monitoring.coreos.com/v1",
-            kind="PrometheusRule",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=f"{name}-rules", namespace=args.namespace, labels={**labels, **SCRAPE_LABELS}
-            ),
-            spec=series.apply(lambda s: render_rules(s, config)),
-            opts=child,
-        )
-        if args.dashboard:
-            costs = dict(args.model_costs)
-            k8s.core.v1.ConfigMap(
-                f"{name}-dashboard",
-                metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=f"{name}-dashboard", namespace=args.namespace, labels={**labels, **DASHBOARD_SIDECAR_LABELS}
-                ),
-                data=series.apply(
-                    lambda s: {
-                        f"inferplane-{name}.json": gateway_dashboard(s, costs, cache=config.cache is not None).to_json()
-                    }
-                ),
-                opts=child,
-            )
-        self.endpoint = pulumi.Output.concat("http://", self.service.metadata.name, ".", args.namespace, ".svc:80")
-        self.register_outputs(
-            {
-                "deploymentName": self.deployment.metadata.name,
-                "serviceName": self.service.metadata.name,
-                "endpoint": self.endpoint,
-                "apiKeys": self.api_keys,
-            }
-        )
 
 
-def _metadata(namespace: pulumi.Input[str], labels: Mapping[str, str]) -> Any:
+_Meta = Callable[[str], k8s.meta.v1.ObjectMetaArgs]
+"""Builds the metadata of one of the gateway's objects from its Kubernetes name (:func:`_metadata`)."""
+
+
+@dataclass(frozen=True)
+class _Mounted:
+    """The objects the gateway pods mount or read, created before the Deployment that refers to them."""
+
+    config_map: k8s.core.v1.ConfigMap
+    """Envoy's bootstrap and the processor's config."""
+    api_keys: k8s.core.v1.Secret | None
+    """The API-key file; None when authentication is off."""
+    redis_url: k8s.core.v1.Secret | None
+    """The Redis URL; None without a Redis."""
+    redis_ca: tuple[k8s.core.v1.ConfigMap, str] | None
+    """The store's certificate authorities and the directory the processor reads them from; None where it trusts
+    the system's."""
+
+
+def _metadata(namespace: pulumi.Input[str], labels: Mapping[str, str]) -> _Meta:
     def meta(object_name: str) -> k8s.meta.v1.ObjectMetaArgs:
         return k8s.meta.v1.ObjectMetaArgs(name=object_name, namespace=namespace, labels=dict(labels))
 
     return meta
+
+
+def _account_and_config(
+    name: str, rendered: RenderedGateway, meta: _Meta, opts: pulumi.ResourceOptions
+) -> tuple[k8s.core.v1.ServiceAccount, k8s.core.v1.ConfigMap]:
+    """The pods' ServiceAccount (no token mounted) and the ConfigMap with Envoy's and the processor's config."""
+    account = k8s.core.v1.ServiceAccount(
+        f"{name}-sa",
+        metadata=meta(service_account_name(name)),
+        automount_service_account_token=False,
+        opts=opts,
+    )
+    config_map = k8s.core.v1.ConfigMap(
+        f"{name}-config",
+        metadata=meta(f"{name}-config"),
+        data={
+            rendered.envoy_config_file: rendered.envoy_yaml,
+            rendered.processor_config_file: rendered.processor_json,
+        },
+        opts=opts,
+    )
+    return account, config_map
+
+
+def _api_keys(
+    name: str, rendered: RenderedGateway, meta: _Meta, opts: pulumi.ResourceOptions
+) -> tuple[pulumi.Output[dict[str, str]], k8s.core.v1.Secret | None]:
+    """(tenant -> generated key, always secret; the Secret holding the API-key file, None without tenants)."""
+    keys = {
+        tenant: random.RandomPassword(f"{name}-key-{tenant}", length=API_KEY_LENGTH, special=False, opts=opts).result
+        for tenant in rendered.tenants
+    }
+    api_keys: pulumi.Output[dict[str, str]] = (
+        pulumi.Output.secret(pulumi.Output.all(**keys)) if keys else pulumi.Output.secret({})
+    )
+    if not keys:
+        return api_keys, None
+    secret = k8s.core.v1.Secret(
+        f"{name}-api-keys",
+        metadata=meta(f"{name}-api-keys"),
+        type="Opaque",
+        string_data={rendered.api_keys_file: api_keys.apply(render_api_key_file)},
+        opts=opts,
+    )
+    return api_keys, secret
+
+
+def _redis_objects(
+    name: str, args: GatewayArgs, config: ProcessorConfig, meta: _Meta, opts: pulumi.ResourceOptions
+) -> tuple[k8s.core.v1.Secret | None, tuple[k8s.core.v1.ConfigMap, str] | None]:
+    """(the Secret with the Redis URL, it carries the AUTH token; the ConfigMap of the store's certificate
+    authorities and the directory the processor reads them from), each None where not needed."""
+    if args.redis_url is None:
+        return None, None
+    url = k8s.core.v1.Secret(
+        f"{name}-redis",
+        metadata=meta(f"{name}-redis"),
+        type="Opaque",
+        string_data={"url": pulumi.Output.secret(args.redis_url)},
+        opts=opts,
+    )
+    if args.redis_ca_certificates is None:
+        return url, None
+    assert config.redis_ca_file is not None  # validate() refuses certificates nobody reads
+    ca_dir, ca_file = posixpath.split(config.redis_ca_file)
+    ca_map = k8s.core.v1.ConfigMap(
+        f"{name}-redis-ca",
+        metadata=meta(f"{name}-redis-ca"),
+        data={ca_file: args.redis_ca_certificates},
+        opts=opts,
+    )
+    return url, (ca_map, ca_dir)
+
+
+def _deployment_spec(
+    args: GatewayArgs,
+    config: ProcessorConfig,
+    *,
+    account: k8s.core.v1.ServiceAccount,
+    mounted: _Mounted,
+    selector: Mapping[str, str],
+    labels: Mapping[str, str],
+) -> k8s.apps.v1.DeploymentSpecArgs:
+    """Envoy and the processor side by side on the system nodes, rolled one surge pod at a time whenever the
+    rendered config's checksum changes."""
+    return k8s.apps.v1.DeploymentSpecArgs(
+        replicas=args.replicas,
+        selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+        strategy=k8s.apps.v1.DeploymentStrategyArgs(
+            type="RollingUpdate",
+            rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
+        ),
+        template=k8s.core.v1.PodTemplateSpecArgs(
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                labels={**labels}, annotations={CONFIG_CHECKSUM_ANNOTATION: args.rendered.checksum}
+            ),
+            spec=k8s.core.v1.PodSpecArgs(
+                service_account_name=account.metadata.name,
+                automount_service_account_token=False,
+                node_selector=dict(args.node_selector),
+                security_context=ms.pod_security(non_root=True, uid=RUN_AS_USER),
+                termination_grace_period_seconds=ms.PRE_STOP_SLEEP_SECONDS + DRAIN_SECONDS,
+                topology_spread_constraints=_spread(selector, zones=args.environment == "prod"),
+                init_containers=_init_containers(args) or None,
+                containers=[_envoy(args.rendered, mounted), _processor(args.rendered, config, mounted)],
+                volumes=_volumes(args, mounted),
+            ),
+        ),
+    )
+
+
+def _volumes(args: GatewayArgs, mounted: _Mounted) -> list[k8s.core.v1.VolumeArgs]:
+    """The pod's volumes: the config, scratch space and the tokenizers, then the API keys, the Redis CA and the
+    Hugging Face token where each exists."""
+    volumes = [
+        k8s.core.v1.VolumeArgs(
+            name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=mounted.config_map.metadata.name)
+        ),
+        k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi")),
+        k8s.core.v1.VolumeArgs(name="tokenizers", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="2Gi")),
+    ]
+    if mounted.api_keys is not None:
+        volumes.append(
+            k8s.core.v1.VolumeArgs(
+                name="api-keys",
+                # Readable by the pod's group (fsGroup) only: Envoy reads it, nothing writes it.
+                secret=k8s.core.v1.SecretVolumeSourceArgs(
+                    secret_name=mounted.api_keys.metadata.name, default_mode=0o440
+                ),
+            )
+        )
+    if mounted.redis_ca is not None:
+        ca_map, _ = mounted.redis_ca
+        volumes.append(
+            k8s.core.v1.VolumeArgs(
+                name="redis-ca", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=ca_map.metadata.name)
+            )
+        )
+    if args.hf_token_secret_name is not None:
+        volumes.append(ms.hf_token_volume(args.hf_token_secret_name))
+    return volumes
+
+
+def _init_containers(args: GatewayArgs) -> list[k8s.core.v1.ContainerArgs]:
+    """The tokenizer fetch from the model cache or the Hugging Face Hub, if either is given (never both)."""
+    rendered = args.rendered
+    files = tuple(sorted(set(rendered.tokenizer_files.values())))
+    init_containers = []
+    if args.model_cache_uri is not None:
+        init_containers.append(_tokenizer_fetch(args.model_cache_uri, files))
+    if args.hf_token_secret_name is not None:
+        init_containers.append(_hub_tokenizer_fetch(rendered.processor_image, rendered.tokenizers_dir, files))
+    return init_containers
+
+
+def _envoy(rendered: RenderedGateway, mounted: _Mounted) -> k8s.core.v1.ContainerArgs:
+    """Envoy: the API listener and its admin/stats port, ready once ``/ready`` answers."""
+    mounts = [
+        k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
+        k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+    ]
+    if mounted.api_keys is not None:
+        # A directory mount, never subPath: Kubernetes swaps the Secret's files atomically (the ``..data``
+        # symlink) and Envoy's watched directory sees the move; a subPath mount would never update.
+        mounts.append(k8s.core.v1.VolumeMountArgs(name="api-keys", mount_path=rendered.api_keys_dir, read_only=True))
+    return k8s.core.v1.ContainerArgs(
+        name="envoy",
+        image=rendered.envoy_image,
+        command=["envoy"],
+        args=[
+            "--config-path",
+            f"{rendered.config_dir}/{rendered.envoy_config_file}",
+            "--concurrency",
+            str(ENVOY_CONCURRENCY),
+            "--log-level",
+            "info",
+        ],
+        ports=[
+            k8s.core.v1.ContainerPortArgs(name="http", container_port=rendered.listener_port, protocol="TCP"),
+            k8s.core.v1.ContainerPortArgs(name="stats", container_port=rendered.stats_port, protocol="TCP"),
+        ],
+        resources=ENVOY_RESOURCES,
+        readiness_probe=k8s.core.v1.ProbeArgs(
+            http_get=k8s.core.v1.HTTPGetActionArgs(path="/ready", port="stats"),
+            period_seconds=5,
+            timeout_seconds=2,
+            failure_threshold=2,
+        ),
+        liveness_probe=_tcp_liveness("stats"),
+        lifecycle=_pre_stop_sleep(),
+        volume_mounts=mounts,
+        security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
+    )
+
+
+def _processor(rendered: RenderedGateway, config: ProcessorConfig, mounted: _Mounted) -> k8s.core.v1.ContainerArgs:
+    """The processor: its config, the fetched tokenizers, the Redis URL and CA where given, and its metrics port."""
+    env: list[k8s.core.v1.EnvVarArgs] = []
+    if mounted.redis_url is not None:
+        env.append(
+            k8s.core.v1.EnvVarArgs(
+                name=rendered.redis_url_env,
+                value_from=k8s.core.v1.EnvVarSourceArgs(
+                    secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=mounted.redis_url.metadata.name, key="url")
+                ),
+            )
+        )
+    mounts = [
+        k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
+        k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=rendered.tokenizers_dir, read_only=True),
+        k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+    ]
+    if mounted.redis_ca is not None:
+        _, ca_dir = mounted.redis_ca
+        mounts.append(k8s.core.v1.VolumeMountArgs(name="redis-ca", mount_path=ca_dir, read_only=True))
+    return k8s.core.v1.ContainerArgs(
+        name="processor",
+        image=rendered.processor_image,
+        args=["--config", f"{rendered.config_dir}/{rendered.processor_config_file}"],
+        env=env or None,
+        ports=[
+            k8s.core.v1.ContainerPortArgs(
+                name="processor-metrics", container_port=rendered.processor_metrics_port, protocol="TCP"
+            )
+        ],
+        resources=processor_resources(config.workers),
+        # Envoy refuses requests (500) while its processor is away (failure_mode_allow: false), so the pod is
+        # ready only once the processor serves too; its gRPC port is loopback-only, its metrics port is not, and
+        # both open at start. Liveness restarts a processor that no longer accepts connections at all.
+        readiness_probe=k8s.core.v1.ProbeArgs(
+            tcp_socket=k8s.core.v1.TCPSocketActionArgs(port="processor-metrics"),
+            period_seconds=5,
+            timeout_seconds=2,
+            failure_threshold=2,
+        ),
+        liveness_probe=_tcp_liveness("processor-metrics"),
+        lifecycle=_pre_stop_sleep(),
+        volume_mounts=mounts,
+        security_context=ms.container_security(non_root=True, uid=RUN_AS_USER),
+    )
+
+
+def _service(
+    name: str, args: GatewayArgs, selector: Mapping[str, str], labels: Mapping[str, str], opts: pulumi.ResourceOptions
+) -> k8s.core.v1.Service:
+    """The Service in front of the pods: cluster-internal in dev, an internal load balancer elsewhere."""
+    lb = LOAD_BALANCER[args.environment]
+    lb_annotations = (
+        {} if lb == "none" else AWS_INTERNAL_LB_ANNOTATIONS if args.cloud == "aws" else GKE_INTERNAL_LB_ANNOTATIONS
+    )
+    return k8s.core.v1.Service(
+        f"{name}-service",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=name, namespace=args.namespace, labels=labels, annotations=lb_annotations or None
+        ),
+        spec=k8s.core.v1.ServiceSpecArgs(
+            type="ClusterIP" if lb == "none" else "LoadBalancer",
+            selector=selector,
+            ports=[k8s.core.v1.ServicePortArgs(name="http", port=80, target_port="http", protocol="TCP")],
+            # Keep the caller's address (Envoy's access log and per-client limits see it) and skip a node hop.
+            external_traffic_policy=None if lb == "none" else "Local",
+        ),
+        opts=opts,
+    )
+
+
+def _pod_monitor(
+    name: str, args: GatewayArgs, selector: Mapping[str, str], labels: Mapping[str, str], opts: pulumi.ResourceOptions
+) -> k8s.apiextensions.CustomResource:
+    """Prometheus scrapes Envoy's stats and the processor's metrics."""
+    return k8s.apiextensions.CustomResource(
+        f"{name}-monitor",
+        api_version="monitoring.coreos.com/v1",
+        kind="PodMonitor",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=args.namespace, labels={**labels, **SCRAPE_LABELS}),
+        spec={
+            "selector": {"matchLabels": selector},
+            "podMetricsEndpoints": [
+                {"port": "stats", "path": "/stats/prometheus", "interval": f"{args.scrape_interval_seconds}s"},
+                {"port": "processor-metrics", "path": "/metrics", "interval": f"{args.scrape_interval_seconds}s"},
+            ],
+        },
+        opts=opts,
+    )
+
+
+def _rules_and_dashboard(
+    name: str, args: GatewayArgs, config: ProcessorConfig, labels: Mapping[str, str], opts: pulumi.ResourceOptions
+) -> None:
+    """The gateway's alerts (a PrometheusRule) and, unless turned off, its Grafana dashboard."""
+    series = pulumi.Output.from_input(args.namespace).apply(lambda namespace: GatewaySeries(name, namespace))
+    k8s.apiextensions.CustomResource(
+        f"{name}-rules",
+        api_version="monitoring.coreos.com/v1",
+        kind="PrometheusRule",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=f"{name}-rules", namespace=args.namespace, labels={**labels, **SCRAPE_LABELS}
+        ),
+        spec=series.apply(lambda s: render_rules(s, config)),
+        opts=opts,
+    )
+    if args.dashboard:
+        costs = dict(args.model_costs)
+        k8s.core.v1.ConfigMap(
+            f"{name}-dashboard",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{name}-dashboard", namespace=args.namespace, labels={**labels, **DASHBOARD_SIDECAR_LABELS}
+            ),
+            data=series.apply(
+                lambda s: {
+                    f"inferplane-{name}.json": gateway_dashboard(s, costs, cache=config.cache is not None).to_json()
+                }
+            ),
+            opts=opts,
+        )
 
 
 def _tcp_liveness(port: str) -> k8s.core.v1.ProbeArgs:
@@ -672,27 +785,6 @@ def _network_policy(
     Memorystore is reachable only from its peered network), and HTTPS for the tokenizer fetch from S3 or the Hugging
     Face Hub when either is given.
     """
-    tcp = "TCP"
-
-    def ports(*numbers: int, protocol: str = tcp) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
-        return [k8s.networking.v1.NetworkPolicyPortArgs(port=n, protocol=protocol) for n in numbers]
-
-    upstream_ports = sorted({urlsplit(m.upstream_url).port or 80 for m in config.models})
-    egress = [
-        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-            to=[
-                k8s.networking.v1.NetworkPolicyPeerArgs(
-                    pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: MODEL_SERVER})
-                )
-            ],
-            ports=ports(*upstream_ports),
-        ),
-        dns_egress_rule(),
-    ]
-    if args.redis_url is not None:
-        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(args.redis_port)))
-    if args.model_cache_uri is not None or args.hf_token_secret_name is not None:
-        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=ports(443)))
     return k8s.networking.v1.NetworkPolicy(
         f"{name}-netpol",
         metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=args.namespace, labels=dict(labels)),
@@ -700,7 +792,7 @@ def _network_policy(
             pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(selector)),
             policy_types=["Ingress", "Egress"],
             ingress=[
-                k8s.networking.v1.NetworkPolicyIngressRuleArgs(ports=ports(rendered.listener_port)),
+                k8s.networking.v1.NetworkPolicyIngressRuleArgs(ports=_tcp_ports(rendered.listener_port)),
                 k8s.networking.v1.NetworkPolicyIngressRuleArgs(
                     from_=[
                         k8s.networking.v1.NetworkPolicyPeerArgs(
@@ -709,10 +801,36 @@ def _network_policy(
                             )
                         )
                     ],
-                    ports=ports(rendered.stats_port, rendered.processor_metrics_port),
+                    ports=_tcp_ports(rendered.stats_port, rendered.processor_metrics_port),
                 ),
             ],
-            egress=egress,
+            egress=_egress(args, config),
         ),
         opts=opts,
     )
+
+
+def _tcp_ports(*numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
+    return [k8s.networking.v1.NetworkPolicyPortArgs(port=n, protocol="TCP") for n in numbers]
+
+
+def _egress(args: GatewayArgs, config: ProcessorConfig) -> list[k8s.networking.v1.NetworkPolicyEgressRuleArgs]:
+    """Where the gateway pods may connect (see :func:`_network_policy`): the model servers' API ports, DNS, and
+    Redis and HTTPS where used."""
+    upstream_ports = sorted({urlsplit(m.upstream_url).port or 80 for m in config.models})
+    egress = [
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[
+                k8s.networking.v1.NetworkPolicyPeerArgs(
+                    pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: MODEL_SERVER})
+                )
+            ],
+            ports=_tcp_ports(*upstream_ports),
+        ),
+        dns_egress_rule(),
+    ]
+    if args.redis_url is not None:
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(args.redis_port)))
+    if args.model_cache_uri is not None or args.hf_token_secret_name is not None:
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(443)))
+    return egress

@@ -131,91 +131,100 @@ def _check(args: ServingNetworkPolicyArgs) -> list[pulumi.errors.InputPropertyEr
 class ServingNetworkPolicy(pulumi.ComponentResource):
     """Default-deny plus the DNS, gateway, Prometheus and model-loading allowances of one serving namespace."""
 
+    default_deny: k8s.networking.v1.NetworkPolicy
+    """``{name}-default-deny``: every pod of the namespace, no ingress and no egress."""
+
     def __init__(self, name: str, args: ServingNetworkPolicyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         errors = _check(args)
         if errors:
             raise pulumi.InputPropertiesError("invalid ServingNetworkPolicy arguments", errors=errors)
         super().__init__("inferplane:index:ServingNetworkPolicy", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        labels = dict(args.labels)
-        every_pod = k8s.meta.v1.LabelSelectorArgs()
-        servers = k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: MODEL_SERVER})
-        loaders = k8s.meta.v1.LabelSelectorArgs(
-            match_expressions=[
-                k8s.meta.v1.LabelSelectorRequirementArgs(
-                    key=COMPONENT_LABEL, operator="In", values=[MODEL_SERVER, ENGINE_BUILD]
-                )
-            ]
+        self.default_deny = self._policy(name, "default-deny", args, _default_deny_spec())
+        self._policy(name, "dns", args, _dns_spec())
+        self._policy(name, "model-server-ingress", args, _model_server_ingress_spec(args))
+        self._policy(name, "model-loading-egress", args, _model_loading_egress_spec(args))
+        self.register_outputs({"defaultDeny": self.default_deny.metadata.name})
+
+    def _policy(
+        self, name: str, suffix: str, args: ServingNetworkPolicyArgs, spec: k8s.networking.v1.NetworkPolicySpecArgs
+    ) -> k8s.networking.v1.NetworkPolicy:
+        """One policy of the namespace: Kubernetes name ``suffix`` (one set per namespace), Pulumi name
+        ``{name}-{suffix}``."""
+        return k8s.networking.v1.NetworkPolicy(
+            f"{name}-{suffix}",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=suffix, namespace=args.namespace, labels=dict(args.labels)),
+            spec=spec,
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
-        def policy(suffix: str, spec: k8s.networking.v1.NetworkPolicySpecArgs) -> k8s.networking.v1.NetworkPolicy:
-            return k8s.networking.v1.NetworkPolicy(
-                f"{name}-{suffix}",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=suffix, namespace=args.namespace, labels=labels),
-                spec=spec,
-                opts=child,
-            )
 
-        self.default_deny = policy(
-            "default-deny",
-            k8s.networking.v1.NetworkPolicySpecArgs(pod_selector=every_pod, policy_types=["Ingress", "Egress"]),
-        )
-        policy(
-            "dns",
-            k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=every_pod,
-                policy_types=["Egress"],
-                egress=[dns_egress_rule()],
-            ),
-        )
-        policy(
-            "model-server-ingress",
-            k8s.networking.v1.NetworkPolicySpecArgs(
-                pod_selector=servers,
-                policy_types=["Ingress"],
-                ingress=[
-                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                        from_=[
-                            k8s.networking.v1.NetworkPolicyPeerArgs(
-                                namespace_selector=k8s.meta.v1.LabelSelectorArgs(
-                                    match_labels=PLATFORM_NAMESPACE_LABELS
-                                ),
-                                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=GATEWAY_POD_LABELS),
-                            )
-                        ],
-                        ports=_ports(args.api_ports, "TCP"),
-                    ),
-                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                        from_=[
-                            k8s.networking.v1.NetworkPolicyPeerArgs(
-                                namespace_selector=_namespace(args.monitoring_namespace),
-                                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=PROMETHEUS_POD_LABELS),
-                            )
-                        ],
-                        ports=_ports(args.metrics_ports, "TCP"),
-                    ),
+def _default_deny_spec() -> k8s.networking.v1.NetworkPolicySpecArgs:
+    """Every pod isolated both ways: whatever another policy does not allow is denied."""
+    return k8s.networking.v1.NetworkPolicySpecArgs(
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(), policy_types=["Ingress", "Egress"]
+    )
+
+
+def _dns_spec() -> k8s.networking.v1.NetworkPolicySpecArgs:
+    """Every pod may resolve names (:func:`dns_egress_rule`)."""
+    return k8s.networking.v1.NetworkPolicySpecArgs(
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(), policy_types=["Egress"], egress=[dns_egress_rule()]
+    )
+
+
+def _model_server_ingress_spec(args: ServingNetworkPolicyArgs) -> k8s.networking.v1.NetworkPolicySpecArgs:
+    """Model servers admit the gateway pods on the API ports and Prometheus on the metrics ports, nobody else."""
+    return k8s.networking.v1.NetworkPolicySpecArgs(
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: MODEL_SERVER}),
+        policy_types=["Ingress"],
+        ingress=[
+            k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                from_=[
+                    k8s.networking.v1.NetworkPolicyPeerArgs(
+                        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=PLATFORM_NAMESPACE_LABELS),
+                        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=GATEWAY_POD_LABELS),
+                    )
                 ],
+                ports=_ports(args.api_ports, "TCP"),
             ),
+            k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                from_=[
+                    k8s.networking.v1.NetworkPolicyPeerArgs(
+                        namespace_selector=_namespace(args.monitoring_namespace),
+                        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=PROMETHEUS_POD_LABELS),
+                    )
+                ],
+                ports=_ports(args.metrics_ports, "TCP"),
+            ),
+        ],
+    )
+
+
+def _model_loading_egress_spec(args: ServingNetworkPolicyArgs) -> k8s.networking.v1.NetworkPolicySpecArgs:
+    """Model servers and engine builds may fetch weights over HTTPS and, on EKS, ask the Pod Identity agent for the
+    model cache's credentials."""
+    egress = [
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[k8s.networking.v1.NetworkPolicyPeerArgs(ip_block=k8s.networking.v1.IPBlockArgs(cidr="0.0.0.0/0"))],
+            ports=_ports([HTTPS_PORT], "TCP"),
         )
-        egress = [
+    ]
+    if args.pod_identity:
+        egress.append(
             k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                to=[k8s.networking.v1.NetworkPolicyPeerArgs(ip_block=k8s.networking.v1.IPBlockArgs(cidr="0.0.0.0/0"))],
-                ports=_ports([HTTPS_PORT], "TCP"),
+                to=[
+                    k8s.networking.v1.NetworkPolicyPeerArgs(
+                        ip_block=k8s.networking.v1.IPBlockArgs(cidr=POD_IDENTITY_AGENT_CIDR)
+                    )
+                ],
+                ports=_ports([POD_IDENTITY_AGENT_PORT], "TCP"),
+            )
+        )
+    loaders = k8s.meta.v1.LabelSelectorArgs(
+        match_expressions=[
+            k8s.meta.v1.LabelSelectorRequirementArgs(
+                key=COMPONENT_LABEL, operator="In", values=[MODEL_SERVER, ENGINE_BUILD]
             )
         ]
-        if args.pod_identity:
-            egress.append(
-                k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                    to=[
-                        k8s.networking.v1.NetworkPolicyPeerArgs(
-                            ip_block=k8s.networking.v1.IPBlockArgs(cidr=POD_IDENTITY_AGENT_CIDR)
-                        )
-                    ],
-                    ports=_ports([POD_IDENTITY_AGENT_PORT], "TCP"),
-                )
-            )
-        policy(
-            "model-loading-egress",
-            k8s.networking.v1.NetworkPolicySpecArgs(pod_selector=loaders, policy_types=["Egress"], egress=egress),
-        )
-        self.register_outputs({"defaultDeny": self.default_deny.metadata.name})
+    )
+    return k8s.networking.v1.NetworkPolicySpecArgs(pod_selector=loaders, policy_types=["Egress"], egress=egress)
