@@ -240,25 +240,66 @@ class EksCluster(pulumi.ComponentResource):
         self.cluster_name = args.cluster_name
         self.kubernetes_version = args.kubernetes_version
         self.tags = dict(args.tags)
-        tags = self.tags
-        child = pulumi.ResourceOptions(parent=self)
         invoke = pulumi.InvokeOutputOptions(parent=self)
         partition = aws.get_partition_output(opts=invoke).partition
         caller = aws.get_caller_identity_output(opts=invoke)
         account = caller.account_id
 
-        cluster_role = aws.iam.Role(
+        # The control plane, as pulumi-eks builds it: its role, the secrets key, the log group, then the cluster.
+        cluster_role, cluster_policy = self._cluster_role(name, partition)
+        secrets_key, key_policy = self._secrets_key(name, args, partition, account, cluster_role)
+        log_group = self._control_plane_logs(name, args, partition, account)
+        self.cluster = self._control_plane(
+            name, args, cluster_role, secrets_key, [cluster_policy, key_policy, log_group]
+        )
+        self.cluster_security_group_id = self.cluster.vpc_config.cluster_security_group_id
+
+        self.admin_role, admin_policy = self._admin_access(name, args, partition, caller)
+        self.node_role, node_policies = self._node_role(name, partition)
+        versions = ADDON_VERSIONS[args.kubernetes_version]
+        self.addons = self._networking_addons(name, versions)
+        self.system_node_group = self._system_nodes(name, args, self.tags, node_policies)
+        self._workload_addons(name, versions, partition)
+
+        self.kubeconfig, self.k8s_provider = self._kubernetes_provider(name, args, admin_policy)
+        self.register_outputs(
+            {
+                "clusterName": self.cluster.name,
+                "endpoint": self.cluster.endpoint,
+                "kubeconfig": self.kubeconfig,
+                "nodeRoleArn": self.node_role.arn,
+                "adminRoleArn": self.admin_role.arn,
+            }
+        )
+
+    def _cluster_role(
+        self, name: str, partition: pulumi.Output[str]
+    ) -> tuple[aws.iam.Role, aws.iam.RolePolicyAttachment]:
+        """The role the control plane acts as, with ``AmazonEKSClusterPolicy`` attached."""
+        role = aws.iam.Role(
             f"{name}-cluster-role",
             assume_role_policy=service_trust_policy("eks.amazonaws.com", tag_session=True),
-            tags=tags,
-            opts=child,
+            tags=self.tags,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        cluster_policy = aws.iam.RolePolicyAttachment(
+        attachment = aws.iam.RolePolicyAttachment(
             f"{name}-cluster-policy",
-            role=cluster_role.name,
+            role=role.name,
             policy_arn=managed_policy_arn(partition, "AmazonEKSClusterPolicy"),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
+        return role, attachment
+
+    def _secrets_key(
+        self,
+        name: str,
+        args: EksClusterArgs,
+        partition: pulumi.Output[str],
+        account: pulumi.Output[str],
+        cluster_role: aws.iam.Role,
+    ) -> tuple[aws.kms.Key, aws.iam.RolePolicy]:
+        """The KMS key that envelope-encrypts Kubernetes secrets, its alias, and the cluster role's grant on it."""
+        child = pulumi.ResourceOptions(parent=self)
         key = aws.kms.Key(
             f"{name}-secrets-key",
             description=f"Envelope encryption of Kubernetes secrets in EKS cluster {args.cluster_name}",
@@ -267,9 +308,9 @@ class EksCluster(pulumi.ComponentResource):
             policy=pulumi.Output.all(partition, account, cluster_role.arn).apply(
                 lambda values: secrets_key_key_policy(values[0], values[1], values[2])
             ),
-            tags=tags,
+            tags=self.tags,
             # Deleting this key makes every secret in the cluster unreadable: prod protects it from `pulumi destroy`.
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.environment == "prod")),
+            opts=pulumi.ResourceOptions(parent=self, protect=args.environment == "prod"),
         )
         aws.kms.Alias(
             f"{name}-secrets-key-alias",
@@ -284,6 +325,12 @@ class EksCluster(pulumi.ComponentResource):
             policy=key.arn.apply(secrets_key_policy),
             opts=child,
         )
+        return key, key_policy
+
+    def _control_plane_logs(
+        self, name: str, args: EksClusterArgs, partition: pulumi.Output[str], account: pulumi.Output[str]
+    ) -> aws.cloudwatch.LogGroup:
+        """The control-plane log group with its own KMS key, created before EKS would create it unencrypted."""
         # EKS writes to exactly this group; creating it first sets retention, encryption and tags instead of
         # "never expire" in plain text.
         log_group_name = f"/aws/eks/{args.cluster_name}/cluster"
@@ -295,20 +342,30 @@ class EksCluster(pulumi.ComponentResource):
             policy=pulumi.Output.all(partition, account).apply(
                 lambda values: logs_key_policy(values[0], args.region, values[1], log_group_name)
             ),
-            tags=tags,
+            tags=self.tags,
             # Deleting it makes the audit trail unreadable: prod protects it like the secrets key.
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.environment == "prod")),
+            opts=pulumi.ResourceOptions(parent=self, protect=args.environment == "prod"),
         )
-        log_group = aws.cloudwatch.LogGroup(
+        return aws.cloudwatch.LogGroup(
             f"{name}-logs",
             name=log_group_name,
             retention_in_days=args.log_retention_days,
             kms_key_id=logs_key.arn,
-            tags=tags,
-            opts=child,
+            tags=self.tags,
+            opts=pulumi.ResourceOptions(parent=self),
         )
+
+    def _control_plane(
+        self,
+        name: str,
+        args: EksClusterArgs,
+        cluster_role: aws.iam.Role,
+        secrets_key: aws.kms.Key,
+        depends_on: Sequence[pulumi.Resource],
+    ) -> aws.eks.Cluster:
+        """The EKS cluster itself: endpoint access, secrets encryption, logs, access entries, upgrade policy."""
         public = args.endpoint_access == "public_and_private"
-        self.cluster = aws.eks.Cluster(
+        return aws.eks.Cluster(
             f"{name}-cluster",
             name=args.cluster_name,
             version=args.kubernetes_version,
@@ -320,101 +377,123 @@ class EksCluster(pulumi.ComponentResource):
                 public_access_cidrs=list(args.public_access_cidrs) if public else None,
             ),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
-                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn), resources=["secrets"]
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=secrets_key.arn), resources=["secrets"]
             ),
             enabled_cluster_log_types=list(args.log_types),
             access_config=aws.eks.ClusterAccessConfigArgs(
                 authentication_mode="API", bootstrap_cluster_creator_admin_permissions=False
             ),
-            # The managed add-ons below replace the self-managed ones EKS would otherwise install unpinned.
+            # The managed add-ons replace the self-managed ones EKS would otherwise install unpinned.
             bootstrap_self_managed_addons=False,
             # STANDARD: at the end of standard support EKS upgrades the control plane instead of moving it to
             # extended support, billed at six times the hourly rate ($0.60 vs $0.10, EKS pricing page).
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy, key_policy, log_group]),
+            tags=self.tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends_on)),
         )
-        self.cluster_security_group_id = self.cluster.vpc_config.cluster_security_group_id
 
+    def _admin_access(
+        self,
+        name: str,
+        args: EksClusterArgs,
+        partition: pulumi.Output[str],
+        caller: pulumi.Output[aws.GetCallerIdentityResult],
+    ) -> tuple[aws.iam.Role, aws.eks.AccessPolicyAssociation]:
+        """The cluster-admin role, its access entry and its ``AmazonEKSClusterAdminPolicy`` association."""
         admins: pulumi.Output[list[str]]
         if args.admin_principal_arns:
             admins = pulumi.Output.from_input(list(args.admin_principal_arns))
         else:
             # The deployer's own role (not its session) or user: what an assumed-role ARN was issued by.
+            invoke = pulumi.InvokeOutputOptions(parent=self)
             deployer = aws.iam.get_session_context_output(arn=caller.arn, opts=invoke).issuer_arn
             admins = deployer.apply(lambda arn: [arn])
-        self.admin_role = aws.iam.Role(
+        role = aws.iam.Role(
             f"{name}-admin-role",
             description=f"Cluster administrators of {args.cluster_name}",
             assume_role_policy=admins.apply(admin_trust_policy),
-            tags=tags,
-            opts=child,
+            tags=self.tags,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        admin_entry = aws.eks.AccessEntry(
+        entry = aws.eks.AccessEntry(
             f"{name}-admin-entry",
             cluster_name=self.cluster.name,
-            principal_arn=self.admin_role.arn,
+            principal_arn=role.arn,
             type="STANDARD",
-            tags=tags,
-            opts=child,
+            tags=self.tags,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        admin_policy = aws.eks.AccessPolicyAssociation(
+        association = aws.eks.AccessPolicyAssociation(
             f"{name}-admin-policy",
             cluster_name=self.cluster.name,
-            principal_arn=self.admin_role.arn,
+            principal_arn=role.arn,
             policy_arn=pulumi.Output.concat(
                 "arn:", partition, ":eks::aws:cluster-access-policy/", CLUSTER_ADMIN_POLICY
             ),
             access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[admin_entry]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
         )
+        return role, association
 
+    def _node_role(
+        self, name: str, partition: pulumi.Output[str]
+    ) -> tuple[aws.iam.Role, list[aws.iam.RolePolicyAttachment]]:
+        """The role every node group of the cluster shares, with the worker, registry and CNI policies."""
         # Managed node groups create their own EC2_LINUX access entry for this role (API authentication mode).
-        self.node_role = aws.iam.Role(
-            f"{name}-node-role", assume_role_policy=service_trust_policy("ec2.amazonaws.com"), tags=tags, opts=child
+        role = aws.iam.Role(
+            f"{name}-node-role",
+            assume_role_policy=service_trust_policy("ec2.amazonaws.com"),
+            tags=self.tags,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        node_policies = [
+        policies = [
             aws.iam.RolePolicyAttachment(
                 f"{name}-node-{policy}",
-                role=self.node_role.name,
+                role=role.name,
                 policy_arn=managed_policy_arn(partition, policy),
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self),
             )
             # The CNI policy stays on the node role (as terraform-aws-eks does by default): vpc-cni must work
             # before any pod, the Pod Identity agent included, can run.
             for policy in ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonEKS_CNI_Policy")
         ]
+        return role, policies
 
-        versions = ADDON_VERSIONS[args.kubernetes_version]
-        self.addons = {}
-        # Networking and identity come first: nodes cannot become Ready without the CNI.
-        for addon in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
-            self.addons[addon] = self._addon(
-                name, addon, versions[addon], tags, child, configuration=ADDON_CONFIGURATION.get(addon)
+    def _networking_addons(self, name: str, versions: Mapping[AddonName, str]) -> dict[AddonName, aws.eks.Addon]:
+        """The add-ons that come first: nodes cannot become Ready without the CNI, nor pods get credentials without
+        the Pod Identity agent."""
+        child = pulumi.ResourceOptions(parent=self)
+        return {
+            addon: self._addon(
+                name, addon, versions[addon], self.tags, child, configuration=ADDON_CONFIGURATION.get(addon)
             )
+            for addon in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+        }
 
-        self.system_node_group = self._system_nodes(name, args, tags, node_policies)
+    def _workload_addons(self, name: str, versions: Mapping[AddonName, str], partition: pulumi.Output[str]) -> None:
+        """The add-ons that run as Deployments (CoreDNS, the EBS CSI driver with its Pod Identity role).
 
+        They need schedulable nodes to become ACTIVE, so they wait for the system node group.
+        """
         ebs_role = aws.iam.Role(
             f"{name}-ebs-csi-role",
             assume_role_policy=service_trust_policy("pods.eks.amazonaws.com", tag_session=True),
-            tags=tags,
-            opts=child,
+            tags=self.tags,
+            opts=pulumi.ResourceOptions(parent=self),
         )
         aws.iam.RolePolicyAttachment(
             f"{name}-ebs-csi-policy",
             role=ebs_role.name,
             policy_arn=managed_policy_arn(partition, "service-role/AmazonEBSCSIDriverPolicy"),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        # Deployments need schedulable nodes to become ACTIVE.
         after_nodes = pulumi.ResourceOptions(parent=self, depends_on=[self.system_node_group])
-        self.addons["coredns"] = self._addon(name, "coredns", versions["coredns"], tags, after_nodes)
+        self.addons["coredns"] = self._addon(name, "coredns", versions["coredns"], self.tags, after_nodes)
         self.addons["aws-ebs-csi-driver"] = self._addon(
             name,
             "aws-ebs-csi-driver",
             versions["aws-ebs-csi-driver"],
-            tags,
+            self.tags,
             pulumi.ResourceOptions(
                 parent=self, depends_on=[self.system_node_group, self.addons["eks-pod-identity-agent"]]
             ),
@@ -423,7 +502,12 @@ class EksCluster(pulumi.ComponentResource):
             ],
         )
 
-        self.kubeconfig = pulumi.Output.secret(
+    def _kubernetes_provider(
+        self, name: str, args: EksClusterArgs, admin_policy: aws.eks.AccessPolicyAssociation
+    ) -> tuple[pulumi.Output[str], k8s.Provider]:
+        """The admin kubeconfig (secret) and the one Kubernetes provider built from it, usable once the admin role
+        holds its access policy."""
+        config: pulumi.Output[str] = pulumi.Output.secret(
             kubeconfig(
                 args.cluster_name,
                 args.region,
@@ -432,21 +516,13 @@ class EksCluster(pulumi.ComponentResource):
                 self.admin_role.arn,
             )
         )
-        self.k8s_provider = k8s.Provider(
+        provider = k8s.Provider(
             f"{name}-k8s",
-            kubeconfig=self.kubeconfig,
+            kubeconfig=config,
             # Nothing may fall back to the deployer's current kubectl context.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[admin_policy]),
         )
-        self.register_outputs(
-            {
-                "clusterName": self.cluster.name,
-                "endpoint": self.cluster.endpoint,
-                "kubeconfig": self.kubeconfig,
-                "nodeRoleArn": self.node_role.arn,
-                "adminRoleArn": self.admin_role.arn,
-            }
-        )
+        return config, provider
 
     def _addon(
         self,
@@ -459,6 +535,7 @@ class EksCluster(pulumi.ComponentResource):
         pod_identity: Sequence[aws.eks.AddonPodIdentityAssociationArgs] | None = None,
         configuration: Mapping[str, str] | None = None,
     ) -> aws.eks.Addon:
+        """One EKS managed add-on at a pinned version; EKS's values overwrite any drift on create and update."""
         return aws.eks.Addon(
             f"{name}-{addon}",
             cluster_name=self.cluster.name,
@@ -479,6 +556,8 @@ class EksCluster(pulumi.ComponentResource):
         tags: Mapping[str, str],
         node_policies: Sequence[aws.iam.RolePolicyAttachment],
     ) -> aws.eks.NodeGroup:
+        """The system node group (controllers, gateway, monitoring) and its launch template; joins once the CNI
+        and kube-proxy exist."""
         launch_template = aws.ec2.LaunchTemplate(
             f"{name}-system-lt",
             description=f"System nodes of EKS cluster {args.cluster_name}",

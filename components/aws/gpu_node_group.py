@@ -269,24 +269,38 @@ class GpuNodeGroup(pulumi.ComponentResource):
             self.placement_group = aws.ec2.PlacementGroup(
                 f"{name}-placement", strategy="cluster", tags=tags, opts=pulumi.ResourceOptions(parent=self)
             )
+        self.launch_template = self._launch_template(name, args, instance, tags, self.placement_group)
+        self.node_group = self._node_group(name, args, tags, self.launch_template)
+        self._autoscaling_group_tags(name, self.node_group, self.autoscaler_tags)
+        self.register_outputs({"nodeGroupName": self.node_group.node_group_name, "labels": self.labels})
 
-        self.launch_template = aws.ec2.LaunchTemplate(
+    def _launch_template(
+        self,
+        name: str,
+        args: GpuNodeGroupArgs,
+        instance: InstanceType,
+        tags: Mapping[str, str],
+        placement_group: aws.ec2.PlacementGroup | None,
+    ) -> aws.ec2.LaunchTemplate:
+        """What each node boots with: IMDSv2, volumes, NVMe user data, EFA interfaces, placement, capacity block."""
+        capacity_block = args.capacity_type == "capacity_block"
+        return aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            description=f"GPU pool {args.pool_name} of EKS cluster {cluster.cluster_name}",
+            description=f"GPU pool {args.pool_name} of EKS cluster {args.cluster.cluster_name}",
             metadata_options=IMDS_V2_ONLY,
             block_device_mappings=self._volumes(args),
             user_data=self._user_data(args, instance),
-            network_interfaces=self._efa_interfaces(cluster, instance) if args.efa else None,
+            network_interfaces=self._efa_interfaces(args.cluster, instance) if args.efa else None,
             placement=(
-                aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
-                if self.placement_group is not None
+                aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group.name)
+                if placement_group is not None
                 else None
             ),
             # A capacity block is bought for one instance type; EKS wants it in the template, not the node group.
-            instance_type=args.instance_type if args.capacity_type == "capacity_block" else None,
+            instance_type=args.instance_type if capacity_block else None,
             instance_market_options=(
                 aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
-                if args.capacity_type == "capacity_block"
+                if capacity_block
                 else None
             ),
             capacity_reservation_specification=(
@@ -295,7 +309,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
                         capacity_reservation_id=args.capacity_reservation_id
                     )
                 )
-                if args.capacity_type == "capacity_block"
+                if capacity_block
                 else None
             ),
             tag_specifications=instance_tag_specifications(tags),
@@ -304,9 +318,14 @@ class GpuNodeGroup(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
+    def _node_group(
+        self, name: str, args: GpuNodeGroupArgs, tags: Mapping[str, str], launch_template: aws.ec2.LaunchTemplate
+    ) -> aws.eks.NodeGroup:
+        """The managed node group: accelerated AMI, GPU taint, pool labels, autoscaler tags, bounds from sizing."""
+        cluster = args.cluster
         zones = [args.zone] if args.zone is not None else list(args.subnet_ids_by_zone)
         sizing = args.sizing
-        self.node_group = aws.eks.NodeGroup(
+        return aws.eks.NodeGroup(
             f"{name}-nodes",
             cluster_name=cluster.cluster.name,
             node_group_name_prefix=f"{cluster.cluster_name}-{args.pool_name}-",
@@ -320,7 +339,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 min_size=sizing.min_nodes, desired_size=sizing.min_nodes, max_size=sizing.max_nodes
             ),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
-                id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)
+                id=launch_template.id, version=launch_template.latest_version.apply(str)
             ),
             labels=self.labels,
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=GPU_TAINT.eks_effect)],
@@ -335,15 +354,20 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ),
         )
 
-        asg_name = self.node_group.resources.apply(_autoscaling_group_name)
-        for key, value in self.autoscaler_tags.items():
+    def _autoscaling_group_tags(
+        self, name: str, node_group: aws.eks.NodeGroup, tags: Mapping[str, str]
+    ) -> list[aws.autoscaling.Tag]:
+        """The autoscaler tags again on the Auto Scaling group EKS created, which does not inherit the group's."""
+        asg_name = node_group.resources.apply(_autoscaling_group_name)
+        return [
             aws.autoscaling.Tag(
                 f"{name}-asg-tag:{key}",
                 autoscaling_group_name=asg_name,
                 tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-        self.register_outputs({"nodeGroupName": self.node_group.node_group_name, "labels": self.labels})
+            for key, value in tags.items()
+        ]
 
     @staticmethod
     def _volumes(args: GpuNodeGroupArgs) -> list[aws.ec2.LaunchTemplateBlockDeviceMappingArgs]:

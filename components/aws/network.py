@@ -169,11 +169,32 @@ class Network(pulumi.ComponentResource):
         raise_input_errors("The input properties for the Network are invalid.", _check(args))
 
         tags = dict(args.tags)
-        child = pulumi.ResourceOptions(parent=self)
-        private_cidrs, public_cidrs = plan_subnets(args.cidr_block, len(args.zones))
-        shared = {cluster_tag(args.cluster_name): "shared"}
+        self.vpc, igw = self._vpc(name, args, tags)
+        public_rt = self._public_route_table(name, tags, igw)
+        public_subnets, private_subnets = self._subnets(name, args, tags, public_rt)
+        self.nat_gateways = self._nat_gateways(name, args, tags, igw, public_subnets)
+        private_rts = self._private_route_tables(name, args, tags, private_subnets, self.nat_gateways)
+        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        self.s3_endpoint = self._s3_endpoint(name, tags, region.region, private_rts)
+        self._flow_log(name, args, region.region, tags)
 
-        self.vpc = aws.ec2.Vpc(
+        self.private_subnet_ids = [s.id for s in private_subnets]
+        self.public_subnet_ids = [s.id for s in public_subnets]
+        self.private_subnet_ids_by_zone = {zone: s.id for zone, s in zip(args.zones, private_subnets, strict=True)}
+        self.register_outputs(
+            {
+                "vpcId": self.vpc.id,
+                "privateSubnetIds": self.private_subnet_ids,
+                "publicSubnetIds": self.public_subnet_ids,
+            }
+        )
+
+    def _vpc(
+        self, name: str, args: NetworkArgs, tags: Mapping[str, str]
+    ) -> tuple[aws.ec2.Vpc, aws.ec2.InternetGateway]:
+        """The VPC, its emptied default security group, and its internet gateway."""
+        child = pulumi.ResourceOptions(parent=self)
+        vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=args.cidr_block,
             enable_dns_hostnames=True,  # EKS private endpoints and VPC endpoints resolve through VPC DNS
@@ -185,16 +206,20 @@ class Network(pulumi.ComponentResource):
         # adopted and emptied (CIS AWS Foundations 5.4).
         aws.ec2.DefaultSecurityGroup(
             f"{name}-default-sg",
-            vpc_id=self.vpc.id,
+            vpc_id=vpc.id,
             ingress=[],
             egress=[],
             tags={**tags, "Name": f"{name}-default-sg"},
             opts=child,
         )
-        igw = aws.ec2.InternetGateway(
-            f"{name}-igw", vpc_id=self.vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=child
-        )
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=child)
+        return vpc, igw
 
+    def _public_route_table(
+        self, name: str, tags: Mapping[str, str], igw: aws.ec2.InternetGateway
+    ) -> aws.ec2.RouteTable:
+        """The route table every public subnet shares, its default route through the internet gateway."""
+        child = pulumi.ResourceOptions(parent=self)
         public_rt = aws.ec2.RouteTable(
             f"{name}-public-rt", vpc_id=self.vpc.id, tags={**tags, "Name": f"{name}-public-rt"}, opts=child
         )
@@ -205,7 +230,15 @@ class Network(pulumi.ComponentResource):
             gateway_id=igw.id,
             opts=child,
         )
+        return public_rt
 
+    def _subnets(
+        self, name: str, args: NetworkArgs, tags: Mapping[str, str], public_rt: aws.ec2.RouteTable
+    ) -> tuple[list[aws.ec2.Subnet], list[aws.ec2.Subnet]]:
+        """(public, private) subnets in zone order, tagged for the load balancer controller; public ones routed."""
+        child = pulumi.ResourceOptions(parent=self)
+        private_cidrs, public_cidrs = plan_subnets(args.cidr_block, len(args.zones))
+        shared = {cluster_tag(args.cluster_name): "shared"}
         public_subnets: list[aws.ec2.Subnet] = []
         private_subnets: list[aws.ec2.Subnet] = []
         for zone, private_cidr, public_cidr in zip(args.zones, private_cidrs, public_cidrs, strict=True):
@@ -233,14 +266,27 @@ class Network(pulumi.ComponentResource):
             )
             public_subnets.append(public)
             private_subnets.append(private)
+        return public_subnets, private_subnets
 
+    def _nat_gateways(
+        self,
+        name: str,
+        args: NetworkArgs,
+        tags: Mapping[str, str],
+        igw: aws.ec2.InternetGateway,
+        public_subnets: Sequence[aws.ec2.Subnet],
+    ) -> list[aws.ec2.NatGateway]:
+        """A NAT gateway with its Elastic IP in each zone's public subnet, or one in the first zone."""
         nat_zones = list(args.zones) if args.nat_per_zone else [args.zones[0]]
-        self.nat_gateways = []
+        gateways: list[aws.ec2.NatGateway] = []
         for zone in nat_zones:
             eip = aws.ec2.Eip(
-                f"{name}-nat-eip-{zone}", domain="vpc", tags={**tags, "Name": f"{name}-nat-eip-{zone}"}, opts=child
+                f"{name}-nat-eip-{zone}",
+                domain="vpc",
+                tags={**tags, "Name": f"{name}-nat-eip-{zone}"},
+                opts=pulumi.ResourceOptions(parent=self),
             )
-            self.nat_gateways.append(
+            gateways.append(
                 aws.ec2.NatGateway(
                     f"{name}-nat-{zone}",
                     allocation_id=eip.allocation_id,
@@ -249,10 +295,21 @@ class Network(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
                 )
             )
+        return gateways
 
+    def _private_route_tables(
+        self,
+        name: str,
+        args: NetworkArgs,
+        tags: Mapping[str, str],
+        private_subnets: Sequence[aws.ec2.Subnet],
+        nat_gateways: Sequence[aws.ec2.NatGateway],
+    ) -> list[aws.ec2.RouteTable]:
+        """One route table per private subnet, its default route through its zone's (or the shared) NAT."""
+        child = pulumi.ResourceOptions(parent=self)
         private_rts: list[aws.ec2.RouteTable] = []
         for index, (zone, subnet) in enumerate(zip(args.zones, private_subnets, strict=True)):
-            nat = self.nat_gateways[index] if args.nat_per_zone else self.nat_gateways[0]
+            nat = nat_gateways[index] if args.nat_per_zone else nat_gateways[0]
             rt = aws.ec2.RouteTable(
                 f"{name}-private-rt-{zone}",
                 vpc_id=self.vpc.id,
@@ -270,61 +327,33 @@ class Network(pulumi.ComponentResource):
                 f"{name}-private-rta-{zone}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
             )
             private_rts.append(rt)
+        return private_rts
 
-        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        self.s3_endpoint = aws.ec2.VpcEndpoint(
+    def _s3_endpoint(
+        self,
+        name: str,
+        tags: Mapping[str, str],
+        region: pulumi.Output[str],
+        private_rts: Sequence[aws.ec2.RouteTable],
+    ) -> aws.ec2.VpcEndpoint:
+        """The S3 gateway endpoint on every private route table: model downloads bypass the NAT gateways."""
+        return aws.ec2.VpcEndpoint(
             f"{name}-s3",
             vpc_id=self.vpc.id,
-            service_name=region.region.apply(lambda r: f"com.amazonaws.{r}.s3"),
+            service_name=region.apply(lambda r: f"com.amazonaws.{r}.s3"),
             vpc_endpoint_type="Gateway",
             route_table_ids=[rt.id for rt in private_rts],
             tags={**tags, "Name": f"{name}-s3"},
-            opts=child,
-        )
-
-        self._flow_log(name, args, region.region, tags)
-
-        self.private_subnet_ids = [s.id for s in private_subnets]
-        self.public_subnet_ids = [s.id for s in public_subnets]
-        self.private_subnet_ids_by_zone = {zone: s.id for zone, s in zip(args.zones, private_subnets, strict=True)}
-        self.register_outputs(
-            {
-                "vpcId": self.vpc.id,
-                "privateSubnetIds": self.private_subnet_ids,
-                "publicSubnetIds": self.public_subnet_ids,
-            }
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
     def _flow_log(self, name: str, args: NetworkArgs, region: pulumi.Output[str], tags: Mapping[str, str]) -> None:
+        """The VPC flow log of all traffic, delivered by a role scoped to this account's flow logs."""
         invoke = pulumi.InvokeOutputOptions(parent=self)
         partition = aws.get_partition_output(opts=invoke).partition
         account = aws.get_caller_identity_output(opts=invoke).account_id
         child = pulumi.ResourceOptions(parent=self)
-        group_name = f"/aws/vpc/{args.cluster_name}/flow-logs"
-        key = aws.kms.Key(
-            f"{name}-flow-logs-key",
-            description=f"Encryption of the VPC flow log of {args.cluster_name}",
-            enable_key_rotation=True,
-            deletion_window_in_days=30,
-            policy=pulumi.Output.all(partition, region, account).apply(
-                lambda values: kms_policy.key_policy(
-                    [
-                        kms_policy.administration_statement(values[0], values[2]),
-                        kms_policy.logs_usage_statement(values[0], values[1], values[2], group_name),
-                    ]
-                )
-            ),
-            tags=dict(tags),
-            opts=pulumi.ResourceOptions(parent=self, protect=args.environment == "prod"),
-        )
-        group = aws.cloudwatch.LogGroup(
-            f"{name}-flow-logs",
-            name=group_name,
-            retention_in_days=args.flow_log_retention_days,
-            kms_key_id=key.arn,
-            tags=dict(tags),
-            opts=child,
-        )
+        group = self._flow_log_group(name, args, tags, partition=partition, region=region, account=account)
         role = aws.iam.Role(
             f"{name}-flow-logs-role",
             description=f"VPC flow log delivery of {args.cluster_name}",
@@ -350,4 +379,41 @@ class Network(pulumi.ComponentResource):
             max_aggregation_interval=FLOW_LOG_AGGREGATION_SECONDS,
             tags={**tags, "Name": f"{name}-flow-log"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[delivery]),
+        )
+
+    def _flow_log_group(
+        self,
+        name: str,
+        args: NetworkArgs,
+        tags: Mapping[str, str],
+        *,
+        partition: pulumi.Output[str],
+        region: pulumi.Output[str],
+        account: pulumi.Output[str],
+    ) -> aws.cloudwatch.LogGroup:
+        """The flow log's log group, encrypted with a key CloudWatch Logs may use for that group only."""
+        group_name = f"/aws/vpc/{args.cluster_name}/flow-logs"
+        key = aws.kms.Key(
+            f"{name}-flow-logs-key",
+            description=f"Encryption of the VPC flow log of {args.cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            policy=pulumi.Output.all(partition, region, account).apply(
+                lambda values: kms_policy.key_policy(
+                    [
+                        kms_policy.administration_statement(values[0], values[2]),
+                        kms_policy.logs_usage_statement(values[0], values[1], values[2], group_name),
+                    ]
+                )
+            ),
+            tags=dict(tags),
+            opts=pulumi.ResourceOptions(parent=self, protect=args.environment == "prod"),
+        )
+        return aws.cloudwatch.LogGroup(
+            f"{name}-flow-logs",
+            name=group_name,
+            retention_in_days=args.flow_log_retention_days,
+            kms_key_id=key.arn,
+            tags=dict(tags),
+            opts=pulumi.ResourceOptions(parent=self),
         )

@@ -151,6 +151,19 @@ class NodeAddonsArgs:
     """The GPU pools; decide whether the NVIDIA and EFA device plugins are needed."""
 
 
+def _check(args: NodeAddonsArgs) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    version = args.cluster.kubernetes_version
+    if version not in CLUSTER_AUTOSCALER_IMAGE_TAGS:
+        errors.append(
+            (
+                "cluster.kubernetes_version",
+                f"no cluster-autoscaler release pinned for {version} ({', '.join(CLUSTER_AUTOSCALER_IMAGE_TAGS)})",
+            )
+        )
+    return errors
+
+
 class NodeAddons(pulumi.ComponentResource):
     """Cluster Autoscaler, NVIDIA device plugin, DCGM exporter and (with EFA) the EFA device plugin.
 
@@ -163,28 +176,26 @@ class NodeAddons(pulumi.ComponentResource):
 
     releases: dict[str, k8s.helm.v3.Release]
     _k8s_provider: k8s.Provider
+    _after: list[pulumi.Resource]
 
     def __init__(self, name: str, args: NodeAddonsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferplane:index:NodeAddons", name, None, opts)
-        cluster = args.cluster
-        errors: list[tuple[str, str]] = []
-        if cluster.kubernetes_version not in CLUSTER_AUTOSCALER_IMAGE_TAGS:
-            errors.append(
-                (
-                    "cluster.kubernetes_version",
-                    f"no cluster-autoscaler release pinned for {cluster.kubernetes_version} "
-                    f"({', '.join(CLUSTER_AUTOSCALER_IMAGE_TAGS)})",
-                )
-            )
-        raise_input_errors("The input properties for the node add-ons are invalid.", errors)
+        raise_input_errors("The input properties for the node add-ons are invalid.", _check(args))
 
-        tags = dict(cluster.tags)
-        child = pulumi.ResourceOptions(parent=self)
-        self.releases = {}
+        cluster = args.cluster
         self._k8s_provider = cluster.k8s_provider
         # Releases wait for somewhere to run and for cluster DNS; an atomic install would otherwise time out.
-        self._after: list[pulumi.Resource] = [cluster.system_node_group, cluster.addons["coredns"]]
+        self._after = [cluster.system_node_group, cluster.addons["coredns"]]
+        association = self._autoscaler_identity(name, args)
+        self.releases = {"cluster-autoscaler": self._cluster_autoscaler(name, args, association)}
+        self.releases.update(self._gpu_releases(name, args.node_groups))
+        self.register_outputs({"releases": sorted(self.releases)})
 
+    def _autoscaler_identity(self, name: str, args: NodeAddonsArgs) -> aws.eks.PodIdentityAssociation:
+        """The cluster autoscaler's IAM role, its policy, and the Pod Identity association to its service account."""
+        cluster = args.cluster
+        tags = dict(cluster.tags)
+        child = pulumi.ResourceOptions(parent=self)
         invoke = pulumi.InvokeOutputOptions(parent=self)
         partition = aws.get_partition_output(opts=invoke).partition
         account = aws.get_caller_identity_output(opts=invoke).account_id
@@ -202,7 +213,7 @@ class NodeAddons(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        association = aws.eks.PodIdentityAssociation(
+        return aws.eks.PodIdentityAssociation(
             f"{name}-cluster-autoscaler-pod-identity",
             cluster_name=cluster.cluster.name,
             namespace=NAMESPACE,
@@ -211,7 +222,13 @@ class NodeAddons(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster.addons["eks-pod-identity-agent"]]),
         )
-        self.releases["cluster-autoscaler"] = self._release(
+
+    def _cluster_autoscaler(
+        self, name: str, args: NodeAddonsArgs, association: aws.eks.PodIdentityAssociation
+    ) -> k8s.helm.v3.Release:
+        """The cluster autoscaler on the system nodes, discovering this cluster's groups; waits for its identity."""
+        cluster = args.cluster
+        return self._release(
             name,
             "cluster-autoscaler",
             CLUSTER_AUTOSCALER_CHART,
@@ -232,8 +249,11 @@ class NodeAddons(pulumi.ComponentResource):
             depends_on=[association],
         )
 
-        if any(group.ami_family == "al2023" for group in args.node_groups):
-            self.releases["nvidia-device-plugin"] = self._release(
+    def _gpu_releases(self, name: str, node_groups: Sequence[GpuNodeGroup]) -> dict[str, k8s.helm.v3.Release]:
+        """The releases that run on GPU nodes, each only where some pool needs it."""
+        releases: dict[str, k8s.helm.v3.Release] = {}
+        if any(group.ami_family == "al2023" for group in node_groups):
+            releases["nvidia-device-plugin"] = self._release(
                 name,
                 "nvidia-device-plugin",
                 NVIDIA_DEVICE_PLUGIN_CHART,
@@ -242,8 +262,8 @@ class NodeAddons(pulumi.ComponentResource):
                     "affinity": _require_labels({AMI_FAMILY_LABEL: ["al2023"]}, exists=[ACCELERATOR_LABEL]),
                 },
             )
-        if args.node_groups:
-            self.releases["dcgm-exporter"] = self._release(
+        if node_groups:
+            releases["dcgm-exporter"] = self._release(
                 name,
                 "dcgm-exporter",
                 DCGM_EXPORTER_CHART,
@@ -254,14 +274,14 @@ class NodeAddons(pulumi.ComponentResource):
                     "service": {"enable": True, "port": DCGM_METRICS_PORT},
                 },
             )
-        if any(group.efa for group in args.node_groups):
-            self.releases["efa-device-plugin"] = self._release(
+        if any(group.efa for group in node_groups):
+            releases["efa-device-plugin"] = self._release(
                 name,
                 "efa-device-plugin",
                 EFA_DEVICE_PLUGIN_CHART,
                 {"tolerations": [GPU_TOLERATION]},
             )
-        self.register_outputs({"releases": sorted(self.releases)})
+        return releases
 
     def _release(
         self,
