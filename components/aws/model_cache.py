@@ -100,6 +100,18 @@ class ModelCacheArgs:
     """Tags on every taggable child."""
 
 
+@dataclass(frozen=True)
+class _CacheBucket:
+    """The cache bucket and the children a reader of ``uri`` must wait for besides the pods' identity."""
+
+    bucket: aws.s3.Bucket
+    """The cache bucket itself."""
+    encryption: aws.s3.BucketServerSideEncryptionConfiguration
+    """SSE-KMS with the cache key; an object written before it exists would get S3's default encryption."""
+    policy: aws.s3.BucketPolicy
+    """The TLS-only bucket policy."""
+
+
 class ModelCache(pulumi.ComponentResource):
     """An S3 model cache read (and, for engine builders, written) by pods through EKS Pod Identity.
 
@@ -123,17 +135,45 @@ class ModelCache(pulumi.ComponentResource):
         super().__init__("inferplane:index:ModelCache", name, None, opts)
         _validate(name, args)
         tags = dict(args.tags)
-        child = pulumi.ResourceOptions(parent=self)
         # Deleting either loses every cached checkpoint and engine (the key: makes them unreadable); prod protects.
         stateful = pulumi.ResourceOptions(parent=self, protect=args.environment == "prod")
 
-        role = aws.iam.Role(
+        role = self._role(name, tags)
+        key, account = self._key(name, role, tags, stateful)
+        cache = self._bucket(name, key, tags, stateful)
+        self._access_logs(name, cache.bucket, account, tags, stateful)
+        access, associations = self._pod_access(name, args, role=role, bucket=cache.bucket, key=key, tags=tags)
+
+        self.bucket_name = cache.bucket.bucket
+        self.role_arn = role.arn
+        self.key_arn = key.arn
+        # The ids only carry dependencies: a reader of ``uri`` is created after the pods' identity and permissions.
+        ready: list[pulumi.Input[Any]] = [
+            access.id,
+            cache.policy.id,
+            cache.encryption.id,
+            *(a.id for a in associations),
+        ]
+        self.uri = pulumi.Output.all(cache.bucket.bucket, *ready).apply(lambda values: cache_uri(values[0]))
+        self.register_outputs(
+            {"uri": self.uri, "bucketName": self.bucket_name, "roleArn": self.role_arn, "keyArn": self.key_arn}
+        )
+
+    def _role(self, name: str, tags: Mapping[str, str]) -> aws.iam.Role:
+        """The one IAM role every bound ServiceAccount's pods assume through EKS Pod Identity."""
+        return aws.iam.Role(
             f"{name}-role",
             description="Model servers read the model cache (engine builders also write engines) via EKS Pod Identity",
             assume_role_policy=service_trust_policy(POD_IDENTITY_PRINCIPAL, tag_session=True),
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
+
+    def _key(
+        self, name: str, role: aws.iam.Role, tags: Mapping[str, str], stateful: pulumi.ResourceOptions
+    ) -> tuple[aws.kms.Key, pulumi.Output[str]]:
+        """The cache's KMS key, usable only by ``role`` through S3; also returns the account id (the access logs'
+        bucket policy names it)."""
         invoke = pulumi.InvokeOutputOptions(parent=self)
         partition = aws.get_partition_output(opts=invoke).partition
         account = aws.get_caller_identity_output(opts=invoke).account_id
@@ -149,6 +189,13 @@ class ModelCache(pulumi.ComponentResource):
             tags=tags,
             opts=stateful,
         )
+        return key, account
+
+    def _bucket(
+        self, name: str, key: aws.kms.Key, tags: Mapping[str, str], stateful: pulumi.ResourceOptions
+    ) -> _CacheBucket:
+        """The private, versioned bucket, encrypted with ``key`` and reachable over TLS only."""
+        child = pulumi.ResourceOptions(parent=self)
         bucket = aws.s3.Bucket(f"{name}-bucket", force_destroy=False, tags=tags, opts=stateful)
         public_access = _private(name, bucket, child)
         encryption = aws.s3.BucketServerSideEncryptionConfiguration(
@@ -174,6 +221,19 @@ class ModelCache(pulumi.ComponentResource):
             versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
             opts=child,
         )
+        self._lifecycle(name, bucket, versioning)
+        policy = aws.s3.BucketPolicy(
+            f"{name}-policy",
+            bucket=bucket.id,
+            policy=bucket.arn.apply(tls_only_policy),
+            # With the public access block in place first, no window exists where a policy could make it public.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access]),
+        )
+        return _CacheBucket(bucket=bucket, encryption=encryption, policy=policy)
+
+    def _lifecycle(self, name: str, bucket: aws.s3.Bucket, versioning: aws.s3.BucketVersioning) -> None:
+        """Interrupted multipart uploads go after :data:`INCOMPLETE_UPLOAD_DAYS`, overwritten or deleted versions
+        after :data:`NONCURRENT_VERSION_DAYS`."""
         aws.s3.BucketLifecycleConfiguration(
             f"{name}-lifecycle",
             bucket=bucket.id,
@@ -202,15 +262,20 @@ class ModelCache(pulumi.ComponentResource):
             # S3 refuses lifecycle rules about versions until versioning is configured.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[versioning]),
         )
-        bucket_policy = aws.s3.BucketPolicy(
-            f"{name}-policy",
-            bucket=bucket.id,
-            policy=bucket.arn.apply(tls_only_policy),
-            # With the public access block in place first, no window exists where a policy could make it public.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access]),
-        )
-        self._access_logs(name, bucket, account, tags, stateful)
 
+    def _pod_access(
+        self,
+        name: str,
+        args: ModelCacheArgs,
+        *,
+        role: aws.iam.Role,
+        bucket: aws.s3.Bucket,
+        key: aws.kms.Key,
+        tags: Mapping[str, str],
+    ) -> tuple[aws.iam.RolePolicy, list[aws.eks.PodIdentityAssociation]]:
+        """The role's permissions on the bucket and key (writes only for ``write`` accounts), and one Pod Identity
+        association per ServiceAccount."""
+        child = pulumi.ResourceOptions(parent=self)
         writers = [account for account in args.service_accounts if account.write]
         access = aws.iam.RolePolicy(
             f"{name}-access",
@@ -230,16 +295,7 @@ class ModelCache(pulumi.ComponentResource):
             )
             for account in args.service_accounts
         ]
-
-        self.bucket_name = bucket.bucket
-        self.role_arn = role.arn
-        self.key_arn = key.arn
-        # The ids only carry dependencies: a reader of ``uri`` is created after the pods' identity and permissions.
-        ready: list[pulumi.Input[Any]] = [access.id, bucket_policy.id, encryption.id, *(a.id for a in associations)]
-        self.uri = pulumi.Output.all(bucket.bucket, *ready).apply(lambda values: cache_uri(values[0]))
-        self.register_outputs(
-            {"uri": self.uri, "bucketName": self.bucket_name, "roleArn": self.role_arn, "keyArn": self.key_arn}
-        )
+        return access, associations
 
     def _access_logs(
         self,

@@ -124,17 +124,35 @@ class RedisCache(pulumi.ComponentResource):
         super().__init__("inferplane:index:RedisCache", name, None, opts)
 
         prod = args.environment == "prod"
-        multi_az = args.nodes >= 2
         tags = dict(args.tags)
-        child = pulumi.ResourceOptions(parent=self)
 
+        child = pulumi.ResourceOptions(parent=self)
         token = random.RandomPassword(f"{name}-auth-token", length=AUTH_TOKEN_LENGTH, special=False, opts=child)
         self.auth_token = pulumi.Output.secret(token.result)
+        key = self._key(name, tags, prod)
+        self.security_group, subnet_group = self._network(name, args, tags)
+        self.parameter_group = self._parameter_group(name, args, tags)
+        self.replication_group = self._replication_group(name, args, tags, prod, key=key, subnet_group=subnet_group)
+        self.primary_endpoint = self.replication_group.primary_endpoint_address
+        self.reader_endpoint = self.replication_group.reader_endpoint_address
+
+        self.register_outputs(
+            {
+                "primaryEndpoint": self.primary_endpoint,
+                "readerEndpoint": self.reader_endpoint,
+                "port": REDIS_PORT,
+                "securityGroupId": self.security_group.id,
+                "authToken": self.auth_token,
+            }
+        )
+
+    def _key(self, name: str, tags: Mapping[str, str], prod: bool) -> aws.kms.Key:
+        """The yearly-rotating KMS key that encrypts the cache at rest, usable only through ElastiCache."""
         invoke = pulumi.InvokeOutputOptions(parent=self)
         partition = aws.get_partition_output(opts=invoke).partition
         account = aws.get_caller_identity_output(opts=invoke).account_id
         region = aws.get_region_output(opts=invoke).region
-        key = aws.kms.Key(
+        return aws.kms.Key(
             f"{name}-key",
             description=f"ElastiCache {name}: encryption at rest",
             enable_key_rotation=True,
@@ -145,7 +163,13 @@ class RedisCache(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, protect=prod),
         )
-        self.security_group = aws.ec2.SecurityGroup(
+
+    def _network(
+        self, name: str, args: RedisCacheArgs, tags: Mapping[str, str]
+    ) -> tuple[aws.ec2.SecurityGroup, aws.elasticache.SubnetGroup]:
+        """The security group (no egress; the Redis port from each allowed group) and the private subnet group."""
+        child = pulumi.ResourceOptions(parent=self)
+        security_group = aws.ec2.SecurityGroup(
             f"{name}-sg",
             vpc_id=args.vpc_id,
             description=f"ElastiCache {name}: Redis port from the cluster's nodes only",
@@ -155,7 +179,7 @@ class RedisCache(pulumi.ComponentResource):
         for index, source in enumerate(args.allowed_security_group_ids):
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-from-{index}",
-                security_group_id=self.security_group.id,
+                security_group_id=security_group.id,
                 referenced_security_group_id=source,
                 ip_protocol="tcp",
                 from_port=REDIS_PORT,
@@ -171,7 +195,13 @@ class RedisCache(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        self.parameter_group = aws.elasticache.ParameterGroup(
+        return security_group, subnet_group
+
+    def _parameter_group(
+        self, name: str, args: RedisCacheArgs, tags: Mapping[str, str]
+    ) -> aws.elasticache.ParameterGroup:
+        """The engine family's parameters with the spec's eviction policy."""
+        return aws.elasticache.ParameterGroup(
             f"{name}-params",
             family=PARAMETER_GROUP_FAMILIES[args.engine],
             description=f"ElastiCache {name}: eviction policy {args.eviction_policy}",
@@ -179,9 +209,22 @@ class RedisCache(pulumi.ComponentResource):
                 aws.elasticache.ParameterGroupParameterArgs(name="maxmemory-policy", value=args.eviction_policy)
             ],
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        self.replication_group = aws.elasticache.ReplicationGroup(
+
+    def _replication_group(
+        self,
+        name: str,
+        args: RedisCacheArgs,
+        tags: Mapping[str, str],
+        prod: bool,
+        *,
+        key: aws.kms.Key,
+        subnet_group: aws.elasticache.SubnetGroup,
+    ) -> aws.elasticache.ReplicationGroup:
+        """The TLS-only, AUTH-protected, encrypted replication group; multi-AZ with failover from two nodes on."""
+        multi_az = args.nodes >= 2
+        return aws.elasticache.ReplicationGroup(
             f"{name}-rg",
             description=f"inferplane response cache ({args.environment})",
             engine=args.engine,
@@ -204,18 +247,6 @@ class RedisCache(pulumi.ComponentResource):
             snapshot_retention_limit=1 if prod else 0,
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, protect=prod),
-        )
-        self.primary_endpoint = self.replication_group.primary_endpoint_address
-        self.reader_endpoint = self.replication_group.reader_endpoint_address
-
-        self.register_outputs(
-            {
-                "primaryEndpoint": self.primary_endpoint,
-                "readerEndpoint": self.reader_endpoint,
-                "port": REDIS_PORT,
-                "securityGroupId": self.security_group.id,
-                "authToken": self.auth_token,
-            }
         )
 
 

@@ -228,9 +228,30 @@ class GkeCluster(pulumi.ComponentResource):
         self.workload_pool = f"{args.project}.svc.id.goog"
         """Workload Identity pool: Kubernetes service accounts map to ``serviceAccount:<pool>[ns/ksa]``."""
         labels = dict(args.labels)
-        child = pulumi.ResourceOptions(parent=self)
 
-        self.network = gcp.compute.Network(
+        self.network, self.subnetwork = self._network(name, args)
+        self.key_ring, self.secrets_key, key_grant = self._secrets_encryption(name, args, labels, prod)
+        self.node_service_account_email, node_grants = self._node_identity(name, args)
+        self.cluster = self._cluster(name, args, labels, prod, depends_on=[key_grant, *node_grants])
+        self.system_pool = self._system_pool(name, args, labels, prod)
+        self.kubeconfig, self.provider = self._kubernetes(name)
+
+        self.register_outputs(
+            {
+                "clusterName": self.cluster.name,
+                "endpoint": self.cluster.endpoint,
+                "location": self.location,
+                "workloadPool": self.workload_pool,
+                "nodeServiceAccount": self.node_service_account_email,
+                "kubeconfig": self.kubeconfig,
+            }
+        )
+
+    def _network(self, name: str, args: GkeClusterArgs) -> tuple[gcp.compute.Network, gcp.compute.Subnetwork]:
+        """The cluster's own VPC and flow-logged subnet (pods and services as secondary ranges), and the Cloud NAT
+        that lets private nodes pull public images."""
+        child = pulumi.ResourceOptions(parent=self)
+        network = gcp.compute.Network(
             f"{name}-network",
             project=args.project,
             auto_create_subnetworks=False,
@@ -238,11 +259,11 @@ class GkeCluster(pulumi.ComponentResource):
             description=f"inferplane GKE network for {name}",
             opts=child,
         )
-        self.subnetwork = gcp.compute.Subnetwork(
+        subnetwork = gcp.compute.Subnetwork(
             f"{name}-subnet",
             project=args.project,
             region=args.region,
-            network=self.network.id,
+            network=network.id,
             ip_cidr_range=args.node_cidr,
             private_ip_google_access=True,
             log_config=FLOW_LOG_CONFIG,
@@ -253,7 +274,7 @@ class GkeCluster(pulumi.ComponentResource):
             opts=child,
         )
         router = gcp.compute.Router(
-            f"{name}-router", project=args.project, region=args.region, network=self.network.id, opts=child
+            f"{name}-router", project=args.project, region=args.region, network=network.id, opts=child
         )
         gcp.compute.RouterNat(
             f"{name}-nat",
@@ -265,13 +286,19 @@ class GkeCluster(pulumi.ComponentResource):
             log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
             opts=child,
         )
+        return network, subnetwork
 
+    def _secrets_encryption(
+        self, name: str, args: GkeClusterArgs, labels: Mapping[str, str], prod: bool
+    ) -> tuple[gcp.kms.KeyRing, gcp.kms.CryptoKey, gcp.kms.CryptoKeyIAMMember]:
+        """The key ring, the rotating key that encrypts Secrets in etcd, and GKE's grant to use it (which the
+        cluster waits for)."""
         # Cloud KMS never deletes key rings; a destroyed stack leaves an empty ring behind (no cost) and its key
         # versions are destroyed after the scheduled-destruction period.
-        key_ring = self.key_ring = gcp.kms.KeyRing(
-            f"{name}-keyring", project=args.project, location=args.region, opts=child
+        key_ring = gcp.kms.KeyRing(
+            f"{name}-keyring", project=args.project, location=args.region, opts=pulumi.ResourceOptions(parent=self)
         )
-        self.secrets_key = gcp.kms.CryptoKey(
+        secrets_key = gcp.kms.CryptoKey(
             f"{name}-secrets",
             key_ring=key_ring.id,
             purpose="ENCRYPT_DECRYPT",
@@ -286,14 +313,20 @@ class GkeCluster(pulumi.ComponentResource):
         # GKE's service agent encrypts and decrypts the secrets' data keys with it.
         key_grant = gcp.kms.CryptoKeyIAMMember(
             f"{name}-secrets-gke",
-            crypto_key_id=self.secrets_key.id,
+            crypto_key_id=secrets_key.id,
             role="roles/cloudkms.cryptoKeyEncrypterDecrypter",
             member=pulumi.Output.concat(
                 "serviceAccount:service-", project_number, "@container-engine-robot.iam.gserviceaccount.com"
             ),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
+        return key_ring, secrets_key, key_grant
 
+    def _node_identity(
+        self, name: str, args: GkeClusterArgs
+    ) -> tuple[pulumi.Output[str], list[gcp.projects.IAMMember]]:
+        """The least-privilege node service account (its email) and its project role grants."""
+        child = pulumi.ResourceOptions(parent=self)
         node_account = gcp.serviceaccount.Account(
             f"{name}-node-sa",
             project=args.project,
@@ -301,7 +334,6 @@ class GkeCluster(pulumi.ComponentResource):
             display_name=f"GKE nodes of {name}",
             opts=child,
         )
-        self.node_service_account_email = node_account.email
         grants = [
             gcp.projects.IAMMember(
                 f"{name}-node-sa-{role.removeprefix('roles/').replace('.', '-').lower()}",
@@ -312,9 +344,19 @@ class GkeCluster(pulumi.ComponentResource):
             )
             for role in NODE_SERVICE_ACCOUNT_ROLES
         ]
+        return node_account.email, grants
 
-        channel = args.release_channel or ("STABLE" if prod else "REGULAR")
-        self.cluster = gcp.container.Cluster(
+    def _cluster(
+        self,
+        name: str,
+        args: GkeClusterArgs,
+        labels: Mapping[str, str],
+        prod: bool,
+        *,
+        depends_on: list[pulumi.Resource],
+    ) -> gcp.container.Cluster:
+        """The hardened private cluster itself, created once its secrets key and node roles are usable."""
+        return gcp.container.Cluster(
             f"{name}-cluster",
             project=args.project,
             location=self.location,
@@ -329,17 +371,11 @@ class GkeCluster(pulumi.ComponentResource):
             private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
                 enable_private_nodes=True, enable_private_endpoint=args.private_endpoint
             ),
-            master_authorized_networks_config=gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
-                cidr_blocks=[
-                    gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
-                        cidr_block=cidr, display_name=f"allowlist-{i}"
-                    )
-                    for i, cidr in enumerate(args.master_authorized_cidrs)
-                ],
-                gcp_public_cidrs_access_enabled=False,
-            ),
+            master_authorized_networks_config=_master_authorized_networks(args.master_authorized_cidrs),
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(workload_pool=self.workload_pool),
-            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=channel),
+            release_channel=gcp.container.ClusterReleaseChannelArgs(
+                channel=args.release_channel or ("STABLE" if prod else "REGULAR")
+            ),
             enable_shielded_nodes=True,
             datapath_provider=DATAPATH_PROVIDER,
             enable_intranode_visibility=True,
@@ -356,10 +392,14 @@ class GkeCluster(pulumi.ComponentResource):
             ),
             deletion_protection=prod,
             resource_labels=labels,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[key_grant, *grants], protect=prod),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=prod),
         )
 
-        self.system_pool = gcp.container.NodePool(
+    def _system_pool(
+        self, name: str, args: GkeClusterArgs, labels: Mapping[str, str], prod: bool
+    ) -> gcp.container.NodePool:
+        """The small autoscaled node pool where cluster add-ons run (TPU nodes are tainted against them)."""
+        return gcp.container.NodePool(
             f"{name}-system",
             project=args.project,
             location=self.location,
@@ -377,26 +417,31 @@ class GkeCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initial_node_count"]),
         )
 
+    def _kubernetes(self, name: str) -> tuple[pulumi.Output[str], k8s.Provider]:
+        """The cluster's kubeconfig and the Kubernetes provider built from it, usable once add-ons have nodes."""
         ca_certificate = self.cluster.master_auth.apply(lambda auth: auth.cluster_ca_certificate or "")
-        self.kubeconfig = pulumi.Output.all(self.cluster.name, self.cluster.endpoint, ca_certificate).apply(
-            lambda parts: gke_kubeconfig(f"{args.project}_{self.location}_{parts[0]}", parts[1], parts[2])
+        kubeconfig = pulumi.Output.all(self.cluster.name, self.cluster.endpoint, ca_certificate).apply(
+            lambda parts: gke_kubeconfig(f"{self.project}_{self.location}_{parts[0]}", parts[1], parts[2])
         )
-        self.provider = k8s.Provider(
+        provider = k8s.Provider(
             f"{name}-k8s",
-            kubeconfig=self.kubeconfig,
+            kubeconfig=kubeconfig,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_pool]),
         )
+        return kubeconfig, provider
 
-        self.register_outputs(
-            {
-                "clusterName": self.cluster.name,
-                "endpoint": self.cluster.endpoint,
-                "location": self.location,
-                "workloadPool": self.workload_pool,
-                "nodeServiceAccount": self.node_service_account_email,
-                "kubeconfig": self.kubeconfig,
-            }
-        )
+
+def _master_authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs:
+    """The control plane's allowlist, one named block per CIDR; Google's public ranges are never let in."""
+    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+        cidr_blocks=[
+            gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                cidr_block=cidr, display_name=f"allowlist-{i}"
+            )
+            for i, cidr in enumerate(cidrs)
+        ],
+        gcp_public_cidrs_access_enabled=False,
+    )
 
 
 def node_config(

@@ -153,50 +153,8 @@ class MemorystoreRedis(pulumi.ComponentResource):
 
         prod = args.environment == "prod"
         labels = dict(args.labels)
-        depends: list[pulumi.Resource] = []
-        self.key = None
-        if args.key_ring is not None:
-            self.key = gcp.kms.CryptoKey(
-                f"{name}-key",
-                key_ring=args.key_ring,
-                purpose="ENCRYPT_DECRYPT",
-                rotation_period=KEY_ROTATION_PERIOD,
-                labels=labels,
-                # Losing the key loses the instance's data: guarded like the instance.
-                opts=pulumi.ResourceOptions(parent=self, protect=prod),
-            )
-            number = gcp.organizations.get_project_output(
-                project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
-            ).number
-            depends.append(
-                gcp.kms.CryptoKeyIAMMember(
-                    f"{name}-key-redis",
-                    crypto_key_id=self.key.id,
-                    role="roles/cloudkms.cryptoKeyEncrypterDecrypter",
-                    member=number.apply(lambda n: SERVICE_AGENT.format(number=n)),
-                    opts=pulumi.ResourceOptions(parent=self),
-                )
-            )
-        self.instance = gcp.redis.Instance(
-            f"{name}-redis",
-            project=args.project,
-            region=args.region,
-            location_id=args.zone,
-            tier="STANDARD_HA" if args.high_availability else "BASIC",
-            memory_size_gb=args.memory_size_gb,
-            redis_version=REDIS_VERSION,
-            authorized_network=args.network,
-            connect_mode=CONNECT_MODE,
-            reserved_ip_range=args.reserved_ip_range,
-            auth_enabled=True,
-            transit_encryption_mode=TLS_MODE,
-            read_replicas_mode="READ_REPLICAS_DISABLED",
-            customer_managed_key=self.key.id if self.key is not None else None,
-            display_name=f"inferplane gateway budgets ({args.environment})",
-            labels=labels,
-            deletion_protection=prod,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends, protect=prod),
-        )
+        self.key, key_grants = self._encryption_key(name, args, labels, prod)
+        self.instance = self._instance(name, args, labels, prod, key=self.key, depends_on=key_grants)
         self.host = self.instance.host
         self.port = self.instance.port
         self.auth_string = pulumi.Output.secret(self.instance.auth_string)
@@ -216,4 +174,65 @@ class MemorystoreRedis(pulumi.ComponentResource):
                 "caCertificates": self.ca_certificates,
                 "url": self.url,
             }
+        )
+
+    def _encryption_key(
+        self, name: str, args: MemorystoreRedisArgs, labels: Mapping[str, str], prod: bool
+    ) -> tuple[gcp.kms.CryptoKey | None, list[pulumi.Resource]]:
+        """The instance's CMEK key and the Memorystore service agent's grant to use it, which the instance waits
+        for; no key and nothing to wait for without a key ring (Google-managed keys)."""
+        if args.key_ring is None:
+            return None, []
+        key = gcp.kms.CryptoKey(
+            f"{name}-key",
+            key_ring=args.key_ring,
+            purpose="ENCRYPT_DECRYPT",
+            rotation_period=KEY_ROTATION_PERIOD,
+            labels=labels,
+            # Losing the key loses the instance's data: guarded like the instance.
+            opts=pulumi.ResourceOptions(parent=self, protect=prod),
+        )
+        number = gcp.organizations.get_project_output(
+            project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+        ).number
+        grant = gcp.kms.CryptoKeyIAMMember(
+            f"{name}-key-redis",
+            crypto_key_id=key.id,
+            role="roles/cloudkms.cryptoKeyEncrypterDecrypter",
+            member=number.apply(lambda n: SERVICE_AGENT.format(number=n)),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return key, [grant]
+
+    def _instance(
+        self,
+        name: str,
+        args: MemorystoreRedisArgs,
+        labels: Mapping[str, str],
+        prod: bool,
+        *,
+        key: gcp.kms.CryptoKey | None,
+        depends_on: list[pulumi.Resource],
+    ) -> gcp.redis.Instance:
+        """The private, TLS-only, AUTH-protected instance, peered with ``args.network`` alone and encrypted with
+        ``key`` when there is one."""
+        return gcp.redis.Instance(
+            f"{name}-redis",
+            project=args.project,
+            region=args.region,
+            location_id=args.zone,
+            tier="STANDARD_HA" if args.high_availability else "BASIC",
+            memory_size_gb=args.memory_size_gb,
+            redis_version=REDIS_VERSION,
+            authorized_network=args.network,
+            connect_mode=CONNECT_MODE,
+            reserved_ip_range=args.reserved_ip_range,
+            auth_enabled=True,
+            transit_encryption_mode=TLS_MODE,
+            read_replicas_mode="READ_REPLICAS_DISABLED",
+            customer_managed_key=key.id if key is not None else None,
+            display_name=f"inferplane gateway budgets ({args.environment})",
+            labels=labels,
+            deletion_protection=prod,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=prod),
         )

@@ -27,7 +27,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from inferplane.components.catalog import INSTANCE_TYPES
-from inferplane.components.catalog.instances import slice_shape
+from inferplane.components.catalog.instances import SliceShape, slice_shape
 from inferplane.components.gcp.gke_cluster import GkeCluster, node_config
 from inferplane.components.spec.gcp_labels import label_problems
 from inferplane.components.spec.input_errors import InputErrors, raise_input_errors
@@ -124,7 +124,6 @@ class TpuNodePool(pulumi.ComponentResource):
 
         super().__init__("inferplane:index:TpuNodePool", name, None, opts)
 
-        cluster = args.cluster
         instance = INSTANCE_TYPES[args.machine_type]
         shape = slice_shape(args.machine_type, args.tpu_topology)
         self.shape = shape
@@ -135,63 +134,12 @@ class TpuNodePool(pulumi.ComponentResource):
         }
         self.taint = TPU_TAINT
         """The taint every node carries; workloads tolerate it with its Kubernetes spelling."""
-        config = node_config(
-            machine_type=args.machine_type,
-            service_account=cluster.node_service_account_email,
-            labels=args.labels,
-            kubernetes_labels={**self.node_selector, ACCELERATOR_LABEL: instance.accelerator},
-            taints=[
-                gcp.container.NodePoolNodeConfigTaintArgs(
-                    key=TPU_TAINT.key, value=TPU_TAINT.value, effect=TPU_TAINT.eks_effect
-                )
-            ],
-            spot=args.capacity == "spot",
-            disk_size_gb=args.disk_size_gb,
-        )
-        management = gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True)
-        # initial_node_count only seeds creation (changing it replaces the pool); the autoscaler owns the count
-        # afterwards, so later sizing changes move the autoscaling bounds instead.
-        keep_count = pulumi.ResourceOptions(parent=self, ignore_changes=["initial_node_count"])
+        config = _tpu_node_config(args, {**self.node_selector, ACCELERATOR_LABEL: instance.accelerator})
 
         if not shape.multi_host:
-            self.node_pools = [
-                gcp.container.NodePool(
-                    f"{name}-nodes",
-                    project=cluster.project,
-                    location=cluster.location,
-                    cluster=cluster.cluster.name,
-                    node_locations=[cluster.zone],
-                    initial_node_count=args.min_nodes,
-                    autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                        total_min_node_count=args.min_nodes, total_max_node_count=args.max_nodes
-                    ),
-                    management=management,
-                    node_config=config,
-                    opts=keep_count,
-                )
-            ]
+            self.node_pools = [self._single_host_pool(name, args, config)]
         else:
-            kept = args.min_nodes // shape.hosts
-            self.node_pools = [
-                gcp.container.NodePool(
-                    f"{name}-slice-{index}",
-                    project=cluster.project,
-                    location=cluster.location,
-                    cluster=cluster.cluster.name,
-                    node_locations=[cluster.zone],
-                    initial_node_count=shape.hosts if index < kept else 0,
-                    autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                        total_min_node_count=shape.hosts if index < kept else 0, total_max_node_count=shape.hosts
-                    ),
-                    placement_policy=gcp.container.NodePoolPlacementPolicyArgs(
-                        type=COMPACT_PLACEMENT, tpu_topology=args.tpu_topology
-                    ),
-                    management=management,
-                    node_config=config,
-                    opts=keep_count,
-                )
-                for index in range(args.max_nodes // shape.hosts)
-            ]
+            self.node_pools = self._slice_pools(name, args, config, shape)
 
         self.register_outputs(
             {
@@ -200,3 +148,78 @@ class TpuNodePool(pulumi.ComponentResource):
                 "hostsPerSlice": shape.hosts,
             }
         )
+
+    def _single_host_pool(
+        self, name: str, args: TpuNodePoolArgs, config: gcp.container.NodePoolNodeConfigArgs
+    ) -> gcp.container.NodePool:
+        """One pool of single-host slices, autoscaled node by node between ``min_nodes`` and ``max_nodes``."""
+        cluster = args.cluster
+        return gcp.container.NodePool(
+            f"{name}-nodes",
+            project=cluster.project,
+            location=cluster.location,
+            cluster=cluster.cluster.name,
+            node_locations=[cluster.zone],
+            initial_node_count=args.min_nodes,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=args.min_nodes, total_max_node_count=args.max_nodes
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=config,
+            opts=self._keep_count(),
+        )
+
+    def _slice_pools(
+        self, name: str, args: TpuNodePoolArgs, config: gcp.container.NodePoolNodeConfigArgs, shape: SliceShape
+    ) -> list[gcp.container.NodePool]:
+        """One compact-placed pool per multi-host slice: the first ``min_nodes / hosts`` are kept, the rest scale
+        between zero and the whole slice."""
+        cluster = args.cluster
+        kept = args.min_nodes // shape.hosts
+        management = gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True)
+        keep_count = self._keep_count()
+        return [
+            gcp.container.NodePool(
+                f"{name}-slice-{index}",
+                project=cluster.project,
+                location=cluster.location,
+                cluster=cluster.cluster.name,
+                node_locations=[cluster.zone],
+                initial_node_count=shape.hosts if index < kept else 0,
+                autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                    total_min_node_count=shape.hosts if index < kept else 0, total_max_node_count=shape.hosts
+                ),
+                placement_policy=gcp.container.NodePoolPlacementPolicyArgs(
+                    type=COMPACT_PLACEMENT, tpu_topology=args.tpu_topology
+                ),
+                management=management,
+                node_config=config,
+                opts=keep_count,
+            )
+            for index in range(args.max_nodes // shape.hosts)
+        ]
+
+    def _keep_count(self) -> pulumi.ResourceOptions:
+        """Options of every pool: a child of this component whose node count the autoscaler owns."""
+        # initial_node_count only seeds creation (changing it replaces the pool); the autoscaler owns the count
+        # afterwards, so later sizing changes move the autoscaling bounds instead.
+        return pulumi.ResourceOptions(parent=self, ignore_changes=["initial_node_count"])
+
+
+def _tpu_node_config(
+    args: TpuNodePoolArgs, kubernetes_labels: Mapping[str, str]
+) -> gcp.container.NodePoolNodeConfigArgs:
+    """The cluster's hardened node configuration for TPU nodes: their labels, the TPU taint, spot or not."""
+    return node_config(
+        machine_type=args.machine_type,
+        service_account=args.cluster.node_service_account_email,
+        labels=args.labels,
+        kubernetes_labels=kubernetes_labels,
+        taints=[
+            gcp.container.NodePoolNodeConfigTaintArgs(
+                key=TPU_TAINT.key, value=TPU_TAINT.value, effect=TPU_TAINT.eks_effect
+            )
+        ],
+        spot=args.capacity == "spot",
+        disk_size_gb=args.disk_size_gb,
+    )
