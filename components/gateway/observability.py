@@ -22,7 +22,7 @@ from typing import Any
 
 from inferplane.components.gateway.cache_observability import cache_panels, cache_rule_group
 from inferplane.components.observability.alerts import AlertingRule, RecordingRule, RuleGroup, record_name
-from inferplane.components.observability.dashboards import Dashboard, GridPos, Panel, Target
+from inferplane.components.observability.dashboards import PANEL_HEIGHT, Dashboard, PanelDraft, two_column_panels
 from inferplane.components.observability.metrics import ModelSeries
 from inferplane.processor import metrics as gm
 from inferplane.processor.config import ProcessorConfig
@@ -123,20 +123,48 @@ def _models_of_tier(config: ProcessorConfig) -> dict[str, list[str]]:
 
 
 def gateway_rule_group(series: GatewaySeries, config: ProcessorConfig) -> RuleGroup:
-    """Recording rules and alerts for one gateway, from the processor config it runs with."""
-    context = {"severity": "warning", "gateway": series.name, "namespace": series.namespace}
+    """Recording rules and alerts for one gateway, from the processor config it runs with.
+
+    Each recording rule precedes the alert that reads it, so the alert sees this evaluation's series.
+    """
+    rules: list[RecordingRule | AlertingRule] = [
+        *_error_ratio_rules(series),
+        *_throttling_rules(series, config),
+        _processor_errors_alert(series),
+        *_queue_wait_alerts(series, config),
+    ]
+    return RuleGroup(name=f"inferplane:gateway:{series.namespace}:{series.name}", rules=tuple(rules))
+
+
+def _recorded_labels(series: GatewaySeries) -> dict[str, str]:
+    """Labels on the gateway's recorded series."""
+    return {"gateway": series.name, "namespace": series.namespace}
+
+
+def _recorded_selector(series: GatewaySeries) -> str:
+    """Matchers selecting the gateway's recorded series (:func:`_recorded_labels`)."""
+    return f'gateway="{series.name}",namespace="{series.namespace}"'
+
+
+def _alert_labels(series: GatewaySeries) -> dict[str, str]:
+    """Labels of the gateway's alerts: warning unless raised, and which gateway it is about."""
+    return {"severity": "warning", "gateway": series.name, "namespace": series.namespace}
+
+
+def _error_ratio_rules(series: GatewaySeries) -> list[RecordingRule | AlertingRule]:
+    """Request and 5xx rates, and the critical alert on their ratio."""
     requests = record_name("gateway_requests", "rate5m")
     errors = record_name("gateway_errors", "rate5m")
-    labels = {"gateway": series.name, "namespace": series.namespace}
-    selector = f'gateway="{series.name}",namespace="{series.namespace}"'
-    rules: list[RecordingRule | AlertingRule] = [
+    labels = _recorded_labels(series)
+    selector = _recorded_selector(series)
+    return [
         RecordingRule(record=requests, expr=series.request_rate(), labels=labels),
         RecordingRule(record=errors, expr=series.error_rate(), labels=labels),
         AlertingRule(
             alert="InferplaneGatewayErrorRatioHigh",
             expr=f"{errors}{{{selector}}} / {requests}{{{selector}}} > {ERROR_RATIO_ALERT:g}",
             for_="5m",
-            labels={**context, "severity": "critical"},
+            labels={**_alert_labels(series), "severity": "critical"},
             annotations={
                 "summary": f"{series.name}: more than {ERROR_RATIO_ALERT:.0%} of requests answered 5xx",
                 "description": "Model servers fail or time out beyond what fallback absorbs, the processor is down "
@@ -144,21 +172,26 @@ def gateway_rule_group(series: GatewaySeries, config: ProcessorConfig) -> RuleGr
             },
         ),
     ]
+
+
+def _throttling_rules(series: GatewaySeries, config: ProcessorConfig) -> list[RecordingRule | AlertingRule]:
+    """Per tier, in tier order: the share of its requests answered 429, and the alert on it."""
+    record = record_name("gateway_throttled_ratio", "rate5m")
+    rules: list[RecordingRule | AlertingRule] = []
     for tier, models in sorted(_models_of_tier(config).items()):
-        record = record_name("gateway_throttled_ratio", "rate5m")
         rules.append(
             RecordingRule(
                 record=record,
                 expr=f"{series.throttled_rate(models)} / {series.tier_requests_rate(tier)}",
-                labels={**labels, "tier": tier},
+                labels={**_recorded_labels(series), "tier": tier},
             )
         )
         rules.append(
             AlertingRule(
                 alert="InferplaneGatewayThrottlingHigh",
-                expr=f'{record}{{{selector},tier="{tier}"}} > {THROTTLE_RATIO_ALERT:g}',
+                expr=f'{record}{{{_recorded_selector(series)},tier="{tier}"}} > {THROTTLE_RATIO_ALERT:g}',
                 for_="15m",
-                labels={**context, "tier": tier},
+                labels={**_alert_labels(series), "tier": tier},
                 annotations={
                     "summary": f"{series.name}: more than {THROTTLE_RATIO_ALERT:.0%} of tier {tier} answered 429",
                     "description": "Tenants hit their request or token budgets, or the tier's models are at their "
@@ -166,27 +199,35 @@ def gateway_rule_group(series: GatewaySeries, config: ProcessorConfig) -> RuleGr
                 },
             )
         )
-    rules.append(
-        AlertingRule(
-            alert="InferplaneGatewayProcessorErrors",
-            expr=f"{series.processor_errors_rate()} > 0",
-            for_="5m",
-            labels=context,
-            annotations={
-                "summary": f"{series.name}: the processor fails at stage {{{{ $labels.{gm.STAGE_LABEL} }}}}",
-                "description": "redis: token budgets are not shared (the processor fails open on them); tokenizer: "
-                "prompt tokens are estimated; internal: see the processor's log.",
-            },
-        )
+    return rules
+
+
+def _processor_errors_alert(series: GatewaySeries) -> AlertingRule:
+    """Any processor failure, by stage."""
+    return AlertingRule(
+        alert="InferplaneGatewayProcessorErrors",
+        expr=f"{series.processor_errors_rate()} > 0",
+        for_="5m",
+        labels=_alert_labels(series),
+        annotations={
+            "summary": f"{series.name}: the processor fails at stage {{{{ $labels.{gm.STAGE_LABEL} }}}}",
+            "description": "redis: token budgets are not shared (the processor fails open on them); tokenizer: "
+            "prompt tokens are estimated; internal: see the processor's log.",
+        },
     )
+
+
+def _queue_wait_alerts(series: GatewaySeries, config: ProcessorConfig) -> list[AlertingRule]:
+    """Per model: the admission queue's p95 wait close to its queue timeout."""
+    alerts = []
     for model in config.models:
         bound = model.queue_timeout_seconds * QUEUE_WAIT_ALERT_FRACTION
-        rules.append(
+        alerts.append(
             AlertingRule(
                 alert="InferplaneGatewayQueueWaitHigh",
                 expr=f"{series.queue_wait_p95(model.name)} > {bound:g}",
                 for_="10m",
-                labels={**context, "model": model.name},
+                labels={**_alert_labels(series), "model": model.name},
                 annotations={
                     "summary": f"{series.name}: requests for {model.name} wait over {bound:g}s for admission (p95)",
                     "description": f"The in-flight cap ({model.inflight_limit} per gateway replica, from replicas x "
@@ -195,7 +236,7 @@ def gateway_rule_group(series: GatewaySeries, config: ProcessorConfig) -> RuleGr
                 },
             )
         )
-    return RuleGroup(name=f"inferplane:gateway:{series.namespace}:{series.name}", rules=tuple(rules))
+    return alerts
 
 
 @dataclass(frozen=True)
@@ -209,84 +250,76 @@ class ModelCost:
 def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost], *, cache: bool = False) -> Dashboard:
     """Requests, rejections by reason, tokens per tenant and on-demand cost per 1,000 tokens per model; with
     ``cache``, the response cache's panels below (``components.gateway.cache_observability``)."""
-    pods = series.pods
-    specs: list[tuple[str, str, list[tuple[str, str]], str]] = [
-        (
-            "Requests",
-            "reqps",
-            [
-                (f"sum by ({gm.MODEL_LABEL}) (rate({gm.REQUESTS_TOTAL}{{{pods}}}[5m]))", f"{{{{{gm.MODEL_LABEL}}}}}"),
-                (series.error_rate(), "5xx"),
-            ],
-            "Requests the processor decided on, per model; Envoy's 5xx answers.",
-        ),
-        (
-            "Rejections by reason",
-            "reqps",
-            [
-                (
-                    f"sum by ({gm.REASON_LABEL}) (rate({gm.REJECTIONS_TOTAL}{{{pods}}}[5m]))",
-                    f"{{{{{gm.REASON_LABEL}}}}}",
-                )
-            ],
-            "Answered by the gateway itself: 401, 400 context_length_exceeded, 429 budgets and capacity, 503.",
-        ),
-        (
-            "Tokens per tenant",
-            "short",
-            [
-                (
-                    f"sum by ({gm.TENANT_LABEL}) (rate({gm.TOKENS_TOTAL}{{{pods}}}[5m]))",
-                    f"{{{{{gm.TENANT_LABEL}}}}}",
-                )
-            ],
-            "Prompt + completion tokens per second, from the model servers' usage.",
-        ),
-        (
-            "Requests in flight and pending",
-            "short",
-            [
-                (series.inflight(), "in flight (Envoy)"),
-                (f"sum by ({gm.MODEL_LABEL}) ({gm.PENDING_REQUESTS}{{{pods}}})", "pending {{model}}"),
-            ],
-            "Pending: waiting at the gateway for an in-flight slot or a replica (the wake signal).",
-        ),
-    ]
-    if costs:
-        targets = []
-        for model, cost in sorted(costs.items()):
-            tokens = f'sum(rate({gm.TOKENS_TOTAL}{{{pods},{gm.MODEL_LABEL}="{model}"}}[5m]))'
-            replicas = cost.series.available_replicas()
-            targets.append((f"({cost.replica_hourly_usd:g} * {replicas}) / ({tokens} * 3600 / 1000)", model))
-        specs.append(
-            (
-                "$ per 1k tokens",
-                "currencyUSD",
-                targets,
-                "On-demand price per replica-hour (catalog) x available replicas, over the tokens the gateway "
-                "accounted for the model.",
-            )
-        )
-    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    panels = tuple(
-        Panel(
-            id=index + 1,
-            title=title,
-            unit=unit,
-            grid=GridPos(x=(index % 2) * 12, y=(index // 2) * 8, w=12, h=8),
-            targets=tuple(Target(expr=expr, legend=legend, ref_id=letters[i]) for i, (expr, legend) in enumerate(t)),
-            description=description,
-        )
-        for index, (title, unit, t, description) in enumerate(specs)
-    )
+    panels = two_column_panels([*_traffic_panels(series), *_cost_panels(series, costs)])
     if cache:
-        panels += cache_panels(series.pods, first_id=len(panels) + 1, y=((len(panels) + 1) // 2) * 8)
+        # Starting on the row after the last one the panels above occupy.
+        panels += cache_panels(series.pods, first_id=len(panels) + 1, y=((len(panels) + 1) // 2) * PANEL_HEIGHT)
     return Dashboard(
         uid=f"inferplane-gw-{series.name}"[:40],
         title=f"inferplane / gateway {series.name}",
         tags=("inferplane", "gateway"),
         panels=panels,
     )
+
+
+def _by(label: str, query: str) -> tuple[str, str]:
+    """``query`` summed by ``label``, one line per value of it (legend ``{{label}}``)."""
+    return f"sum by ({label}) ({query})", f"{{{{{label}}}}}"
+
+
+def _traffic_panels(series: GatewaySeries) -> list[PanelDraft]:
+    """What the gateway answered and holds: requests, rejections, tokens per tenant, in flight and pending."""
+    pods = series.pods
+    return [
+        PanelDraft(
+            "Requests",
+            "reqps",
+            [_by(gm.MODEL_LABEL, f"rate({gm.REQUESTS_TOTAL}{{{pods}}}[5m])"), (series.error_rate(), "5xx")],
+            description="Requests the processor decided on, per model; Envoy's 5xx answers.",
+        ),
+        PanelDraft(
+            "Rejections by reason",
+            "reqps",
+            [_by(gm.REASON_LABEL, f"rate({gm.REJECTIONS_TOTAL}{{{pods}}}[5m])")],
+            description="Answered by the gateway itself: 401, 400 context_length_exceeded, 429 budgets and "
+            "capacity, 503.",
+        ),
+        PanelDraft(
+            "Tokens per tenant",
+            "short",
+            [_by(gm.TENANT_LABEL, f"rate({gm.TOKENS_TOTAL}{{{pods}}}[5m])")],
+            description="Prompt + completion tokens per second, from the model servers' usage.",
+        ),
+        PanelDraft(
+            "Requests in flight and pending",
+            "short",
+            [
+                (series.inflight(), "in flight (Envoy)"),
+                (f"sum by ({gm.MODEL_LABEL}) ({gm.PENDING_REQUESTS}{{{pods}}})", "pending {{model}}"),
+            ],
+            description="Pending: waiting at the gateway for an in-flight slot or a replica (the wake signal).",
+        ),
+    ]
+
+
+def _cost_panels(series: GatewaySeries, costs: Mapping[str, ModelCost]) -> list[PanelDraft]:
+    """On-demand dollars per 1,000 tokens the gateway accounted, one line per priced model; none without prices."""
+    if not costs:
+        return []
+    targets = []
+    for model, cost in sorted(costs.items()):
+        tokens = f'sum(rate({gm.TOKENS_TOTAL}{{{series.pods},{gm.MODEL_LABEL}="{model}"}}[5m]))'
+        replicas = cost.series.available_replicas()
+        targets.append((f"({cost.replica_hourly_usd:g} * {replicas}) / ({tokens} * 3600 / 1000)", model))
+    return [
+        PanelDraft(
+            "$ per 1k tokens",
+            "currencyUSD",
+            targets,
+            description="On-demand price per replica-hour (catalog) x available replicas, over the tokens the "
+            "gateway accounted for the model.",
+        )
+    ]
 
 
 def render_rules(series: GatewaySeries, config: ProcessorConfig) -> dict[str, Any]:

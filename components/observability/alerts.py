@@ -131,11 +131,34 @@ def _q(quantile: float) -> str:
 
 
 def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
-    """Recording rules and alerts for one served model."""
+    """Recording rules and alerts for one served model.
+
+    Rules are evaluated in order, so the recording rules come first and the alerts read this evaluation's series.
+    """
     s = inputs.series
+    rules: list[RecordingRule | AlertingRule] = [
+        *_recording_rules(s),
+        *_latency_alerts(inputs),
+        *_saturation_alerts(s),
+        *_capacity_alerts(inputs),
+    ]
+    return RuleGroup(name=f"inferplane:{s.namespace}:{s.name}", rules=tuple(rules))
+
+
+def _model_selector(s: ModelSeries) -> str:
+    """Matchers selecting one model's recorded series (the labels :func:`_recording_rules` puts on them)."""
+    return f'model="{s.name}",namespace="{s.namespace}"'
+
+
+def _alert_labels(s: ModelSeries) -> dict[str, str]:
+    """Labels of a model's alerts: warning unless raised, and which model it is about."""
+    return {"severity": "warning", "model": s.name, "namespace": s.namespace}
+
+
+def _recording_rules(s: ModelSeries) -> list[RecordingRule]:
+    """Latency percentiles (ITL for vLLM only), token rates, queue depth and KV-cache usage, labelled per model."""
     labels = {"model": s.name, "namespace": s.namespace}
-    selector = f'model="{s.name}",namespace="{s.namespace}"'
-    rules: list[RecordingRule | AlertingRule] = []
+    rules: list[RecordingRule] = []
     for quantile in QUANTILES:
         rules.append(
             RecordingRule(
@@ -153,29 +176,35 @@ def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
         RecordingRule(record=record_name("queue_depth", "sum"), expr=s.queue_depth(), labels=labels),
         RecordingRule(record=record_name("kv_cache_usage", "max"), expr=s.kv_cache_usage(), labels=labels),
     ]
-    context = {"severity": "warning", "model": s.name, "namespace": s.namespace}
+    return rules
+
+
+def _latency_alerts(inputs: ModelAlertInputs) -> list[AlertingRule]:
+    """TTFT p95 above its objective, and ITL p95 above its objective where the engine reports ITL (vLLM)."""
+    s = inputs.series
+    selector = _model_selector(s)
     ttft_slo = inputs.slo.ttft_p95_ms / 1000
-    rules.append(
+    alerts = [
         AlertingRule(
             alert="InferplaneTtftP95AboveSlo",
             expr=f"{record_name('ttft_seconds', 'p95')}{{{selector}}} > {ttft_slo:g}",
             for_=SLO_ALERT_FOR,
-            labels=context,
+            labels=_alert_labels(s),
             annotations={
                 "summary": f"{s.name}: time to first token p95 above its {inputs.slo.ttft_p95_ms} ms objective",
                 "description": "TTFT p95 over 5m has been above the objective for 10m. Requests queue or prefill "
                 "is starved: check queue depth, replicas and KV-cache usage.",
             },
         )
-    )
+    ]
     if s.itl_quantile(0.95) is not None:
         itl_slo = inputs.slo.itl_p95_ms / 1000
-        rules.append(
+        alerts.append(
             AlertingRule(
                 alert="InferplaneItlP95AboveSlo",
                 expr=f"{record_name('itl_seconds', 'p95')}{{{selector}}} > {itl_slo:g}",
                 for_=SLO_ALERT_FOR,
-                labels=context,
+                labels=_alert_labels(s),
                 annotations={
                     "summary": f"{s.name}: inter-token latency p95 above its {inputs.slo.itl_p95_ms} ms objective",
                     "description": "ITL p95 over 5m has been above the objective for 10m: the batch is too large "
@@ -183,26 +212,31 @@ def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
                 },
             )
         )
-    rules.append(
+    return alerts
+
+
+def _saturation_alerts(s: ModelSeries) -> list[AlertingRule]:
+    """The KV cache nearly full for a while, and any preemption where the engine reports them (vLLM)."""
+    alerts = [
         AlertingRule(
             alert="InferplaneKvCacheNearlyFull",
-            expr=f"{record_name('kv_cache_usage', 'max')}{{{selector}}} > {KV_CACHE_ALERT_RATIO:g}",
+            expr=f"{record_name('kv_cache_usage', 'max')}{{{_model_selector(s)}}} > {KV_CACHE_ALERT_RATIO:g}",
             for_=KV_CACHE_ALERT_FOR,
-            labels=context,
+            labels=_alert_labels(s),
             annotations={
                 "summary": f"{s.name}: KV cache above {KV_CACHE_ALERT_RATIO:.0%} on a replica",
                 "description": "New sequences will preempt running ones; lower concurrency, use an fp8 KV cache or "
                 "add replicas.",
             },
         )
-    )
+    ]
     preemptions = s.preemptions_rate()
     if preemptions is not None:
-        rules.append(
+        alerts.append(
             AlertingRule(
                 alert="InferplanePreemptions",
                 expr=f"{preemptions} > 0",
-                labels=context,
+                labels=_alert_labels(s),
                 annotations={
                     "summary": f"{s.name}: the engine is preempting sequences",
                     "description": "The KV cache ran out and running sequences are being recomputed, which "
@@ -210,40 +244,45 @@ def model_rule_group(inputs: ModelAlertInputs) -> RuleGroup:
                 },
             )
         )
+    return alerts
+
+
+def _capacity_alerts(inputs: ModelAlertInputs) -> list[AlertingRule]:
+    """Critical: requests queue while KEDA's HPA sits at its ceiling, or no replica is available though some are
+    wanted."""
+    s = inputs.series
+    critical = {**_alert_labels(s), "severity": "critical"}
     ceiling = inputs.target_waiting_per_replica * inputs.max_replicas
     hpa = s.hpa_selector()
-    rules.append(
+    return [
         AlertingRule(
             alert="InferplaneQueueAtMaxReplicas",
             expr=(
-                f"{record_name('queue_depth', 'sum')}{{{selector}}} > {ceiling}"
+                f"{record_name('queue_depth', 'sum')}{{{_model_selector(s)}}} > {ceiling}"
                 f" and on() ({KSM_HPA_CURRENT}{{{hpa}}}"
                 f" >= on(namespace, horizontalpodautoscaler) {KSM_HPA_MAX}{{{hpa}}})"
             ),
             for_=SLO_ALERT_FOR,
-            labels={**context, "severity": "critical"},
+            labels=critical,
             annotations={
                 "summary": f"{s.name}: requests queue at the replica ceiling ({inputs.max_replicas})",
                 "description": "More requests wait than the autoscaler's target at max_replicas, and it sits "
                 "there: raise max_replicas (and the pool's limits) or shed load.",
             },
-        )
-    )
-    rules.append(
+        ),
         AlertingRule(
             alert="InferplaneNoReadyReplicas",
             expr=f"{s.available_replicas()} == 0 and on() {s.desired_replicas()} > 0",
             # A replica may legitimately take its cold start to become ready; page only after that plus 5 minutes.
             for_=_duration(inputs.cold_start_seconds + 300),
-            labels={**context, "severity": "critical"},
+            labels=critical,
             annotations={
                 "summary": f"{s.name}: no replica is available",
                 "description": "Replicas are wanted but none has been available for longer than the cold start: "
                 "check pod events (image pull, GPU scheduling, startup probe).",
             },
-        )
-    )
-    return RuleGroup(name=f"inferplane:{s.namespace}:{s.name}", rules=tuple(rules))
+        ),
+    ]
 
 
 def gpu_rule_group() -> RuleGroup:

@@ -140,6 +140,41 @@ class Dashboard(_Model):
 
 
 @dataclass(frozen=True)
+class PanelDraft:
+    """A panel before layout: what it shows, not where it sits or which id it gets."""
+
+    title: str
+    unit: str
+    targets: Sequence[tuple[str, str]]
+    """(PromQL, legend) per query, lettered A, B, ... in this order."""
+    threshold: float | None = None
+    description: str = ""
+
+
+PANEL_WIDTH = GRID_COLUMNS // 2
+PANEL_HEIGHT = 8
+_REF_IDS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def two_column_panels(drafts: Sequence[PanelDraft], *, first_id: int = 1, y: int = 0) -> tuple[Panel, ...]:
+    """Lay ``drafts`` out left to right, two per row from row ``y``, numbered from ``first_id``."""
+    return tuple(
+        Panel(
+            id=first_id + index,
+            title=draft.title,
+            unit=draft.unit,
+            grid=GridPos(x=(index % 2) * PANEL_WIDTH, y=y + (index // 2) * PANEL_HEIGHT, w=PANEL_WIDTH, h=PANEL_HEIGHT),
+            targets=tuple(
+                Target(expr=expr, legend=legend, ref_id=_REF_IDS[i]) for i, (expr, legend) in enumerate(draft.targets)
+            ),
+            threshold=None if draft.threshold is None else Threshold(value=draft.threshold),
+            description=draft.description,
+        )
+        for index, draft in enumerate(drafts)
+    )
+
+
+@dataclass(frozen=True)
 class ModelDashboardInputs:
     """What one model's dashboard needs."""
 
@@ -153,93 +188,116 @@ class ModelDashboardInputs:
 def model_dashboard(inputs: ModelDashboardInputs) -> Dashboard:
     """The per-model dashboard: latency percentiles, throughput, saturation, replicas, GPUs and cost."""
     s = inputs.series
-    sel = f'{{model="{s.name}",namespace="{s.namespace}"}}'
-    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    width, height = 12, 8
-    specs: list[dict[str, Any]] = []
-
-    def add(
-        title: str, unit: str, targets: list[tuple[str, str]], threshold: float | None = None, desc: str = ""
-    ) -> None:
-        specs.append({"title": title, "unit": unit, "targets": targets, "threshold": threshold, "desc": desc})
-
-    add(
-        "Time to first token",
-        "s",
-        [(f"{record_name('ttft_seconds', f'p{round(q * 100)}')}{sel}", f"p{round(q * 100)}") for q in QUANTILES],
-        inputs.ttft_slo_ms / 1000,
-        f"p95 objective {inputs.ttft_slo_ms} ms (red line).",
-    )
-    if s.itl_quantile(0.95) is not None:
-        add(
-            "Inter-token latency",
-            "s",
-            [(f"{record_name('itl_seconds', f'p{round(q * 100)}')}{sel}", f"p{round(q * 100)}") for q in QUANTILES],
-            inputs.itl_slo_ms / 1000,
-            f"p95 objective {inputs.itl_slo_ms} ms (red line).",
-        )
-    add(
-        "Tokens per second",
-        "short",
-        [
-            (f"{record_name('generation_tokens', 'rate5m')}{sel}", "generated"),
-            (f"{record_name('prompt_tokens', 'rate5m')}{sel}", "prompt"),
-        ],
-    )
-    add(
-        "KV-cache usage (fullest replica)",
-        "percentunit",
-        [(f"{record_name('kv_cache_usage', 'max')}{sel}", "max")],
-        0.95,
-    )
-    preemptions = s.preemptions_rate()
-    if preemptions is not None:
-        add("Preemptions", "short", [(preemptions, "per second")], desc="Any preemption means the KV cache ran out.")
-    add(
-        "Queue depth and replicas",
-        "short",
-        [
-            (f"{record_name('queue_depth', 'sum')}{sel}", "waiting requests"),
-            (s.running(), "running requests"),
-            (s.available_replicas(), "available replicas"),
-            (s.desired_replicas(), "desired replicas"),
-        ],
-    )
-    add("GPU utilisation", "percent", [(s.gpu_utilization(), "mean over the model's GPUs")])
-    add("GPU memory used", "bytes", [(s.gpu_memory_used_bytes(), "frame buffer")])
-    if inputs.replica_hourly_usd is not None:
-        replicas = s.available_replicas()
-        tokens = f"{record_name('generation_tokens', 'rate5m')}{sel}"
-        add(
-            "$ per million generated tokens",
-            "currencyUSD",
-            [(f"({inputs.replica_hourly_usd:g} * {replicas}) / ({tokens} * 3600 / 1e6)", "on-demand")],
-            desc=f"On-demand price {inputs.replica_hourly_usd:g} USD per replica-hour (catalog) x available "
-            "replicas, over generated tokens.",
-        )
-
-    panels = []
-    for index, item in enumerate(specs):
-        targets = tuple(
-            Target(expr=expr, legend=legend, ref_id=letters[i]) for i, (expr, legend) in enumerate(item["targets"])
-        )
-        panels.append(
-            Panel(
-                id=index + 1,
-                title=item["title"],
-                unit=item["unit"],
-                grid=GridPos(x=(index % 2) * width, y=(index // 2) * height, w=width, h=height),
-                targets=targets,
-                threshold=None if item["threshold"] is None else Threshold(value=item["threshold"]),
-                description=item["desc"],
-            )
-        )
+    drafts = [
+        *_latency_panels(inputs),
+        *_throughput_panels(s),
+        *_replica_and_gpu_panels(s),
+        *_cost_panels(inputs),
+    ]
     return Dashboard(
         uid=f"inferplane-{s.name}"[:40],
         title=f"inferplane / {s.name} ({s.engine})",
         tags=("inferplane", s.engine),
-        panels=tuple(panels),
+        panels=two_column_panels(drafts),
     )
+
+
+def _recorded(s: ModelSeries, metric: str, operation: str) -> str:
+    """One model's recorded series (:func:`components.observability.alerts.record_name`), selected by its labels."""
+    return f'{record_name(metric, operation)}{{model="{s.name}",namespace="{s.namespace}"}}'
+
+
+def _percentile_targets(s: ModelSeries, metric: str) -> list[tuple[str, str]]:
+    return [(_recorded(s, metric, f"p{round(q * 100)}"), f"p{round(q * 100)}") for q in QUANTILES]
+
+
+def _latency_panels(inputs: ModelDashboardInputs) -> list[PanelDraft]:
+    """TTFT percentiles, and ITL percentiles where the engine reports ITL (vLLM), each with its objective."""
+    s = inputs.series
+    drafts = [
+        PanelDraft(
+            "Time to first token",
+            "s",
+            _percentile_targets(s, "ttft_seconds"),
+            inputs.ttft_slo_ms / 1000,
+            f"p95 objective {inputs.ttft_slo_ms} ms (red line).",
+        )
+    ]
+    if s.itl_quantile(0.95) is not None:
+        drafts.append(
+            PanelDraft(
+                "Inter-token latency",
+                "s",
+                _percentile_targets(s, "itl_seconds"),
+                inputs.itl_slo_ms / 1000,
+                f"p95 objective {inputs.itl_slo_ms} ms (red line).",
+            )
+        )
+    return drafts
+
+
+def _throughput_panels(s: ModelSeries) -> list[PanelDraft]:
+    """Token rates, the fullest replica's KV cache (red at the alert's 95%) and preemptions where reported."""
+    drafts = [
+        PanelDraft(
+            "Tokens per second",
+            "short",
+            [
+                (_recorded(s, "generation_tokens", "rate5m"), "generated"),
+                (_recorded(s, "prompt_tokens", "rate5m"), "prompt"),
+            ],
+        ),
+        PanelDraft(
+            "KV-cache usage (fullest replica)", "percentunit", [(_recorded(s, "kv_cache_usage", "max"), "max")], 0.95
+        ),
+    ]
+    preemptions = s.preemptions_rate()
+    if preemptions is not None:
+        drafts.append(
+            PanelDraft(
+                "Preemptions",
+                "short",
+                [(preemptions, "per second")],
+                description="Any preemption means the KV cache ran out.",
+            )
+        )
+    return drafts
+
+
+def _replica_and_gpu_panels(s: ModelSeries) -> list[PanelDraft]:
+    """Waiting and running requests against replicas, then the GPUs' utilisation and memory."""
+    return [
+        PanelDraft(
+            "Queue depth and replicas",
+            "short",
+            [
+                (_recorded(s, "queue_depth", "sum"), "waiting requests"),
+                (s.running(), "running requests"),
+                (s.available_replicas(), "available replicas"),
+                (s.desired_replicas(), "desired replicas"),
+            ],
+        ),
+        PanelDraft("GPU utilisation", "percent", [(s.gpu_utilization(), "mean over the model's GPUs")]),
+        PanelDraft("GPU memory used", "bytes", [(s.gpu_memory_used_bytes(), "frame buffer")]),
+    ]
+
+
+def _cost_panels(inputs: ModelDashboardInputs) -> list[PanelDraft]:
+    """Dollars per million generated tokens, only when the catalog has a price for the replica."""
+    if inputs.replica_hourly_usd is None:
+        return []
+    s = inputs.series
+    replicas = s.available_replicas()
+    tokens = _recorded(s, "generation_tokens", "rate5m")
+    return [
+        PanelDraft(
+            "$ per million generated tokens",
+            "currencyUSD",
+            [(f"({inputs.replica_hourly_usd:g} * {replicas}) / ({tokens} * 3600 / 1e6)", "on-demand")],
+            description=f"On-demand price {inputs.replica_hourly_usd:g} USD per replica-hour (catalog) x available "
+            "replicas, over generated tokens.",
+        )
+    ]
 
 
 @dataclass(frozen=True)

@@ -120,37 +120,9 @@ def scaled_object_spec(
     wake_query: str | None = None,
 ) -> dict[str, Any]:
     """The ScaledObject ``spec`` (keda.sh/v1alpha1) for ``series``'s Deployment."""
-    triggers: list[dict[str, Any]] = [
-        {
-            "type": "prometheus",
-            "name": "queue-depth",
-            # AverageValue: desired = ceil(total waiting / target per replica); fallback requires it.
-            "metricType": "AverageValue",
-            "metadata": {
-                "serverAddress": prometheus_url,
-                "query": series.queue_depth(),
-                "threshold": str(policy.target_waiting_per_replica),
-                "activationThreshold": str(policy.activation_waiting),
-                # An empty result (no replica exposes the metric) reads as 0 rather than an error.
-                "ignoreNullValues": "true",
-            },
-        }
-    ]
+    triggers = [_prometheus_trigger("queue-depth", series.queue_depth(), policy, prometheus_url)]
     if wake_query is not None:
-        triggers.append(
-            {
-                "type": "prometheus",
-                "name": "wake",
-                "metricType": "AverageValue",
-                "metadata": {
-                    "serverAddress": prometheus_url,
-                    "query": wake_query,
-                    "threshold": str(policy.target_waiting_per_replica),
-                    "activationThreshold": str(policy.activation_waiting),
-                    "ignoreNullValues": "true",
-                },
-            }
-        )
+        triggers.append(_prometheus_trigger("wake", wake_query, policy, prometheus_url))
     spec: dict[str, Any] = {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": series.deployment},
         "pollingInterval": policy.polling_interval_seconds,
@@ -164,30 +136,52 @@ def scaled_object_spec(
         },
         "advanced": {
             "restoreToOriginalReplicaCount": False,
-            "horizontalPodAutoscalerConfig": {
-                "behavior": {
-                    "scaleUp": {
-                        "stabilizationWindowSeconds": 0,
-                        "selectPolicy": "Max",
-                        "policies": [
-                            {"type": "Percent", "value": 100, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
-                            {"type": "Pods", "value": 4, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
-                        ],
-                    },
-                    "scaleDown": {
-                        "stabilizationWindowSeconds": policy.scale_down_window_seconds,
-                        "selectPolicy": "Min",
-                        # One replica at a time: each one given back is a cold start to get again.
-                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
-                    },
-                }
-            },
+            "horizontalPodAutoscalerConfig": {"behavior": _scaling_behavior(policy)},
         },
         "triggers": triggers,
     }
     if policy.idle_replicas is not None:
         spec["idleReplicaCount"] = policy.idle_replicas
     return spec
+
+
+def _prometheus_trigger(name: str, query: str, policy: AutoscalingPolicy, prometheus_url: str) -> dict[str, Any]:
+    """A Prometheus trigger aiming at the policy's waiting requests per replica."""
+    return {
+        "type": "prometheus",
+        "name": name,
+        # AverageValue: desired = ceil(total waiting / target per replica); fallback requires it.
+        "metricType": "AverageValue",
+        "metadata": {
+            "serverAddress": prometheus_url,
+            "query": query,
+            "threshold": str(policy.target_waiting_per_replica),
+            "activationThreshold": str(policy.activation_waiting),
+            # An empty result (no replica exposes the metric) reads as 0 rather than an error.
+            "ignoreNullValues": "true",
+        },
+    }
+
+
+def _scaling_behavior(policy: AutoscalingPolicy) -> dict[str, Any]:
+    """The HPA's ``behavior``: scale up at once and fast, scale down one replica at a time after the window."""
+    return {
+        "scaleUp": {
+            "stabilizationWindowSeconds": 0,
+            "selectPolicy": "Max",
+            # Doubling or four more per period, whichever is more.
+            "policies": [
+                {"type": "Percent", "value": 100, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
+                {"type": "Pods", "value": 4, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
+            ],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": policy.scale_down_window_seconds,
+            "selectPolicy": "Min",
+            # One replica at a time: each one given back is a cold start to get again.
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+        },
+    }
 
 
 @dataclass(frozen=True)
