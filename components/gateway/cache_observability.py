@@ -17,7 +17,7 @@ Panels: hit ratio, hits by kind, misses and bypasses by reason, lookup latency p
 from __future__ import annotations
 
 from inferplane.components.observability.alerts import AlertingRule, RecordingRule, RuleGroup
-from inferplane.components.observability.dashboards import GridPos, Panel, Target
+from inferplane.components.observability.dashboards import Panel, PanelDraft, two_column_panels
 from inferplane.processor.cache import metrics as cm
 
 UNREACHABLE_FOR = "5m"
@@ -77,9 +77,13 @@ def cache_rule_group(name: str, pods: str) -> RuleGroup:
 
 def cache_panels(pods: str, first_id: int, y: int) -> tuple[Panel, ...]:
     """Dashboard panels for the gateway whose pods ``pods`` selects, from panel id ``first_id`` at row ``y``."""
-    rows: list[tuple[str, str, list[tuple[str, str]], str]] = [
-        ("Cache hit ratio", "percentunit", [(hit_ratio(pods), "hits / cacheable requests")], ""),
-        (
+    latency = [
+        (f"histogram_quantile({q}, sum by (le) (rate({cm.LOOKUP_SECONDS}_bucket{{{pods}}}[5m])))", f"p{round(q * 100)}")
+        for q in (0.5, 0.99)
+    ]
+    drafts = (
+        PanelDraft("Cache hit ratio", "percentunit", [(hit_ratio(pods), "hits / cacheable requests")]),
+        PanelDraft(
             "Cache hits, misses and bypasses",
             "reqps",
             [
@@ -87,39 +91,23 @@ def cache_panels(pods: str, first_id: int, y: int) -> tuple[Panel, ...]:
                 (f"sum(rate({cm.MISSES}{{{pods}}}[5m]))", "miss"),
                 (f"sum by (reason) (rate({cm.BYPASSES}{{{pods}}}[5m]))", "bypass {{reason}}"),
             ],
-            "Bypasses: not cacheable (sampling, tools, non-text, header) or the cache unavailable.",
+            description="Bypasses: not cacheable (sampling, tools, non-text, header) or the cache unavailable.",
         ),
-        (
+        PanelDraft(
             "Cache lookup latency",
             "s",
-            [
-                (
-                    f"histogram_quantile({q}, sum by (le) (rate({cm.LOOKUP_SECONDS}_bucket{{{pods}}}[5m])))",
-                    f"p{round(q * 100)}",
-                )
-                for q in (0.5, 0.99)
-            ],
-            "Added to every cacheable request; bounded by the lookup timeout.",
+            latency,
+            description="Added to every cacheable request; bounded by the lookup timeout.",
         ),
-        (
+        PanelDraft(
             "Saved by the cache",
             "short",
             [
                 (f"sum by (model) (rate({cm.TOKENS_SAVED}{{{pods}}}[5m]))", "tokens/s {{model}}"),
                 (f"sum by (model) (rate({cm.USD_SAVED}{{{pods}}}[5m])) * 3600", "USD/h {{model}}"),
             ],
-            "Tokens of answers served from the cache, and their generated tokens at the model's cost per token.",
+            description="Tokens of answers served from the cache, and their generated tokens at the model's cost "
+            "per token.",
         ),
-    ]
-    letters = "ABCDEFGH"
-    return tuple(
-        Panel(
-            id=first_id + index,
-            title=title,
-            unit=unit,
-            grid=GridPos(x=(index % 2) * 12, y=y + (index // 2) * 8, w=12, h=8),
-            targets=tuple(Target(expr=expr, legend=legend, ref_id=letters[i]) for i, (expr, legend) in enumerate(t)),
-            description=description,
-        )
-        for index, (title, unit, t, description) in enumerate(rows)
     )
+    return two_column_panels(drafts, first_id=first_id, y=y)
