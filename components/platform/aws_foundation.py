@@ -56,7 +56,24 @@ def build_aws_foundation(
     """
     cluster_name = cluster_name_for(pulumi.get_stack())
     opts = pulumi.ResourceOptions(parent=parent)
-    network = Network(
+    network = _network(spec, cluster_name, tags, opts=opts)
+    cluster = _cluster(spec, cluster_name, network, tags, opts=opts)
+    node_groups = _gpu_node_groups(spec, plan, cluster, network, tags, opts=opts)
+    addons = NodeAddons(
+        "node-addons",
+        NodeAddonsArgs(cluster=cluster, region=spec.region, node_groups=list(node_groups.values())),
+        opts=opts,
+    )
+    return AwsFoundation(
+        network=network, cluster=cluster, node_groups=node_groups, addons=addons, k8s_provider=cluster.k8s_provider
+    )
+
+
+def _network(
+    spec: PlatformSpec, cluster_name: str, tags: Mapping[str, str], *, opts: pulumi.ResourceOptions
+) -> Network:
+    """The VPC the cluster, its nodes and the caches live in."""
+    return Network(
         "network",
         NetworkArgs(
             cluster_name=cluster_name,
@@ -69,7 +86,13 @@ def build_aws_foundation(
         ),
         opts=opts,
     )
-    cluster = EksCluster(
+
+
+def _cluster(
+    spec: PlatformSpec, cluster_name: str, network: Network, tags: Mapping[str, str], *, opts: pulumi.ResourceOptions
+) -> EksCluster:
+    """The EKS cluster, with its system nodes, on the network's private subnets."""
+    return EksCluster(
         "eks",
         EksClusterArgs(
             cluster_name=cluster_name,
@@ -88,6 +111,18 @@ def build_aws_foundation(
         ),
         opts=opts,
     )
+
+
+def _gpu_node_groups(
+    spec: PlatformSpec,
+    plan: PlatformSizing,
+    cluster: EksCluster,
+    network: Network,
+    tags: Mapping[str, str],
+    *,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, GpuNodeGroup]:
+    """One GPU node group per EC2 pool, in the spec's order, sized by the plan (GKE pools are skipped)."""
     sizing = {pool.name: pool for pool in plan.pools}
     node_groups: dict[str, GpuNodeGroup] = {}
     for pool in spec.pools:
@@ -113,11 +148,4 @@ def build_aws_foundation(
             ),
             opts=opts,
         )
-    addons = NodeAddons(
-        "node-addons",
-        NodeAddonsArgs(cluster=cluster, region=spec.region, node_groups=list(node_groups.values())),
-        opts=opts,
-    )
-    return AwsFoundation(
-        network=network, cluster=cluster, node_groups=node_groups, addons=addons, k8s_provider=cluster.k8s_provider
-    )
+    return node_groups

@@ -84,33 +84,12 @@ def compose_platform(
 
     ``hf_token`` is the Hugging Face token the servers read through a Kubernetes Secret (a secret input).
     """
-    plan = size_platform(spec)
-    if not plan.ok:
-        raise pulumi.RunError("the plan is refused:\n" + "\n".join(plan.problems))
+    plan = _accepted_plan(spec)
     tags = platform_tags(spec)
-
     aws_foundation = build_aws_foundation(spec, plan, tags, parent=parent)
     gke_foundation = build_gke_foundation(spec, plan, tags, parent=parent)
-
-    response_cache = build_cache(
-        spec,
-        tags,
-        vpc_id=aws_foundation.network.vpc.id,
-        subnet_ids=aws_foundation.network.private_subnet_ids,
-        allowed_security_group_ids=[aws_foundation.cluster.cluster_security_group_id],
-        parent=parent,
-    )
-    model_cache = build_model_cache(
-        spec,
-        aws_foundation.cluster.cluster.name,
-        tags,
-        # Pod Identity associations act through the agent add-on; binding before it runs would only be retried.
-        opts=pulumi.ResourceOptions(depends_on=[aws_foundation.cluster.addons["eks-pod-identity-agent"]]),
-        parent=parent,
-    )
-
+    response_cache, model_cache = _caches(spec, tags, aws_foundation, parent=parent)
     budget_store = build_budget_store(spec, gke_foundation, tags, parent=parent)
-
     clusters = _cluster_of_pools(spec)
     providers = _kubernetes_providers(aws_foundation, gke_foundation)
     servers = build_model_servers(
@@ -121,52 +100,19 @@ def compose_platform(
         model_cache_uri=model_cache.uri if model_cache is not None else None,
         parent=parent,
     )
-    observability = build_observability(
+    observability = build_observability(spec, plan, providers, _serving_targets(spec, servers, clusters), parent=parent)
+    gateway_inputs = _gateway_inputs(
         spec,
-        plan,
         providers,
-        {
-            deployment.name: ServingTarget(
-                deployment=servers[deployment.name].deployment_name,
-                namespace=servers[deployment.name].namespace,
-                cluster=clusters[deployment.pool],
-                # A model at zero replicas exposes no queue: the gateway's pending requests wake it.
-                wake_query=wake_query(deployment.name) if deployment.scale_to_zero else None,
-            )
-            for deployment in spec.models
-        },
-        parent=parent,
+        clusters,
+        servers,
+        observability,
+        gke=gke_foundation,
+        response_cache=response_cache,
+        model_cache=model_cache,
+        budget_store=budget_store,
     )
-
-    def served_on(cluster: str) -> list[ModelServer]:
-        return [servers[m.name] for m in spec.models if clusters[m.pool] == cluster]
-
-    gateways = build_gateways(
-        spec,
-        plan,
-        {
-            cluster: ClusterInputs(
-                provider=providers[cluster],
-                prometheus_url=stack.monitoring.prometheus_url,
-                system_nodes=eks_system_nodes(),
-                after=(stack.keda, stack.monitoring, *served_on(cluster)),
-                redis_url=redis_url(response_cache.primary_endpoint, response_cache.auth_token)
-                if response_cache is not None
-                else None,
-                model_cache_uri=model_cache.uri if model_cache is not None else None,
-            )
-            if cluster == "eks"
-            else _gke_gateway_inputs(
-                providers[cluster],
-                stack.monitoring.prometheus_url,
-                gke_system_nodes(gke_foundation.cluster.system_pool.name if gke_foundation else ""),
-                (stack.keda, stack.monitoring, *served_on(cluster)),
-                budget_store,
-            )
-            for cluster, stack in observability.clusters.items()
-        },
-        parent=parent,
-    )
+    gateways = build_gateways(spec, plan, gateway_inputs, parent=parent)
     return ComposedPlatform(
         spec=spec,
         plan=plan,
@@ -178,6 +124,105 @@ def compose_platform(
         servers=servers,
         observability=observability,
         gateways=gateways,
+    )
+
+
+def _accepted_plan(spec: PlatformSpec) -> PlatformSizing:
+    """The spec's sizing plan; a plan with problems stops the program before anything is declared."""
+    plan = size_platform(spec)
+    if not plan.ok:
+        raise pulumi.RunError("the plan is refused:\n" + "\n".join(plan.problems))
+    return plan
+
+
+def _caches(
+    spec: PlatformSpec, tags: Mapping[str, str], aws: AwsFoundation, *, parent: pulumi.Resource | None
+) -> tuple[RedisCache | None, ModelCache | None]:
+    """The response cache (in the cluster's VPC, reachable from its nodes) and the S3 model cache."""
+    response_cache = build_cache(
+        spec,
+        tags,
+        vpc_id=aws.network.vpc.id,
+        subnet_ids=aws.network.private_subnet_ids,
+        allowed_security_group_ids=[aws.cluster.cluster_security_group_id],
+        parent=parent,
+    )
+    model_cache = build_model_cache(
+        spec,
+        aws.cluster.cluster.name,
+        tags,
+        # Pod Identity associations act through the agent add-on; binding before it runs would only be retried.
+        opts=pulumi.ResourceOptions(depends_on=[aws.cluster.addons["eks-pod-identity-agent"]]),
+        parent=parent,
+    )
+    return response_cache, model_cache
+
+
+def _serving_targets(
+    spec: PlatformSpec, servers: Mapping[str, ModelServer], clusters: Mapping[str, str]
+) -> dict[str, ServingTarget]:
+    """What the autoscalers scale and the dashboards watch: each deployment's server, on its pool's cluster."""
+    return {
+        deployment.name: ServingTarget(
+            deployment=servers[deployment.name].deployment_name,
+            namespace=servers[deployment.name].namespace,
+            cluster=clusters[deployment.pool],
+            # A model at zero replicas exposes no queue: the gateway's pending requests wake it.
+            wake_query=wake_query(deployment.name) if deployment.scale_to_zero else None,
+        )
+        for deployment in spec.models
+    }
+
+
+def _gateway_inputs(
+    spec: PlatformSpec,
+    providers: Mapping[str, pulumi.ProviderResource],
+    clusters: Mapping[str, str],
+    servers: Mapping[str, ModelServer],
+    observability: Observability,
+    *,
+    gke: GkeFoundation | None,
+    response_cache: RedisCache | None,
+    model_cache: ModelCache | None,
+    budget_store: MemorystoreRedis | None,
+) -> dict[str, ClusterInputs]:
+    """Each serving cluster's gateway inputs, declared after the cluster's KEDA, monitoring and model servers."""
+    inputs: dict[str, ClusterInputs] = {}
+    for cluster, stack in observability.clusters.items():
+        served = [servers[m.name] for m in spec.models if clusters[m.pool] == cluster]
+        after = (stack.keda, stack.monitoring, *served)
+        if cluster == "eks":
+            inputs[cluster] = _eks_gateway_inputs(
+                providers[cluster], stack.monitoring.prometheus_url, after, response_cache, model_cache
+            )
+        else:
+            inputs[cluster] = _gke_gateway_inputs(
+                providers[cluster],
+                stack.monitoring.prometheus_url,
+                gke_system_nodes(gke.cluster.system_pool.name if gke else ""),
+                after,
+                budget_store,
+            )
+    return inputs
+
+
+def _eks_gateway_inputs(
+    provider: pulumi.ProviderResource,
+    prometheus_url: pulumi.Input[str],
+    after: tuple[pulumi.Resource, ...],
+    response_cache: RedisCache | None,
+    model_cache: ModelCache | None,
+) -> ClusterInputs:
+    """The EKS gateway's inputs: the response cache's Redis (URL with its AUTH token) and the S3 model cache."""
+    return ClusterInputs(
+        provider=provider,
+        prometheus_url=prometheus_url,
+        system_nodes=eks_system_nodes(),
+        after=after,
+        redis_url=redis_url(response_cache.primary_endpoint, response_cache.auth_token)
+        if response_cache is not None
+        else None,
+        model_cache_uri=model_cache.uri if model_cache is not None else None,
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from inferplane.components.capacity.sizing import PlatformSizing
+from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.observability.alerts import ModelAlertInputs, ServingRules, ServingRulesArgs
 from inferplane.components.observability.dashboards import (
     ModelDashboardInputs,
@@ -27,7 +27,7 @@ from inferplane.components.observability.keda import Keda, KedaArgs, QueueDepthA
 from inferplane.components.observability.metrics import Engine, ModelSeries
 from inferplane.components.observability.monitoring import MonitoringStack, MonitoringStackArgs
 from inferplane.components.serving.annotations import SCRAPE_LABELS
-from inferplane.components.spec.platform_spec import PlatformSpec, SloSpec
+from inferplane.components.spec.platform_spec import ModelDeploymentSpec, PlatformSpec, SloSpec
 
 PRIMARY_CLUSTER = "eks"
 """The cluster whose monitoring keeps the unprefixed names (``keda``, ``monitoring``...)."""
@@ -85,6 +85,23 @@ def build_observability(
     ``targets`` maps every deployment name of ``spec.models`` to its server, ``providers`` every cluster a target
     names to its Kubernetes provider; a missing or unknown name is refused before anything is declared.
     """
+    _require_targets(spec, providers, targets)
+    sizing = {d.name: d for d in plan.deployments}
+    clusters: dict[str, ClusterObservability] = {}
+    autoscalers: dict[str, QueueDepthAutoscaler] = {}
+    # The primary cluster first, so its stack keeps the unprefixed names whatever else serves.
+    for cluster in sorted({t.cluster for t in targets.values()}, key=lambda c: (c != PRIMARY_CLUSTER, c)):
+        clusters[cluster], scaled = _observe_cluster(spec, sizing, cluster, providers[cluster], targets, parent=parent)
+        autoscalers.update(scaled)
+    return Observability(clusters=clusters, autoscalers=autoscalers)
+
+
+def _require_targets(
+    spec: PlatformSpec,
+    providers: Mapping[str, pulumi.ProviderResource | None],
+    targets: Mapping[str, ServingTarget],
+) -> None:
+    """Refuse targets that miss a deployment, name an unknown one or a cluster without a provider."""
     names = [m.name for m in spec.models]
     problems = [f"models: no serving target for deployment {n!r}" for n in names if n not in targets]
     problems += [f"targets: {n!r} is not a model deployment of the spec" for n in targets if n not in names]
@@ -96,91 +113,112 @@ def build_observability(
     if problems:
         raise pulumi.RunError("observability cannot be built:\n" + "\n".join(problems))
 
-    sizing = {d.name: d for d in plan.deployments}
-    clusters: dict[str, ClusterObservability] = {}
-    autoscalers: dict[str, QueueDepthAutoscaler] = {}
-    for cluster in sorted({t.cluster for t in targets.values()}, key=lambda c: (c != PRIMARY_CLUSTER, c)):
-        provider = providers[cluster]
-        served = [m for m in spec.models if targets[m.name].cluster == cluster]
-        prefix = "" if cluster == PRIMARY_CLUSTER else f"{cluster}-"
-        opts = pulumi.ResourceOptions(parent=parent, providers=[provider] if provider is not None else None)
-        keda = Keda(f"{prefix}keda", KedaArgs(), opts=opts)
-        monitoring = MonitoringStack(
-            f"{prefix}monitoring",
-            MonitoringStackArgs(observability=spec.observability, environment=spec.environment),
-            opts=opts,
-        )
-        after_crds = pulumi.ResourceOptions(
-            parent=parent, providers=[provider] if provider is not None else None, depends_on=[keda, monitoring]
-        )
-        alert_inputs: list[tuple[str, pulumi.Input[ModelAlertInputs]]] = []
-        dashboard_inputs: list[tuple[str, pulumi.Input[ModelDashboardInputs]]] = []
-        for model in served:
-            target = targets[model.name]
-            deployment = sizing[model.name]
-            autoscaler = QueueDepthAutoscaler(
-                f"{model.name}-autoscaler",
-                QueueDepthAutoscalerArgs(
-                    served_model_name=model.name,
-                    engine=model.engine,
-                    deployment_name=target.deployment,
-                    namespace=target.namespace,
-                    sizing=deployment.result,
-                    min_replicas=model.min_replicas,
-                    max_replicas=model.max_replicas,
-                    scale_to_zero=model.scale_to_zero,
-                    prometheus_url=monitoring.prometheus_url,
-                    scrape_interval_seconds=spec.observability.scrape_interval_seconds,
-                    wake_query=target.wake_query,
-                ),
-                opts=after_crds,
-            )
-            autoscalers[model.name] = autoscaler
-            series = pulumi.Output.all(target.deployment, target.namespace).apply(
-                functools.partial(_series, model.name, model.engine)
-            )
-            alert_inputs.append(
-                (
-                    model.name,
-                    series.apply(
-                        functools.partial(
-                            _alert_inputs,
-                            slo=model.slo,
-                            target=autoscaler.policy.target_waiting_per_replica,
-                            max_replicas=model.max_replicas,
-                            cold_start=deployment.result.cold_start_seconds,
-                        )
-                    ),
-                )
-            )
-            dashboard_inputs.append(
-                (
-                    model.name,
-                    series.apply(
-                        functools.partial(
-                            _dashboard_inputs,
-                            ttft_slo_ms=model.slo.ttft_p95_ms,
-                            itl_slo_ms=model.slo.itl_p95_ms,
-                            price=deployment.replica_hourly_usd,
-                        )
-                    ),
-                )
-            )
 
-        rules = ServingRules(
-            f"{prefix}serving-rules",
-            ServingRulesArgs(namespace=monitoring.namespace, models=alert_inputs, labels=dict(SCRAPE_LABELS)),
+def _observe_cluster(
+    spec: PlatformSpec,
+    sizing: Mapping[str, DeploymentSizing],
+    cluster: str,
+    provider: pulumi.ProviderResource | None,
+    targets: Mapping[str, ServingTarget],
+    *,
+    parent: pulumi.Resource | None,
+) -> tuple[ClusterObservability, dict[str, QueueDepthAutoscaler]]:
+    """One cluster's KEDA and monitoring, an autoscaler per model it serves, then its rules and dashboards."""
+    prefix = "" if cluster == PRIMARY_CLUSTER else f"{cluster}-"
+    opts = pulumi.ResourceOptions(parent=parent, providers=[provider] if provider is not None else None)
+    keda = Keda(f"{prefix}keda", KedaArgs(), opts=opts)
+    monitoring = MonitoringStack(
+        f"{prefix}monitoring",
+        MonitoringStackArgs(observability=spec.observability, environment=spec.environment),
+        opts=opts,
+    )
+    # The autoscalers, rules and dashboards are custom resources: their CRDs come with KEDA and the monitoring stack.
+    after_crds = pulumi.ResourceOptions(
+        parent=parent, providers=[provider] if provider is not None else None, depends_on=[keda, monitoring]
+    )
+    autoscalers: dict[str, QueueDepthAutoscaler] = {}
+    alert_inputs: list[tuple[str, pulumi.Input[ModelAlertInputs]]] = []
+    dashboard_inputs: list[tuple[str, pulumi.Input[ModelDashboardInputs]]] = []
+    for model in (m for m in spec.models if targets[m.name].cluster == cluster):
+        target = targets[model.name]
+        autoscaler = _autoscaler(spec, model, target, sizing[model.name], monitoring, opts=after_crds)
+        autoscalers[model.name] = autoscaler
+        alerts, panels = _model_inputs(model, target, sizing[model.name], autoscaler)
+        alert_inputs.append((model.name, alerts))
+        dashboard_inputs.append((model.name, panels))
+    rules = ServingRules(
+        f"{prefix}serving-rules",
+        ServingRulesArgs(namespace=monitoring.namespace, models=alert_inputs, labels=dict(SCRAPE_LABELS)),
+        opts=after_crds,
+    )
+    dashboards = None
+    if spec.observability.grafana:
+        dashboards = ServingDashboards(
+            f"{prefix}serving-dashboards",
+            ServingDashboardsArgs(namespace=monitoring.namespace, models=dashboard_inputs),
             opts=after_crds,
         )
-        dashboards = None
-        if spec.observability.grafana:
-            dashboards = ServingDashboards(
-                f"{prefix}serving-dashboards",
-                ServingDashboardsArgs(namespace=monitoring.namespace, models=dashboard_inputs),
-                opts=after_crds,
-            )
-        clusters[cluster] = ClusterObservability(keda=keda, monitoring=monitoring, rules=rules, dashboards=dashboards)
-    return Observability(clusters=clusters, autoscalers=autoscalers)
+    stack = ClusterObservability(keda=keda, monitoring=monitoring, rules=rules, dashboards=dashboards)
+    return stack, autoscalers
+
+
+def _autoscaler(
+    spec: PlatformSpec,
+    model: ModelDeploymentSpec,
+    target: ServingTarget,
+    deployment: DeploymentSizing,
+    monitoring: MonitoringStack,
+    *,
+    opts: pulumi.ResourceOptions,
+) -> QueueDepthAutoscaler:
+    """The deployment's KEDA autoscaler, on its queue depth as its cluster's Prometheus sees it."""
+    return QueueDepthAutoscaler(
+        f"{model.name}-autoscaler",
+        QueueDepthAutoscalerArgs(
+            served_model_name=model.name,
+            engine=model.engine,
+            deployment_name=target.deployment,
+            namespace=target.namespace,
+            sizing=deployment.result,
+            min_replicas=model.min_replicas,
+            max_replicas=model.max_replicas,
+            scale_to_zero=model.scale_to_zero,
+            prometheus_url=monitoring.prometheus_url,
+            scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+            wake_query=target.wake_query,
+        ),
+        opts=opts,
+    )
+
+
+def _model_inputs(
+    model: ModelDeploymentSpec,
+    target: ServingTarget,
+    deployment: DeploymentSizing,
+    autoscaler: QueueDepthAutoscaler,
+) -> tuple[pulumi.Output[ModelAlertInputs], pulumi.Output[ModelDashboardInputs]]:
+    """The deployment's alert and dashboard inputs, once its Deployment's name and namespace are known."""
+    series = pulumi.Output.all(target.deployment, target.namespace).apply(
+        functools.partial(_series, model.name, model.engine)
+    )
+    alerts = series.apply(
+        functools.partial(
+            _alert_inputs,
+            slo=model.slo,
+            target=autoscaler.policy.target_waiting_per_replica,
+            max_replicas=model.max_replicas,
+            cold_start=deployment.result.cold_start_seconds,
+        )
+    )
+    panels = series.apply(
+        functools.partial(
+            _dashboard_inputs,
+            ttft_slo_ms=model.slo.ttft_p95_ms,
+            itl_slo_ms=model.slo.itl_p95_ms,
+            price=deployment.replica_hourly_usd,
+        )
+    )
+    return alerts, panels
 
 
 def _series(name: str, engine: Engine, values: list[str]) -> ModelSeries:

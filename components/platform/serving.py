@@ -9,12 +9,13 @@ the gateway and Prometheus in, model loading out).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from inferplane.components.capacity.sizing import PlatformSizing
+from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.catalog.images import engine_image
 from inferplane.components.gateway.renderer import fallback_aliases
@@ -24,7 +25,7 @@ from inferplane.components.serving.naming import SERVING_NAMESPACE, TRITON_OPENA
 from inferplane.components.serving.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.serving.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
 from inferplane.components.serving.vllm_service import VllmService, VllmServiceArgs
-from inferplane.components.spec.platform_spec import PlatformSpec
+from inferplane.components.spec.platform_spec import ModelDeploymentSpec, PlatformSpec
 from inferplane.components.spec.tags import kubernetes_labels
 
 HF_TOKEN_SECRET = "hf-token"
@@ -47,6 +48,21 @@ OpenAI frontend serves both the API and ``/metrics``; its KServe ports are reach
 ModelServer = VllmService | TritonTrtLlmService
 
 
+@dataclass
+class _ServingCluster:
+    """One cluster's serving objects, and the ports its servers listen on (what its NetworkPolicy admits)."""
+
+    prefix: str
+    """Prefix of the cluster's resource names (``eks``, ``gke``; ``<cluster>-<n>`` for a second provider)."""
+    cloud: str
+    """Cloud of the first pool served through this provider: it sets Pod Security and Pod Identity."""
+    provider: pulumi.ProviderResource
+    namespace: k8s.core.v1.Namespace
+    secret: k8s.core.v1.Secret
+    api_ports: set[int] = field(default_factory=set)
+    metrics_ports: set[int] = field(default_factory=set)
+
+
 def build_model_servers(
     spec: PlatformSpec,
     plan: PlatformSizing,
@@ -65,82 +81,121 @@ def build_model_servers(
     ServiceAccount, bound to the cache's role by EKS Pod Identity. ``parent``: the component that owns the servers
     (``None`` in the stack's own program).
     """
+    _require_providers(plan, providers_by_pool)
+    tags = kubernetes_labels(spec.tags)
+    # Keyed by the provider's identity: pools on the same provider share one cluster's namespace and Secret.
+    clusters: dict[int, _ServingCluster] = {}
+    servers: dict[str, ModelServer] = {}
+    for deployment, sizing in zip(spec.models, plan.deployments, strict=True):
+        provider = providers_by_pool[sizing.pool]
+        cloud = get_instance_type(sizing.instance_type).cloud
+        if id(provider) not in clusters:
+            clusters[id(provider)] = _serving_cluster(clusters.values(), cloud, provider, hf_token, tags, parent=parent)
+        cluster = clusters[id(provider)]
+        api_ports, metrics_ports = ENGINE_PORTS[deployment.engine]
+        cluster.api_ports.update(api_ports)
+        cluster.metrics_ports.update(metrics_ports)
+        servers[deployment.name] = _model_server(
+            spec, deployment, sizing, cluster, tags, model_cache_uri=model_cache_uri, parent=parent
+        )
+    for cluster in clusters.values():
+        _network_policy(cluster, tags, parent=parent)
+    return servers
+
+
+def _require_providers(plan: PlatformSizing, providers_by_pool: Mapping[str, pulumi.ProviderResource]) -> None:
+    """Refuse a plan with a serving pool that no Kubernetes provider reaches, before anything is declared."""
     missing = sorted({d.pool for d in plan.deployments} - set(providers_by_pool))
     if missing:
         raise pulumi.InputPropertiesError(
             "every pool that serves a model needs a Kubernetes provider",
             errors=[{"property_path": f"providers_by_pool.{pool}", "reason": "no provider"} for pool in missing],
         )
-    tags = kubernetes_labels(spec.tags)
-    clusters: dict[int, tuple[k8s.core.v1.Namespace, k8s.core.v1.Secret]] = {}
-    ports: dict[int, tuple[str, str, pulumi.ProviderResource, set[int], set[int]]] = {}
-    names_used: set[str] = set()
-    servers: dict[str, ModelServer] = {}
-    for deployment, sizing in zip(spec.models, plan.deployments, strict=True):
-        provider = providers_by_pool[sizing.pool]
-        cloud = get_instance_type(sizing.instance_type).cloud
-        if id(provider) not in clusters:
-            cluster = "eks" if cloud == "aws" else "gke"
-            prefix = cluster if cluster not in names_used else f"{cluster}-{len(names_used)}"
-            names_used.add(prefix)
-            clusters[id(provider)] = _cluster_objects(prefix, cloud, provider, hf_token, tags, parent=parent)
-            ports[id(provider)] = (prefix, cloud, provider, set(), set())
-        namespace, secret = clusters[id(provider)]
-        api_ports, metrics_ports = ENGINE_PORTS[deployment.engine]
-        ports[id(provider)][3].update(api_ports)
-        ports[id(provider)][4].update(metrics_ports)
-        opts = pulumi.ResourceOptions(parent=parent, providers=[provider], depends_on=[namespace, secret])
-        pool = spec.pool(sizing.pool)
-        digests = spec.image_digests_for(deployment, engine_image(deployment.engine, tpu=cloud == "gcp"))
-        if deployment.engine == "vllm":
-            servers[deployment.name] = VllmService(
-                deployment.name,
-                VllmServiceArgs(
-                    deployment=deployment,
-                    sizing=sizing,
-                    environment=spec.environment,
-                    namespace=namespace.metadata.name,
-                    hf_token_secret_name=secret.metadata.name,
-                    tpu_topology=pool.tpu_topology,
-                    model_cache_uri=model_cache_uri if cloud == "aws" else None,
-                    scrape_interval_seconds=spec.observability.scrape_interval_seconds,
-                    labels=tags,
-                    image_digests=digests,
-                    served_model_aliases=fallback_aliases(spec, deployment.name),
-                ),
-                opts,
-            )
-        else:
-            servers[deployment.name] = TritonTrtLlmService(
-                deployment.name,
-                TritonTrtLlmServiceArgs(
-                    deployment=deployment,
-                    sizing=sizing,
-                    environment=spec.environment,
-                    namespace=namespace.metadata.name,
-                    hf_token_secret_name=secret.metadata.name,
-                    model_cache_uri=model_cache_uri,
-                    scrape_interval_seconds=spec.observability.scrape_interval_seconds,
-                    labels=tags,
-                    image_digests=digests,
-                    served_model_aliases=fallback_aliases(spec, deployment.name),
-                ),
-                opts,
-            )
-    for key, (prefix, cluster_cloud, provider, api, metrics) in ports.items():
-        namespace = clusters[key][0]
-        ServingNetworkPolicy(
-            f"{prefix}-serving-network-policy",
-            ServingNetworkPolicyArgs(
-                namespace=namespace.metadata.name,
-                api_ports=sorted(api),
-                metrics_ports=sorted(metrics),
-                pod_identity=cluster_cloud == "aws",
-                labels={**tags, **PLATFORM_NAMESPACE_LABELS},
+
+
+def _serving_cluster(
+    existing: Iterable[_ServingCluster],
+    cloud: str,
+    provider: pulumi.ProviderResource,
+    hf_token: pulumi.Input[str],
+    tags: Mapping[str, str],
+    *,
+    parent: pulumi.Resource | None,
+) -> _ServingCluster:
+    """A cluster's namespace and Secret, named ``eks``/``gke`` unless an earlier provider took the name."""
+    used = {cluster.prefix for cluster in existing}
+    name = "eks" if cloud == "aws" else "gke"
+    prefix = name if name not in used else f"{name}-{len(used)}"
+    namespace, secret = _cluster_objects(prefix, cloud, provider, hf_token, tags, parent=parent)
+    return _ServingCluster(prefix=prefix, cloud=cloud, provider=provider, namespace=namespace, secret=secret)
+
+
+def _model_server(
+    spec: PlatformSpec,
+    deployment: ModelDeploymentSpec,
+    sizing: DeploymentSizing,
+    cluster: _ServingCluster,
+    tags: Mapping[str, str],
+    *,
+    model_cache_uri: pulumi.Input[str] | None,
+    parent: pulumi.Resource | None,
+) -> ModelServer:
+    """The deployment's server on its cluster, after the namespace and Secret it runs in and reads."""
+    opts = pulumi.ResourceOptions(
+        parent=parent, providers=[cluster.provider], depends_on=[cluster.namespace, cluster.secret]
+    )
+    cloud = get_instance_type(sizing.instance_type).cloud
+    pool = spec.pool(sizing.pool)
+    digests = spec.image_digests_for(deployment, engine_image(deployment.engine, tpu=cloud == "gcp"))
+    if deployment.engine == "vllm":
+        return VllmService(
+            deployment.name,
+            VllmServiceArgs(
+                deployment=deployment,
+                sizing=sizing,
+                environment=spec.environment,
+                namespace=cluster.namespace.metadata.name,
+                hf_token_secret_name=cluster.secret.metadata.name,
+                tpu_topology=pool.tpu_topology,
+                model_cache_uri=model_cache_uri if cloud == "aws" else None,
+                scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+                labels=tags,
+                image_digests=digests,
+                served_model_aliases=fallback_aliases(spec, deployment.name),
             ),
-            pulumi.ResourceOptions(parent=parent, providers=[provider], depends_on=[namespace]),
+            opts,
         )
-    return servers
+    return TritonTrtLlmService(
+        deployment.name,
+        TritonTrtLlmServiceArgs(
+            deployment=deployment,
+            sizing=sizing,
+            environment=spec.environment,
+            namespace=cluster.namespace.metadata.name,
+            hf_token_secret_name=cluster.secret.metadata.name,
+            model_cache_uri=model_cache_uri,
+            scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+            labels=tags,
+            image_digests=digests,
+            served_model_aliases=fallback_aliases(spec, deployment.name),
+        ),
+        opts,
+    )
+
+
+def _network_policy(cluster: _ServingCluster, tags: Mapping[str, str], *, parent: pulumi.Resource | None) -> None:
+    """The serving namespace's NetworkPolicies, admitting the ports of every engine the cluster serves."""
+    ServingNetworkPolicy(
+        f"{cluster.prefix}-serving-network-policy",
+        ServingNetworkPolicyArgs(
+            namespace=cluster.namespace.metadata.name,
+            api_ports=sorted(cluster.api_ports),
+            metrics_ports=sorted(cluster.metrics_ports),
+            pod_identity=cluster.cloud == "aws",
+            labels={**tags, **PLATFORM_NAMESPACE_LABELS},
+        ),
+        pulumi.ResourceOptions(parent=parent, providers=[cluster.provider], depends_on=[cluster.namespace]),
+    )
 
 
 def _cluster_objects(
