@@ -37,7 +37,7 @@ PINNED_TYPE_TOKENS = (
     "inferplane:index:VllmService",
 )
 """Every component type token as released (0.1.0 and 0.2.0). A rename edits this list deliberately and keeps the old
-token as a ``pulumi.Alias(type_=...)`` on the component (README, "Public API")."""
+token as a ``pulumi.Alias(type_=...)`` on the component (docs/public-api.md)."""
 
 
 def _registered_tokens() -> dict[str, str]:

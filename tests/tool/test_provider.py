@@ -285,12 +285,12 @@ def test_construct_of_an_invalid_spec_answers_with_every_bad_property(provider: 
     assert len(provider.registrations) == before
 
 
-def test_the_readme_yaml_example_is_a_valid_platform_that_fits() -> None:
-    """The README's Pulumi YAML, mapped to Python names as the provider maps a Construct's inputs."""
+def test_the_documented_yaml_example_is_a_valid_platform_that_fits() -> None:
+    """docs/other-languages.md's Pulumi YAML, mapped to Python names as the provider maps a Construct's inputs."""
     from pulumi.provider.experimental.component import ComponentProvider
 
-    readme = (PROJECT_DIR / "README.md").read_text()
-    block = next(b for b in readme.split("```yaml\n")[1:] if "type: inferplane:index:Platform" in b)
+    page = (PROJECT_DIR / "docs" / "other-languages.md").read_text()
+    block = next(b for b in page.split("```yaml\n")[1:] if "type: inferplane:index:Platform" in b)
     properties = yaml.safe_load(block.split("```")[0])["resources"]["platform"]["properties"]
     provider = ComponentProvider([Platform], "inferplane")
     args = provider.map_inputs(properties, provider._component_defs["Platform"])
