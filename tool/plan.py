@@ -14,6 +14,7 @@ import argparse
 import io
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,7 +36,7 @@ from inferplane.components.spec.platform_spec import (
     parse_platform,
 )
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from inferplane.tool.stackfile import find_project_dir, load_stack, read_config
+from inferplane.tool.stackfile import find_project_dir, load_stack
 
 
 def _invalid(err: Console, message: str) -> int:
@@ -209,7 +210,7 @@ def _entries(args: argparse.Namespace, workload: Workload, c: Candidate) -> tupl
     return pool, deployment
 
 
-def _problems(config: dict[str, Any], region: str, pool: dict[str, Any], model: dict[str, Any]) -> list[str]:
+def _problems(config: Mapping[str, Any], region: str, pool: dict[str, Any], model: dict[str, Any]) -> list[str]:
     platform = json.loads(json.dumps(config[PLATFORM_KEY]))
     platform.setdefault("pools", []).append(pool)
     platform.setdefault("models", []).append(model)
@@ -225,8 +226,8 @@ def _write_stack(
 ) -> tuple[int, str | None]:
     project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
     stack = load_stack(project_dir, args.write_stack)
-    _, path, config = read_config(project_dir, args.write_stack)
-    region = stack.platform.region
+    config, region, source = stack.config, stack.platform.region, stack.source
+    assert source is not None  # load_stack keeps the text it read: the edit starts from it, not from a second read
     skipped: list[str] = []
     for c in result.candidates:
         pool, deployment = _entries(args, workload, c)
@@ -234,7 +235,7 @@ def _write_stack(
         if problems:
             skipped.append(f"{c.accelerator} {c.instance_type} TP {c.tensor_parallel_size}: {problems[0]}")
             continue
-        _edit_in_place(path, pool, deployment)
+        _edit_in_place(stack.config_file, source, pool, deployment)
         return EXIT_OK, (
             f"wrote pool {pool['name']} and model {deployment['name']} to {stack.display_file} "
             f"({c.accelerator} {c.instance_type}, TP {c.tensor_parallel_size}, {c.engine}, {c.replicas}-"
@@ -256,12 +257,13 @@ def _write_stack(
     return EXIT_REFUSED, None
 
 
-def _edit_in_place(path: Path, pool: dict[str, Any], deployment: dict[str, Any]) -> None:
+def _edit_in_place(path: Path, source: str, pool: dict[str, Any], deployment: dict[str, Any]) -> None:
+    """Write ``path`` as ``source`` (its text, as read) with ``pool`` and ``deployment`` added, comments kept."""
     yaml = YAML()
     yaml.preserve_quotes = True
     yaml.width = 4096
     yaml.indent(mapping=2, sequence=4, offset=2)
-    document = yaml.load(path.read_text(encoding="utf-8"))
+    document = yaml.load(source.replace("\r\n", "\n").replace("\r", "\n"))  # newlines as a text-mode read has them
     platform = document["config"][PLATFORM_KEY]
     platform["pools"].append(pool)
     platform["models"].append(deployment)

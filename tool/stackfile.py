@@ -3,6 +3,11 @@
 Only what the CLI itself would accept is accepted: config keys are namespaced (``inferplane:platform``,
 ``aws:region``), structured values are YAML objects, and ``secure:`` values are ciphertext this tool never
 decrypts (no passphrase is at hand offline); they become :class:`SecretValue` placeholders.
+
+A command reads each file once: :func:`read_project` gives the checked ``Pulumi.yaml`` (:class:`ProjectFile`),
+:func:`read_stack_config` the stack's :class:`StackConfig`, which carries that project and the text it was read from;
+whatever needs more of either (the program's ``main``, the declared config, an in-place edit) takes it from the stack
+(:func:`project_of`, :attr:`StackConfig.source`) rather than reading the file again.
 """
 
 from __future__ import annotations
@@ -64,6 +69,21 @@ class SecretValue:
         return "[secret]"
 
 
+PROJECT_FILE = "Pulumi.yaml"
+
+
+@dataclass(frozen=True)
+class ProjectFile:
+    """A project's ``Pulumi.yaml``, read and checked once (:func:`read_project`) and passed down from there."""
+
+    name: str
+    project_dir: Path
+    config_dir: Path
+    """Where the stack files are: ``stackConfigDir`` (default: the project directory)."""
+    document: Mapping[str, Any] = field(repr=False)
+    """The whole file, for the keys beyond name and stackConfigDir (``main``, ``config``)."""
+
+
 @dataclass(frozen=True)
 class StackConfig:
     """One stack's config as the CLI sees it, whatever program reads it (a stack without ``inferplane:platform``)."""
@@ -73,6 +93,10 @@ class StackConfig:
     project_dir: Path
     config_file: Path
     config: Mapping[str, Any]
+    project_file: ProjectFile | None = field(default=None, kw_only=True, repr=False, compare=False)
+    """The ``Pulumi.yaml`` the stack was read with; None for a stack built by hand (see :func:`project_of`)."""
+    source: str | None = field(default=None, kw_only=True, repr=False, compare=False)
+    """The stack file's text as it was read; None for a stack built by hand."""
 
     @property
     def display_file(self) -> str:
@@ -102,7 +126,7 @@ def find_project_dir(start: Path | None = None) -> Path:
             raise StackFileError(str(start), f"--project-dir {what}")
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        if (candidate / "Pulumi.yaml").is_file():
+        if (candidate / PROJECT_FILE).is_file():
             return candidate
     raise StackFileError(str(here), "no Pulumi.yaml here or in any parent directory")
 
@@ -225,7 +249,11 @@ def flow_nesting_line(text: str, limit: int = MAX_NESTING) -> int | None:
 
 
 def _read_yaml(path: Path, display: str) -> Any:
-    text = _read_text(path, display)
+    return _parse_yaml(_read_text(path, display), display)
+
+
+def _parse_yaml(text: str, display: str) -> Any:
+    """``text`` of the file ``display`` names, parsed the strict way (:class:`_StackLoader`)."""
     deep = flow_nesting_line(text)
     if deep is not None:
         raise StackFileError(display, f"not valid YAML: nested deeper than {MAX_NESTING} levels (line {deep})")
@@ -262,34 +290,48 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def project_settings(project_dir: Path) -> tuple[str, Path]:
-    """(project name, stack config directory) from ``Pulumi.yaml``."""
-    project = _read_yaml(project_dir / "Pulumi.yaml", "Pulumi.yaml")
-    if not isinstance(project, dict) or not isinstance(project.get("name"), str):
-        raise StackFileError("Pulumi.yaml", "a project file needs a name", key="name")
-    config_dir = project.get("stackConfigDir", ".")
+def read_project(project_dir: Path) -> ProjectFile:
+    """Read and check ``project_dir``'s ``Pulumi.yaml``: a name, and a path for ``stackConfigDir`` if it is given."""
+    document = _read_yaml(project_dir / PROJECT_FILE, PROJECT_FILE)
+    if not isinstance(document, dict) or not isinstance(document.get("name"), str):
+        raise StackFileError(PROJECT_FILE, "a project file needs a name", key="name")
+    config_dir = document.get("stackConfigDir", ".")
     if not isinstance(config_dir, str) or "\x00" in config_dir:
-        raise StackFileError("Pulumi.yaml", "must be a path", key="stackConfigDir")
-    return project["name"], project_dir / config_dir
+        raise StackFileError(PROJECT_FILE, "must be a path", key="stackConfigDir")
+    return ProjectFile(
+        name=document["name"], project_dir=project_dir, config_dir=project_dir / config_dir, document=document
+    )
 
 
-def stack_names(project_dir: Path) -> list[str]:
+def _project(project: ProjectFile | Path) -> ProjectFile:
+    """``project`` as read: the :class:`ProjectFile` given, or the one in the directory given (read now)."""
+    return project if isinstance(project, ProjectFile) else read_project(project)
+
+
+def project_of(stack: StackConfig) -> ProjectFile:
+    """The ``Pulumi.yaml`` ``stack`` was read with; read now only for a stack built by hand, which carries none."""
+    return stack.project_file if stack.project_file is not None else read_project(stack.project_dir)
+
+
+def stack_names(project: ProjectFile | Path) -> list[str]:
     """Stacks that have a config file, sorted."""
-    _, config_dir = project_settings(project_dir)
+    config_dir = _project(project).config_dir
     return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in config_dir.glob("Pulumi.*.yaml"))
 
 
-def read_config(project_dir: Path, stack: str) -> tuple[str, Path, dict[str, Any]]:
-    """(project, stack file, decoded config) for ``stack``; no validation of the platform yet."""
-    project, config_dir = project_settings(project_dir)
-    path = config_dir / f"Pulumi.{stack}.yaml"
+def read_stack_config(project: ProjectFile | Path, stack: str) -> StackConfig:
+    """Read ``stack``'s file once: its decoded config, with no validation of the platform yet."""
+    project = _project(project)
+    project_dir = project.project_dir
+    path = project.config_dir / f"Pulumi.{stack}.yaml"
     display = str(path.relative_to(project_dir)) if path.is_relative_to(project_dir) else str(path)
     if not _STACK_NAME.match(stack):
         raise StackFileError(
             display,
             f"--stack: a stack name is 1 to 100 letters, digits, '-', '_' or '.' ({len(stack)} characters given)",
         )
-    document = _read_yaml(path, display)
+    text = _read_text(path, display)
+    document = _parse_yaml(text, display)
     if document is None:
         document = {}
     if not isinstance(document, dict):
@@ -303,13 +345,32 @@ def read_config(project_dir: Path, stack: str) -> tuple[str, Path, dict[str, Any
     for key in config:
         if not isinstance(key, str) or not _CONFIG_KEY.match(key):
             raise StackFileError(display, "config keys are namespaced, e.g. inferplane:platform", key=str(key))
-    return project, path, {k: _decode(v) for k, v in config.items()}
+    return StackConfig(
+        project=project.name,
+        name=stack,
+        project_dir=project_dir,
+        config_file=path,
+        config={k: _decode(v) for k, v in config.items()},
+        project_file=project,
+        source=text,
+    )
 
 
-def load_stack(project_dir: Path, stack: str) -> Stack:
+def read_config(project: ProjectFile | Path, stack: str) -> tuple[str, Path, dict[str, Any]]:
+    """(project, stack file, decoded config) for ``stack``; no validation of the platform yet."""
+    read = read_stack_config(project, stack)
+    return read.project, read.config_file, dict(read.config)
+
+
+def load_stack(project: ProjectFile | Path, stack: str) -> Stack:
     """Read and validate ``stack``; raises :class:`StackFileError` or :class:`InvalidSpecError`."""
-    project, path, config = read_config(project_dir, stack)
-    display = str(path.relative_to(project_dir)) if path.is_relative_to(project_dir) else str(path)
+    return platform_stack(read_stack_config(project, stack))
+
+
+def platform_stack(stack: StackConfig) -> Stack:
+    """``stack``'s config validated as an inferplane platform: its ``aws:region`` and ``inferplane:platform``."""
+    config = stack.config
+    display = stack.display_file
     if REGION_KEY not in config:
         raise StackFileError(display, "the AWS region is required (pulumi config set aws:region ...)", key=REGION_KEY)
     region = config[REGION_KEY]
@@ -333,7 +394,14 @@ def load_stack(project_dir: Path, stack: str) -> Stack:
     except SpecError as exc:
         raise InvalidSpecError(display, exc) from None
     return Stack(
-        project=project, name=stack, project_dir=project_dir, config_file=path, config=config, platform=platform
+        project=stack.project,
+        name=stack.name,
+        project_dir=stack.project_dir,
+        config_file=stack.config_file,
+        config=config,
+        project_file=stack.project_file,
+        source=stack.source,
+        platform=platform,
     )
 
 
@@ -345,18 +413,8 @@ def _leaves(value: Any) -> list[Any]:
     return [value]
 
 
-def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
+def load_stack_config(project: ProjectFile | Path, stack: str) -> StackConfig:
     """``stack`` of any project: a :class:`Stack` (validated as :func:`load_stack` does) when its config carries
     ``inferplane:platform``, else its plain :class:`StackConfig`."""
-    project, path, config = read_config(project_dir, stack)
-    if PLATFORM_KEY in config:
-        return load_stack(project_dir, stack)
-    return StackConfig(project=project, name=stack, project_dir=project_dir, config_file=path, config=config)
-
-
-def project_document(project_dir: Path) -> dict[str, Any]:
-    """``Pulumi.yaml`` as a mapping (checked to have a name), for the keys beyond name and stackConfigDir."""
-    project = _read_yaml(project_dir / "Pulumi.yaml", "Pulumi.yaml")
-    if not isinstance(project, dict) or not isinstance(project.get("name"), str):
-        raise StackFileError("Pulumi.yaml", "a project file needs a name", key="name")
-    return project
+    read = read_stack_config(project, stack)
+    return platform_stack(read) if PLATFORM_KEY in read.config else read

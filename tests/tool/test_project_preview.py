@@ -24,7 +24,14 @@ from inferplane.tool.preview.command import preview_command
 from inferplane.tool.preview.engine import evaluation_config, run_preview, size_stack
 from inferplane.tool.preview.model import Cost, Plan
 from inferplane.tool.preview.project import config_declarations, project_main, project_program
-from inferplane.tool.stackfile import Stack, StackConfig, StackFileError, load_stack, load_stack_config
+from inferplane.tool.stackfile import (
+    Stack,
+    StackConfig,
+    StackFileError,
+    load_stack,
+    load_stack_config,
+    read_project,
+)
 from tests.conftest import PROJECT_DIR
 
 EXAMPLE = PROJECT_DIR / "examples" / "custom-platform"
@@ -186,7 +193,7 @@ def test_a_project_with_its_own_components_package_previews(tmp_path: Path) -> N
 
 def test_declared_config_fills_defaults_and_secret_placeholders(tmp_path: Path) -> None:
     project = consumer(tmp_path, "x")
-    declared = config_declarations(project)
+    declared = config_declarations(read_project(project))
     assert declared.defaults == {"consumer:owner": "platform"}
     assert declared.secrets == ("consumer:token",)
     config = evaluation_config(load_stack_config(project, "test"))
@@ -204,11 +211,11 @@ def test_declared_config_fills_defaults_and_secret_placeholders(tmp_path: Path) 
 
 def test_the_main_is_the_projects_and_must_be_runnable(tmp_path: Path) -> None:
     project = consumer(tmp_path, "x")
-    assert project_main(project) == (project / "src").resolve()
-    assert project_main(PROJECT_DIR) == PROJECT_DIR / "infra"
+    assert project_main(read_project(project)) == (project / "src").resolve()
+    assert project_main(read_project(PROJECT_DIR)) == PROJECT_DIR / "infra"
     (project / "src" / "__main__.py").unlink()
     with pytest.raises(StackFileError, match=r"Pulumi.yaml: main: src/ has no __main__.py to run"):
-        project_main(project)
+        project_main(read_project(project))
 
 
 def test_a_project_whose_main_cannot_run_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -229,5 +236,5 @@ def test_the_default_project_runs_infra_main_with_the_same_plan() -> None:
     direct: dict[str, Any] = json.loads(run_preview(stack, size_stack(stack), program=program_main).plan.to_json())
     assert own == direct
     assert len(own["resources"]) > 100
-    program = project_program(PROJECT_DIR)
+    program = project_program(read_project(PROJECT_DIR))
     assert callable(program)

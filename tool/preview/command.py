@@ -26,7 +26,7 @@ from inferplane.tool.preview.policy import PolicyRunner, PolicySetupError, no_po
 from inferplane.tool.preview.project import project_program
 from inferplane.tool.preview.render import render_preview
 from inferplane.tool.sizing_report import render_platform
-from inferplane.tool.stackfile import Stack, StackConfig, find_project_dir, load_stack_config, printable
+from inferplane.tool.stackfile import Stack, StackConfig, find_project_dir, load_stack_config, printable, project_of
 
 _TOOL_FILES = ("tool/mockengine.py", "tool/preview/")
 """The preview's own machinery: not the program, so left out of a failed program's traceback."""
@@ -109,7 +109,7 @@ def preview_command(
         except PlanFileError as exc:
             err.print(printable(f"inferplane preview: --against {exc}"), markup=False, highlight=False)
             return EXIT_INVALID
-    stack = load_stack_config(project_dir, args.stack)
+    stack = load_stack_config(project_dir, args.stack)  # reads Pulumi.yaml and the stack file, the only time
     if old_plan is not None and (old_plan.project, old_plan.stack) != (stack.project, stack.name):
         err.print(
             printable(
@@ -139,7 +139,7 @@ def preview_command(
                 stack=stack,
                 old_plan=old_plan,
                 outputs=outputs,
-                program=program or project_program(project_dir),
+                program=program or project_program(project_of(stack)),
                 policy_runner=policy_runner,
             )
     except UnwritableFileError as exc:

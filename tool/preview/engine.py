@@ -17,7 +17,7 @@ from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformM
 from inferplane.tool.preview.model import Cost, Plan, PlanResource, plain_mapping, stack_urn, tree_order
 from inferplane.tool.preview.policy import PolicyReport, PolicyRunner, no_policies, start_policies
 from inferplane.tool.preview.project import config_declarations, project_program
-from inferplane.tool.stackfile import SecretValue, Stack, StackConfig
+from inferplane.tool.stackfile import SecretValue, Stack, StackConfig, project_of
 
 DEFAULT_REGION = "us-east-1"
 """The region the mock engine answers for when a stack without a platform spec sets no ``aws:region``."""
@@ -63,7 +63,7 @@ def evaluation_config(stack: StackConfig) -> EvaluationConfig:
         values[key] = value
         if secret:
             secret_keys.append(key)
-    declared = config_declarations(stack.project_dir)
+    declared = config_declarations(project_of(stack))
     for key in sorted(set(declared.defaults) - set(values)):
         values[key] = declared.defaults[key]
         if key in declared.secrets:
@@ -131,7 +131,7 @@ def evaluate_stack(
     config = evaluation_config(stack)
     region = stack.platform.region if isinstance(stack, Stack) else str(stack.config.get(REGION_KEY, DEFAULT_REGION))
     evaluation = evaluate(
-        program or project_program(stack.project_dir),
+        program or project_program(project_of(stack)),
         mocks=PlatformMocks(region),
         project=stack.project,
         stack=stack.name,

@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferplane.tool.stackfile import StackFileError, project_document
-
-PROJECT_FILE = "Pulumi.yaml"
+from inferplane.tool.stackfile import PROJECT_FILE, ProjectFile, StackFileError
 
 
 @dataclass(frozen=True)
@@ -34,12 +32,12 @@ class ConfigDeclarations:
     """Keys declared ``secret: true``, in file order."""
 
 
-def project_main(project_dir: Path) -> Path:
+def project_main(project: ProjectFile) -> Path:
     """The program ``Pulumi.yaml``'s ``main`` names (default: the project directory), checked to be runnable."""
-    main = project_document(project_dir).get("main") or "."
+    main = project.document.get("main") or "."
     if not isinstance(main, str):
         raise StackFileError(PROJECT_FILE, "must be a path", key="main")
-    path = (project_dir / main).resolve()
+    path = (project.project_dir / main).resolve()
     if path.is_dir() and not (path / "__main__.py").is_file():
         raise StackFileError(PROJECT_FILE, f"{main} has no __main__.py to run", key="main")
     if not path.exists():
@@ -47,16 +45,15 @@ def project_main(project_dir: Path) -> Path:
     return path
 
 
-def config_declarations(project_dir: Path) -> ConfigDeclarations:
+def config_declarations(project: ProjectFile) -> ConfigDeclarations:
     """The ``config`` block of ``Pulumi.yaml``; empty when there is none."""
-    document = project_document(project_dir)
-    block = document.get("config") or {}
+    block = project.document.get("config") or {}
     if not isinstance(block, dict):
         raise StackFileError(PROJECT_FILE, "must be a mapping of key to declaration", key="config")
     defaults: dict[str, Any] = {}
     secrets: list[str] = []
     for name, declaration in block.items():
-        key = name if ":" in str(name) else f"{document['name']}:{name}"
+        key = name if ":" in str(name) else f"{project.name}:{name}"
         if isinstance(declaration, dict):
             if "default" in declaration:
                 defaults[key] = declaration["default"]
@@ -67,13 +64,13 @@ def config_declarations(project_dir: Path) -> ConfigDeclarations:
     return ConfigDeclarations(defaults=defaults, secrets=tuple(secrets))
 
 
-def project_program(project_dir: Path) -> Callable[[], None]:
+def project_program(project: ProjectFile) -> Callable[[], None]:
     """The project's program as a function the mock engine can run (once per evaluation).
 
     Modules the program loads from its own directory are forgotten afterwards, so another project evaluated in the
     same process (with its own ``components`` package, say) imports its own; ``inferplane`` stays loaded.
     """
-    main = project_main(project_dir)
+    main = project_main(project)
     home = main if main.is_dir() else main.parent
 
     def program() -> None:
