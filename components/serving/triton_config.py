@@ -1,7 +1,7 @@
 """Triton model repository for TensorRT-LLM's in-flight batcher, generated from typed models.
 
 A small typed mirror of the fields of Triton's ``inference.ModelConfig`` protobuf (``model_config.proto``) that
-inferplane emits, rendered to protobuf text format (``config.pbtxt``). ``tests/test_triton_config.py`` parses every
+inferplane emits, rendered to protobuf text format (``config.pbtxt``). ``tests/serving/test_triton_service.py`` parses every
 rendered file with Triton's own ``model_config_pb2`` (shipped by ``tritonclient``).
 
 The repository is NVIDIA's ``inflight_batcher_llm`` layout (TensorRT-LLM ``triton_backend/all_models/
@@ -229,7 +229,19 @@ def model_repository(
     if errors:
         raise ValueError("; ".join(errors))
     batch = trtllm.max_batch_size
-    preprocessing = ModelConfig(
+    composing = (
+        _preprocessing(batch, tokenizer_dir=tokenizer_dir, max_queue_delay_microseconds=max_queue_delay_microseconds),
+        _tensorrt_llm(trtllm, engine_dir=engine_dir, max_queue_delay_microseconds=max_queue_delay_microseconds),
+        _postprocessing(batch, tokenizer_dir=tokenizer_dir),
+    )
+    ensembles = tuple(_ensemble(name, batch) for name in served_names)
+    # Ensembles first: the served names lead the repository, the composing models follow.
+    return {config.name: config for config in (*ensembles, *composing)}
+
+
+def _preprocessing(batch: int, *, tokenizer_dir: str, max_queue_delay_microseconds: int) -> ModelConfig:
+    """The tokenizer (Python backend): prompt and stop/bad words in, token ids out."""
+    return ModelConfig(
         name=PREPROCESSING,
         backend="python",
         max_batch_size=batch,
@@ -265,6 +277,10 @@ def model_repository(
         # model.py indexes multimodal_model_path unconditionally; empty means a text-only model.
         parameters={"tokenizer_dir": tokenizer_dir, "add_special_tokens": "true", "multimodal_model_path": ""},
     )
+
+
+def _tensorrt_llm_parameters(trtllm: TrtLlmSettings, *, engine_dir: str) -> dict[str, str]:
+    """The ``tensorrtllm`` backend's parameters, straight from sizing's settings."""
     parameters = {
         "gpt_model_type": "inflight_fused_batching",
         "gpt_model_path": engine_dir,
@@ -277,10 +293,15 @@ def model_repository(
     }
     if trtllm.tensor_parallel > 1:
         parameters["executor_worker_path"] = TRTLLM_WORKER_PATH
-    tensorrt_llm = ModelConfig(
+    return parameters
+
+
+def _tensorrt_llm(trtllm: TrtLlmSettings, *, engine_dir: str, max_queue_delay_microseconds: int) -> ModelConfig:
+    """The engine (``tensorrtllm`` backend, decoupled for streaming): token ids and sampling in, token ids out."""
+    return ModelConfig(
         name=TENSORRT_LLM,
         backend="tensorrtllm",
-        max_batch_size=batch,
+        max_batch_size=trtllm.max_batch_size,
         decoupled=True,
         dynamic_batching=DynamicBatching(max_queue_delay_microseconds=max_queue_delay_microseconds),
         inputs=(
@@ -302,9 +323,13 @@ def model_repository(
         ),
         # The backend places its own executor on the GPUs; Triton's instance is a CPU-side handle.
         instance_group=(InstanceGroup(count=1, kind="KIND_CPU"),),
-        parameters=parameters,
+        parameters=_tensorrt_llm_parameters(trtllm, engine_dir=engine_dir),
     )
-    postprocessing = ModelConfig(
+
+
+def _postprocessing(batch: int, *, tokenizer_dir: str) -> ModelConfig:
+    """The detokenizer (Python backend): token ids in, text out."""
+    return ModelConfig(
         name=POSTPROCESSING,
         backend="python",
         max_batch_size=batch,
@@ -317,8 +342,6 @@ def model_repository(
         instance_group=(InstanceGroup(count=PROCESSING_INSTANCES, kind="KIND_CPU"),),
         parameters={"tokenizer_dir": tokenizer_dir, "skip_special_tokens": "true"},
     )
-    ensembles = tuple(_ensemble(name, batch) for name in served_names)
-    return {config.name: config for config in (*ensembles, preprocessing, tensorrt_llm, postprocessing)}
 
 
 def _ensemble(name: str, batch: int) -> ModelConfig:
@@ -327,67 +350,88 @@ def _ensemble(name: str, batch: int) -> ModelConfig:
         name=name,
         platform="ensemble",
         max_batch_size=batch,
-        inputs=(
-            Tensor(name="text_input", data_type="TYPE_STRING", dims=(1,)),
-            Tensor(name="max_tokens", data_type="TYPE_INT32", dims=(1,)),
-            Tensor(name="bad_words", data_type="TYPE_STRING", dims=(-1,), optional=True),
-            Tensor(name="stop_words", data_type="TYPE_STRING", dims=(-1,), optional=True),
-            Tensor(name="end_id", data_type="TYPE_INT32", dims=(1,), optional=True),
-            Tensor(name="pad_id", data_type="TYPE_INT32", dims=(1,), optional=True),
-            Tensor(name="stream", data_type="TYPE_BOOL", dims=(1,), optional=True),
-            *(
-                Tensor(name=tensor, data_type=data_type, dims=(1,), optional=True)
-                for tensor, _, data_type in SAMPLING_INPUTS
-            ),
+        inputs=_ensemble_inputs(),
+        outputs=_ensemble_outputs(),
+        ensemble_steps=(_preprocessing_step(), _tensorrt_llm_step(), _postprocessing_step()),
+    )
+
+
+def _ensemble_inputs() -> tuple[Tensor, ...]:
+    """What the OpenAI frontend sends: the prompt, the token budget, stop words, streaming and sampling."""
+    return (
+        Tensor(name="text_input", data_type="TYPE_STRING", dims=(1,)),
+        Tensor(name="max_tokens", data_type="TYPE_INT32", dims=(1,)),
+        Tensor(name="bad_words", data_type="TYPE_STRING", dims=(-1,), optional=True),
+        Tensor(name="stop_words", data_type="TYPE_STRING", dims=(-1,), optional=True),
+        Tensor(name="end_id", data_type="TYPE_INT32", dims=(1,), optional=True),
+        Tensor(name="pad_id", data_type="TYPE_INT32", dims=(1,), optional=True),
+        Tensor(name="stream", data_type="TYPE_BOOL", dims=(1,), optional=True),
+        *(
+            Tensor(name=tensor, data_type=data_type, dims=(1,), optional=True)
+            for tensor, _, data_type in SAMPLING_INPUTS
         ),
-        outputs=(
-            Tensor(name="text_output", data_type="TYPE_STRING", dims=(-1,)),
-            *(Tensor(name=output, data_type="TYPE_INT32", dims=(1,)) for output in TOKEN_COUNT_OUTPUTS),
-        ),
-        ensemble_steps=(
-            EnsembleStep(
-                model_name=PREPROCESSING,
-                input_map={
-                    "QUERY": "text_input",
-                    "REQUEST_OUTPUT_LEN": "max_tokens",
-                    "BAD_WORDS_DICT": "bad_words",
-                    "STOP_WORDS_DICT": "stop_words",
-                    "END_ID": "end_id",
-                    "PAD_ID": "pad_id",
-                },
-                output_map={
-                    "INPUT_ID": "_INPUT_ID",
-                    "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
-                    "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
-                    "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
-                    "BAD_WORDS_IDS": "_BAD_WORDS_IDS",
-                    "OUT_END_ID": "_PREPROCESSOR_END_ID",
-                    "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID",
-                },
-            ),
-            EnsembleStep(
-                model_name=TENSORRT_LLM,
-                input_map={
-                    "input_ids": "_INPUT_ID",
-                    "input_lengths": "_REQUEST_INPUT_LEN",
-                    "request_output_len": "_REQUEST_OUTPUT_LEN",
-                    "end_id": "_PREPROCESSOR_END_ID",
-                    "pad_id": "_PREPROCESSOR_PAD_ID",
-                    "stop_words_list": "_STOP_WORDS_IDS",
-                    "bad_words_list": "_BAD_WORDS_IDS",
-                    "streaming": "stream",
-                    **{engine_input: tensor for tensor, engine_input, _ in SAMPLING_INPUTS},
-                },
-                output_map={
-                    "output_ids": "_TOKENS_BATCH",
-                    "sequence_length": "_SEQUENCE_LENGTH",
-                    **{output: output for output in TOKEN_COUNT_OUTPUTS},
-                },
-            ),
-            EnsembleStep(
-                model_name=POSTPROCESSING,
-                input_map={"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-                output_map={"OUTPUT": "text_output"},
-            ),
-        ),
+    )
+
+
+def _ensemble_outputs() -> tuple[Tensor, ...]:
+    """What the OpenAI frontend reads: the text and the token counts for ``usage``."""
+    return (
+        Tensor(name="text_output", data_type="TYPE_STRING", dims=(-1,)),
+        *(Tensor(name=output, data_type="TYPE_INT32", dims=(1,)) for output in TOKEN_COUNT_OUTPUTS),
+    )
+
+
+def _preprocessing_step() -> EnsembleStep:
+    """Tokenize: the ensemble's prompt and words into the engine's token ids."""
+    return EnsembleStep(
+        model_name=PREPROCESSING,
+        input_map={
+            "QUERY": "text_input",
+            "REQUEST_OUTPUT_LEN": "max_tokens",
+            "BAD_WORDS_DICT": "bad_words",
+            "STOP_WORDS_DICT": "stop_words",
+            "END_ID": "end_id",
+            "PAD_ID": "pad_id",
+        },
+        output_map={
+            "INPUT_ID": "_INPUT_ID",
+            "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
+            "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
+            "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
+            "BAD_WORDS_IDS": "_BAD_WORDS_IDS",
+            "OUT_END_ID": "_PREPROCESSOR_END_ID",
+            "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID",
+        },
+    )
+
+
+def _tensorrt_llm_step() -> EnsembleStep:
+    """Generate: token ids, streaming and sampling into output ids and token counts."""
+    return EnsembleStep(
+        model_name=TENSORRT_LLM,
+        input_map={
+            "input_ids": "_INPUT_ID",
+            "input_lengths": "_REQUEST_INPUT_LEN",
+            "request_output_len": "_REQUEST_OUTPUT_LEN",
+            "end_id": "_PREPROCESSOR_END_ID",
+            "pad_id": "_PREPROCESSOR_PAD_ID",
+            "stop_words_list": "_STOP_WORDS_IDS",
+            "bad_words_list": "_BAD_WORDS_IDS",
+            "streaming": "stream",
+            **{engine_input: tensor for tensor, engine_input, _ in SAMPLING_INPUTS},
+        },
+        output_map={
+            "output_ids": "_TOKENS_BATCH",
+            "sequence_length": "_SEQUENCE_LENGTH",
+            **{output: output for output in TOKEN_COUNT_OUTPUTS},
+        },
+    )
+
+
+def _postprocessing_step() -> EnsembleStep:
+    """Detokenize: output ids into the ensemble's text."""
+    return EnsembleStep(
+        model_name=POSTPROCESSING,
+        input_map={"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
+        output_map={"OUTPUT": "text_output"},
     )
