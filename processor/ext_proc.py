@@ -36,7 +36,7 @@ from redis.asyncio import Redis
 
 from inferplane.processor import metrics as m
 from inferplane.processor.admission import ModelGate, Readiness
-from inferplane.processor.budgets import SharedBudgets
+from inferplane.processor.budgets import SharedBudgets, Verdict
 from inferplane.processor.cache.metrics import CacheMetrics
 from inferplane.processor.cache.stage import CacheStage, Pending
 from inferplane.processor.cache.store import Lookup, ResponseCache, connect
@@ -443,37 +443,47 @@ class Processor:
         )
 
     async def _admit(self, stream: _Stream, raw: bytes) -> Any:
+        """Admit one completion request, step by step, or raise the :class:`RejectError` that answers it."""
         stream.tenant = tenant = self._tenant(stream.headers)
-        try:
-            body = json.loads(raw)
-            if not isinstance(body, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            raise RejectError(
-                400, "bad_request", "the body is not a JSON object", "invalid_request_error", "bad_request"
-            ) from None
-        asked = body.get("model")
-        if not isinstance(asked, str):
-            raise RejectError(
-                400,
-                "bad_request",
-                "you must provide a model parameter",
-                "invalid_request_error",
-                "bad_request",
-                param="model",
-            )
-        stream.model, stream.tier = self._resolve(asked, tenant)
-        try:
-            texts, messages = prompt_texts(body)
-        except ValueError as exc:
-            raise RejectError(400, "bad_request", str(exc), "invalid_request_error", "bad_request") from None
-        prompt, exact = self.tokens.count(stream.model.name, texts, messages, self.config.chat_message_overhead_tokens)
-        if not exact:
-            self.metrics.errors.labels("tokenizer").inc()
+        body = _json_object(raw)
+        stream.model, stream.tier = self._resolve(_asked_model(body), tenant)
+        prompt = self._count_prompt(stream.model, body)
         stream.model = model = self._fit_context(body, stream.model, prompt, tenant)
         verdict, budget = await self.budgets.admit(
             tenant.name, tenant.requests_per_minute, tenant.tokens_per_minute, prompt
         )
+        self._reserve(stream, verdict, budget, prompt)
+        if self.cache is not None:
+            body["model"] = model.name  # the key names the deployment that answers, whatever tier was asked
+            stream.cache_lookup = lookup = await self.cache.lookup(
+                stream.path, body, tenant=tenant.name, tier=stream.tier, headers=stream.headers
+            )
+            if lookup is not None and lookup.hit is not None:
+                self._unreserve(stream, tenant)  # a cached answer spends no model tokens
+                self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
+                return self.cache.reply(lookup)
+            stream.cache_pending = self.cache.pending_for(lookup)
+        await self._take_slot(stream, model, tenant)
+        self.metrics.request(model.name, stream.tier, tenant.name, "admitted").inc()
+        return (
+            self._forward(stream, body, model)
+            if self.cache is None
+            else self.cache.tag(self._forward(stream, body, model), stream.cache_lookup)
+        )
+
+    def _count_prompt(self, model: ModelConfig, body: Mapping[str, Any]) -> int:
+        """The prompt's tokens with ``model``'s tokenizer (an estimate, counted as an error, without one)."""
+        try:
+            texts, messages = prompt_texts(body)
+        except ValueError as exc:
+            raise RejectError(400, "bad_request", str(exc), "invalid_request_error", "bad_request") from None
+        prompt, exact = self.tokens.count(model.name, texts, messages, self.config.chat_message_overhead_tokens)
+        if not exact:
+            self.metrics.errors.labels("tokenizer").inc()
+        return prompt
+
+    def _reserve(self, stream: _Stream, verdict: Verdict, budget: str, prompt: int) -> None:
+        """Refuse the request over a budget (429), else note its prompt tokens as reserved when Redis counted them."""
         if verdict.retry_after is not None:
             kind = "requests" if budget == "requests_per_minute" else "tokens"
             raise RejectError(
@@ -486,18 +496,9 @@ class Processor:
             )
         if verdict.redis_ok:
             stream.reserved_tokens = prompt
-        if self.cache is not None:
-            body["model"] = model.name  # the key names the deployment that answers, whatever tier was asked
-            stream.cache_lookup = lookup = await self.cache.lookup(
-                stream.path, body, tenant=tenant.name, tier=stream.tier, headers=stream.headers
-            )
-            if lookup is not None and lookup.hit is not None:
-                if stream.reserved_tokens:  # a cached answer spends no model tokens
-                    self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
-                    stream.reserved_tokens = 0
-                self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
-                return self.cache.reply(lookup)
-            stream.cache_pending = self.cache.pending_for(lookup)
+
+    async def _take_slot(self, stream: _Stream, model: ModelConfig, tenant: TenantConfig) -> None:
+        """Hold through a cold start, then take an in-flight slot of ``model``; a refusal returns the reservation."""
         started = time.monotonic()
         try:
             await self._wait_ready(model)
@@ -513,18 +514,16 @@ class Processor:
                 )
             stream.gate = gate
         except RejectError:
-            if stream.reserved_tokens:
-                self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
-                stream.reserved_tokens = 0
+            self._unreserve(stream, tenant)
             raise
         finally:
             self.metrics.queued(model.name).observe(time.monotonic() - started)
-        self.metrics.request(model.name, stream.tier, tenant.name, "admitted").inc()
-        return (
-            self._forward(stream, body, model)
-            if self.cache is None
-            else self.cache.tag(self._forward(stream, body, model), stream.cache_lookup)
-        )
+
+    def _unreserve(self, stream: _Stream, tenant: TenantConfig) -> None:
+        """Give the request's prompt-token reservation back to the tenant's budget."""
+        if stream.reserved_tokens:
+            self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
+            stream.reserved_tokens = 0
 
     async def _wait_ready(self, model: ModelConfig) -> None:
         readiness = self.readiness.get(model.name)
@@ -627,6 +626,34 @@ class Processor:
         self.metrics.token(*labels, "completion").inc(completion)
         self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
         stream.reserved_tokens = prompt + completion
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400."""
+    try:
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        raise RejectError(
+            400, "bad_request", "the body is not a JSON object", "invalid_request_error", "bad_request"
+        ) from None
+    return body
+
+
+def _asked_model(body: Mapping[str, Any]) -> str:
+    """The model or tier the body asks for, or a 400 without one."""
+    asked = body.get("model")
+    if not isinstance(asked, str):
+        raise RejectError(
+            400,
+            "bad_request",
+            "you must provide a model parameter",
+            "invalid_request_error",
+            "bad_request",
+            param="model",
+        )
+    return asked
 
 
 def _usage(payload: Any) -> tuple[int, int] | None:

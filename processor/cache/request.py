@@ -147,15 +147,43 @@ def classify(
     header: str | None = None,
 ) -> Cacheable | Bypass:
     """Decide whether the cache may answer ``body``, and under which keys."""
-    directive = (header or "").strip().lower()
+    bypass = _bypass(config, endpoint, body, (header or "").strip().lower())
+    if bypass is not None:
+        return bypass
+    keyed = {k: v for k, v in body.items() if k not in UNKEYED_FIELDS}
+    head = {
+        "v": KEY_VERSION,
+        "endpoint": endpoint,
+        "model": body["model"],
+        "revision": config.models[body["model"]].revision,
+        "scope": sharing_scope(config, tenant, tier),
+    }
+    exact_key = _digest({**head, "request": keyed})
+    text, semantic_rest = _split_last_text(endpoint, keyed)
+    if not config.semantic or text is None or not text.strip() or len(text) > config.semantic_max_chars:
+        text = None
+    scope = _digest({**head, "semantic": semantic_rest})
+    options = body.get("stream_options")
+    return Cacheable(
+        endpoint=endpoint,
+        model=body["model"],
+        exact_key=exact_key,
+        scope=scope,
+        text=text,
+        stream=body.get("stream") is True,
+        include_usage=isinstance(options, Mapping) and options.get("include_usage") is True,
+    )
+
+
+def _bypass(config: CacheConfig, endpoint: Endpoint, body: Mapping[str, Any], directive: str) -> Bypass | None:
+    """Why the cache must leave ``body`` alone (the first reason that applies), or ``None`` when it may cache it."""
     if not config.enabled:
         return Bypass("disabled")
     if directive == "bypass":
         return Bypass("header")
     if not _well_formed(body, endpoint):
         return Bypass("invalid")
-    model = config.models.get(body["model"])
-    if model is None:
+    if body["model"] not in config.models:
         return Bypass("model")
     if not _deterministic(body) and not (config.nondeterministic_opt_in and directive == "allow"):
         return Bypass("sampling")
@@ -163,17 +191,11 @@ def classify(
         return Bypass("tools")
     if not config.cache_non_text and _has_non_text(body, endpoint):
         return Bypass("non_text")
+    return None
 
-    keyed = {k: v for k, v in body.items() if k not in UNKEYED_FIELDS}
-    head = {
-        "v": KEY_VERSION,
-        "endpoint": endpoint,
-        "model": body["model"],
-        "revision": model.revision,
-        "scope": sharing_scope(config, tenant, tier),
-    }
-    exact_key = _digest({**head, "request": keyed})
 
+def _split_last_text(endpoint: Endpoint, keyed: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The last user message's text (``None`` when it has none) and the keyed request without it."""
     text: str | None = None
     semantic_rest: dict[str, Any]
     if endpoint == "chat":
@@ -189,20 +211,7 @@ def classify(
         if isinstance(prompt, str):
             text = prompt
         semantic_rest = {k: v for k, v in keyed.items() if k != "prompt"}
-    if not config.semantic or text is None or not text.strip() or len(text) > config.semantic_max_chars:
-        text = None
-    scope = _digest({**head, "semantic": semantic_rest})
-
-    options = body.get("stream_options")
-    return Cacheable(
-        endpoint=endpoint,
-        model=body["model"],
-        exact_key=exact_key,
-        scope=scope,
-        text=text,
-        stream=body.get("stream") is True,
-        include_usage=isinstance(options, Mapping) and options.get("include_usage") is True,
-    )
+    return text, semantic_rest
 
 
 def storable(config: CacheConfig, response: Mapping[str, Any], size: int) -> bool:
