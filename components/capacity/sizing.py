@@ -41,6 +41,7 @@ from inferplane.components.spec.platform_spec import (
     KvCacheDtype,
     ModelDeploymentSpec,
     PlatformSpec,
+    PoolSpec,
     WeightsDtype,
 )
 
@@ -337,6 +338,23 @@ def size(request: SizingRequest) -> SizingResult:
     utilization = min(request.gpu_memory_utilization, MAX_GPU_MEMORY_UTILIZATION)
     request = replace(request, gpu_memory_utilization=utilization)
 
+    problem, candidates = _tp_plan(request)
+    chosen = _choose(request, candidates=candidates, problem=problem, weights=weights, kv_per_token=kv_per_token)
+    fits = problem is None and chosen.fits
+    reason, alternatives = _verdict(request, chosen, problem=problem, weights=weights, fits=fits)
+    return _result(
+        request,
+        chosen,
+        weights=weights,
+        kv_per_token=kv_per_token,
+        fits=fits,
+        reason=reason,
+        alternatives=alternatives,
+    )
+
+
+def _tp_plan(request: SizingRequest) -> tuple[str | None, list[int]]:
+    """Why the requested tensor-parallel size cannot run (None if it can), and the sizes to evaluate."""
     problem: str | None = None
     if request.tensor_parallel_size is not None:
         problem = _tp_problem(request, request.tensor_parallel_size)
@@ -346,37 +364,54 @@ def size(request: SizingRequest) -> SizingResult:
     else:
         candidates = tensor_parallel_candidates(request)
         if not candidates:
-            problem = f"no tensor-parallel size divides both the node and {model.attention_heads} attention heads"
+            problem = (
+                f"no tensor-parallel size divides both the node and {request.model.attention_heads} attention heads"
+            )
+    return problem, candidates
 
+
+def _choose(
+    request: SizingRequest, *, candidates: list[int], problem: str | None, weights: int, kv_per_token: int
+) -> _Evaluation:
+    """The smallest candidate that fits, else the largest tried; a size that cannot run is still costed."""
     evaluations = [_evaluate(request, tp, weights, kv_per_token) for tp in candidates] if not problem else []
     chosen = next((ev for ev in evaluations if ev.fits), evaluations[-1] if evaluations else None)
     if chosen is None:
+        # Nothing was evaluated: cost the requested size (or one accelerator) so the result still has numbers.
         tp = request.tensor_parallel_size or 1
         chosen = _evaluate(request, tp, weights, kv_per_token)
-    fits = problem is None and chosen.fits
+    return chosen
 
+
+def _verdict(
+    request: SizingRequest, chosen: _Evaluation, *, problem: str | None, weights: int, fits: bool
+) -> tuple[str | None, tuple[str, ...]]:
+    """The reason a misfit does not fit and the alternatives that would; (None, ()) when it fits."""
     reason: str | None = None
     alternatives: tuple[str, ...] = ()
     if not fits:
         reason = problem or _misfit_reason(request, chosen, weights)
         # A tensor-parallel size that cannot run leaves nothing to vary but the size itself.
         alternatives = tuple(_tp_alternatives(request) if problem else _alternatives(request, chosen))
+    return reason, alternatives
 
+
+def _result(
+    request: SizingRequest,
+    chosen: _Evaluation,
+    *,
+    weights: int,
+    kv_per_token: int,
+    fits: bool,
+    reason: str | None,
+    alternatives: tuple[str, ...],
+) -> SizingResult:
+    """Assemble the result: memory budget, verdict, performance and cold-start estimates, engine settings."""
     tokens_per_second, step_ms = _decode_roofline(request, chosen, weights)
     fetch = weights / WEIGHTS_FETCH_BYTES_PER_SECOND
     engine_start = weights / WEIGHTS_LOAD_BYTES_PER_SECOND + WARMUP_SECONDS[request.accelerator.vendor]
-    act = activation_dtype(model, request.weights_dtype)
-    quantization: Literal["fp8", "awq"] | None = {"fp8": "fp8", "int4": "awq"}.get(request.weights_dtype)  # type: ignore[assignment]
     kv_engine: Literal["auto", "fp8"] = "fp8" if request.kv_cache_dtype == "fp8" else "auto"
-
-    device = request.accelerator.memory_bytes
-    weights_per_gpu = weights / chosen.tp
-    reserve_per_gpu = chosen.reserve / chosen.tp
-    free_after_weights = device - weights_per_gpu - reserve_per_gpu
-    kv_fraction = (
-        _fraction_floor(max(chosen.kv_pool, 0) / chosen.tp / free_after_weights) if free_after_weights > 0 else 0.0
-    )
-
+    kv_fraction = _kv_cache_fraction(request, chosen, weights)
     return SizingResult(
         model=request.model_label,
         accelerator=request.accelerator.id,
@@ -385,7 +420,7 @@ def size(request: SizingRequest) -> SizingResult:
         kv_cache_dtype=request.kv_cache_dtype,
         context=request.context,
         concurrency=request.concurrency,
-        gpu_memory_utilization=utilization,
+        gpu_memory_utilization=request.gpu_memory_utilization,
         weights_bytes=weights,
         kv_cache_bytes_per_token=kv_per_token,
         kv_cache_bytes_required=kv_per_token * request.context * request.concurrency,
@@ -404,30 +439,53 @@ def size(request: SizingRequest) -> SizingResult:
         weights_fetch_seconds=round(fetch, 1),
         engine_start_seconds=round(engine_start, 1),
         cold_start_seconds=round(fetch + engine_start, 1),
-        vllm=VllmSettings(
-            tensor_parallel_size=chosen.tp,
-            max_model_len=request.context,
-            max_num_seqs=request.concurrency,
-            max_num_batched_tokens=chosen.batched_tokens,
-            gpu_memory_utilization=utilization,
-            kv_cache_dtype=kv_engine,
-            dtype="float16" if act == "fp16" else "bfloat16",
-            quantization=quantization,
-            enable_prefix_caching=request.prefix_caching,
-            enable_chunked_prefill=request.chunked_prefill,
-        ),
-        trtllm=TrtLlmSettings(
-            tensor_parallel=chosen.tp,
-            max_batch_size=request.concurrency,
-            max_input_len=request.context - 1,
-            max_seq_len=request.context,
-            max_num_tokens=chosen.batched_tokens,
-            kv_cache_free_gpu_mem_fraction=min(kv_fraction, 0.95),
-            kv_cache_dtype=kv_engine,
-            weights_qformat="fp8" if request.weights_dtype == "fp8" else "full_prec",
-            enable_chunked_context=request.chunked_prefill,
-            enable_kv_cache_reuse=request.prefix_caching,
-        ),
+        vllm=_vllm_settings(request, chosen, kv_engine=kv_engine),
+        trtllm=_trtllm_settings(request, chosen, kv_engine=kv_engine, kv_fraction=kv_fraction),
+    )
+
+
+def _kv_cache_fraction(request: SizingRequest, chosen: _Evaluation, weights: int) -> float:
+    """TensorRT-LLM's KV share of the device memory left after weights and reserve, per GPU, floored."""
+    device = request.accelerator.memory_bytes
+    weights_per_gpu = weights / chosen.tp
+    reserve_per_gpu = chosen.reserve / chosen.tp
+    free_after_weights = device - weights_per_gpu - reserve_per_gpu
+    return _fraction_floor(max(chosen.kv_pool, 0) / chosen.tp / free_after_weights) if free_after_weights > 0 else 0.0
+
+
+def _vllm_settings(request: SizingRequest, chosen: _Evaluation, *, kv_engine: Literal["auto", "fp8"]) -> VllmSettings:
+    """vLLM's engine arguments for the chosen evaluation."""
+    act = activation_dtype(request.model, request.weights_dtype)
+    quantization: Literal["fp8", "awq"] | None = {"fp8": "fp8", "int4": "awq"}.get(request.weights_dtype)  # type: ignore[assignment]
+    return VllmSettings(
+        tensor_parallel_size=chosen.tp,
+        max_model_len=request.context,
+        max_num_seqs=request.concurrency,
+        max_num_batched_tokens=chosen.batched_tokens,
+        gpu_memory_utilization=request.gpu_memory_utilization,
+        kv_cache_dtype=kv_engine,
+        dtype="float16" if act == "fp16" else "bfloat16",
+        quantization=quantization,
+        enable_prefix_caching=request.prefix_caching,
+        enable_chunked_prefill=request.chunked_prefill,
+    )
+
+
+def _trtllm_settings(
+    request: SizingRequest, chosen: _Evaluation, *, kv_engine: Literal["auto", "fp8"], kv_fraction: float
+) -> TrtLlmSettings:
+    """TensorRT-LLM's build and model settings for the chosen evaluation."""
+    return TrtLlmSettings(
+        tensor_parallel=chosen.tp,
+        max_batch_size=request.concurrency,
+        max_input_len=request.context - 1,
+        max_seq_len=request.context,
+        max_num_tokens=chosen.batched_tokens,
+        kv_cache_free_gpu_mem_fraction=min(kv_fraction, 0.95),
+        kv_cache_dtype=kv_engine,
+        weights_qformat="fp8" if request.weights_dtype == "fp8" else "full_prec",
+        enable_chunked_context=request.chunked_prefill,
+        enable_kv_cache_reuse=request.prefix_caching,
     )
 
 
@@ -655,69 +713,94 @@ def _limit_breaches(spec: PlatformSpec) -> list[str]:
 
 def size_platform(spec: PlatformSpec) -> PlatformSizing:
     """Size every deployment, then the pools they land on, then check the environment's limits."""
-    deployments: list[DeploymentSizing] = []
-    problems: list[str] = []
-    for index, deployment in enumerate(spec.models):
-        pool = spec.pool(deployment.pool)
-        instance = get_instance_type(pool.instance_type)
-        result = size(request_for(deployment, spec))
-        if not result.fits:
-            problems.append(f"models[{index}] {deployment.name}: does not fit: {result.reason}")
-        price = hourly_price(instance.cloud, instance.name)
-        gpus = result.tensor_parallel_size
-        replica_price = None if price is None else price * gpus / instance.accelerators_per_node
-        deployments.append(
-            DeploymentSizing(
-                name=deployment.name,
-                pool=pool.name,
-                instance_type=instance.name,
-                engine=deployment.engine,
-                result=result,
-                gpus_per_replica=gpus,
-                min_replicas=deployment.min_replicas,
-                max_replicas=deployment.max_replicas,
-                replica_hourly_usd=None if replica_price is None else round(replica_price, 4),
-                hourly_usd_min=None if replica_price is None else round(replica_price * deployment.min_replicas, 4),
-                hourly_usd_max=None if replica_price is None else round(replica_price * deployment.max_replicas, 4),
-            )
-        )
-
-    pools: list[PoolSizing] = []
-    for pool in spec.pools:
-        instance = get_instance_type(pool.instance_type)
-        placed = [d for d in deployments if d.pool == pool.name]
-        per_node = instance.accelerators_per_node
-        # Replica sizes are powers of two dividing the node, so replicas pack nodes without fragments. Prod
-        # spreads each deployment's replicas over zones, so those replicas never share a node.
-        spread = len(spec.zones) if spec.environment == "prod" else 0
-        min_nodes = max(
-            pool.min_nodes,
-            math.ceil(sum(d.gpus_per_replica * d.min_replicas for d in placed) / per_node),
-            max((min(d.min_replicas, spread) for d in placed), default=0),
-        )
-        max_nodes = max(
-            min_nodes,
-            math.ceil(sum(d.gpus_per_replica * d.max_replicas for d in placed) / per_node),
-            max((min(d.max_replicas, spread) for d in placed), default=0),
-        )
-        price = hourly_price(instance.cloud, instance.name)
-        pools.append(
-            PoolSizing(
-                name=pool.name,
-                instance_type=instance.name,
-                accelerator=instance.accelerator,
-                accelerators_per_node=per_node,
-                min_nodes=min_nodes,
-                max_nodes=max_nodes,
-                node_hourly_usd=price,
-                hourly_usd_min=None if price is None else round(price * min_nodes, 4),
-                hourly_usd_max=None if price is None else round(price * max_nodes, 4),
-            )
-        )
-
+    deployments = [_size_deployment(spec, deployment) for deployment in spec.models]
+    problems = _misfits(deployments)
+    pools = [_size_pool(spec, pool, deployments) for pool in spec.pools]
     total_gpus = sum(p.max_nodes * p.accelerators_per_node for p in pools)
     cost_min = _sum_or_none([p.hourly_usd_min for p in pools])
     cost_max = _sum_or_none([p.hourly_usd_max for p in pools])
+    problems += _total_breaches(spec, pools, total_gpus=total_gpus, cost_max=cost_max)
+    problems += _limit_breaches(spec)
+    return PlatformSizing(
+        environment=spec.environment,
+        deployments=tuple(deployments),
+        pools=tuple(pools),
+        total_gpus_max=total_gpus,
+        hourly_usd_min=cost_min,
+        hourly_usd_max=cost_max,
+        problems=tuple(problems),
+    )
+
+
+def _size_deployment(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> DeploymentSizing:
+    """Size one deployment on its pool's instance type and price its replicas."""
+    pool = spec.pool(deployment.pool)
+    instance = get_instance_type(pool.instance_type)
+    result = size(request_for(deployment, spec))
+    price = hourly_price(instance.cloud, instance.name)
+    gpus = result.tensor_parallel_size
+    replica_price = None if price is None else price * gpus / instance.accelerators_per_node
+    return DeploymentSizing(
+        name=deployment.name,
+        pool=pool.name,
+        instance_type=instance.name,
+        engine=deployment.engine,
+        result=result,
+        gpus_per_replica=gpus,
+        min_replicas=deployment.min_replicas,
+        max_replicas=deployment.max_replicas,
+        replica_hourly_usd=None if replica_price is None else round(replica_price, 4),
+        hourly_usd_min=None if replica_price is None else round(replica_price * deployment.min_replicas, 4),
+        hourly_usd_max=None if replica_price is None else round(replica_price * deployment.max_replicas, 4),
+    )
+
+
+def _misfits(deployments: list[DeploymentSizing]) -> list[str]:
+    """A problem for each deployment that does not fit, in the order of ``spec.models``."""
+    return [
+        f"models[{index}] {sizing.name}: does not fit: {sizing.result.reason}"
+        for index, sizing in enumerate(deployments)
+        if not sizing.result.fits
+    ]
+
+
+def _size_pool(spec: PlatformSpec, pool: PoolSpec, deployments: list[DeploymentSizing]) -> PoolSizing:
+    """Node counts and cost of one pool from the replicas of the deployments placed on it."""
+    instance = get_instance_type(pool.instance_type)
+    placed = [d for d in deployments if d.pool == pool.name]
+    per_node = instance.accelerators_per_node
+    # Replica sizes are powers of two dividing the node, so replicas pack nodes without fragments. Prod
+    # spreads each deployment's replicas over zones, so those replicas never share a node.
+    spread = len(spec.zones) if spec.environment == "prod" else 0
+    min_nodes = max(
+        pool.min_nodes,
+        math.ceil(sum(d.gpus_per_replica * d.min_replicas for d in placed) / per_node),
+        max((min(d.min_replicas, spread) for d in placed), default=0),
+    )
+    max_nodes = max(
+        min_nodes,
+        math.ceil(sum(d.gpus_per_replica * d.max_replicas for d in placed) / per_node),
+        max((min(d.max_replicas, spread) for d in placed), default=0),
+    )
+    price = hourly_price(instance.cloud, instance.name)
+    return PoolSizing(
+        name=pool.name,
+        instance_type=instance.name,
+        accelerator=instance.accelerator,
+        accelerators_per_node=per_node,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        node_hourly_usd=price,
+        hourly_usd_min=None if price is None else round(price * min_nodes, 4),
+        hourly_usd_max=None if price is None else round(price * max_nodes, 4),
+    )
+
+
+def _total_breaches(
+    spec: PlatformSpec, pools: list[PoolSizing], *, total_gpus: int, cost_max: float | None
+) -> list[str]:
+    """The stack-wide limits at max scale: total accelerators, then the hourly cost (or why it is unknown)."""
+    problems: list[str] = []
     if total_gpus > spec.limits.max_total_gpus:
         problems.append(
             _limit(
@@ -740,13 +823,4 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
                 f"${cost_max:,.2f}/h at max scale exceeds the limit of ${spec.limits.max_hourly_cost_usd:,.2f}/h",
             )
         )
-    problems += _limit_breaches(spec)
-    return PlatformSizing(
-        environment=spec.environment,
-        deployments=tuple(deployments),
-        pools=tuple(pools),
-        total_gpus_max=total_gpus,
-        hourly_usd_min=cost_min,
-        hourly_usd_max=cost_max,
-        problems=tuple(problems),
-    )
+    return problems
