@@ -17,8 +17,16 @@ from typing import get_args
 
 from rich.console import Console
 
-from inferplane.components.capacity.sizing import SizingRequest, size, size_platform
-from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
+from inferplane.components.capacity.sizing import SizingRequest, SizingResult, size, size_platform
+from inferplane.components.catalog import (
+    ACCELERATORS,
+    MODELS,
+    Accelerator,
+    ModelArchitecture,
+    get_accelerator,
+    get_model,
+    instances_for,
+)
 from inferplane.components.catalog.models import MAX_CONTEXT_TOKENS
 from inferplane.components.spec.buildable import validate_platform
 from inferplane.components.spec.platform_spec import (
@@ -71,6 +79,7 @@ def _size_stack(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``size --model M --accelerator A``: check the flags, size, report."""
     if not args.model or not args.accelerator:
         err.print("inferplane size: give --stack S, or --model M and --accelerator A")
         return EXIT_INVALID
@@ -80,27 +89,49 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
     except KeyError as exc:
         err.print(f"inferplane size: {exc.args[0]}")
         return EXIT_INVALID
+    if not _model_flags_valid(args, model, accelerator, err):
+        return EXIT_INVALID
+    request = _sizing_request(args, model, accelerator)
+    if accelerator.vendor == "google":
+        tpu_result = _size_tpu(args, request, accelerator, err)
+        if tpu_result is None:
+            return EXIT_INVALID
+        result = tpu_result
+    else:
+        result = size(request)
+    return _report_model_size(args, out, model, accelerator, result)
+
+
+def _model_flags_valid(
+    args: argparse.Namespace, model: ModelArchitecture, accelerator: Accelerator, err: Console
+) -> bool:
+    """Check the flags against the model and the accelerator; print the first problem and return False."""
     if args.context > model.max_context:
         err.print(
             f"inferplane size: --context {args.context} exceeds the {model.max_context} tokens {args.model} supports"
         )
-        return EXIT_INVALID
+        return False
     if accelerator.vendor == "google" and (args.weights_dtype != "bf16" or args.kv_cache_dtype not in ("auto", "bf16")):
         err.print(f"inferplane size: {accelerator.id} serves bf16 weights and KV cache")
-        return EXIT_INVALID
+        return False
     if accelerator.vendor == "google" and args.engine == "triton":
         err.print(f"inferplane size: --engine triton (TensorRT-LLM) serves NVIDIA GPUs, not {accelerator.id}")
-        return EXIT_INVALID
+        return False
     if not 0.5 <= args.gpu_memory_utilization <= 0.93:
         err.print("inferplane size: --gpu-memory-utilization must be within 0.5 and 0.93")
-        return EXIT_INVALID
+        return False
     if accelerator.vendor != "google" and args.gpus is not None:
         instance = instances_for(accelerator.id)[0]
         problem = tensor_parallel_problem(args.gpus, instance.accelerators_per_node, instance.name)
         if problem:
             err.print(f"inferplane size: --gpus {problem}", markup=False, highlight=False)
-            return EXIT_INVALID
-    request = SizingRequest(
+            return False
+    return True
+
+
+def _sizing_request(args: argparse.Namespace, model: ModelArchitecture, accelerator: Accelerator) -> SizingRequest:
+    """The sizing request the flags describe, on the accelerator's first instance type."""
+    return SizingRequest(
         model=model,
         model_label=args.model,
         accelerator=accelerator,
@@ -112,20 +143,29 @@ def _size_model(args: argparse.Namespace, out: Console, err: Console) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.gpus,
     )
-    if accelerator.vendor == "google":
-        # A TPU pod takes every chip of its host, so the host size is the choice: the smallest that fits.
-        hosts = sorted({n.accelerators_per_node for n in instances_for(accelerator.id)})
-        if args.gpus is not None and args.gpus not in hosts:
-            err.print(f"inferplane size: no {accelerator.id} host has {args.gpus} chips ({', '.join(map(str, hosts))})")
-            return EXIT_INVALID
-        tried = [
-            size(replace(request, accelerators_per_node=chips, tensor_parallel_size=chips, whole_node=True))
-            for chips in hosts
-            if args.gpus in (None, chips)
-        ]
-        result = next((r for r in tried if r.fits), tried[-1])
-    else:
-        result = size(request)
+
+
+def _size_tpu(
+    args: argparse.Namespace, request: SizingRequest, accelerator: Accelerator, err: Console
+) -> SizingResult | None:
+    """Size on the smallest TPU host that fits (or the one ``--gpus`` names); None after printing a bad host size."""
+    # A TPU pod takes every chip of its host, so the host size is the choice: the smallest that fits.
+    hosts = sorted({n.accelerators_per_node for n in instances_for(accelerator.id)})
+    if args.gpus is not None and args.gpus not in hosts:
+        err.print(f"inferplane size: no {accelerator.id} host has {args.gpus} chips ({', '.join(map(str, hosts))})")
+        return None
+    tried = [
+        size(replace(request, accelerators_per_node=chips, tensor_parallel_size=chips, whole_node=True))
+        for chips in hosts
+        if args.gpus in (None, chips)
+    ]
+    return next((r for r in tried if r.fits), tried[-1])
+
+
+def _report_model_size(
+    args: argparse.Namespace, out: Console, model: ModelArchitecture, accelerator: Accelerator, result: SizingResult
+) -> int:
+    """Print the sizing and its performance (a table or one JSON object); the exit code says whether it fits."""
     performance = plan_cmd.size_performance(args, model, accelerator, result)
     if args.json:
         out.print_json(json.dumps({**result.model_dump(mode="json"), **performance}, sort_keys=True))
@@ -211,7 +251,17 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(prog="inferplane", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_size_parser(sub)
+    plan_cmd.add_parser(sub)
+    _add_preview_parser(sub)
+    _add_preflight_parser(sub)
+    _add_schema_parser(sub)
+    add_cache_commands(sub)
+    return parser
 
+
+def _add_size_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``inferplane size``: one model on an accelerator, or every model of a stack."""
     size_cmd = sub.add_parser("size", help="size one model on an accelerator, or every model of a stack")
     size_cmd.add_argument("--stack", help="size every model of stacks/Pulumi.<stack>.yaml")
     size_cmd.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")
@@ -245,8 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     size_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     size_cmd.set_defaults(handler=lambda a, o, e: _size_stack(a, o, e) if a.stack else _size_model(a, o, e))
 
-    plan_cmd.add_parser(sub)
 
+def _add_preview_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``inferplane preview``: the offline plan of one stack."""
     preview_cmd = sub.add_parser("preview", help="the offline plan of one stack: tree, sizing, cost, policies, diff")
     preview_cmd.add_argument("--stack", required=True, help="evaluate stacks/Pulumi.<stack>.yaml")
     preview_cmd.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")
@@ -255,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     preview_cmd.add_argument("--markdown", metavar="FILE", help="write the pull-request comment (Markdown)")
     preview_cmd.set_defaults(handler=_preview)
 
+
+def _add_preflight_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``inferplane preflight``: check the AWS account a stack deploys to."""
     preflight = sub.add_parser(
         "preflight",
         help="check the AWS account before pulumi up: zones, GPU facts, vCPU quota, capacity blocks, AMI, version",
@@ -279,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     preflight.set_defaults(handler=_preflight)
 
+
+def _add_schema_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``inferplane schema``: the Pulumi package schema of the component package."""
     schema_cmd = sub.add_parser(
         "schema", help="the Pulumi package schema of the multi-language component package (inferplane:index:Platform)"
     )
@@ -288,8 +345,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema_mode.add_argument("--check", action="store_true", help="exit 1 when args.py or schema.json is stale")
     schema_cmd.set_defaults(handler=_schema)
-    add_cache_commands(sub)
-    return parser
 
 
 def _utilization(text: str) -> float:

@@ -179,6 +179,16 @@ MOCK_GCP_PROJECT_NUMBER = "123456789012"
 """A GCP project number has 12 digits; this one is made up."""
 
 
+def _random_password(name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """A random password's result."""
+    # Deterministic, but of the requested length and alphabet, as the provider's result would be, and
+    # different per resource name (two passwords of a program never coincide, as real ones would not).
+    length = int(inputs.get("length") or 32)
+    alphabet = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789" + str(inputs.get("overrideSpecial") or "")
+    seed = hashlib.sha256(name.encode()).digest()
+    return {"result": "".join(alphabet[(seed[i % 32] + i * 7) % len(alphabet)] for i in range(length))}
+
+
 class PlatformMocks(pulumi_mocks.Mocks):
     """Engine answers that look like a cloud's: ids, ARNs, endpoints, a kubeconfig.
 
@@ -194,8 +204,29 @@ class PlatformMocks(pulumi_mocks.Mocks):
 
     def computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Computed output properties for one resource (camelCase, as providers return them)."""
+        if type_token.startswith("aws:"):
+            return self._aws_computed(type_token, name, inputs)
+        if type_token.startswith("gcp:"):
+            return self._gcp_computed(type_token, name, inputs)
+        if type_token == "random:index/randomPassword:RandomPassword":
+            return _random_password(name, inputs)
+        return {}
+
+    def _aws_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """AWS resources: what their family's components read, else an ARN of their service."""
+        # The families claim disjoint type tokens (only EC2 claims a whole prefix), so their order does not matter.
+        for family in (self._eks_computed, self._ec2_computed, self._account_computed, self._elasticache_computed):
+            outputs = family(type_token, name, inputs)
+            if outputs is not None:
+                return outputs
         physical = inputs.get("name") or name
+        service = type_token.split(":")[1].split("/", maxsplit=1)[0]
+        return {"arn": self._arn(service, f"{type_token.rsplit(':', maxsplit=1)[-1].lower()}/{physical}")}
+
+    def _eks_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """EKS clusters, node groups and pod identity associations; None for other types."""
         if type_token == "aws:eks/cluster:Cluster":
+            physical = inputs.get("name") or name
             # hashlib, not hash(): str hashes change per process, and plans must be byte-identical across runs.
             digest = hashlib.sha256(name.encode()).hexdigest()[:32].upper()
             endpoint = f"https://{digest}.gr7.{self.region}.eks.amazonaws.com"
@@ -220,7 +251,18 @@ class PlatformMocks(pulumi_mocks.Mocks):
                     {"autoscalingGroups": [{"name": f"eks-{group}-mock"}], "remoteAccessSecurityGroupId": ""}
                 ],
             }
+        if type_token == "aws:eks/podIdentityAssociation:PodIdentityAssociation":
+            association = f"a-{hashlib.sha256(name.encode()).hexdigest()[:17]}"
+            return {
+                "associationArn": self._arn("eks", f"podidentityassociation/{inputs.get('clusterName')}/{association}"),
+                "associationId": association,
+            }
+        return None
+
+    def _ec2_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """EC2 resources (every ``aws:ec2/`` type gets at least an ARN); None for other types."""
         if type_token == "aws:ec2/placementGroup:PlacementGroup":
+            physical = inputs.get("name") or name
             return {
                 "arn": self._arn("ec2", f"placement-group/{physical}"),
                 "name": physical,
@@ -228,7 +270,17 @@ class PlatformMocks(pulumi_mocks.Mocks):
             }
         if type_token == "aws:ec2/eip:Eip":
             return {"allocationId": f"eipalloc-{name}", "publicIp": "198.51.100.10"}
+        if type_token == "aws:ec2/launchTemplate:LaunchTemplate":
+            return {"arn": self._arn("ec2", f"launch-template/lt-{name}"), "latestVersion": 1}
+        if type_token.startswith("aws:ec2/"):
+            kind = type_token.rsplit(":", maxsplit=1)[-1].lower()
+            return {"arn": self._arn("ec2", f"{kind}/{name}")}
+        return None
+
+    def _account_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Account-wide resources (IAM roles, KMS keys, S3 buckets); None for other types."""
         if type_token == "aws:iam/role:Role":
+            physical = inputs.get("name") or name
             return {
                 "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:role/{physical}",
                 "uniqueId": f"AROA{name.upper()[:16]}",
@@ -240,17 +292,10 @@ class PlatformMocks(pulumi_mocks.Mocks):
             # Pulumi auto-names buckets "<resource name>-<7 random characters>"; S3 ARNs have no region or account.
             bucket = inputs.get("bucket") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
             return {"arn": f"arn:aws:s3:::{bucket}", "bucket": bucket}
-        if type_token == "aws:eks/podIdentityAssociation:PodIdentityAssociation":
-            association = f"a-{hashlib.sha256(name.encode()).hexdigest()[:17]}"
-            return {
-                "associationArn": self._arn("eks", f"podidentityassociation/{inputs.get('clusterName')}/{association}"),
-                "associationId": association,
-            }
-        if type_token == "aws:ec2/launchTemplate:LaunchTemplate":
-            return {"arn": self._arn("ec2", f"launch-template/lt-{name}"), "latestVersion": 1}
-        if type_token.startswith("aws:ec2/"):
-            kind = type_token.rsplit(":", maxsplit=1)[-1].lower()
-            return {"arn": self._arn("ec2", f"{kind}/{name}")}
+        return None
+
+    def _elasticache_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """ElastiCache subnet groups, parameter groups and replication groups; None for other types."""
         if type_token == "aws:elasticache/subnetGroup:SubnetGroup":
             # Autonamed like Pulumi does, lower-cased as ElastiCache stores subnet group names.
             group_name = inputs.get("name") or f"{name}-{hashlib.sha256(name.encode()).hexdigest()[:7]}"
@@ -269,21 +314,7 @@ class PlatformMocks(pulumi_mocks.Mocks):
                 "readerEndpointAddress": f"replica.{group}.{suffix}",
                 "memberClusters": [f"{group}-{i:03d}" for i in range(1, int(inputs.get("numCacheClusters") or 1) + 1)],
             }
-        if type_token.startswith("aws:"):
-            service = type_token.split(":")[1].split("/", maxsplit=1)[0]
-            return {"arn": self._arn(service, f"{type_token.rsplit(':', maxsplit=1)[-1].lower()}/{physical}")}
-        if type_token.startswith("gcp:"):
-            return self._gcp_computed(type_token, name, inputs)
-        if type_token == "random:index/randomPassword:RandomPassword":
-            # Deterministic, but of the requested length and alphabet, as the provider's result would be, and
-            # different per resource name (two passwords of a program never coincide, as real ones would not).
-            length = int(inputs.get("length") or 32)
-            alphabet = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789" + str(
-                inputs.get("overrideSpecial") or ""
-            )
-            seed = hashlib.sha256(name.encode()).digest()
-            return {"result": "".join(alphabet[(seed[i % 32] + i * 7) % len(alphabet)] for i in range(length))}
-        return {}
+        return None
 
     def _gcp_computed(self, type_token: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """GCP resources: autonamed like Pulumi (``<name>-<7 hex>``), plus what components read."""

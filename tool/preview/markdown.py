@@ -111,6 +111,19 @@ def _code_block(language: str, lines: Iterable[str]) -> list[str]:
 def render_markdown(plan: Plan, diff: PlanDiff, *, against: str | None, notes: tuple[str, ...] = ()) -> str:
     """The comment for one stack. ``against`` names the base plan; without one, everything is a create."""
     out: list[str] = [f"### `{plan.stack}`: inferplane offline preview", ""]
+    out.extend(_summary_section(plan, diff, against=against))
+    out.extend(_cost_section(diff))
+    out.extend(_notes_section(notes))
+    out.extend(_changes_section(diff))
+    out.extend(_violations_section(plan))
+    out.extend(_sizing_section(plan))
+    out.extend(_platform_section(plan))
+    return "\n".join(out)
+
+
+def _summary_section(plan: Plan, diff: PlanDiff, *, against: str | None) -> list[str]:
+    """The change counts against the base plan, and the policy verdict."""
+    out: list[str] = []
     baseline = f"against `{against}`" if against else "against an empty stack (no base plan)"
     out.append(f"**{summary_line(diff)}** ({len(plan.resources)} resources, {baseline})")
     out.append("")
@@ -124,22 +137,34 @@ def render_markdown(plan: Plan, diff: PlanDiff, *, against: str | None, notes: t
             f"({mandatory} mandatory)"
         )
     out.append("")
-    out.append("| cost (on-demand accelerator nodes) | at min scale | at max scale |")
-    out.append("|---|---|---|")
-    out.append(
+    return out
+
+
+def _cost_section(diff: PlanDiff) -> list[str]:
+    """The table of the cost delta, per hour and per month, at min and max scale."""
+    return [
+        "| cost (on-demand accelerator nodes) | at min scale | at max scale |",
+        "|---|---|---|",
         f"| per hour | {cost_delta(diff.old_cost.hourly_min, diff.new_cost.hourly_min)} | "
-        f"{cost_delta(diff.old_cost.hourly_max, diff.new_cost.hourly_max)} |"
-    )
-    out.append(
+        f"{cost_delta(diff.old_cost.hourly_max, diff.new_cost.hourly_max)} |",
         f"| per month | {cost_delta(diff.old_cost.monthly_min, diff.new_cost.monthly_min)} | "
-        f"{cost_delta(diff.old_cost.monthly_max, diff.new_cost.monthly_max)} |"
-    )
-    out.append("")
+        f"{cost_delta(diff.old_cost.monthly_max, diff.new_cost.monthly_max)} |",
+        "",
+    ]
+
+
+def _notes_section(notes: tuple[str, ...]) -> list[str]:
+    """One quoted note per paragraph."""
+    out: list[str] = []
     for note in notes:
         out.append(f"> note: {note}")
         out.append("")
-    out.append(f"<details><summary>Changes ({len(diff.changes)})</summary>")
-    out.append("")
+    return out
+
+
+def _changes_section(diff: PlanDiff) -> list[str]:
+    """The diff, folded, at most ``_MAX_CHANGES`` resources of it."""
+    out = [f"<details><summary>Changes ({len(diff.changes)})</summary>", ""]
     lines: list[str] = []
     for change in diff.changes[:_MAX_CHANGES]:
         lines.append(change_heading(change))
@@ -147,22 +172,30 @@ def render_markdown(plan: Plan, diff: PlanDiff, *, against: str | None, notes: t
     if len(diff.changes) > _MAX_CHANGES:
         lines.append(f"... and {len(diff.changes) - _MAX_CHANGES} more")
     out.extend(_code_block("diff", lines or ["no changes"]))
+    out.extend(["", "</details>", ""])
+    return out
+
+
+def _violations_section(plan: Plan) -> list[str]:
+    """The table of policy violations; nothing when there are none."""
+    if not plan.violations:
+        return []
+    out = ["#### Policy violations", "", "| policy | enforcement | resource | message |", "|---|---|---|---|"]
+    for v in plan.violations:
+        resource = v.urn.rsplit("::", 1)[-1] if v.urn else "(stack)"
+        out.append(f"| `{_cell(v.policy)}` | {v.enforcement} | `{_cell(resource)}` | {_cell(v.message)} |")
     out.append("")
-    out.append("</details>")
-    out.append("")
-    if plan.violations:
-        out.append("#### Policy violations")
-        out.append("")
-        out.append("| policy | enforcement | resource | message |")
-        out.append("|---|---|---|---|")
-        for v in plan.violations:
-            resource = v.urn.rsplit("::", 1)[-1] if v.urn else "(stack)"
-            out.append(f"| `{_cell(v.policy)}` | {v.enforcement} | `{_cell(resource)}` | {_cell(v.message)} |")
-        out.append("")
-    out.append("#### Sizing")
-    out.append("")
-    out.append("| model | accelerator | TP | fits | max seqs | decode tok/s | cold start | $/h min | $/h max |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
+    return out
+
+
+def _sizing_section(plan: Plan) -> list[str]:
+    """The table of each deployment's sizing and hourly cost."""
+    out = [
+        "#### Sizing",
+        "",
+        "| model | accelerator | TP | fits | max seqs | decode tok/s | cold start | $/h min | $/h max |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for deployment in plan.sizing.get("deployments", []):
         result = deployment["result"]
         out.append(
@@ -173,8 +206,9 @@ def render_markdown(plan: Plan, diff: PlanDiff, *, against: str | None, notes: t
             f"{usd(deployment['hourly_usd_max'])} |"
         )
     out.append("")
-    out.append("#### Platform")
-    out.append("")
-    out.extend(_code_block("mermaid", mermaid_diagram(plan).splitlines()))
-    out.append("")
-    return "\n".join(out)
+    return out
+
+
+def _platform_section(plan: Plan) -> list[str]:
+    """The Mermaid diagram of the platform's components."""
+    return ["#### Platform", "", *_code_block("mermaid", mermaid_diagram(plan).splitlines()), ""]
