@@ -1,7 +1,8 @@
 """The Pulumi type tokens the pack polices, in one place.
 
 Python policies match on token strings (the Python policy SDK has no typed ``validate_resource_of_type``), so a typo
-here would silently switch a policy off: ``tests/policies/test_policy_pack.py`` checks every token against the installed SDKs.
+here would silently switch a policy off: ``tests/policies/test_policy_pack.py`` checks every token against the installed
+SDKs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Triton model repository for TensorRT-LLM's in-flight batcher, generated from typed models.
 
 A small typed mirror of the fields of Triton's ``inference.ModelConfig`` protobuf (``model_config.proto``) that
-inferplane emits, rendered to protobuf text format (``config.pbtxt``). ``tests/serving/test_triton_service.py`` parses every
-rendered file with Triton's own ``model_config_pb2`` (shipped by ``tritonclient``).
+inferplane emits, rendered to protobuf text format (``config.pbtxt``). ``tests/serving/test_triton_service.py`` parses
+every rendered file with Triton's own ``model_config_pb2`` (shipped by ``tritonclient``).
 
 The repository is NVIDIA's ``inflight_batcher_llm`` layout (TensorRT-LLM ``triton_backend/all_models/
 inflight_batcher_llm``, read 2026-11-29): an ensemble chains ``preprocessing`` (tokenizer, Python backend),
