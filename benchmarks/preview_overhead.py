@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import json
 import os
@@ -135,7 +136,8 @@ def synthetic_stack(base: Stack, models: int) -> Stack:
         "cluster": {"kubernetes_version": "1.34", "endpoint_access": "private"},
         "pools": pools,
         "models": deployments,
-        "gateway": {"replicas": 2},
+        # Authentication is required on every gateway: without a tenant no key exists and the Gateway refuses.
+        "gateway": {"replicas": 2, "tenants": [{"name": "bench", "tiers": ["standard"]}]},
         "limits": {
             "max_total_gpus": 4 * models,
             "max_hourly_cost_usd": 10 * models,
@@ -146,14 +148,8 @@ def synthetic_stack(base: Stack, models: int) -> Stack:
     }
     region = base.config[REGION_KEY]
     config = {**base.config, PLATFORM_KEY: raw}
-    return Stack(
-        project=base.project,
-        name=f"synthetic-{models}",
-        project_dir=base.project_dir,
-        config_file=base.config_file,
-        config=config,
-        platform=parse_platform(raw, region),
-    )
+    # replace() keeps what the base stack carries (its parsed Pulumi.yaml), so the project is not read again.
+    return dataclasses.replace(base, name=f"synthetic-{models}", config=config, platform=parse_platform(raw, region))
 
 
 def _timed(command: list[str]) -> tuple[float, float]:

@@ -57,7 +57,8 @@ class Target(_Model):
 
     expr: str
     legend: str
-    ref_id: str = Field(pattern=r"^[A-Z]$")
+    ref_id: str = Field(pattern=r"^[A-Z]+$")
+    """Grafana's query id within the panel: ``A`` to ``Z``, then ``AA``, ``AB``, ... (:func:`grafana_ref_id`)."""
 
     def render(self) -> dict[str, Any]:
         return {"datasource": DATASOURCE, "expr": self.expr, "legendFormat": self.legend, "refId": self.ref_id}
@@ -153,7 +154,17 @@ class PanelDraft:
 
 PANEL_WIDTH = GRID_COLUMNS // 2
 PANEL_HEIGHT = 8
-_REF_IDS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_REF_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def grafana_ref_id(index: int) -> str:
+    """The ``refId`` Grafana gives a panel's query number ``index`` (from 0): ``A`` to ``Z``, then ``AA``, ``AB``,
+    ..., ``ZZ``, ``AAA`` (Grafana's ``getRefId`` in ``packages/grafana-data/src/query/refId.ts``), so a panel with
+    one query per model holds any number of models."""
+    letters = len(_REF_LETTERS)
+    if index < letters:
+        return _REF_LETTERS[index]
+    return grafana_ref_id(index // letters - 1) + _REF_LETTERS[index % letters]
 
 
 def two_column_panels(drafts: Sequence[PanelDraft], *, first_id: int = 1, y: int = 0) -> tuple[Panel, ...]:
@@ -165,7 +176,8 @@ def two_column_panels(drafts: Sequence[PanelDraft], *, first_id: int = 1, y: int
             unit=draft.unit,
             grid=GridPos(x=(index % 2) * PANEL_WIDTH, y=y + (index // 2) * PANEL_HEIGHT, w=PANEL_WIDTH, h=PANEL_HEIGHT),
             targets=tuple(
-                Target(expr=expr, legend=legend, ref_id=_REF_IDS[i]) for i, (expr, legend) in enumerate(draft.targets)
+                Target(expr=expr, legend=legend, ref_id=grafana_ref_id(i))
+                for i, (expr, legend) in enumerate(draft.targets)
             ),
             threshold=None if draft.threshold is None else Threshold(value=draft.threshold),
             description=draft.description,

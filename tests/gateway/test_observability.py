@@ -251,3 +251,14 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
     result = check_expressions(expressions, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [p.title for p in gateway_dashboard(SERIES, {}).panels][-1] == "Requests in flight and pending"
+
+
+def test_a_gateway_of_many_models_gets_a_cost_query_each() -> None:
+    """One cost query per model: past 26 models the query ids go on as Grafana numbers them (AA, AB, ...)."""
+    names = [f"model-{index:02d}" for index in range(30)]
+    costs = {
+        name: ModelCost(series=ModelSeries(name, "vllm", "inference", name), replica_hourly_usd=1.0) for name in names
+    }
+    (cost_panel,) = (p for p in gateway_dashboard(SERIES, costs).panels if p.title == "$ per 1k tokens")
+    assert [t.legend for t in cost_panel.targets] == names
+    assert [t.ref_id for t in cost_panel.targets] == [*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "AA", "AB", "AC", "AD"]

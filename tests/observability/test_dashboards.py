@@ -16,6 +16,8 @@ from inferplane.components.observability.dashboards import (
     ModelDashboardInputs,
     ServingDashboards,
     ServingDashboardsArgs,
+    Target,
+    grafana_ref_id,
     model_dashboard,
 )
 from inferplane.components.observability.metrics import ModelSeries
@@ -125,3 +127,17 @@ def test_config_maps_carry_the_sidecar_label() -> None:
     assert config_map.parent == result.named("dashboards").urn
     assert config_map.inputs["metadata"]["labels"] == DASHBOARD_SIDECAR_LABELS == {"grafana_dashboard": "1"}
     assert json.loads(config_map.inputs["data"]["inferplane-llama-70b.json"]) == model_dashboard(VLLM).render()
+
+
+@pytest.mark.parametrize(
+    ("index", "ref_id"),
+    [(0, "A"), (25, "Z"), (26, "AA"), (27, "AB"), (51, "AZ"), (52, "BA"), (701, "ZZ"), (702, "AAA")],
+)
+def test_query_ids_follow_grafanas_numbering(index: int, ref_id: str) -> None:
+    assert grafana_ref_id(index) == ref_id
+
+
+def test_query_ids_are_unique_and_valid_over_the_first_thousand() -> None:
+    ids = [grafana_ref_id(index) for index in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(Target(expr="up", legend="", ref_id=ref_id) for ref_id in ids)
