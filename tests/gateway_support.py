@@ -367,10 +367,14 @@ class Relay:
     def _pipe(self, source: socket.socket, sink: socket.socket, response: bool = False) -> None:
         try:
             while data := source.recv(65536):
-                sink.sendall(data)
-                if response and self._hold_armed and b"data:" in data:
+                hold = response and self._hold_armed and b"data:" in data
+                if hold:
+                    # Set before the event leaves: once the client holds the event, ``holding`` is already set (set
+                    # after sendall, a descheduled relay thread let the client read the event first, a false alarm).
                     self._hold_armed = False
                     self.holding.set()
+                sink.sendall(data)
+                if hold:
                     if not self._released.wait(HOLD_TIMEOUT_S):
                         self.hold_timed_out = True
                     self.holding.clear()

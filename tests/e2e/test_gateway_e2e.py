@@ -334,6 +334,18 @@ def _cached(client: openai.OpenAI, prompt: str, **kwargs: Any) -> tuple[str, str
     return response.headers.get("x-inferplane-cache", ""), response.headers.get("x-inferplane-cache-kind", ""), answer
 
 
+def _cache_state(platform: Platform) -> str:
+    """What both processors say about their cache (bypasses by reason, errors by operation, up), for a failure's
+    message: a bypass where a miss was expected is told apart from a wrong verdict."""
+    names = (cm.BYPASSES, cm.ERRORS, cm.UP)
+    return "; ".join(
+        f"gateway {label} {sample}={value:g}"
+        for label, gateway in (("a", platform.a), ("b", platform.b))
+        for sample, value in sorted(scrape(gateway.metrics_url).items())
+        if sample.partition("{")[0] in names and value
+    )
+
+
 def _vllm_requests(platform: Platform) -> int:
     return platform.vllm_posts("vllm-alpha") + platform.vllm_posts("vllm-beta")
 
@@ -371,7 +383,7 @@ def test_a_stream_reaches_the_client_while_the_server_withholds_the_rest(platfor
 def test_cache_answers_repeats_and_paraphrases_without_vllm(platform: Platform) -> None:
     client = platform.client("team-a")
     first = _cached(client, RESET)
-    assert first[0] == "miss"
+    assert first[0] == "miss", _cache_state(platform)
     time.sleep(0.5)  # the processor stores in the background, after the answer went out
     before = _vllm_requests(platform)
     exact = _cached(client, RESET)
