@@ -56,6 +56,9 @@ ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE"]
 KEY_ROTATION_PERIOD = "7776000s"
 """90 days, Cloud KMS's recommended maximum for symmetric keys (cloud.google.com/kms/docs/key-rotation)."""
 
+GKE_SERVICE_AGENT = "serviceAccount:service-{number}@container-engine-robot.iam.gserviceaccount.com"
+"""The GKE service agent, which encrypts and decrypts the Secrets' data keys with the cluster's key."""
+
 NODE_SERVICE_ACCOUNT_ROLES: tuple[str, ...] = (
     "roles/container.defaultNodeServiceAccount",
     "roles/artifactregistry.reader",
@@ -89,6 +92,40 @@ GKE_AUTH_PLUGIN = "gke-gcloud-auth-plugin"
 cluster-access-for-kubectl#install_plugin)."""
 
 _NAME = re.compile(r"^[a-z][-a-z0-9]{0,22}[a-z0-9]$")
+
+
+def service_agent_key(
+    name: str,
+    *,
+    grant_name: str,
+    key_ring: pulumi.Input[str],
+    project: str,
+    agent: str,
+    labels: Mapping[str, str],
+    protect: bool,
+    parent: pulumi.Resource,
+) -> tuple[gcp.kms.CryptoKey, gcp.kms.CryptoKeyIAMMember]:
+    """A rotating customer-managed key in ``key_ring`` and one Google service agent's grant to encrypt and decrypt
+    with it (``agent`` names the agent with ``{number}`` for the project number, which is looked up)."""
+    key = gcp.kms.CryptoKey(
+        name,
+        key_ring=key_ring,
+        purpose="ENCRYPT_DECRYPT",
+        rotation_period=KEY_ROTATION_PERIOD,
+        labels=labels,
+        opts=pulumi.ResourceOptions(parent=parent, protect=protect),
+    )
+    number = gcp.organizations.get_project_output(
+        project_id=project, opts=pulumi.InvokeOutputOptions(parent=parent)
+    ).number
+    grant = gcp.kms.CryptoKeyIAMMember(
+        grant_name,
+        crypto_key_id=key.id,
+        role="roles/cloudkms.cryptoKeyEncrypterDecrypter",
+        member=number.apply(lambda n: agent.format(number=n)),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    return key, grant
 
 
 @dataclass(frozen=True)
@@ -298,27 +335,16 @@ class GkeCluster(pulumi.ComponentResource):
         key_ring = gcp.kms.KeyRing(
             f"{name}-keyring", project=args.project, location=args.region, opts=pulumi.ResourceOptions(parent=self)
         )
-        secrets_key = gcp.kms.CryptoKey(
+        # Losing the key loses every Secret in etcd: guarded like the cluster itself.
+        secrets_key, key_grant = service_agent_key(
             f"{name}-secrets",
+            grant_name=f"{name}-secrets-gke",
             key_ring=key_ring.id,
-            purpose="ENCRYPT_DECRYPT",
-            rotation_period=KEY_ROTATION_PERIOD,
+            project=args.project,
+            agent=GKE_SERVICE_AGENT,
             labels=labels,
-            # Losing the key loses every Secret in etcd: guarded like the cluster itself.
-            opts=pulumi.ResourceOptions(parent=self, protect=prod),
-        )
-        project_number = gcp.organizations.get_project_output(
-            project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
-        ).number
-        # GKE's service agent encrypts and decrypts the secrets' data keys with it.
-        key_grant = gcp.kms.CryptoKeyIAMMember(
-            f"{name}-secrets-gke",
-            crypto_key_id=secrets_key.id,
-            role="roles/cloudkms.cryptoKeyEncrypterDecrypter",
-            member=pulumi.Output.concat(
-                "serviceAccount:service-", project_number, "@container-engine-robot.iam.gserviceaccount.com"
-            ),
-            opts=pulumi.ResourceOptions(parent=self),
+            protect=prod,
+            parent=self,
         )
         return key_ring, secrets_key, key_grant
 

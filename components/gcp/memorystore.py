@@ -32,7 +32,7 @@ from urllib.parse import quote
 import pulumi
 import pulumi_gcp as gcp
 
-from inferplane.components.gcp.gke_cluster import KEY_ROTATION_PERIOD
+from inferplane.components.gcp.gke_cluster import service_agent_key
 from inferplane.components.spec.gcp_labels import label_problems
 from inferplane.components.spec.input_errors import InputErrors, raise_input_errors
 from inferplane.components.spec.platform_spec import Environment
@@ -183,24 +183,16 @@ class MemorystoreRedis(pulumi.ComponentResource):
         for; no key and nothing to wait for without a key ring (Google-managed keys)."""
         if args.key_ring is None:
             return None, []
-        key = gcp.kms.CryptoKey(
+        # Losing the key loses the instance's data: guarded like the instance.
+        key, grant = service_agent_key(
             f"{name}-key",
+            grant_name=f"{name}-key-redis",
             key_ring=args.key_ring,
-            purpose="ENCRYPT_DECRYPT",
-            rotation_period=KEY_ROTATION_PERIOD,
+            project=args.project,
+            agent=SERVICE_AGENT,
             labels=labels,
-            # Losing the key loses the instance's data: guarded like the instance.
-            opts=pulumi.ResourceOptions(parent=self, protect=prod),
-        )
-        number = gcp.organizations.get_project_output(
-            project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
-        ).number
-        grant = gcp.kms.CryptoKeyIAMMember(
-            f"{name}-key-redis",
-            crypto_key_id=key.id,
-            role="roles/cloudkms.cryptoKeyEncrypterDecrypter",
-            member=number.apply(lambda n: SERVICE_AGENT.format(number=n)),
-            opts=pulumi.ResourceOptions(parent=self),
+            protect=prod,
+            parent=self,
         )
         return key, [grant]
 
