@@ -3,9 +3,8 @@
 The gateway Deployment (``app.kubernetes.io/component: gateway``) carries the gateway annotations of
 :mod:`components.serving.annotations` (``inferplane.io/gateway-auth``, ``-requests-per-minute``, ``-tokens-per-minute``,
 ``-routes``), written by :class:`components.gateway.component.Gateway` from the same rendered configuration its pods
-load.
-Model servers are recognised as in :mod:`policies.serving`; their served name is the ``inferplane.io/model`` label and
-their context the ``--max-model-len`` they run with (else the ``inferplane.io/max-model-len`` annotation).
+load. Model servers are recognised as in :mod:`policies.serving`; their served name is the ``inferplane.io/model`` label
+and their context the ``--max-model-len`` they run with (else the ``inferplane.io/max-model-len`` annotation).
 
 The gateway's replica floor is the stack-wide ``kubernetes-deployment-configure-min-replicas`` (its ``roles`` include
 ``gateway``; prod's config asks for 2).

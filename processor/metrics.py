@@ -1,8 +1,8 @@
 """The processor's Prometheus metrics: names and labels, defined once.
 
 Alerts and dashboards (``components/observability/alerts.py``, ``components/observability/dashboards.py``) and the KEDA
-wake query import these
-names from here; the processor registers exactly these. Counters carry the ``_total`` suffix as exposed.
+wake query import these names from here; the processor registers exactly these. Counters carry the ``_total`` suffix as
+exposed.
 """
 
 from __future__ import annotations

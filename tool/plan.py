@@ -1,9 +1,8 @@
 """``inferplane plan``: the cheapest configuration for a workload, printed, and optionally written into a stack.
 
 The search is :func:`components.capacity.planner.plan`; this module turns arguments into a workload, prints the
-candidates,
-and with ``--write-stack S`` adds the first candidate the stack's limits accept to ``stacks/Pulumi.S.yaml`` as one
-pool and one model deployment, editing the file in place (ruamel.yaml round trip: comments and key order stay).
+candidates, and with ``--write-stack S`` adds the first candidate the stack's limits accept to ``stacks/Pulumi.S.yaml``
+as one pool and one model deployment, editing the file in place (ruamel.yaml round trip: comments and key order stay).
 Before writing, the edited platform is validated and sized as ``preview`` would; a candidate that breaks a limit is
 skipped with the reason, and when none is accepted nothing is written (exit 1).
 """

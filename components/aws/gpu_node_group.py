@@ -28,12 +28,11 @@ What a node gets:
   IP address; both are EC2 ``NetworkInterfaceType`` values in botocore's ec2 model) and a cluster placement group,
   in one zone;
 * scaling bounds from :class:`~components.capacity.sizing.PoolSizing` (desired = min; the cluster autoscaler owns it
-after
-  creation) and the cluster-autoscaler tags: auto-discovery (``k8s.io/cluster-autoscaler/enabled`` and
+  after creation) and the cluster-autoscaler tags: auto-discovery (``k8s.io/cluster-autoscaler/enabled`` and
   ``.../<cluster>``) and node templates for scale-from-zero (GPU count, labels, taint), set on the node group and,
-  because EKS does not copy node-group tags to the Auto Scaling group it creates (aws/containers-roadmap#608),
-  on that group too (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/aws/README.md, "Auto-Discovery
-  Setup", read 2026-11-29).
+  because EKS does not copy node-group tags to the Auto Scaling group it creates (aws/containers-roadmap#608), on that
+  group too (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/aws/README.md, "Auto-Discovery Setup", read
+  2026-11-29).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Versions pinned per Kubernetes minor: EKS managed add-ons and the cluster autoscaler.
 
 Plain data (no Pulumi import), so the spec's whole validation (:mod:`inferplane.components.spec.buildable`) and
-``inferplane size`` can tell a supported Kubernetes version from one the components would refuse without loading
-the cloud SDKs. :mod:`inferplane.components.aws.eks_cluster` and :mod:`inferplane.components.aws.node_addons` deploy
-them.
+``inferplane size`` can tell a supported Kubernetes version from one the components would refuse without loading the
+cloud SDKs. :mod:`inferplane.components.aws.eks_cluster` and :mod:`inferplane.components.aws.node_addons` deploy them.
 """
 
 from __future__ import annotations

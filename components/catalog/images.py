@@ -1,13 +1,12 @@
 """Container images the platform runs: repository and tag (with its source) and, when known, the pinned digest.
 
 A tag can be re-pushed; only a digest names the exact bytes. :meth:`ContainerImage.reference` renders
-``repository:tag@sha256:...`` when a digest is pinned (the kubelet then pulls by digest and the tag only documents
-what it was), and ``repository:tag`` otherwise. Digests come from two places, the later winning: this catalog's
-``digest`` and the stack's ``image_digests`` / ``models[].image_digest`` (``components.spec.platform_spec``). The
-catalog ships no
-digests: none of these registries can be read from where the catalog was written, and a digest copied from a third
-party is exactly the unverified pin this mechanism exists to avoid. Resolve them with ``crane digest <image>`` or
-``docker buildx imagetools inspect <image>`` and set them in the stack; prod's policy config asks for them
+``repository:tag@sha256:...`` when a digest is pinned (the kubelet then pulls by digest and the tag only documents what
+it was), and ``repository:tag`` otherwise. Digests come from two places, the later winning: this catalog's ``digest``
+and the stack's ``image_digests`` / ``models[].image_digest`` (``components.spec.platform_spec``). The catalog ships no
+digests: none of these registries can be read from where the catalog was written, and a digest copied from a third party
+is exactly the unverified pin this mechanism exists to avoid. Resolve them with ``crane digest <image>`` or ``docker
+buildx imagetools inspect <image>`` and set them in the stack; prod's policy config asks for them
 (``kubernetes-workload-require-image-digest``).
 """
 

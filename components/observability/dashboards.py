@@ -1,11 +1,9 @@
 """Grafana dashboards, one per served model, built from typed Python and shipped as sidecar ConfigMaps.
 
-kube-prometheus-stack's Grafana runs the ``k8s-sidecar`` that loads every ConfigMap labelled
-``grafana_dashboard: "1"`` (chart values ``grafana.sidecar.dashboards.label``/``labelValue``). Panels read the
-recorded series of :mod:`components.observability.alerts` (so dashboards and alerts show the same numbers and survive
-engine
-metric renames through :mod:`components.observability.metrics`), kube-state-metrics for replicas and dcgm-exporter for
-GPUs.
+kube-prometheus-stack's Grafana runs the ``k8s-sidecar`` that loads every ConfigMap labelled ``grafana_dashboard: "1"``
+(chart values ``grafana.sidecar.dashboards.label``/``labelValue``). Panels read the recorded series of
+:mod:`components.observability.alerts` (so dashboards and alerts show the same numbers and survive engine metric renames
+through :mod:`components.observability.metrics`), kube-state-metrics for replicas and dcgm-exporter for GPUs.
 
 The cost panel turns the catalog's on-demand price into dollars per million generated tokens:
 ``replica_hourly_usd x replicas / (tokens per second x 3600 / 1e6)``, with ``replica_hourly_usd`` from the sizing

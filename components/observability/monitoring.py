@@ -4,10 +4,9 @@
 ServiceMonitors, PodMonitors and PrometheusRules labelled ``release: <helm release name>``, so a monitor made by
 anything else is silently ignored (facts.md 7.2; chart ``values.yaml``). Here the selectors are instead exactly
 :data:`components.serving.annotations.SCRAPE_LABELS`, in every namespace, and the chart's own monitors and rules carry
-those
-labels too (``commonLabels`` for the main chart, ``prometheus.monitor.additionalLabels`` for the kube-state-metrics
-and node-exporter subcharts, ``serviceMonitor.labels`` for Grafana). One label decides what is scraped, whoever made
-the monitor.
+those labels too (``commonLabels`` for the main chart, ``prometheus.monitor.additionalLabels`` for the
+kube-state-metrics and node-exporter subcharts, ``serviceMonitor.labels`` for Grafana). One label decides what is
+scraped, whoever made the monitor.
 
 **DCGM.** dcgm-exporter is installed by the cluster's GPU components (a Helm release in a namespace of their
 choosing). It is scraped by a PodMonitor made here that selects its pods by ``app.kubernetes.io/name: dcgm-exporter``

@@ -2,10 +2,9 @@
 
 Its one input is the platform spec (:class:`~inferplane.components.platform.args.PlatformArgs`, generated from
 :class:`~inferplane.components.spec.platform_spec.PlatformSpec`) plus the Hugging Face token. It validates the spec
-exactly as a
-stack file is validated (:func:`~inferplane.components.spec.buildable.validate_platform`; every problem reported at once
-as ``pulumi.InputPropertiesError`` naming the input's property paths), then runs the composition the stack's own
-program runs (:func:`~inferplane.components.platform.compose.compose_platform`) with itself as the parent.
+exactly as a stack file is validated (:func:`~inferplane.components.spec.buildable.validate_platform`; every problem
+reported at once as ``pulumi.InputPropertiesError`` naming the input's property paths), then runs the composition the
+stack's own program runs (:func:`~inferplane.components.platform.compose.compose_platform`) with itself as the parent.
 
 No ``from __future__ import annotations``: Pulumi's schema inference reads the annotations below at runtime.
 """

@@ -2,14 +2,14 @@
 models.
 
 Each is rendered from the spec and the sizing plan for its cluster
-(:func:`~inferplane.components.gateway.renderer.render_gateway`:
-the models whose pools are on that cluster), runs in the serving namespace on the cluster's system nodes, and is
-declared after the model servers and the cluster's monitoring (its ScaledObject, PodMonitor and PrometheusRule need
-their CRDs). On EKS it reaches the platform's Redis/Valkey (the response cache's replication group, over TLS with
-its AUTH token) and reads the models' tokenizers from the S3 model cache. On GKE it reaches the cluster's
-Memorystore for Redis (:mod:`~inferplane.components.platform.budget_store`: budgets only, over TLS with AUTH, trusting
-the instance's own CA) and fetches the tokenizers from the Hugging Face Hub, where the TPU servers read their weights
-(see README, "The gateway").
+(:func:`~inferplane.components.gateway.renderer.render_gateway`: the models whose pools are on that cluster), runs in
+the serving namespace on the cluster's system nodes, and is declared after the model servers and the cluster's
+monitoring (its ScaledObject, PodMonitor and PrometheusRule need their CRDs). On EKS it reaches the platform's
+Redis/Valkey (the response cache's replication group, over TLS with its AUTH token) and reads the models' tokenizers
+from the S3 model cache. On GKE it reaches the cluster's Memorystore for Redis
+(:mod:`~inferplane.components.platform.budget_store`: budgets only, over TLS with AUTH, trusting the instance's own CA)
+and fetches the tokenizers from the Hugging Face Hub, where the TPU servers read their weights (see README, "The
+gateway").
 """
 
 from __future__ import annotations

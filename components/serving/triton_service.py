@@ -2,12 +2,10 @@
 
 Children: a ConfigMap with the generated model repository (``config.pbtxt`` per model, see
 :mod:`components.serving.triton_config`), an engine-build Job (checkpoint conversion with TensorRT-LLM's ``quantize.py``
-and
-``trtllm-build``, every limit from :class:`components.capacity.sizing.TrtLlmSettings`) that uploads the engine to the
-model
-cache, the Deployment that syncs the engine onto node-local NVMe and serves it, its Service (OpenAI 9000, KServe HTTP
-8000 and gRPC 8001), a PodDisruptionBudget when it can scale past one replica and a PodMonitor on ``/metrics`` of the
-OpenAI port.
+and ``trtllm-build``, every limit from :class:`components.capacity.sizing.TrtLlmSettings`) that uploads the engine to
+the model cache, the Deployment that syncs the engine onto node-local NVMe and serves it, its Service (OpenAI 9000,
+KServe HTTP 8000 and gRPC 8001), a PodDisruptionBudget when it can scale past one replica and a PodMonitor on
+``/metrics`` of the OpenAI port.
 
 The server starts through Triton's OpenAI-compatible frontend (:func:`frontend_launcher`), so the gateway speaks the
 same OpenAI API to Triton as to vLLM: ``/v1/chat/completions`` and ``/v1/completions`` for the ensembles named after
