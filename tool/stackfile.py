@@ -356,12 +356,6 @@ def read_stack_config(project: ProjectFile | Path, stack: str) -> StackConfig:
     )
 
 
-def read_config(project: ProjectFile | Path, stack: str) -> tuple[str, Path, dict[str, Any]]:
-    """(project, stack file, decoded config) for ``stack``; no validation of the platform yet."""
-    read = read_stack_config(project, stack)
-    return read.project, read.config_file, dict(read.config)
-
-
 def load_stack(project: ProjectFile | Path, stack: str) -> Stack:
     """Read and validate ``stack``; raises :class:`StackFileError` or :class:`InvalidSpecError`."""
     return platform_stack(read_stack_config(project, stack))

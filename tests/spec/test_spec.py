@@ -20,12 +20,12 @@ from inferplane.components.spec.platform_spec import (
     SpecError,
     parse_platform,
 )
-from inferplane.tool.stackfile import read_config
+from inferplane.tool.stackfile import read_stack_config
 from tests.conftest import PROJECT_DIR
 
 
 def _raw(stack: str) -> dict[str, Any]:
-    _, _, config = read_config(PROJECT_DIR, stack)
+    config = read_stack_config(PROJECT_DIR, stack).config
     return copy.deepcopy(config[PLATFORM_KEY])
 
 

@@ -46,7 +46,7 @@ from inferplane.tool.preflight.registry import (
     ZONES,
     ApiCall,
 )
-from inferplane.tool.stackfile import read_config
+from inferplane.tool.stackfile import read_stack_config
 from tests.conftest import PROJECT_DIR
 
 REGION = "us-east-1"
@@ -77,7 +77,7 @@ def moto(fake_credentials: None) -> Iterator[None]:
 
 def raw_platform(stack: str = "prod") -> dict[str, Any]:
     """A stack's ``inferplane:platform`` mapping, for tests to mutate."""
-    _, _, config = read_config(PROJECT_DIR, stack)
+    config = read_stack_config(PROJECT_DIR, stack).config
     return copy.deepcopy(config[PLATFORM_KEY])
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inferplane.tool.stackfile import SecretValue, StackFileError, load_stack, read_config, stack_names
+from inferplane.tool.stackfile import SecretValue, StackFileError, load_stack, read_stack_config, stack_names
 from tests.conftest import PROJECT_DIR
 
 
@@ -28,7 +28,7 @@ def test_shipped_stacks_are_found() -> None:
 def test_secure_values_become_secrets(tmp_path: Path) -> None:
     dev = (PROJECT_DIR / "stacks" / "Pulumi.dev.yaml").read_text()
     project = _project(tmp_path, dev + "  inferplane:hfToken:\n    secure: v1:AAAABBBBCCCC\n")
-    _, _, config = read_config(project, "dev")
+    config = read_stack_config(project, "dev").config
     token = config["inferplane:hfToken"]
     assert isinstance(token, SecretValue)
     assert str(token) == "[secret]"
