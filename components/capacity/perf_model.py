@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inferplane.components.capacity.sizing import (
+    ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN,
     COMPUTE_EFFICIENCY,
     INTERCONNECT_EFFICIENCY,
     MEMORY_BANDWIDTH_EFFICIENCY,
@@ -42,6 +43,7 @@ from inferplane.components.capacity.sizing import (
     SizingResult,
     kv_cache_bytes_per_token,
     kv_element_bytes,
+    trtllm_kv_pool_bytes,
     weights_bytes,
 )
 from inferplane.components.catalog import Accelerator, ModelArchitecture
@@ -63,6 +65,16 @@ constant for every model and GPU, not fitted per benchmark row; the published si
 
 TAIL_SHARE = 0.05
 """p95: the share of steps (or requests) allowed above the reported figure."""
+
+TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
+"""TensorRT-LLM's ``max_num_tokens`` by default (``BuildConfig`` in ``tensorrt_llm/builder.py``,
+NVIDIA/TensorRT-LLM@008b2b8d23af95e4e19fa6f354f9c5f6349b2bfc) and ``trtllm-bench``'s "Max Runtime Tokens: 8192":
+the step its activation buffers are sized for."""
+
+MEMORY_EDGE_WEIGHTS_SHARE = 0.5
+"""A replica runs near the memory edge when its weights take at least half its device memory: the KV pool is then
+smaller than the weights, so the base an engine's memory fraction is read against changes it most (a 70B FP8 model
+on one 80 GB GPU: 0.85). The accuracy table lists such rows apart (``benchmarks/perf_model_accuracy.py``)."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +102,30 @@ class Replica:
         return int(kv_cache_bytes_per_token(self.model, element) * replication)
 
 
+def kv_pool_bytes(sizing: SizingResult, accelerator: Accelerator, engine: Engine) -> int:
+    """The KV pool ``engine`` allocates under the flags the sizing sets, computed as that engine computes it.
+
+    vLLM: ``gpu_memory_utilization`` of the device less the weights and the reserve (``sizing.kv_pool_bytes``,
+    from :func:`~inferplane.components.capacity.sizing.vllm_kv_pool_bytes`). TensorRT-LLM: the
+    ``kv_cache_free_gpu_mem_fraction`` the sizing sets (floored to two digits, capped at 0.95) of the memory left
+    after the weights and its runtime buffers (:func:`~inferplane.components.capacity.sizing.trtllm_kv_pool_bytes`),
+    so the floor of the flag is what the engine gets, not the budget it was derived from.
+    """
+    if engine != "triton":
+        return sizing.kv_pool_bytes
+    return trtllm_kv_pool_bytes(
+        device_bytes=sizing.tensor_parallel_size * accelerator.memory_bytes,
+        free_fraction=sizing.trtllm.kv_cache_free_gpu_mem_fraction,
+        weights=sizing.weights_bytes,
+        runtime_buffers=sizing.reserve_bytes,
+    )
+
+
 def replica_from_sizing(
     sizing: SizingResult, model: ModelArchitecture, accelerator: Accelerator, engine: Engine
 ) -> Replica:
-    """The replica a sizing configures: its TP, precisions, batch (``concurrency``), step budget and KV pool."""
+    """The replica a sizing configures: its TP, precisions, batch (``concurrency``), step budget and the KV pool
+    the engine allocates (:func:`kv_pool_bytes`)."""
     per_token = sizing.kv_cache_bytes_per_token * sizing.kv_head_replication
     return Replica(
         model=model,
@@ -104,7 +136,7 @@ def replica_from_sizing(
         engine=engine,
         max_num_seqs=sizing.concurrency,
         max_num_batched_tokens=sizing.max_num_batched_tokens,
-        kv_capacity_tokens=max(int(sizing.kv_pool_bytes // per_token), 0),
+        kv_capacity_tokens=max(int(kv_pool_bytes(sizing, accelerator, engine) // per_token), 0),
     )
 
 
@@ -329,12 +361,31 @@ def trtllm_kv_capacity_tokens(
     weights_dtype: WeightsDtype,
     kv_cache_dtype: KvCacheDtype,
     free_fraction: float,
+    max_num_tokens: int = TRTLLM_DEFAULT_MAX_NUM_TOKENS,
 ) -> int:
-    """KV tokens TensorRT-LLM allocates: ``kv_cache_free_gpu_mem_fraction`` of the memory left after the weights
-    and the runtime reserve (``trtllm-bench`` runs at 0.95)."""
-    replica_memory = tensor_parallel_size * accelerator.memory_bytes
-    free = replica_memory - weights_bytes(model, weights_dtype) - tensor_parallel_size * RUNTIME_RESERVE_BYTES_PER_GPU
+    """KV tokens TensorRT-LLM allocates at ``kv_cache_free_gpu_mem_fraction`` (``trtllm-bench`` runs at 0.95): that
+    fraction of the memory free after the weights and the runtime's buffers, the runtime reserve plus the
+    activations of one ``max_num_tokens`` step (:func:`~inferplane.components.capacity.sizing.trtllm_kv_pool_bytes`).
+    """
+    activations = max_num_tokens * model.hidden_size * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN
+    pool = trtllm_kv_pool_bytes(
+        device_bytes=tensor_parallel_size * accelerator.memory_bytes,
+        free_fraction=free_fraction,
+        weights=weights_bytes(model, weights_dtype),
+        runtime_buffers=tensor_parallel_size * RUNTIME_RESERVE_BYTES_PER_GPU + activations,
+    )
     element = kv_element_bytes(model, kv_cache_dtype, weights_dtype)
     replication = max(model.kv_heads, tensor_parallel_size) / model.kv_heads
     per_token = kv_cache_bytes_per_token(model, element) * replication
-    return max(int(free * free_fraction // per_token), 0)
+    return max(int(pool // per_token), 0)
+
+
+def weights_share(replica: Replica) -> float:
+    """Share of the replica's device memory the weights take: how near the memory edge it runs."""
+    device = replica.tensor_parallel_size * replica.accelerator.memory_bytes
+    return weights_bytes(replica.model, replica.weights_dtype) / device
+
+
+def at_memory_edge(replica: Replica) -> bool:
+    """Whether the weights take at least :data:`MEMORY_EDGE_WEIGHTS_SHARE` of the replica's device memory."""
+    return weights_share(replica) >= MEMORY_EDGE_WEIGHTS_SHARE

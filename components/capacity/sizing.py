@@ -123,6 +123,16 @@ def activation_dtype(model: ModelArchitecture, weights_dtype: WeightsDtype) -> L
     return model.native_dtype
 
 
+VLLM_BLOCK_SIZE = 16
+"""vLLM's KV block on GPUs: ``DEFAULT_BLOCK_SIZE`` 16 tokens (vLLM 0.32 ``vllm/config/cache.py``), set explicitly so
+a version's default never parts the engine from the gateway's prefix index. vLLM on TPU pages its cache with a size
+of its own backend's choosing and gets no flag (the gateway indexes 16-token blocks there: finer, still ordered)."""
+TRTLLM_TOKENS_PER_BLOCK = 32
+"""TensorRT-LLM's KV block, set at engine build (``trtllm-build --tokens_per_block``; "a power of two greater than
+1", TensorRT-LLM docs ``features/kvcache``). The build default has moved between releases (128, 64, 32), so it is
+pinned: smaller blocks reuse more of a shared prefix (reuse matches whole blocks) at some kernel efficiency."""
+
+
 class VllmSettings(BaseModel):
     """vLLM engine arguments, named as the CLI flags (``--tensor-parallel-size`` ...)."""
 
@@ -138,6 +148,10 @@ class VllmSettings(BaseModel):
     quantization: Literal["fp8", "awq"] | None
     enable_prefix_caching: bool
     enable_chunked_prefill: bool
+    block_size: int = Field(
+        description="Tokens per KV-cache block (``--block-size``), rendered for GPUs; also the gateway's prefix-index "
+        "block, so the router's blocks are the engine's."
+    )
 
 
 class TrtLlmSettings(BaseModel):
@@ -155,6 +169,10 @@ class TrtLlmSettings(BaseModel):
     weights_qformat: Literal["full_prec", "fp8"]
     enable_chunked_context: bool
     enable_kv_cache_reuse: bool
+    tokens_per_block: int = Field(
+        description="Tokens per KV-cache block (``trtllm-build --tokens_per_block``): KV reuse matches whole blocks; "
+        "also the gateway's prefix-index block."
+    )
 
 
 class SizingResult(BaseModel):
@@ -280,6 +298,36 @@ def _batched_tokens(request: SizingRequest, tp: int) -> int:
     return max(bounded, request.concurrency)
 
 
+def vllm_kv_pool_bytes(*, device_bytes: int, gpu_memory_utilization: float, weights: int, non_kv: int) -> int:
+    """vLLM's KV pool: what ``gpu_memory_utilization`` of the device leaves after everything that is not KV cache.
+
+    vLLM v1 requests ``total_memory x gpu_memory_utilization`` of each GPU (``Worker.init_device``) and gives the KV
+    cache ``requested_memory - non_kv_cache_memory``: the weights, the profile run's peak activations and the
+    non-torch memory such as NCCL buffers (``Worker.determine_available_memory``;
+    vllm-project/vllm@35d5cda123ec28581759b6d34cde8052314fb1e6, ``vllm/v1/worker/gpu_worker.py``). The budget is a
+    share of the device, so near the memory edge the weights take nearly all of it. ``device_bytes`` and the
+    result are the whole replica's; ``non_kv`` is the reserve besides the weights (CUDA graphs, NCCL, allocator,
+    activations, logits). Negative when the weights and reserve exceed the budget.
+    """
+    return int(device_bytes * gpu_memory_utilization) - weights - non_kv
+
+
+def trtllm_kv_pool_bytes(*, device_bytes: int, free_fraction: float, weights: int, runtime_buffers: int) -> int:
+    """TensorRT-LLM's KV pool: ``kv_cache_free_gpu_mem_fraction`` of the memory still free once the weights and
+    the runtime's own buffers are allocated, not a share of the device.
+
+    The C++ runtime takes ``(cudaMemGetInfo free + memory pool free) x freeGpuMemoryFraction`` when it builds the
+    KV cache manager, after loading the engine (``BaseKVCacheManager::calculateFreeMemBytes``, called from
+    ``TrtGptModelInflightBatching``; NVIDIA/TensorRT-LLM@002ba6a7cc5eb28f180d45d4a91142d9d927a606,
+    ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``); the PyTorch backend the same after a profiling run,
+    ``(total_gpu_memory - peak_memory) x fraction`` (``KvCacheCreator._cal_max_memory``,
+    NVIDIA/TensorRT-LLM@0004396720054fd8e205cbf616f21f0b57c6b412, ``tensorrt_llm/_torch/pyexecutor/_util.py``).
+    ``device_bytes`` and the result are the whole replica's. Negative when the weights and buffers do not fit.
+    """
+    free = device_bytes - weights - runtime_buffers
+    return int(free * free_fraction) if free > 0 else free
+
+
 def _evaluate(request: SizingRequest, tp: int, weights: int, kv_per_token: int) -> _Evaluation:
     model = request.model
     usable = int(tp * request.accelerator.memory_bytes * request.gpu_memory_utilization)
@@ -289,7 +337,14 @@ def _evaluate(request: SizingRequest, tp: int, weights: int, kv_per_token: int) 
     reserve = tp * RUNTIME_RESERVE_BYTES_PER_GPU + activations + logits
     replication = max(model.kv_heads, tp) / model.kv_heads
     kv_effective = int(kv_per_token * replication)
-    kv_pool = usable - weights - reserve
+    # The platform's budget is vLLM's (a share of the device) for either engine: TensorRT-LLM gets the fraction of
+    # its free memory that yields the same pool (``_kv_cache_fraction``), so the safety cap holds for both.
+    kv_pool = vllm_kv_pool_bytes(
+        device_bytes=tp * request.accelerator.memory_bytes,
+        gpu_memory_utilization=request.gpu_memory_utilization,
+        weights=weights,
+        non_kv=reserve,
+    )
     per_sequence = kv_effective * request.context
     max_sequences = max(kv_pool, 0) // per_sequence
     return _Evaluation(
@@ -468,6 +523,7 @@ def _vllm_settings(request: SizingRequest, chosen: _Evaluation, *, kv_engine: Li
         quantization=quantization,
         enable_prefix_caching=request.prefix_caching,
         enable_chunked_prefill=request.chunked_prefill,
+        block_size=VLLM_BLOCK_SIZE,
     )
 
 
@@ -486,6 +542,7 @@ def _trtllm_settings(
         weights_qformat="fp8" if request.weights_dtype == "fp8" else "full_prec",
         enable_chunked_context=request.chunked_prefill,
         enable_kv_cache_reuse=request.prefix_caching,
+        tokens_per_block=TRTLLM_TOKENS_PER_BLOCK,
     )
 
 
