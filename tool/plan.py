@@ -2,44 +2,95 @@
 
 The search is :func:`components.capacity.planner.plan`; this module turns arguments into a workload, prints the
 candidates, and with ``--write-stack S`` adds the first candidate the stack's limits accept to ``stacks/Pulumi.S.yaml``
-as one pool and one model deployment, editing the file in place (ruamel.yaml round trip: comments and key order stay).
-Before writing, the edited platform is validated and sized as ``preview`` would; a candidate that breaks a limit is
-skipped with the reason, and when none is accepted nothing is written (exit 1).
+as one model deployment, on a pool of the stack that matches the candidate's hardware or on a new pool with a name no
+other pool has (ruamel.yaml round trip: comments and key order stay). Before writing, the edited platform is validated
+and sized as ``preview`` would, from the very values ``size`` and ``preview`` validate (so a file gets one verdict
+in every command); a candidate that breaks a limit is skipped with the reason, and when none is accepted nothing is
+written (exit 1). The file is replaced by rename, never rewritten in place: any failure leaves it as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import io
+import itertools
 import json
 import math
-from collections.abc import Mapping
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+import annotated_types
+import yaml
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.table import Table
 from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.planner import Candidate, Filters, Plan, Workload, plan
 from inferplane.components.capacity.sizing import SizingResult, size_platform
 from inferplane.components.catalog import PRICES, Accelerator, ModelArchitecture, get_instance_type, get_model
 from inferplane.components.catalog.accelerators import AcceleratorId
+from inferplane.components.catalog.models import MAX_CONTEXT_TOKENS
+from inferplane.components.spec.buildable import validate_platform
 from inferplane.components.spec.platform_spec import (
+    MAX_GPUS_PER_REPLICA,
     PLATFORM_KEY,
     CapacityType,
     Engine,
+    Name,
+    PoolSpec,
+    SloSpec,
     SpecError,
     WeightsDtype,
-    parse_platform,
 )
-from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from inferplane.tool.stackfile import find_project_dir, load_stack
+from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.files import os_reason
+from inferplane.tool.stackfile import Stack, find_project_dir, load_stack, printable
+
+MAX_REQUESTS_PER_SECOND = 100_000.0
+"""``--requests-per-second`` and ``--peak-requests-per-second`` at most. Generous: at this rate an 8B model at 500
+tokens in and 200 out needs thousands of replicas, far past the 256 one deployment may have (the spec's
+``max_replicas``); the bound keeps the search's arithmetic finite (``1e20`` used to plan 5e18 replicas)."""
+MIN_REQUESTS_PER_SECOND = 0.001
+"""At least one request in about 17 minutes: a lower rate plans the same single replica, and one near zero made the
+headroom (capacity over the rate) overflow to infinity, which JSON cannot hold."""
+
+
+def _slo_ceiling(field: str) -> float:
+    """The spec's upper bound on ``slo.<field>``: the objective is written into the stack, so it holds the same."""
+    bound = next(m.le for m in SloSpec.model_fields[field].metadata if isinstance(m, annotated_types.Le))
+    return float(cast(float, bound))
+
+
+MAX_TTFT_P95_MS = _slo_ceiling("ttft_p95_ms")
+"""``--ttft-p95-ms`` at most (600,000 ms)."""
+MAX_ITL_P95_MS = _slo_ceiling("itl_p95_ms")
+"""``--itl-p95-ms`` at most (60,000 ms)."""
+MAX_TOP = 1000
+"""``--top`` at most: more rows than any search returns."""
+MAX_NAME_LENGTH = 40
+"""A pool or deployment name is an RFC 1123 label of at most 40 characters (the spec's ``Name``)."""
+_NAME = TypeAdapter(Name)
+
+
+class _BadArgumentError(Exception):
+    """An argument refused before any planning; ``str()`` is the message, naming the flag."""
 
 
 def _invalid(err: Console, message: str) -> int:
-    err.print(f"inferplane plan: {message}", markup=False, highlight=False)
+    err.print(printable(f"inferplane plan: {message}"), markup=False, highlight=False)
     return EXIT_INVALID
 
 
@@ -65,23 +116,59 @@ def _row(candidate: Candidate) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class _Destination:
+    """Where ``--write-stack`` writes: the stack (read and validated once) and the checked deployment name."""
+
+    stack: Stack
+    name: str
+
+
 def plan_command(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """Run ``inferplane plan``."""
+    """Run ``inferplane plan``: every argument is checked (and the stack to write read) before the search."""
+    try:
+        workload, filters = _workload_and_filters(args)
+        destination = _destination(args, err)
+    except _BadArgumentError as exc:
+        return _invalid(err, str(exc))
+    result = plan(workload, filters)
+    written: str | None = None
+    if destination is not None:
+        code, written = _write_stack(args, workload, result, destination, err)
+        if code != EXIT_OK:
+            return code
+    shown = result.candidates[: args.top]
+    if args.json:
+        if not result.candidates:  # stdout holds only the JSON document; the reason goes where people read it
+            err.print(f"inferplane plan: {why_none(result)}", markup=False, highlight=False)
+        document: dict[str, Any] = {"candidates": [_row(c) for c in shown]}
+        if written is not None:
+            document["written"] = written
+        out.print_json(json.dumps(document))
+    else:
+        _render(out, workload, result, shown)
+        if written is not None:
+            out.print(written, markup=False, highlight=False)
+    return EXIT_OK if result.candidates else EXIT_REFUSED
+
+
+def _workload_and_filters(args: argparse.Namespace) -> tuple[Workload, Filters]:
+    """The workload and the search filters the flags describe; raises :class:`_BadArgumentError`."""
     try:
         model = get_model(args.model)
     except KeyError as exc:
-        return _invalid(err, str(exc.args[0]))
+        raise _BadArgumentError(str(exc.args[0])) from None
     if args.input_tokens + args.output_tokens > model.max_context:
-        return _invalid(
-            err, f"--input-tokens + --output-tokens exceed the {model.max_context} tokens {args.model} supports"
+        raise _BadArgumentError(
+            f"--input-tokens + --output-tokens exceed the {model.max_context} tokens {args.model} supports"
         )
     peak = args.peak_requests_per_second or args.requests_per_second
     if peak < args.requests_per_second:
-        return _invalid(err, "--peak-requests-per-second is below --requests-per-second")
+        raise _BadArgumentError("--peak-requests-per-second is below --requests-per-second")
     try:
         cloud = _cloud_for_region(args.region)
     except ValueError as exc:
-        return _invalid(err, str(exc))
+        raise _BadArgumentError(str(exc)) from None
     workload = Workload(
         model=model,
         model_label=args.model,
@@ -100,23 +187,48 @@ def plan_command(args: argparse.Namespace, out: Console, err: Console) -> int:
         max_gpus=args.max_gpus,
         cloud=cloud,
     )
-    result = plan(workload, filters)
-    written: str | None = None
-    if args.write_stack:
-        code, written = _write_stack(args, workload, result, out, err)
-        if code != EXIT_OK:
-            return code
-    shown = result.candidates[: args.top]
-    if args.json:
-        document: dict[str, Any] = {"candidates": [_row(c) for c in shown]}
-        if written is not None:
-            document["written"] = written
-        out.print_json(json.dumps(document))
-    else:
-        _render(out, workload, result, shown)
-        if written is not None:
-            out.print(written)
-    return EXIT_OK if result.candidates else EXIT_REFUSED
+    return workload, filters
+
+
+def _destination(args: argparse.Namespace, err: Console) -> _Destination | None:
+    """``--write-stack`` and ``--name`` checked: the stack read and writable, the name valid and not taken.
+
+    Raises :class:`_BadArgumentError`; a stack file that cannot be read or is invalid raises the stack file's own error
+    (exit 2 naming it). A name given with ``--name`` that is written differently is said on stderr.
+    """
+    if args.write_stack is None:
+        if args.name is not None:
+            raise _BadArgumentError("--name names the deployment --write-stack adds; give --write-stack S too")
+        return None
+    name = _name(args.name if args.name is not None else args.model)
+    try:
+        _NAME.validate_python(name)
+    except ValidationError:
+        given = "--name" if args.name is not None else "the model id"
+        raise _BadArgumentError(
+            f"{given} {(args.name if args.name is not None else args.model)!r}: a deployment name is a lower-case "
+            f"RFC 1123 label (a letter first, then letters, digits and '-'), at most {MAX_NAME_LENGTH} characters"
+        ) from None
+    if args.name is not None and name != args.name:
+        err.print(printable(f"inferplane plan: --name {args.name!r} is written as {name!r}"), markup=False)
+    project_dir = find_project_dir(Path(args.project_dir) if args.project_dir is not None else None)
+    stack = load_stack(project_dir, args.write_stack)
+    if name in {m.name for m in stack.platform.models}:
+        flag = "--name" if args.name is not None else "the default name (the model id; give --name)"
+        raise _BadArgumentError(f"{flag} {name}: {stack.display_file} already deploys a model named {name}")
+    problem = _unwritable(stack.config_file)
+    if problem is not None:
+        raise _BadArgumentError(f"--write-stack {args.write_stack}: {stack.display_file}: {problem}")
+    return _Destination(stack=stack, name=name)
+
+
+def why_none(result: Plan) -> str:
+    """Why the search returned no candidate, in one line: the reasons it dropped configurations for."""
+    reasons = sorted({r.reason.split(":")[0] for r in result.rejections})
+    return (
+        "no configuration fits and meets the objectives; dropped for: "
+        f"{', '.join(reasons) or 'no catalog configuration matches the filters'}"
+    )
 
 
 def _render(out: Console, workload: Workload, result: Plan, shown: tuple[Candidate, ...]) -> None:
@@ -177,26 +289,64 @@ def render_performance(out: Console, args: argparse.Namespace, performance: dict
 
 
 def _name(text: str) -> str:
-    return text.replace(".", "-").replace("_", "-").lower()[:40].strip("-")
+    return text.replace(".", "-").replace("_", "-").lower()[:MAX_NAME_LENGTH].strip("-")
 
 
-def _entries(args: argparse.Namespace, workload: Workload, c: Candidate) -> tuple[dict[str, Any], dict[str, Any]]:
+def _numbered(base: str, number: int) -> str:
+    """``base-N``, ``base`` shortened so that the name stays within :data:`MAX_NAME_LENGTH` characters."""
+    suffix = f"-{number}"
+    return base[: MAX_NAME_LENGTH - len(suffix)].rstrip("-") + suffix
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    """``base``, or ``base-2``, ``base-3``...: the first name no pool has yet."""
+    if base not in taken:
+        return base
+    return next(name for name in map(partial(_numbered, base), itertools.count(2)) if name not in taken)
+
+
+def _named_by_plan(name: str, base: str) -> bool:
+    """Whether ``name`` is one :func:`_unique` makes from ``base``: a pool an earlier ``--write-stack`` wrote."""
+    numbered = re.fullmatch(r".*-([1-9][0-9]*)", name)
+    return name == base or (numbered is not None and _numbered(base, int(numbered[1])) == name)
+
+
+def _pool_fields(args: argparse.Namespace, c: Candidate) -> dict[str, Any]:
+    """The pool a candidate needs, without its name."""
     instance = get_instance_type(c.instance_type)
-    pool_name = _name(f"plan-{c.instance_type}")
-    pool: dict[str, Any] = {
-        "name": pool_name,
-        "accelerator": c.accelerator,
-        "instance_type": c.instance_type,
-        "capacity_type": args.capacity_type,
-    }
     if instance.cloud == "gcp":
-        pool.pop("capacity_type")
-        pool["tpu_topology"] = instance.tpu_topologies[0]
-    deployment: dict[str, Any] = {
-        "name": _name(args.name or args.model),
+        return {
+            "accelerator": c.accelerator,
+            "instance_type": c.instance_type,
+            "tpu_topology": instance.tpu_topologies[0],
+        }
+    return {"accelerator": c.accelerator, "instance_type": c.instance_type, "capacity_type": args.capacity_type}
+
+
+def _matches(pool: PoolSpec, fields: dict[str, Any]) -> bool:
+    """Whether the stack's ``pool`` is the hardware ``fields`` ask for (a field left out: the spec's default)."""
+    wanted = {"capacity_type": PoolSpec.model_fields["capacity_type"].default, "tpu_topology": None, **fields}
+    return all(getattr(pool, key) == value for key, value in wanted.items())
+
+
+def _placements(args: argparse.Namespace, c: Candidate, stack: Stack) -> list[dict[str, Any]]:
+    """The pools a candidate may run on, in order: a pool an earlier ``--write-stack`` wrote for the same hardware
+    (reused: a second write never collides with the first), then a new pool named ``plan-<instance type>`` or, should
+    a pool have that name already, the first free ``plan-<instance type>-N``. A reused pool is ``{"name": ...}``
+    alone. The team's own pools are left to them, even when the hardware matches."""
+    fields = _pool_fields(args, c)
+    base = _name(f"plan-{c.instance_type}")
+    pools = stack.platform.pools
+    reused = [{"name": p.name} for p in pools if _named_by_plan(p.name, base) and _matches(p, fields)][:1]
+    return [*reused, {"name": _unique(base, {p.name for p in pools}), **fields}]
+
+
+def _deployment(args: argparse.Namespace, workload: Workload, c: Candidate, name: str, pool: str) -> dict[str, Any]:
+    return {
+        "name": name,
         "model": args.model,
         "engine": c.engine,
-        "pool": pool_name,
+        "pool": pool,
         "weights_dtype": c.weights_dtype,
         "kv_cache_dtype": c.kv_cache_dtype,
         "max_context": c.max_context,
@@ -206,39 +356,71 @@ def _entries(args: argparse.Namespace, workload: Workload, c: Candidate) -> tupl
         "max_replicas": c.max_replicas,
         "slo": {"ttft_p95_ms": math.ceil(workload.ttft_p95_ms), "itl_p95_ms": math.ceil(workload.itl_p95_ms)},
     }
-    return pool, deployment
 
 
-def _problems(config: Mapping[str, Any], region: str, pool: dict[str, Any], model: dict[str, Any]) -> list[str]:
-    platform = json.loads(json.dumps(config[PLATFORM_KEY]))
-    platform.setdefault("pools", []).append(pool)
-    platform.setdefault("models", []).append(model)
+def _with(stack: Stack, pool: dict[str, Any], deployment: dict[str, Any]) -> dict[str, Any]:
+    """The stack's platform as ``size`` and ``preview`` validated it (a copy of the same values, not a JSON round
+    trip, which a ``!!set`` or ``!!binary`` value would not survive), with the deployment and a new pool added."""
+    platform: dict[str, Any] = copy.deepcopy(dict(stack.config[PLATFORM_KEY]))
+    if len(pool) > 1:  # a new pool; a reused one is only named
+        platform.setdefault("pools", []).append(pool)
+    platform.setdefault("models", []).append(deployment)
+    return platform
+
+
+def _problems(stack: Stack, platform: dict[str, Any]) -> list[str]:
+    """What ``preview`` would refuse in ``platform``: the whole-stack validation, then the sizing and limits."""
     try:
-        spec = parse_platform(platform, region)
+        spec = validate_platform(platform, stack.platform.region)
     except SpecError as exc:
         return [str(exc)]
     return list(size_platform(spec).problems)
 
 
+@dataclass(frozen=True)
+class _Edit:
+    """One candidate as the stack would take it: the pool (a new one, or ``{"name": ...}`` of a reused one), the
+    deployment, and the whole platform they make, validated."""
+
+    pool: dict[str, Any]
+    deployment: dict[str, Any]
+    platform: dict[str, Any]
+
+    @property
+    def new_pool(self) -> bool:
+        return len(self.pool) > 1
+
+
+def _accepted(args: argparse.Namespace, workload: Workload, c: Candidate, destination: _Destination) -> _Edit | str:
+    """The first placement of ``c`` the stack accepts, or the first problem of the last one tried."""
+    problems: list[str] = []
+    for pool in _placements(args, c, destination.stack):
+        deployment = _deployment(args, workload, c, destination.name, pool["name"])
+        platform = _with(destination.stack, pool, deployment)
+        problems = _problems(destination.stack, platform)
+        if not problems:
+            return _Edit(pool=pool, deployment=deployment, platform=platform)
+    return problems[0]
+
+
 def _write_stack(
-    args: argparse.Namespace, workload: Workload, result: Plan, out: Console, err: Console
+    args: argparse.Namespace, workload: Workload, result: Plan, destination: _Destination, err: Console
 ) -> tuple[int, str | None]:
-    project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
-    stack = load_stack(project_dir, args.write_stack)
-    config, region, source = stack.config, stack.platform.region, stack.source
-    assert source is not None  # load_stack keeps the text it read: the edit starts from it, not from a second read
+    stack = destination.stack
     skipped: list[str] = []
     for c in result.candidates:
-        pool, deployment = _entries(args, workload, c)
-        problems = _problems(config, region, pool, deployment)
-        if problems:
-            skipped.append(f"{c.accelerator} {c.instance_type} TP {c.tensor_parallel_size}: {problems[0]}")
+        edit = _accepted(args, workload, c, destination)
+        if isinstance(edit, str):
+            skipped.append(f"{c.accelerator} {c.instance_type} TP {c.tensor_parallel_size}: {edit}")
             continue
-        _edit_in_place(stack.config_file, source, pool, deployment)
+        code = _save(stack, edit, err)
+        if code != EXIT_OK:
+            return code, None
+        pool, name = edit.pool["name"], edit.deployment["name"]
+        where = f"wrote pool {pool} and model {name}" if edit.new_pool else f"wrote model {name} on the pool {pool}"
         return EXIT_OK, (
-            f"wrote pool {pool['name']} and model {deployment['name']} to {stack.display_file} "
-            f"({c.accelerator} {c.instance_type}, TP {c.tensor_parallel_size}, {c.engine}, {c.replicas}-"
-            f"{c.max_replicas} replicas)"
+            f"{where} to {stack.display_file} ({c.accelerator} {c.instance_type}, TP {c.tensor_parallel_size}, "
+            f"{c.engine}, {c.replicas}-{c.max_replicas} replicas)"
             + (
                 f"; skipped {len(skipped)} cheaper candidate(s) the stack refuses, first: {skipped[0]}"
                 if skipped
@@ -246,55 +428,206 @@ def _write_stack(
             )
         )
     if not result.candidates:
-        err.print(f"inferplane plan: nothing to write to {stack.display_file}: no candidate", markup=False)
+        message = f"nothing written to {stack.display_file}: {why_none(result)}"
     else:
-        err.print(
-            f"inferplane plan: {stack.display_file} refuses every candidate; the cheapest would break: {skipped[0]}",
-            markup=False,
-            highlight=False,
-        )
+        message = f"{stack.display_file} refuses every candidate; the cheapest would break: {skipped[0]}"
+    err.print(printable(f"inferplane plan: {message}"), markup=False, highlight=False)
     return EXIT_REFUSED, None
 
 
-def _edit_in_place(path: Path, source: str, pool: dict[str, Any], deployment: dict[str, Any]) -> None:
-    """Write ``path`` as ``source`` (its text, as read) with ``pool`` and ``deployment`` added, comments kept."""
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    yaml.width = 4096
-    yaml.indent(mapping=2, sequence=4, offset=2)
-    document = yaml.load(source.replace("\r\n", "\n").replace("\r", "\n"))  # newlines as a text-mode read has them
+def _save(stack: Stack, edit: _Edit, err: Console) -> int:
+    """Write the stack file with the edit, only if the new text reads back as the platform that was validated."""
+    source = stack.source
+    assert source is not None  # load_stack keeps the text it read: the edit starts from it, not from a second read
+    display = stack.display_file
+    try:
+        text = _edited(source, edit.pool if edit.new_pool else None, edit.deployment)
+    except YAMLError as exc:
+        return _failed(err, f"{display}: cannot edit it in place ({type(exc).__name__}); nothing was written")
+    if _reread(text) != edit.platform:
+        return _failed(err, f"{display}: the edit would not read back as validated; nothing was written")
+    try:
+        replace_file(stack.config_file, text)
+    except _WriteError as exc:
+        err.print(printable(f"inferplane plan: {display}: {exc}"), markup=False, highlight=False)
+        return exc.code
+    return EXIT_OK
+
+
+def _reread(text: str) -> Any:
+    """The platform block of ``text`` as the stack reader (PyYAML) sees it; None when it has none.
+
+    PyYAML reads the stack and ruamel.yaml edits it: two YAML implementations (1.1 and 1.2), so what the editor
+    wrote is read back the reader's way before it replaces the file.
+    """
+    try:
+        return yaml.safe_load(text)["config"][PLATFORM_KEY]
+    except (yaml.YAMLError, LookupError, TypeError):
+        return None
+
+
+def _failed(err: Console, message: str) -> int:
+    err.print(printable(f"inferplane plan: {message}"), markup=False, highlight=False)
+    return EXIT_FAILED
+
+
+def _yaml_scalar(value: Any) -> Any:
+    """``value`` as ruamel.yaml should write it: a string PyYAML would read as something else (``on``, ``yes``,
+    ``null``: YAML 1.1 booleans ruamel.yaml's YAML 1.2 leaves plain) double-quoted; mappings recursively."""
+    if isinstance(value, dict):
+        return {key: _yaml_scalar(item) for key, item in value.items()}
+    if isinstance(value, str) and yaml.safe_load(value) != value:
+        return DoubleQuotedScalarString(value)
+    return value
+
+
+def _edited(source: str, pool: dict[str, Any] | None, deployment: dict[str, Any]) -> str:
+    """``source`` (the stack file's text, as read) with ``pool`` (unless None) and ``deployment`` added, comments
+    and tags (``!!set``, ``!!binary``) kept."""
+    editor = YAML()
+    editor.preserve_quotes = True
+    editor.width = 4096
+    editor.indent(mapping=2, sequence=4, offset=2)
+    document = editor.load(source.replace("\r\n", "\n").replace("\r", "\n"))  # newlines as a text-mode read has them
     platform = document["config"][PLATFORM_KEY]
-    platform["pools"].append(pool)
-    platform["models"].append(deployment)
+    if pool is not None:
+        platform.setdefault("pools", []).append(_yaml_scalar(pool))
+    platform.setdefault("models", []).append(_yaml_scalar(deployment))
     buffer = io.StringIO()
-    yaml.dump(document, buffer)
-    path.write_text(buffer.getvalue(), encoding="utf-8")
+    editor.dump(document, buffer)
+    return buffer.getvalue()
+
+
+class _WriteError(Exception):
+    """The stack file could not be replaced (it is unchanged); ``code`` is the exit code, ``str()`` the reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` may not be replaced (read-only, or in a folder that cannot take a new file), or None.
+
+    The mode bits are read too: root may write any file, but a stack file its owner made read-only is not to be
+    replaced behind their back (a rename would not even notice).
+    """
+    try:
+        target = path.resolve()
+        info = target.stat()
+    except (OSError, RuntimeError) as exc:
+        return f"cannot write it: {os_reason(exc) if isinstance(exc, OSError) else exc}"
+    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(target, os.W_OK):
+        return "is read-only; nothing was written (make it writable, or plan without --write-stack)"
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        return f"its folder {target.parent} is read-only; nothing was written"
+    return None
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Replace ``path`` (a symlink's target) with ``text``: written to a new file beside it, then renamed over it.
+
+    The file keeps its mode (and its owner and group where this process may set them). Any failure, an interrupt
+    included, removes the new file and leaves ``path`` as it was; an :class:`OSError` becomes a :class:`_WriteError`:
+    exit 2 when no new file can be made beside it (the place is not writable), 3 when writing it fails (a full disk,
+    a quota).
+    """
+    problem = _unwritable(path)
+    if problem is not None:
+        raise _WriteError(EXIT_INVALID, problem)
+    target = path.resolve()
+    info = target.stat()
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _WriteError(EXIT_INVALID, f"cannot write beside it: {os_reason(exc)}; nothing was written") from None
+    temporary = Path(name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())  # the data is on disk before the rename makes it the stack file
+        _keep_owner(temporary, info)
+        os.chmod(temporary, stat.S_IMODE(info.st_mode))
+        os.replace(temporary, target)
+    except OSError as exc:
+        raise _WriteError(EXIT_FAILED, f"writing it failed: {os_reason(exc)}; the file is unchanged") from None
+    finally:
+        temporary.unlink(missing_ok=True)  # gone already after the rename
+
+
+def _keep_owner(path: Path, info: os.stat_result) -> None:
+    if (info.st_uid, info.st_gid) == (os.geteuid(), os.getegid()):
+        return
+    # Only root may give a file away; otherwise the new file stays this user's, as any new file would be.
+    with contextlib.suppress(PermissionError):
+        os.chown(path, info.st_uid, info.st_gid)
+
+
+def finite(lower: float, upper: float, unit: str, *, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number from ``lower`` (or, with ``above``, more than it) to ``upper``.
+
+    ``inf``, ``nan`` and ``1e308`` are refused by the flag that was given (exit 2, the range named) rather than
+    overflowing the search with an unbounded number of replicas.
+    """
+    wanted = f"above {lower:g} and at most {upper:g}" if above else f"within {lower:g} and {upper:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (lower < value if above else lower <= value) or not value <= upper:  # also false for nan
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted} {unit}")
+        return value
+
+    return parse
+
+
+def whole(upper: int) -> Callable[[str], int]:
+    """An argparse type: an integer from 1 to ``upper``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not 1 <= value <= upper:
+            raise argparse.ArgumentTypeError(f"{text!r} is not within 1 and {upper}")
+        return value
+
+    return parse
 
 
 def add_parser(sub: Any) -> None:
     """Register ``plan`` on the CLI's subparsers."""
     from inferplane.components.catalog import ACCELERATORS, MODELS  # noqa: PLC0415
 
-    def positive_float(text: str) -> float:
-        value = float(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-        return value
-
-    def positive_int(text: str) -> int:
-        value = int(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-        return value
-
+    rate = finite(MIN_REQUESTS_PER_SECOND, MAX_REQUESTS_PER_SECOND, "requests per second")
     cmd = sub.add_parser("plan", help="the cheapest configuration that serves a workload within its objectives")
     cmd.add_argument("--model", required=True, choices=sorted(MODELS), help="catalog model")
-    cmd.add_argument("--input-tokens", type=positive_int, required=True, help="prompt tokens per request")
-    cmd.add_argument("--output-tokens", type=positive_int, required=True, help="output tokens per request")
-    cmd.add_argument("--requests-per-second", type=positive_float, required=True, help="steady request rate")
-    cmd.add_argument("--peak-requests-per-second", type=positive_float, help="peak rate (max replicas); default R")
-    cmd.add_argument("--ttft-p95-ms", type=positive_float, required=True, help="time to first token objective")
-    cmd.add_argument("--itl-p95-ms", type=positive_float, required=True, help="inter-token latency objective")
+    tokens = whole(MAX_CONTEXT_TOKENS)
+    cmd.add_argument("--input-tokens", type=tokens, required=True, help="prompt tokens per request")
+    cmd.add_argument("--output-tokens", type=tokens, required=True, help="output tokens per request")
+    cmd.add_argument(
+        "--requests-per-second",
+        type=rate,
+        required=True,
+        help=f"steady request rate ({MIN_REQUESTS_PER_SECOND:g} to {MAX_REQUESTS_PER_SECOND:g})",
+    )
+    cmd.add_argument("--peak-requests-per-second", type=rate, help="peak rate (max replicas); default R")
+    cmd.add_argument(
+        "--ttft-p95-ms",
+        type=finite(0, MAX_TTFT_P95_MS, "ms", above=True),
+        required=True,
+        help=f"time to first token objective (at most {MAX_TTFT_P95_MS:g} ms)",
+    )
+    cmd.add_argument(
+        "--itl-p95-ms",
+        type=finite(0, MAX_ITL_P95_MS, "ms", above=True),
+        required=True,
+        help=f"inter-token latency objective (at most {MAX_ITL_P95_MS:g} ms)",
+    )
     cmd.add_argument("--accelerator", action="append", choices=sorted(ACCELERATORS), help="allow only these")
     cmd.add_argument("--engine", choices=["vllm", "triton"], help="only this engine (triton = TensorRT-LLM)")
     cmd.add_argument(
@@ -304,9 +637,9 @@ def add_parser(sub: Any) -> None:
         help="allowed weight precisions (repeatable; default bf16 only: quantization changes outputs)",
     )
     cmd.add_argument("--capacity-type", choices=["on_demand", "spot", "capacity_block"], default="on_demand")
-    cmd.add_argument("--max-gpus", type=positive_int, help="most accelerators per replica")
+    cmd.add_argument("--max-gpus", type=whole(MAX_GPUS_PER_REPLICA), help="most accelerators per replica")
     cmd.add_argument("--region", help="price region (the price book's aws or gcp region)")
-    cmd.add_argument("--top", type=positive_int, default=10, help="candidates to print (default 10)")
+    cmd.add_argument("--top", type=whole(MAX_TOP), default=10, help="candidates to print (default 10)")
     cmd.add_argument("--json", action="store_true", help='print {"candidates": [...]}')
     cmd.add_argument("--write-stack", metavar="S", help="add the chosen pool and model to stacks/Pulumi.S.yaml")
     cmd.add_argument("--name", help="deployment name for --write-stack (default: the model id)")

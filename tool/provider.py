@@ -16,7 +16,9 @@ it (``ComponentInitError``) and only its text would.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -48,6 +50,30 @@ class InferplaneProvider(ComponentProvider):
         return super().construct(name, resource_type, inputs, options)
 
 
+def engine_address(argv: Sequence[str]) -> str:
+    """The engine's address from the provider's arguments; any other argument exits 2 (argparse), naming it.
+
+    Besides the address, the engine may pass ``--logtostderr``, ``-v=N`` and ``--tracing ENDPOINT`` before it
+    (``buildPluginArguments`` in pulumi/pulumi ``sdk/go/common/resource/plugin/plugin.go``), and the SDK's own server
+    accepts ``--logflow`` (``pulumi.provider.server.main``); those are accepted and otherwise unused.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m inferplane",
+        description="The inferplane component provider (inferplane:index:Platform); the Pulumi engine starts it.",
+    )
+    parser.add_argument("engine", help="the Pulumi engine's gRPC address")
+    parser.add_argument("--logtostderr", action="store_true", help="passed by the engine; unused")
+    parser.add_argument("--logflow", action="store_true", help="passed by the engine; unused")
+    parser.add_argument("-v", type=int, metavar="LEVEL", help="the engine's log verbosity; unused")
+    parser.add_argument("--tracing", metavar="ENDPOINT", help="the engine's tracing endpoint; unused")
+    address: str = parser.parse_args(argv).engine
+    return address
+
+
 def main() -> None:
     """Serve the hosted components until the engine stops the process (arguments: the engine's address)."""
-    serve(InferplaneProvider(), sys.argv[1:])
+    address = engine_address(sys.argv[1:])
+    # The SDK's server reads sys.argv again, leniently (parse_known_args): it would take --tracing's endpoint for the
+    # engine's address. It gets the address alone.
+    sys.argv[1:] = [address]
+    serve(InferplaneProvider(), [address])
