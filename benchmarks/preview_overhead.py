@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     program = load_program(args.program)
-    project_dir = find_project_dir(Path(__file__).resolve().parent)
+    project_dir = find_project_dir(Path(__file__).resolve().parent.parent)  # the repository's own project
     stacks = [load_stack(project_dir, name) for name in stack_names(project_dir)]
     cases = [(s.name, s) for s in stacks] + [(f"synthetic x{n}", synthetic_stack(stacks[0], n)) for n in args.models]
     plans = {s.name: run_preview(s, size_stack(s), program=program).plan for s in stacks}

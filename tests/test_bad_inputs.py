@@ -10,6 +10,7 @@ must hold: the file, and the key or path. No row may print "Traceback". Rows are
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
@@ -147,6 +148,57 @@ def _env(key: str, value: str) -> Setup:
         monkeypatch.setenv(key, value)
 
     return apply
+
+
+def _pairs(content: str | bytes, name: str = "pairs.jsonl") -> Setup:
+    """A ``cache eval`` pairs file at ``tmp/project/<name>`` (folders created)."""
+
+    def write(root: Path, _: pytest.MonkeyPatch) -> None:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+
+    return write
+
+
+def _project_file(main: str, runtime: str = "python", make: Callable[[Path], object] | None = None) -> Setup:
+    """``Pulumi.yaml`` running ``main`` with ``runtime``; ``make(project)`` prepares what ``main`` names."""
+
+    def write(root: Path, _: pytest.MonkeyPatch) -> None:
+        (root / "Pulumi.yaml").write_text(
+            f"name: inferplane\nruntime: {runtime}\nmain: {main}\nstackConfigDir: stacks\n", encoding="utf-8"
+        )
+        if make is not None:
+            make(root)
+
+    return write
+
+
+def _outside_program(project: Path) -> None:
+    (project.parent / "outside").mkdir()
+    (project.parent / "outside" / "__main__.py").write_text("raise SystemExit('ran')\n")
+
+
+PAIR = '{"a": "How do I reset my password?", "b": "How can I reset my password?", "same": true}\n'
+PLAN_8B = ("plan", "--model", "llama-3.1-8b", "--input-tokens", "1000", "--output-tokens", "200",
+           "--requests-per-second", "1", "--ttft-p95-ms", "2000", "--itl-p95-ms", "100")  # fmt: skip
+
+
+def _read_only(name: str) -> Setup:
+    """``tmp/project/<name>`` made read-only by its mode bits (which bind root too, as plan reads them)."""
+    return lambda root, _: (root / name).chmod(0o444)
+
+
+def _failing(module: Any, function: str, error: BaseException) -> Setup:
+    """``module.function`` raises ``error`` for the case (a full disk, a quota) and is restored after it."""
+
+    def fail(*_: Any, **__: Any) -> None:
+        raise error
+
+    return lambda _, monkeypatch: monkeypatch.setattr(module, function, fail)
 
 
 DEV = "stacks/Pulumi.dev.yaml"
@@ -377,6 +429,101 @@ CASES: tuple[Case, ...] = (
          absent=("Tuple should have",), edit=_set("zones[1]", 5)),
     Case("platform-not-a-mapping", "cli", SIZE, EXIT_INVALID,
          (DEV, f"{P}: must be a mapping describing the platform, not list"), edit=_config(P, [1, 2])),
+    # 12. Issue 23: cache eval reads its pairs as stack files are read; a failing embedder is exit 3 naming it.
+    Case("pairs-non-utf8", "file", ("cache", "eval", "--pairs", "{project}/pairs.jsonl"), EXIT_INVALID,
+         ("pairs.jsonl: is not UTF-8 text: byte 0xff on line 1",), setup=_pairs(b'{"a": "\xff"}\n')),
+    Case("pairs-fifo", "file", ("cache", "eval", "--pairs", "{project}/pairs.jsonl"), EXIT_INVALID,
+         ("pairs.jsonl: is not a regular file",), setup=lambda root, _: os.mkfifo(root / "pairs.jsonl")),
+    Case("pairs-dev-zero", "file", ("cache", "eval", "--pairs", "/dev/zero"), EXIT_INVALID,
+         ("/dev/zero: is not a regular file",)),
+    Case("pairs-too-large", "file", ("cache", "eval", "--pairs", "{project}/pairs.jsonl"), EXIT_INVALID,
+         ("pairs.jsonl: is 10000001 bytes, more than the 8388608 accepted",), setup=_pairs("x" * 10_000_001)),
+    Case("pairs-prompt-too-long", "file", ("cache", "eval", "--pairs", "{project}/pairs.jsonl"), EXIT_INVALID,
+         ("pairs.jsonl:1: a: String should have at most 1000 characters",),
+         setup=_pairs(json.dumps({"a": "x" * 1001, "b": "y", "same": False}) + "\n")),
+    Case("pairs-same-not-boolean", "file", ("cache", "eval", "--pairs", "{project}/pairs.jsonl"), EXIT_INVALID,
+         ("pairs.jsonl:2: same: Input should be a valid boolean",),
+         setup=_pairs(PAIR + '{"a": "x", "b": "y", "same": "false"}\n')),
+    Case("embedder-unreachable", "file", ("cache", "eval", "--stack", "dev"), EXIT_FAILED,
+         ("inferplane cache eval: embedder endpoint http://127.0.0.1:9/v1 failed",),
+         edit=_set("cache.embedder", {"kind": "endpoint", "url": "http://127.0.0.1:9/v1", "model": "e5",
+                                      "dimensions": 8})),
+    Case("pairs-path-markup", "terminal", ("cache", "eval", "--pairs", "{project}/[/d][blink]:x:/pairs.jsonl"),
+         EXIT_OK, ("1 pairs from ", "/[/d][blink]:x:/pairs.jsonl (1 labelled same)"), absent=("\u274c",),
+         setup=_pairs(PAIR, "[/d][blink]:x:/pairs.jsonl")),
+    # 13. Issue 23: an explicit --project-dir is used as it is, never a parent's project.
+    Case("project-dir-no-project-size", "file", ("size", "--stack", "dev", "--project-dir", "{project}/stacks"),
+         EXIT_INVALID, ("stacks: --project-dir has no Pulumi.yaml",)),
+    Case("project-dir-no-project-preview", "file", (*PREVIEW, "--project-dir", "{project}/stacks"), EXIT_INVALID,
+         ("stacks: --project-dir has no Pulumi.yaml",)),
+    Case("project-dir-no-project-plan", "file", (*PLAN_8B, "--write-stack", "dev", "--project-dir", "{project}/stacks"),
+         EXIT_INVALID, ("stacks: --project-dir has no Pulumi.yaml",)),
+    Case("project-dir-no-project-cache", "file", ("cache", "eval", "--stack", "dev", "--project-dir",
+                                                  "{project}/stacks"), EXIT_INVALID,
+         ("stacks: --project-dir has no Pulumi.yaml",)),
+    # 14. Issue 23: preview runs only the project's own Python program, and never shows a file it could not run.
+    Case("main-outside", "file", PREVIEW, EXIT_INVALID, ("Pulumi.yaml: main: ../outside resolves outside the project",),
+         setup=_project_file("../outside", make=_outside_program), absent=("ran",)),
+    Case("main-symlink-out", "file", PREVIEW, EXIT_INVALID,
+         ("Pulumi.yaml: main: passwd.py resolves outside the project",),
+         setup=_project_file("passwd.py", make=lambda root: (root / "passwd.py").symlink_to("/etc/passwd")),
+         absent=("root:",)),
+    Case("main-fifo", "file", PREVIEW, EXIT_INVALID,
+         ("Pulumi.yaml: main: prog.py is neither a directory nor a regular .py file",),
+         setup=_project_file("prog.py", make=lambda root: os.mkfifo(root / "prog.py"))),
+    Case("main-not-py", "file", PREVIEW, EXIT_INVALID,
+         ("Pulumi.yaml: main: index.js is neither a directory nor a regular .py file",),
+         setup=_project_file("index.js", make=lambda root: (root / "index.js").write_text("console.log(1)\n"))),
+    Case("runtime-nodejs", "file", PREVIEW, EXIT_INVALID,
+         ("Pulumi.yaml: runtime: the offline preview runs Python programs only (runtime: python), not 'nodejs'",),
+         setup=_project_file("infra/", runtime="nodejs")),
+    Case("main-not-python", "file", PREVIEW, EXIT_FAILED, ('SyntaxError: invalid syntax (File "bad.py", line 1)',),
+         setup=_project_file("bad.py", make=lambda root: (root / "bad.py").write_text("TOP SECRET line :x:\n")),
+         absent=("TOP SECRET", "\u274c")),
+    # 15. Issue 23: empty arguments and control characters in any argument are refused before anything runs.
+    Case("empty-pairs", "cli", ("cache", "eval", "--pairs", ""), EXIT_INVALID,
+         ("inferplane cache eval: --pairs is empty",)),
+    Case("empty-cache-stack", "cli", ("cache", "eval", "--stack", ""), EXIT_INVALID,
+         ("inferplane cache eval: --stack is empty",)),
+    Case("empty-project-dir", "cli", (*SIZE, "--project-dir", ""), EXIT_INVALID,
+         ("inferplane size: --project-dir is empty",)),
+    Case("empty-write-stack", "cli", (*PLAN_8B, "--write-stack", ""), EXIT_INVALID,
+         ("inferplane plan: --write-stack is empty",)),
+    Case("escape-in-region", "terminal", (*PREFLIGHT, "--region", "us-east-1\x1b[2J"), EXIT_INVALID,
+         ("inferplane preflight: --region 'us-east-1\\x1b[2J': control characters",), absent=("\x1b",)),
+    Case("escape-in-plan-region", "terminal", (*PLAN_8B, "--region", "\x9b31m"), EXIT_INVALID,
+         ("inferplane plan: --region '\\x9b31m': control characters",), absent=("\x9b",)),
+    Case("escape-in-unknown-flag", "terminal", (*SIZE, "--\x1b[2J"), EXIT_INVALID,
+         ("unrecognized arguments: --\\x1b[2J",), absent=("\x1b",)),
+    Case("emoji-in-stack-name", "terminal", ("size", "--stack", ":x:"), EXIT_INVALID, ("stacks/Pulumi.:x:.yaml",),
+         absent=("\u274c",)),
+    # 16. Issue 23: schema --write/--check act on the tree this inferplane runs from, found from --project-dir.
+    Case("schema-other-tree", "cli", ("schema", "--check"), EXIT_INVALID,
+         ("is not the inferplane tree this command runs from",)),
+    # 17. Issue 23: plan's numbers are finite and bounded; --name and the stack file are checked before the search;
+    # the stack file is replaced by rename; size refuses a sequence longer than its context.
+    Case("plan-rate-inf", "numbers", (*PLAN_8B, "--requests-per-second", "inf"), EXIT_INVALID,
+         ("argument --requests-per-second: 'inf' is not within 0.001 and 100000 requests per second",)),
+    Case("plan-rate-1e20", "numbers", (*PLAN_8B, "--requests-per-second", "1e20"), EXIT_INVALID,
+         ("argument --requests-per-second: '1e20' is not within 0.001 and 100000 requests per second",)),
+    Case("plan-peak-overflow", "numbers", (*PLAN_8B, "--peak-requests-per-second", "1e308"), EXIT_INVALID,
+         ("argument --peak-requests-per-second: '1e308' is not within 0.001 and 100000",)),
+    Case("plan-itl-inf", "numbers", (*PLAN_8B, "--itl-p95-ms", "inf"), EXIT_INVALID,
+         ("argument --itl-p95-ms: 'inf' is not above 0 and at most 60000 ms",)),
+    Case("size-tokens-beyond-context", "numbers", (*MODEL_8B, "--input-tokens", "8000", "--output-tokens", "1000"),
+         EXIT_INVALID, ("inferplane size: --input-tokens 8000 + --output-tokens 1000 exceed --context 8192",),
+         absent=("output tokens/s",)),
+    Case("plan-name-invalid", "cli", (*PLAN_8B, "--write-stack", "staging", "--name", "Chat 8B!"), EXIT_INVALID,
+         ("--name 'Chat 8B!': a deployment name is a lower-case RFC 1123 label",), absent=("refuses every",)),
+    Case("plan-name-taken", "cli", (*PLAN_8B, "--write-stack", "staging", "--name", "llama-8b"), EXIT_INVALID,
+         (f"--name llama-8b: {STAGING} already deploys a model named llama-8b",), absent=("refuses every",)),
+    Case("plan-json-no-candidate", "cli", (*PLAN_8B[:-1], "1", "--json"), EXIT_REFUSED,
+         ("inferplane plan: no configuration fits and meets the objectives; dropped for: itl",)),
+    Case("plan-stack-read-only", "file", (*PLAN_8B, "--write-stack", "staging"), EXIT_INVALID,
+         (STAGING, "is read-only; nothing was written"), setup=_read_only(STAGING)),
+    Case("plan-stack-disk-full", "output", (*PLAN_8B, "--write-stack", "staging", "--name", "chat"), EXIT_FAILED,
+         (f"{STAGING}: writing it failed: No space left on device; the file is unchanged",),
+         setup=_failing(os, "fsync", OSError(errno.ENOSPC, "No space left on device"))),
 )
 # fmt: on
 
@@ -391,7 +538,8 @@ def copy_project(root: Path) -> Path:
     project = root / "project"
     (project / "stacks").mkdir(parents=True)
     shutil.copy(PROJECT_DIR / "Pulumi.yaml", project / "Pulumi.yaml")
-    (project / "infra").symlink_to(PROJECT_DIR / "infra")  # the program Pulumi.yaml's ``main`` names
+    # The program Pulumi.yaml's ``main`` names, copied: the preview refuses a ``main`` that resolves outside.
+    shutil.copytree(PROJECT_DIR / "infra", project / "infra", ignore=shutil.ignore_patterns("__pycache__"))
     for stack in (PROJECT_DIR / "stacks").glob("Pulumi.*.yaml"):
         shutil.copy(stack, project / "stacks" / stack.name)
     return project

@@ -7,7 +7,9 @@ and counts a pair as a predicted hit when the similarity reaches the threshold a
 true hits / pairs labelled same, false hits = near misses that would be served another prompt's answer.
 
 Exit 0 when the configured threshold has no false hit on the pairs, 1 when it has (a team's CI can hold its
-threshold to its own traffic), 2 when the pairs file is invalid.
+threshold to its own traffic), 2 when the pairs file is invalid (read as stack files are: a regular UTF-8 file of at
+most 8 MiB, lines split on ``\n`` only, prompts of at most the 1000 characters the gateway embeds, ``same`` a JSON
+boolean), 3 when the embedder fails (an endpoint that cannot be reached or answers wrongly).
 """
 
 from __future__ import annotations
@@ -19,37 +21,58 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from inferplane.components.gateway.cache_renderer import embedder_config
 from inferplane.components.spec.platform_spec import CacheSpec
-from inferplane.processor.cache.embedders import make_embedder
+from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig
+from inferplane.processor.cache.embedders import EmbedderError, EndpointEmbedder, WordLlamaEmbedder
 from inferplane.processor.cache.guards import refusals
-from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from inferplane.tool.stackfile import find_project_dir, load_stack
+from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.files import UnreadableFileError, read_regular_file
+from inferplane.tool.stackfile import find_project_dir, load_stack, printable
 
 SHIPPED_PAIRS = "cache/eval_pairs.jsonl"
 """The labelled set shipped in the package (``inferplane.processor``), used when ``--pairs`` is not given."""
 CURVE = tuple(round(0.80 + i / 100, 2) for i in range(21))
 """Thresholds of the precision/recall curve."""
+MAX_PAIRS_FILE_BYTES = 8 * 1024 * 1024
+"""A pairs file over 8 MiB is refused unread (the shipped set is about 30 KB; 8 MiB holds 4,000 pairs of the longest
+prompts)."""
+MAX_PROMPT_CHARS: int = CacheConfig.model_fields["semantic_max_chars"].default
+"""The gateway embeds prompts of at most this many characters (longer ones are only cached exactly), so no longer
+prompt can be a semantic hit and none is evaluated."""
+OFFLINE_TIMEOUT_S = 30.0
+"""Per-request timeout of an endpoint embedder here: the gateway's ``timeout_ms`` (50 ms by default) bounds one
+prompt on the request path, not a batch embedded offline."""
+ENDPOINT_BATCH = 64
+"""Texts per embeddings request, so one request's size and time stay bounded whatever the file's length."""
 
 
 class Pair(BaseModel):
     """One labelled line of the pairs file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: ``"same": "yes"`` or ``1`` is a mistake in the labels, not a boolean.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    a: str = Field(min_length=1, description="A prompt.")
-    b: str = Field(min_length=1, description="Another prompt.")
+    a: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="A prompt.")
+    b: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="Another prompt.")
     same: bool = Field(description="Whether one answer serves both.")
 
 
 class PairsError(Exception):
     """The pairs file cannot be read; the message names the file and line."""
+
+
+class EmbedderFailedError(Exception):
+    """The embedder produced no vectors; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -79,11 +102,12 @@ def load_pairs(path: Path | None) -> tuple[str, list[Pair]]:
         name, text = f"<shipped {SHIPPED_PAIRS}>", resource.read_text(encoding="utf-8")
     else:
         try:
-            name, text = str(path), path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise PairsError(f"{path}: {error.strerror}") from error
+            name, text = str(path), read_regular_file(path, MAX_PAIRS_FILE_BYTES)
+        except UnreadableFileError as error:
+            raise PairsError(f"{path}: {error}") from None
     pairs: list[Pair] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # "\n" only: str.splitlines would also split at a U+2028 that JSON allows unescaped inside a string.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -97,15 +121,44 @@ def load_pairs(path: Path | None) -> tuple[str, list[Pair]]:
 
 
 def score(pairs: Sequence[Pair], cache: CacheSpec) -> list[Scored]:
-    """Similarity (cosine of unit vectors) and guard refusals of every pair, with the configured embedder."""
-    embedder = make_embedder(embedder_config(cache))
+    """Similarity (cosine of unit vectors) and guard refusals of every pair, with the configured embedder; raises
+    :class:`EmbedderFailedError` naming the embedder when it produces no vectors."""
     texts = [p.a for p in pairs] + [p.b for p in pairs]
-    vectors = asyncio.run(embedder.embed(texts))
+    vectors = _embed(texts, cache)
     half = len(pairs)
     return [
         Scored(pair, float(np.dot(vectors[i], vectors[half + i])), refusals(pair.a, pair.b))
         for i, pair in enumerate(pairs)
     ]
+
+
+def embedder_name(cache: CacheSpec) -> str:
+    """The embedder as messages name it: ``wordllama`` or ``endpoint <url>``."""
+    return "wordllama" if cache.embedder.kind == "wordllama" else f"endpoint {cache.embedder.url}"
+
+
+def _embed(texts: list[str], cache: CacheSpec) -> list[Any]:
+    config = embedder_config(cache)
+    try:
+        if isinstance(config, EndpointEmbedderConfig):
+            return asyncio.run(_embed_endpoint(texts, config))
+        return WordLlamaEmbedder(config).embed_now(texts)
+    except EmbedderError as error:
+        raise EmbedderFailedError(f"embedder {embedder_name(cache)} failed: {error}") from None
+    # wordllama's files missing or unreadable; a URL httpx cannot use (InvalidURL is no HTTPError, which the embedder
+    # catches).
+    except (OSError, ValueError, RuntimeError, httpx.InvalidURL) as error:
+        raise EmbedderFailedError(f"embedder {embedder_name(cache)} failed: {type(error).__name__}: {error}") from None
+
+
+async def _embed_endpoint(texts: list[str], config: EndpointEmbedderConfig) -> list[Any]:
+    """The endpoint's vectors in batches of :data:`ENDPOINT_BATCH`, each request under :data:`OFFLINE_TIMEOUT_S`."""
+    async with httpx.AsyncClient(timeout=OFFLINE_TIMEOUT_S) as client:
+        embedder = EndpointEmbedder(config, client=client)
+        vectors: list[Any] = []
+        for start in range(0, len(texts), ENDPOINT_BATCH):
+            vectors.extend(await embedder.embed(texts[start : start + ENDPOINT_BATCH]))
+        return vectors
 
 
 def point(scored: Sequence[Scored], threshold: float, guards: bool) -> Point:
@@ -123,9 +176,17 @@ def point(scored: Sequence[Scored], threshold: float, guards: bool) -> Point:
 
 
 def _render(out: Console, name: str, cache: CacheSpec, scored: Sequence[Scored], at: Point) -> None:
-    kind = cache.embedder.kind if cache.embedder.kind == "wordllama" else f"endpoint {cache.embedder.url}"
     guards = "on" if cache.semantic_guards else "off"
-    out.print(f"{len(scored)} pairs from {name} ({sum(s.pair.same for s in scored)} labelled same); embedder {kind}")
+    # The file name and the URL are printed as they are: a "[/d]" in a folder's name is no markup.
+    out.print(
+        escape(
+            printable(
+                f"{len(scored)} pairs from {name} ({sum(s.pair.same for s in scored)} labelled same); "
+                f"embedder {embedder_name(cache)}"
+            )
+        ),
+        highlight=False,
+    )
     out.print(
         f"threshold {at.threshold:.2f}, guards {guards}: precision {at.precision:.3f}, recall {at.recall:.3f}, "
         f"false hits {at.false_hits}"
@@ -157,11 +218,15 @@ def cache_eval_command(args: argparse.Namespace, out: Console, err: Console) -> 
         project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
         cache = load_stack(project_dir, args.stack).platform.cache
     try:
-        name, pairs = load_pairs(Path(args.pairs) if args.pairs else None)
+        name, pairs = load_pairs(Path(args.pairs) if args.pairs is not None else None)
     except PairsError as error:
-        err.print(f"inferplane cache eval: {error}", markup=False, highlight=False)
+        err.print(printable(f"inferplane cache eval: {error}"), markup=False, highlight=False)
         return EXIT_INVALID
-    scored = score(pairs, cache)
+    try:
+        scored = score(pairs, cache)
+    except EmbedderFailedError as error:
+        err.print(printable(f"inferplane cache eval: {error}"), markup=False, highlight=False)
+        return EXIT_FAILED
     at = point(scored, cache.semantic_similarity_threshold, cache.semantic_guards)
     if args.json:
         result = {

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import get_args
+from typing import NoReturn, get_args
 
 from rich.console import Console
 
@@ -68,7 +69,7 @@ def _size_stack(args: argparse.Namespace, out: Console, err: Console) -> int:
             highlight=False,
         )
         return EXIT_INVALID
-    project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
+    project_dir = find_project_dir(Path(args.project_dir) if args.project_dir is not None else None)
     stack = load_stack(project_dir, args.stack)
     plan = size_platform(stack.platform)
     if args.json:
@@ -109,6 +110,13 @@ def _model_flags_valid(
     if args.context > model.max_context:
         err.print(
             f"inferplane size: --context {args.context} exceeds the {model.max_context} tokens {args.model} supports"
+        )
+        return False
+    if args.input_tokens + args.output_tokens > args.context:
+        # A sequence holds its prompt and its output: a longer one cannot exist, so its throughput means nothing.
+        err.print(
+            f"inferplane size: --input-tokens {args.input_tokens} + --output-tokens {args.output_tokens} exceed "
+            f"--context {args.context} (at most {model.max_context} for {args.model})"
         )
         return False
     if accelerator.vendor == "google" and (args.weights_dtype != "bf16" or args.kv_cache_dtype not in ("auto", "bf16")):
@@ -165,13 +173,17 @@ def _size_tpu(
 def _report_model_size(
     args: argparse.Namespace, out: Console, model: ModelArchitecture, accelerator: Accelerator, result: SizingResult
 ) -> int:
-    """Print the sizing and its performance (a table or one JSON object); the exit code says whether it fits."""
-    performance = plan_cmd.size_performance(args, model, accelerator, result)
+    """Print the sizing and its performance (a table or one JSON object); the exit code says whether it fits.
+
+    A configuration that does not fit has no performance: no line, and no performance keys in the JSON.
+    """
+    performance = plan_cmd.size_performance(args, model, accelerator, result) if result.fits else {}
     if args.json:
         out.print_json(json.dumps({**result.model_dump(mode="json"), **performance}, sort_keys=True))
     else:
         render_result(out, result)
-        plan_cmd.render_performance(out, args, performance)
+        if performance:
+            plan_cmd.render_performance(out, args, performance)
     return EXIT_OK if result.fits else EXIT_REFUSED
 
 
@@ -247,9 +259,19 @@ def _bounded(upper: int) -> Callable[[str], int]:
     return parse
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose own errors (``unrecognized arguments: ...``) print control characters escaped.
+
+    Subcommand parsers are made of the same class (``add_subparsers`` defaults to the parent's class).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        super().error(printable(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(prog="inferplane", description=__doc__)
+    parser: argparse.ArgumentParser = _Parser(prog="inferplane", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_size_parser(sub)
     plan_cmd.add_parser(sub)
@@ -344,6 +366,9 @@ def _add_schema_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "--write", action="store_true", help="regenerate components/platform/args.py and schema.json"
     )
     schema_mode.add_argument("--check", action="store_true", help="exit 1 when args.py or schema.json is stale")
+    schema_cmd.add_argument(
+        "--project-dir", help="the inferplane source tree to --write or --check (default: the nearest with Pulumi.yaml)"
+    )
     schema_cmd.set_defaults(handler=_schema)
 
 
@@ -354,12 +379,40 @@ def _utilization(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """The first option given an empty value or control characters, as a message; None when every one is fine.
+
+    An empty ``--project-dir ''`` or ``--pairs ''`` would otherwise read as "not given" and fall back to a default,
+    and a control character in any argument (``--region``) would reach the terminal wherever the value is shown.
+    """
+    command = " ".join(str(getattr(args, name)) for name in ("command", "cache_command") if getattr(args, name, None))
+    for name, value in vars(args).items():
+        flag = "--" + name.replace("_", "-")
+        for item in value if isinstance(value, list) else [value]:
+            if item == "":
+                return f"inferplane {command}: {flag} is empty; give a value or leave the flag out"
+            if isinstance(item, str) and _CONTROL_CHARACTERS.search(item):
+                return (
+                    f"inferplane {command}: {flag} {item!r}: control characters (escape sequences, NUL, newlines) "
+                    "are not accepted"
+                )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``inferplane`` console script."""
     args = build_parser().parse_args(argv)
-    # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; plans read better wide.
-    out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-    err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+    # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; plans read better wide. emoji=False:
+    # a ``:x:`` in a path or a stack file is text, never an emoji.
+    out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160, emoji=False)
+    err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160, emoji=False)
+    problem = argument_problem(args)
+    if problem is not None:
+        err.print(problem, markup=False, highlight=False)
+        return EXIT_INVALID
     try:
         code: int = args.handler(args, out, err)
     except (StackFileError, InvalidSpecError) as exc:

@@ -8,14 +8,20 @@ not read pydantic models, ``Literal`` or ``tuple``. :func:`generate_args_module`
 ``components/platform/args.py`` from the pydantic models (``Literal`` -> ``Enum``, ``tuple`` -> ``list``, a field
 with a default -> ``NotRequired``, ``Field(description=...)`` -> the property docstring). The file is committed;
 ``inferplane schema --write`` regenerates it and ``schema.json``, and a test fails when either is stale.
+
+Both are generated in this process (:func:`generate`), the schema from the new ``args.py`` text loaded as a module of
+its own, so nothing is imported from the working directory (``python -m`` would put it first on ``sys.path``), and
+``--write`` renames both into place only once both exist. ``--write`` and ``--check`` act on the project found from
+the working directory (or ``--project-dir``), which must be the tree this inferplane runs from: another checkout's
+files would be judged against this one's spec.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import linecache
 import re
-import subprocess
 import sys
 import types
 import typing
@@ -29,13 +35,22 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 
 from inferplane.components.spec.platform_spec import PlatformSpec
-from inferplane.tool.exitcodes import EXIT_OK, EXIT_REFUSED
+from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.files import OutputFiles, UnreadableFileError, UnwritableFileError, read_regular_file
+from inferplane.tool.stackfile import find_project_dir, printable
 
-ARGS_MODULE = Path(__file__).resolve().parent.parent / "components" / "platform" / "args.py"
-"""The generated module of the Platform component's input types."""
-
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.json"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+"""The source tree this inferplane runs from (``inferplane/`` links its folders)."""
+ARGS_PATH = Path("components") / "platform" / "args.py"
+"""The generated module of the Platform component's input types, in a tree."""
+SCHEMA_PATH = Path("schema.json")
 """The committed package schema (without ``version``, which is the distribution's, stamped when the provider runs)."""
+ARGS_MODULE = PACKAGE_ROOT / ARGS_PATH
+ARGS_MODULE_NAME = "inferplane.components.platform.args"
+"""The imported module of those types (maybe an older text than the spec generates now)."""
+SCHEMA_FILE = PACKAGE_ROOT / SCHEMA_PATH
+MAX_GENERATED_BYTES = 16 * 1024 * 1024
+"""``--check`` reads at most this much of each committed file (both are well under 1 MB)."""
 
 PLATFORM_ARGS = "PlatformArgs"
 EXTRA_PLATFORM_INPUTS: tuple[tuple[str, str, str], ...] = (
@@ -244,37 +259,147 @@ def render_schema(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
-def write(out: typing.TextIO) -> int:
-    """Regenerate ``args.py``, then ``schema.json`` from it (in a fresh interpreter, which imports the new file)."""
-    ARGS_MODULE.write_text(generate_args_module())
-    text = subprocess.run(
-        [sys.executable, "-m", "inferplane.tool.schema"], check=True, capture_output=True, text=True
-    ).stdout
-    SCHEMA_FILE.write_text(text)
-    out.write(f"wrote {ARGS_MODULE} and {SCHEMA_FILE} ({len(text)} bytes)\n")
-    return 0
+def schema_of_args(args_source: str) -> dict[str, Any]:
+    """The package schema (no ``version``) the SDK infers when the Platform component's inputs are ``args_source``.
+
+    The text is loaded as a module of its own, registered in ``sys.modules`` and ``linecache`` only while the SDK
+    reads it (its property docs come from ``inspect.getsource``), and the hosted components are rebound to its
+    types: the module already imported may be the old file.
+    """
+    from pulumi.provider.experimental.component import ComponentProvider  # noqa: PLC0415 - loads the Pulumi SDK
+
+    from inferplane.components.platform import HOSTED_COMPONENTS  # noqa: PLC0415 - loads every component
+    from inferplane.components.platform.component import PACKAGE_NAME  # noqa: PLC0415
+
+    name = "inferplane.components.platform._generated_args"
+    filename = f"<generated {ARGS_PATH.as_posix()}>"
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    linecache.cache[filename] = (len(args_source), None, args_source.splitlines(keepends=True), filename)
+    sys.modules[name] = module
+    try:
+        # dont_inherit: this module's ``from __future__ import annotations`` would turn the annotations the SDK
+        # reads into strings. The text is our own generated one, never a user's.
+        exec(compile(args_source, filename, "exec", dont_inherit=True), module.__dict__)
+        components = [_rebound(component, module) for component in HOSTED_COMPONENTS]
+        provider = ComponentProvider(components, PACKAGE_NAME, version="0.0.0")
+    finally:
+        del sys.modules[name]
+        linecache.cache.pop(filename, None)
+    assert provider.schema is not None
+    schema: dict[str, Any] = json.loads(provider.schema)
+    schema.pop("version", None)
+    return schema
 
 
-def stale() -> list[str]:
-    """Which committed files differ from what the spec generates now (empty when both are current)."""
+def _rebound(component: type[Any], args_module: types.ModuleType) -> type[Any]:
+    """A subclass of ``component`` whose ``__init__`` annotations name ``args_module``'s types instead of the
+    imported ``args`` module's; the SDK reads only the annotations, the docstring and the class name."""
+    init = component.__init__
+    annotations = {
+        key: getattr(args_module, value.__name__) if getattr(value, "__module__", None) == ARGS_MODULE_NAME else value
+        for key, value in init.__annotations__.items()
+    }
+    rebound_init = types.FunctionType(
+        init.__code__, init.__globals__, init.__name__, init.__defaults__, init.__closure__
+    )
+    rebound_init.__annotations__ = annotations
+    return type(
+        component.__name__,
+        (component,),
+        {"__init__": rebound_init, "__doc__": component.__doc__, "__module__": component.__module__},
+    )
+
+
+def generate() -> tuple[str, str]:
+    """``args.py`` and ``schema.json`` as the spec generates them now: (args source, schema text)."""
+    args_source = generate_args_module()
+    return args_source, render_schema(schema_of_args(args_source))
+
+
+def source_tree(project_dir: str | None) -> Path:
+    """The tree ``--write``/``--check`` act on: the project found from the working directory (or ``project_dir``),
+    which must be the one this inferplane runs from; raises :class:`SchemaTreeError`."""
+    tree = find_project_dir(Path(project_dir) if project_dir else None)
+    if tree != PACKAGE_ROOT:
+        raise SchemaTreeError(
+            f"the project at {tree} is not the inferplane tree this command runs from ({PACKAGE_ROOT}): "
+            "its args.py and schema.json would be judged against another tree's spec; run that tree's own "
+            "inferplane (its .venv/bin/inferplane)"
+        )
+    return tree
+
+
+class SchemaTreeError(Exception):
+    """``--write``/``--check`` in a tree other than the one this inferplane runs from."""
+
+
+def stale(tree: Path = PACKAGE_ROOT) -> list[str]:
+    """Which of ``tree``'s committed files differ from what the spec generates now (empty when both are current)."""
+    args_source, schema_text = generate()
     problems = []
-    if not ARGS_MODULE.is_file() or ARGS_MODULE.read_text() != generate_args_module():
-        problems.append(str(ARGS_MODULE))
-    if not SCHEMA_FILE.is_file() or SCHEMA_FILE.read_text() != render_schema(package_schema()):
-        problems.append(str(SCHEMA_FILE))
+    for relative, expected in ((ARGS_PATH, args_source), (SCHEMA_PATH, schema_text)):
+        try:
+            current = read_regular_file(tree / relative, MAX_GENERATED_BYTES)
+        except UnreadableFileError:
+            current = None
+        if current != expected:
+            problems.append(str(tree / relative))
     return problems
+
+
+def _write(tree: Path, out: Console, err: Console) -> int:
+    """Generate both files, then rename both into ``tree``; nothing is written unless both were generated."""
+    targets = (tree / ARGS_PATH, tree / SCHEMA_PATH)
+    try:
+        with OutputFiles() as outputs:
+            for target in targets:
+                outputs.claim("--write", str(target))
+            try:
+                texts = generate()
+            except Exception as exc:  # the generator may fail anyhow (a spec type it cannot map, the SDK)
+                _say(err, f"inferplane schema: generating {ARGS_PATH} and {SCHEMA_PATH} failed: {_error(exc)}")
+                return EXIT_FAILED
+            for target, text in zip(targets, texts, strict=True):
+                outputs.publish(str(target), text)
+    except UnwritableFileError as exc:
+        _say(err, f"inferplane schema: {exc}; {tree} is left as it was")
+        return EXIT_FAILED
+    _say(out, f"inferplane schema: wrote {targets[0]} and {targets[1]} ({len(texts[1])} bytes) in the tree {tree}")
+    return EXIT_OK
+
+
+def _check(tree: Path, err: Console) -> int:
+    try:
+        problems = stale(tree)
+    except Exception as exc:  # as for --write: a failing generator is the tool's failure, not a stale file
+        _say(err, f"inferplane schema: generating {ARGS_PATH} and {SCHEMA_PATH} failed: {_error(exc)}")
+        return EXIT_FAILED
+    for path in problems:
+        _say(err, f"inferplane schema: {path} is stale; run `inferplane schema --write`")
+    if not problems:
+        _say(err, f"inferplane schema: {ARGS_PATH} and {SCHEMA_PATH} of the tree {tree} are current")
+    return EXIT_REFUSED if problems else EXIT_OK
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _say(console: Console, text: str) -> None:
+    console.print(printable(text), markup=False, highlight=False)
 
 
 def schema_command(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``inferplane schema``: print the package schema (as ``GetSchema`` answers), or ``--write`` / ``--check`` the
-    committed ``args.py`` and ``schema.json``."""
-    if args.write:
-        return write(sys.stdout)
-    if args.check:
-        problems = stale()
-        for path in problems:
-            err.print(f"inferplane schema: {path} is stale; run `inferplane schema --write`", markup=False)
-        return EXIT_REFUSED if problems else EXIT_OK
+    committed ``args.py`` and ``schema.json`` of the project's tree."""
+    if args.write or args.check:
+        try:
+            tree = source_tree(args.project_dir)
+        except SchemaTreeError as exc:
+            _say(err, f"inferplane schema: {exc}")
+            return EXIT_INVALID
+        return _write(tree, out, err) if args.write else _check(tree, err)
     from inferplane import __version__  # noqa: PLC0415
 
     out.file.write(render_schema(package_schema(__version__)))

@@ -115,16 +115,27 @@ class Stack(StackConfig):
 
 
 def find_project_dir(start: Path | None = None) -> Path:
-    """The nearest directory at or above ``start`` holding ``Pulumi.yaml``; ``start`` must be a directory."""
+    """The project directory: ``start`` itself (``--project-dir``), which must hold ``Pulumi.yaml``; without it, the
+    nearest directory at or above the working directory that holds one.
+
+    An explicit directory is used as it is, never a parent: a ``--project-dir`` that lacks ``Pulumi.yaml`` would
+    otherwise silently act on whichever project lies above it.
+    """
     if start is not None:
         try:
             is_dir = start.is_dir()
+            has_project = is_dir and (start / PROJECT_FILE).is_file()
         except OSError as exc:
             raise StackFileError(str(start), f"--project-dir: cannot read: {os_reason(exc)}") from None
         if not is_dir:
             what = "does not exist" if not start.exists() else "is not a directory"
             raise StackFileError(str(start), f"--project-dir {what}")
-    here = (start or Path.cwd()).resolve()
+        if not has_project:
+            raise StackFileError(
+                str(start), f"--project-dir has no {PROJECT_FILE} (the directory given is used as it is, not a parent)"
+            )
+        return start.resolve()
+    here = Path.cwd().resolve()
     for candidate in (here, *here.parents):
         if (candidate / PROJECT_FILE).is_file():
             return candidate

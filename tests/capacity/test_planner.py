@@ -234,7 +234,7 @@ def test_size_json_adds_throughput_and_single_stream_itl(capsys: pytest.CaptureF
 
 def _project_copy(tmp_path: Path) -> Path:
     shutil.copy(PROJECT_DIR / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    (tmp_path / "infra").symlink_to(PROJECT_DIR / "infra")  # the program Pulumi.yaml's ``main`` names
+    shutil.copytree(PROJECT_DIR / "infra", tmp_path / "infra")  # the program main names (a link out is refused)
     shutil.copytree(PROJECT_DIR / "stacks", tmp_path / "stacks")
     shutil.copytree(PROJECT_DIR / "policies", tmp_path / "policies")
     # The policy pack runs with the project's virtual environment (policies/PulumiPolicy.yaml: ../.venv).

@@ -59,8 +59,9 @@ def test_malformed_stack_files_name_file_and_key(tmp_path: Path, yaml_text: str,
     assert str(caught.value).startswith(message)
 
 
-def test_no_project_file(tmp_path: Path) -> None:
+def test_no_project_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from inferplane.tool.stackfile import find_project_dir
 
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(StackFileError, match=r"no Pulumi\.yaml here or in any parent directory"):
-        find_project_dir(tmp_path)
+        find_project_dir()

@@ -37,6 +37,8 @@ def project_frames(exc: BaseException, project_dir: Path) -> list[traceback.Fram
     root = project_dir.resolve()
     kept: list[traceback.FrameSummary] = []
     for frame in traceback.extract_tb(exc.__traceback__):
+        if not Path(frame.filename).is_absolute():  # "<frozen runpy>", "<string>": no file, and not the project's
+            continue
         path = Path(frame.filename).resolve()
         if not path.is_relative_to(root):
             continue
@@ -61,8 +63,14 @@ def format_program_error(exc: BaseException, project_dir: Path) -> str:
             lines.append(f'  File "{where}", line {frame.lineno}, in {frame.name}')
             if frame.line:
                 lines.append(f"    {frame.line}")
-    lines.extend(line.rstrip("\n") for line in traceback.format_exception_only(exc))
-    return "\n".join(lines)
+    if isinstance(exc, SyntaxError):
+        # Never the offending line itself: a file that is not Python (a symlinked system file) would be shown.
+        failed = Path(exc.filename or "<unknown>")
+        shown = failed.relative_to(root).as_posix() if failed.is_absolute() and failed.is_relative_to(root) else failed
+        lines.append(f'{type(exc).__name__}: {exc.msg} (File "{shown}", line {exc.lineno})')
+    else:
+        lines.extend(line.rstrip("\n") for line in traceback.format_exception_only(exc))
+    return printable("\n".join(lines))
 
 
 @contextmanager

@@ -33,16 +33,48 @@ class ConfigDeclarations:
 
 
 def project_main(project: ProjectFile) -> Path:
-    """The program ``Pulumi.yaml``'s ``main`` names (default: the project directory), checked to be runnable."""
+    """The program ``Pulumi.yaml``'s ``main`` names (default: the project directory), checked to be runnable.
+
+    Only a Python project's own program runs: ``runtime`` must be ``python`` (a Node.js ``index.js`` is no Python),
+    and ``main`` must resolve, symlinks followed, inside the project to a directory with a ``__main__.py`` or to a
+    ``.py`` file, each a regular file (a FIFO would block the read, ``/dev/zero`` would never end it).
+    """
+    _check_python_runtime(project)
     main = project.document.get("main") or "."
     if not isinstance(main, str):
         raise StackFileError(PROJECT_FILE, "must be a path", key="main")
-    path = (project.project_dir / main).resolve()
-    if path.is_dir() and not (path / "__main__.py").is_file():
-        raise StackFileError(PROJECT_FILE, f"{main} has no __main__.py to run", key="main")
-    if not path.exists():
-        raise StackFileError(PROJECT_FILE, f"{main} does not exist", key="main")
+    root = project.project_dir.resolve()
+    try:
+        path = (root / main).resolve()
+        if not path.exists():
+            raise StackFileError(PROJECT_FILE, f"{main} does not exist", key="main")
+        if not path.is_relative_to(root):
+            raise StackFileError(PROJECT_FILE, f"{main} resolves outside the project ({path})", key="main")
+        if path.is_dir():
+            program = (path / "__main__.py").resolve()
+            if not program.is_file():
+                raise StackFileError(PROJECT_FILE, f"{main} has no __main__.py to run", key="main")
+            if not program.is_relative_to(root):
+                raise StackFileError(
+                    PROJECT_FILE, f"{main.rstrip('/')}/__main__.py resolves outside the project", key="main"
+                )
+        elif not (path.is_file() and path.suffix == ".py"):
+            raise StackFileError(PROJECT_FILE, f"{main} is neither a directory nor a regular .py file", key="main")
+    except (OSError, RuntimeError, ValueError) as exc:  # a loop of symlinks, a NUL byte, an unreadable folder
+        raise StackFileError(PROJECT_FILE, f"{main} cannot be read ({type(exc).__name__})", key="main") from None
     return path
+
+
+def _check_python_runtime(project: ProjectFile) -> None:
+    """``runtime`` (``python`` or ``{name: python, options: ...}``) names Python; the Pulumi CLI requires the key
+    (https://www.pulumi.com/docs/iac/concepts/projects/project-file/: ``runtime`` is required)."""
+    runtime = project.document.get("runtime")
+    name = runtime.get("name") if isinstance(runtime, dict) else runtime
+    if name != "python":
+        shown = "missing" if name is None else repr(name)
+        raise StackFileError(
+            PROJECT_FILE, f"the offline preview runs Python programs only (runtime: python), not {shown}", key="runtime"
+        )
 
 
 def config_declarations(project: ProjectFile) -> ConfigDeclarations:
