@@ -202,6 +202,26 @@ class KvCacheDtype(StrEnum):
     """``fp8``."""
 
 
+class RoutingPolicy(StrEnum):
+    """One of: prefix_aware, least_request."""
+
+    PREFIX_AWARE = "prefix_aware"
+    """``prefix_aware``."""
+    LEAST_REQUEST = "least_request"
+    """``least_request``."""
+
+
+class RoutingArgs(TypedDict):
+    """How the gateway picks a replica of a model for each request."""
+
+    policy: NotRequired[RoutingPolicy]
+    """``prefix_aware``: the replica likely to hold the prompt's prefix in its KV cache, bounded by load (NVIDIA Dynamo's KV router cost: overlap_weight x prefill blocks + decode blocks); ``least_request``: the least loaded replica."""
+    overlap_weight: NotRequired[float]
+    """What a cached prefix block is worth against a block of decode load (Dynamo's ``overlap_score_weight``); 0 is pure load balancing."""
+    load_bound: NotRequired[bool]
+    """A replica running its ``max_num_seqs`` is never picked; requests wait in the gateway's bounded queue or get 429. Off only for experiments: affinity without a load bound piles requests onto hot replicas (llm-d measured about 55% success). Prod's policy pack refuses it off."""
+
+
 class SpeculativeMethod(StrEnum):
     """One of: ngram, draft_model, eagle, eagle3."""
 
@@ -272,6 +292,8 @@ class ModelDeploymentArgs(TypedDict):
     """Allow the autoscaler to remove every replica when idle."""
     routing_tier: NotRequired[str]
     """Gateway tier that routes to this model."""
+    routing: NotRequired[RoutingArgs]
+    """How the gateway picks this model's replica; overrides its tier's ``routing`` and ``gateway.routing``."""
     prefix_caching: NotRequired[bool]
     """Reuse KV blocks across requests sharing a prefix."""
     chunked_prefill: NotRequired[bool]
@@ -404,6 +426,8 @@ class RoutingTierArgs(TypedDict):
     """Deployments serving the tier, preferred first."""
     fallback: NotRequired[list[str]]
     """Deployments tried when all of ``models`` fail."""
+    routing: NotRequired[RoutingArgs]
+    """How the gateway picks replicas of the tier's primary ``models``; overrides ``gateway.routing`` (a model's own ``routing`` wins over it)."""
 
 
 class TenantArgs(TypedDict):
@@ -445,6 +469,8 @@ class GatewayArgs(TypedDict):
     """Callers, their tiers and limits (never keys)."""
     admission: NotRequired[AdmissionArgs]
     """Queueing beyond KV capacity."""
+    routing: NotRequired[RoutingArgs]
+    """How the gateway picks a replica of each model: the default for every model, overridden by a tier's or a model's own ``routing``."""
     request_timeout_seconds: NotRequired[int]
     """Longest a whole request (a long stream included) may take."""
     stream_idle_timeout_seconds: NotRequired[int]

@@ -38,6 +38,7 @@ AmiFamily = Literal["al2023", "bottlerocket"]
 EndpointAccess = Literal["private", "public_and_private"]
 ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
 SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3"]
+RoutingPolicy = Literal["prefix_aware", "least_request"]
 
 # RFC 1123 label: every name becomes part of Kubernetes and AWS resource names.
 _DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
@@ -232,6 +233,35 @@ class SloSpec(_Spec):
     itl_p95_ms: int = Field(default=100, gt=0, le=60_000, description="Inter-token latency, p95, milliseconds.")
 
 
+class RoutingSpec(_Spec):
+    """How the gateway picks a replica of a model for each request."""
+
+    policy: RoutingPolicy = Field(
+        default="prefix_aware",
+        description="``prefix_aware``: the replica likely to hold the prompt's prefix in its KV cache, bounded by "
+        "load (NVIDIA Dynamo's KV router cost: overlap_weight x prefill blocks + decode blocks); ``least_request``: "
+        "the least loaded replica.",
+    )
+    # NVIDIA Dynamo's ``overlap_score_weight`` (ai-dynamo/dynamo docs/design_docs/router_design.md and
+    # docs/router/kv_cache_routing.md, ``--kv-overlap-score-weight``: default 1, 0 = pure load balancing).
+    overlap_weight: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=16.0,
+        description="What a cached prefix block is worth against a block of decode load (Dynamo's "
+        "``overlap_score_weight``); 0 is pure load balancing.",
+    )
+    # llm-d's "Intelligent Inference Scheduling" (llm-d/llm-d.github.io
+    # blog/2025-09-03_intelligent-inference-scheduling-with-llm-d.md): with high prefix sharing a prefix-only scorer
+    # "frequently overloaded replicas, succeeding in only ~55% of requests"; prefix + load kept 100%.
+    load_bound: bool = Field(
+        default=True,
+        description="A replica running its ``max_num_seqs`` is never picked; requests wait in the gateway's bounded "
+        "queue or get 429. Off only for experiments: affinity without a load bound piles requests onto hot replicas "
+        "(llm-d measured about 55% success). Prod's policy pack refuses it off.",
+    )
+
+
 class ModelDeploymentSpec(_Spec):
     """One served model: what it is, where it runs, how far it scales."""
 
@@ -270,6 +300,11 @@ class ModelDeploymentSpec(_Spec):
     max_replicas: int = Field(default=1, ge=1, le=256, description="Replica ceiling for the autoscaler.")
     scale_to_zero: bool = Field(default=False, description="Allow the autoscaler to remove every replica when idle.")
     routing_tier: Name = Field(default="standard", description="Gateway tier that routes to this model.")
+    routing: RoutingSpec | None = Field(
+        default=None,
+        description="How the gateway picks this model's replica; overrides its tier's ``routing`` and "
+        "``gateway.routing``.",
+    )
     prefix_caching: bool = Field(default=True, description="Reuse KV blocks across requests sharing a prefix.")
     chunked_prefill: bool = Field(default=True, description="Split long prompts so decodes keep flowing.")
     speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
@@ -398,6 +433,11 @@ class RoutingTierSpec(_Spec):
     )
     models: tuple[Name, ...] = Field(min_length=1, description="Deployments serving the tier, preferred first.")
     fallback: tuple[Name, ...] = Field(default=(), description="Deployments tried when all of ``models`` fail.")
+    routing: RoutingSpec | None = Field(
+        default=None,
+        description="How the gateway picks replicas of the tier's primary ``models``; overrides ``gateway.routing`` "
+        "(a model's own ``routing`` wins over it).",
+    )
 
 
 class TenantSpec(_Spec):
@@ -443,6 +483,11 @@ class GatewaySpec(_Spec):
     )
     tenants: tuple[TenantSpec, ...] = Field(default=(), description="Callers, their tiers and limits (never keys).")
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec, description="Queueing beyond KV capacity.")
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        description="How the gateway picks a replica of each model: the default for every model, overridden by a "
+        "tier's or a model's own ``routing``.",
+    )
     request_timeout_seconds: int = Field(
         default=900, ge=10, le=7200, description="Longest a whole request (a long stream included) may take."
     )
@@ -843,6 +888,20 @@ def gateway_tiers(spec: PlatformSpec) -> tuple[RoutingTierSpec, ...]:
     for deployment in spec.models:
         order.setdefault(deployment.routing_tier, []).append(deployment.name)
     return tuple(RoutingTierSpec(name=tier, models=tuple(models)) for tier, models in order.items())
+
+
+def routing_of(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> RoutingSpec:
+    """How the gateway picks ``deployment``'s replica: the model's own ``routing``, else that of the first tier (in
+    :func:`gateway_tiers` order) that lists it among its ``models`` and sets one, else ``gateway.routing``.
+
+    A fallback takes no tier's routing: a tier's ``routing`` speaks for its primaries, and the replicas of a model
+    are picked the same way whichever tier the request came through."""
+    if deployment.routing is not None:
+        return deployment.routing
+    for tier in gateway_tiers(spec):
+        if tier.routing is not None and deployment.name in tier.models:
+            return tier.routing
+    return spec.gateway.routing
 
 
 def _check_tenants(spec: PlatformSpec, add: Any) -> None:

@@ -17,8 +17,10 @@ from inferplane.components.spec.platform_spec import (
     LOG_RETENTION_VALUES,
     PLATFORM_KEY,
     PlatformSpec,
+    RoutingSpec,
     SpecError,
     parse_platform,
+    routing_of,
 )
 from inferplane.tool.stackfile import read_stack_config
 from tests.conftest import PROJECT_DIR
@@ -178,6 +180,13 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
     ("cache-noeviction", "dev", _set("cache.eviction_policy", "noeviction"), "cache.eviction_policy",
      "Input should be 'volatile-lru', 'allkeys-lru', 'volatile-lfu', 'allkeys-lfu', 'volatile-ttl', "
      "'volatile-random' or 'allkeys-random'"),
+    ("routing-unknown-key", "prod", _set("gateway.routing.weight", 2), "gateway.routing.weight", "unknown key"),
+    ("routing-overlap-above-16", "prod", _set("gateway.routing.overlap_weight", 16.5),
+     "gateway.routing.overlap_weight", "Input should be less than or equal to 16"),
+    ("routing-overlap-negative", "prod", _set("models[0].routing", {"overlap_weight": -0.5}),
+     "models[0].routing.overlap_weight", "Input should be greater than or equal to 0"),
+    ("routing-unknown-policy", "prod", _set("gateway.tiers[0].routing", {"policy": "round_robin"}),
+     "gateway.tiers[0].routing.policy", "Input should be 'prefix_aware' or 'least_request'"),
 ]  # fmt: skip
 
 
@@ -272,3 +281,57 @@ def test_log_retention_defaults_per_environment(environment: str, days: int) -> 
     raw["cluster"].pop("log_retention_days", None)
     spec = parse_platform(raw, "us-east-1")
     assert spec.cluster.log_retention_days is None and spec.log_retention_days == days
+
+
+def test_routing_defaults_to_load_bounded_prefix_affinity() -> None:
+    assert RoutingSpec().model_dump() == {"policy": "prefix_aware", "overlap_weight": 1.0, "load_bound": True}
+    assert RoutingSpec(overlap_weight=0.0).overlap_weight == 0.0
+    assert RoutingSpec(overlap_weight=16.0).overlap_weight == 16.0
+    spec = parse_platform(_raw("prod"), "us-east-1")
+    assert spec.gateway.routing == RoutingSpec()
+    assert [routing_of(spec, m) for m in spec.models] == [RoutingSpec(), RoutingSpec()]
+
+
+def test_routing_model_wins_over_tier_wins_over_gateway() -> None:
+    """prod: tier premium = [llama-70b] with fallback llama-8b, tier standard = [llama-8b]."""
+    raw = _raw("prod")
+    raw["gateway"]["routing"] = {"policy": "least_request"}
+    raw["gateway"]["tiers"][0]["routing"] = {"overlap_weight": 2.0}
+    spec = parse_platform(raw, "us-east-1")
+    seventy, eight = spec.models
+    assert (seventy.name, eight.name) == ("llama-70b", "llama-8b")
+    # The tier speaks for its primaries only: llama-8b, premium's fallback, keeps the gateway's routing.
+    assert routing_of(spec, seventy) == RoutingSpec(overlap_weight=2.0)
+    assert routing_of(spec, eight) == RoutingSpec(policy="least_request")
+    raw["gateway"]["tiers"][1]["routing"] = {"overlap_weight": 4.0}
+    spec = parse_platform(raw, "us-east-1")
+    assert routing_of(spec, spec.models[1]) == RoutingSpec(overlap_weight=4.0)
+    raw["models"][1]["routing"] = {"load_bound": False}
+    spec = parse_platform(raw, "us-east-1")
+    assert routing_of(spec, spec.models[1]) == RoutingSpec(load_bound=False)
+    assert routing_of(spec, spec.models[0]) == RoutingSpec(overlap_weight=2.0)
+
+
+def test_routing_of_takes_the_first_tier_listing_the_model_that_sets_one() -> None:
+    raw = _raw("prod")
+    raw["gateway"]["tiers"] = [
+        {"name": "premium", "models": ["llama-70b", "llama-8b"]},
+        {"name": "standard", "models": ["llama-8b"], "routing": {"overlap_weight": 3.0}},
+        {"name": "batch", "models": ["llama-8b"], "routing": {"overlap_weight": 5.0}},
+    ]
+    spec = parse_platform(raw, "us-east-1")
+    assert routing_of(spec, spec.models[1]) == RoutingSpec(overlap_weight=3.0)
+    assert routing_of(spec, spec.models[0]) == RoutingSpec()
+
+
+def test_routing_of_a_model_joining_its_tier_by_routing_tier() -> None:
+    """A model no tier names joins the tier of its ``routing_tier`` (``gateway_tiers``) and takes that tier's
+    routing."""
+    raw = _raw("prod")
+    raw["gateway"]["tiers"] = [
+        {"name": "premium", "models": ["llama-70b"]},
+        {"name": "standard", "models": ["llama-70b"], "routing": {"policy": "least_request"}},
+    ]
+    spec = parse_platform(raw, "us-east-1")
+    assert spec.models[1].routing_tier == "standard"
+    assert routing_of(spec, spec.models[1]) == RoutingSpec(policy="least_request")
