@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferplane.components.capacity.sizing import DeploymentSizing
+from inferplane.components.spec.platform_spec import RoutingSpec
 from inferplane.components.spec.scheduling import ACCELERATOR_LABEL, POOL_LABEL
 
 PREFIX = "inferplane.io/"
@@ -185,6 +186,11 @@ GATEWAY_ROUTES = f"{PREFIX}gateway-routes"
 """JSON object: served model name -> ``{"tiers": [...], "max_context": n}``, the tiers that reach the model and the
 context cap (prompt + max_tokens) the gateway enforces for it."""
 
+GATEWAY_ROUTING = f"{PREFIX}gateway-routing"
+"""JSON object: served model name -> ``{"policy": ..., "overlap_weight": x, "load_bound": b}``, how the gateway picks
+the model's replica (:class:`~inferplane.components.spec.platform_spec.RoutingSpec`, resolved per model by
+:func:`~inferplane.components.spec.platform_spec.routing_of`); written by :func:`gateway_routing_annotation`."""
+
 GatewayAuth = Literal["api_key", "oidc", "none"]
 
 
@@ -206,6 +212,7 @@ class GatewayAnnotations(BaseModel):
     requests_per_minute: int | None = Field(default=None, ge=1, description=GATEWAY_REQUESTS_PER_MINUTE)
     tokens_per_minute: int | None = Field(default=None, ge=1, description=GATEWAY_TOKENS_PER_MINUTE)
     routes: dict[str, GatewayRoute] | None = Field(default=None, description=GATEWAY_ROUTES)
+    routing: dict[str, RoutingSpec] | None = Field(default=None, description=GATEWAY_ROUTING)
 
 
 def gateway_annotations(
@@ -227,12 +234,21 @@ def gateway_annotations(
     return result
 
 
+def gateway_routing_annotation(routing: Mapping[str, RoutingSpec]) -> str:
+    """The value of :data:`GATEWAY_ROUTING` for each served model's routing (keys sorted, so an unchanged spec
+    renders an unchanged annotation and the Deployment is not rolled)."""
+    return json.dumps({name: spec.model_dump(mode="json") for name, spec in routing.items()}, sort_keys=True)
+
+
 _GATEWAY_FIELDS: dict[str, str] = {
     GATEWAY_AUTH: "auth",
     GATEWAY_REQUESTS_PER_MINUTE: "requests_per_minute",
     GATEWAY_TOKENS_PER_MINUTE: "tokens_per_minute",
     GATEWAY_ROUTES: "routes",
+    GATEWAY_ROUTING: "routing",
 }
+_GATEWAY_JSON = frozenset({GATEWAY_ROUTES, GATEWAY_ROUTING})
+"""The gateway annotations whose values are JSON documents."""
 
 
 def parse_gateway_annotations(annotations: Mapping[str, object]) -> GatewayAnnotations:
@@ -242,7 +258,7 @@ def parse_gateway_annotations(annotations: Mapping[str, object]) -> GatewayAnnot
         raw = annotations.get(key)
         if not isinstance(raw, str):
             continue
-        if key == GATEWAY_ROUTES:
+        if key in _GATEWAY_JSON:
             try:
                 values[field] = json.loads(raw)
             except json.JSONDecodeError as exc:

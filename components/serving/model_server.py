@@ -32,7 +32,7 @@ from inferplane.components.serving.annotations import (
     SERVED_MODEL_LABEL,
     serving_annotations,
 )
-from inferplane.components.serving.naming import model_service_name
+from inferplane.components.serving.naming import model_endpoints_service_name, model_service_name
 from inferplane.components.spec.platform_spec import Engine, Environment, ModelDeploymentSpec
 from inferplane.components.spec.scheduling import (
     GKE_TPU_ACCELERATOR_LABEL,
@@ -554,6 +554,40 @@ def server_service(
     )
 
 
+def endpoints_service(
+    name: str,
+    deployment: str,
+    port: tuple[str, int],
+    *,
+    namespace: pulumi.Input[str],
+    selector: Mapping[str, str],
+    labels: Mapping[str, str],
+    opts: pulumi.ResourceOptions,
+) -> k8s.core.v1.Service:
+    """The server's headless Service (:func:`components.serving.naming.model_endpoints_service_name`): the same pods
+    and OpenAI API ``port`` as :func:`server_service`, resolved by DNS to one address per ready pod, so the gateway
+    picks the replica of each request (a ClusterIP pins a kept-alive connection to one pod).
+
+    ``publishNotReadyAddresses`` stays false: only pods whose readiness probe passes are published (Kubernetes API,
+    ServiceSpec), so readiness alone decides which replicas the gateway sees, starting, draining or failed ones never.
+    """
+    port_name, number = port
+    return k8s.core.v1.Service(
+        name,
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=model_endpoints_service_name(deployment), namespace=namespace, labels=dict(labels)
+        ),
+        spec=k8s.core.v1.ServiceSpecArgs(
+            type="ClusterIP",
+            cluster_ip="None",
+            publish_not_ready_addresses=False,
+            selector=dict(selector),
+            ports=[k8s.core.v1.ServicePortArgs(name=port_name, port=number, target_port=port_name, protocol="TCP")],
+        ),
+        opts=opts,
+    )
+
+
 class ModelServer(pulumi.ComponentResource):
     """What every model server exposes: the autoscaler's target and the identity the model cache binds."""
 
@@ -572,13 +606,23 @@ class ModelServer(pulumi.ComponentResource):
         spec: ModelDeploymentSpec,
         selector: Mapping[str, str],
         labels: Mapping[str, str],
+        api_port: tuple[str, int],
         metrics_port: str,
         scrape_interval_seconds: int,
         opts: pulumi.ResourceOptions,
     ) -> None:
-        """The children both engines share (a PDB when replicas can exceed one, the PodMonitor), then the outputs;
-        the last thing a server's constructor does."""
+        """The children both engines share (the headless Service on the OpenAI ``api_port``, a PDB when replicas can
+        exceed one, the PodMonitor), then the outputs; the last thing a server's constructor does."""
         namespace = deployment.metadata.namespace
+        endpoints_service(
+            f"{name}-endpoints",
+            spec.name,
+            api_port,
+            namespace=namespace,
+            selector=selector,
+            labels=labels,
+            opts=opts,
+        )
         if spec.max_replicas > 1:
             disruption_budget(f"{name}-pdb", namespace, selector, labels, opts)
         pod_monitor(

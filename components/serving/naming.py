@@ -48,6 +48,23 @@ def model_service_host(deployment: str, namespace: str = SERVING_NAMESPACE) -> s
     return f"{model_service_name(deployment)}.{namespace}.svc.{CLUSTER_DOMAIN}"
 
 
+def model_endpoints_service_name(deployment: str) -> str:
+    """The headless Service of a model deployment, beside its ClusterIP Service (``<deployment>-endpoints``).
+
+    The gateway balances requests, not connections: through the ClusterIP, kube-proxy picks a pod once per TCP
+    connection (kubernetes.io, "Virtual IPs and Service Proxies"), so every request Envoy multiplexes over a kept-alive
+    connection lands on the same replica and no per-request choice (prefix affinity, load bound) can take effect. A
+    headless Service (``clusterIP: None``) instead answers DNS with one A record per ready pod (kubernetes.io, "DNS for
+    Services and Pods"), which Envoy's ``STRICT_DNS`` cluster turns into one host per replica."""
+    return f"{deployment}-endpoints"
+
+
+def model_endpoints_host(deployment: str, namespace: str = SERVING_NAMESPACE) -> str:
+    """The in-cluster DNS name of a model deployment's headless Service: it resolves to the addresses of the
+    deployment's ready pods, one A record each."""
+    return f"{model_endpoints_service_name(deployment)}.{namespace}.svc.{CLUSTER_DOMAIN}"
+
+
 def model_service_port(engine: Literal["vllm", "triton"]) -> int:
     """The Service port that carries a model server's OpenAI API (what the gateway calls)."""
     return VLLM_PORT if engine == "vllm" else TRITON_OPENAI_PORT

@@ -4,7 +4,8 @@ Children: a ConfigMap with the generated model repository (``config.pbtxt`` per 
 :mod:`components.serving.triton_config`), an engine-build Job (checkpoint conversion with TensorRT-LLM's ``quantize.py``
 and ``trtllm-build``, every limit from :class:`components.capacity.sizing.TrtLlmSettings`) that uploads the engine to
 the model cache, the Deployment that syncs the engine onto node-local NVMe and serves it, its Service (OpenAI 9000,
-KServe HTTP 8000 and gRPC 8001), a PodDisruptionBudget when it can scale past one replica and a PodMonitor on
+KServe HTTP 8000 and gRPC 8001) and the headless ``<deployment>-endpoints`` Service on the OpenAI port the gateway
+picks replicas through, a PodDisruptionBudget when it can scale past one replica and a PodMonitor on
 ``/metrics`` of the OpenAI port.
 
 The server starts through Triton's OpenAI-compatible frontend (:func:`frontend_launcher`), so the gateway speaks the
@@ -134,6 +135,8 @@ def engine_build_commands(
         str(trtllm.max_seq_len),
         "--max_num_tokens",
         str(trtllm.max_num_tokens),
+        "--tokens_per_block",
+        str(trtllm.tokens_per_block),
         "--gemm_plugin",
         "auto",
         # Paged context attention is what KV-cache reuse and chunked context run on.
@@ -229,7 +232,8 @@ class TritonTrtLlmServiceArgs:
 
 
 class TritonTrtLlmService(ms.ModelServer):
-    """A Triton + TensorRT-LLM model server: model repository, engine-build Job, Deployment, Service, PDB, PodMonitor.
+    """A Triton + TensorRT-LLM model server: model repository, engine-build Job, Deployment, Services (ClusterIP and
+    headless), PDB, PodMonitor.
 
     Outputs for the autoscaler: ``deployment_name``, ``namespace``, ``service_name``; for the model cache's Pod
     Identity association: ``service_account_name`` (:func:`model_server.service_account_name` of the deployment).
@@ -275,6 +279,7 @@ class TritonTrtLlmService(ms.ModelServer):
             spec=deployment,
             selector=layout.selector,
             labels=layout.labels,
+            api_port=("openai", TRITON_OPENAI_PORT),
             metrics_port="openai",
             scrape_interval_seconds=args.scrape_interval_seconds,
             opts=child,

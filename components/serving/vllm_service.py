@@ -1,7 +1,8 @@
 """``VllmService``: one model served by vLLM's OpenAI-compatible server, configured entirely from the sizing plan.
 
-A Deployment on the deployment's pool, its ClusterIP Service, a PodDisruptionBudget when it can scale past one
-replica and a PodMonitor for ``/metrics``. Every engine flag comes from :class:`components.capacity.sizing.VllmSettings`
+A Deployment on the deployment's pool, its ClusterIP Service and the headless ``<deployment>-endpoints`` Service the
+gateway picks replicas through, a PodDisruptionBudget when it can scale past one replica and a PodMonitor for
+``/metrics``. Every engine flag comes from :class:`components.capacity.sizing.VllmSettings`
 (rendered by :func:`vllm_args`), so the flags, the accelerator request and the probes agree with the hardware by
 construction; ``tests/serving/test_vllm_service.py`` checks every argument list against the pinned vLLM version's own
 argument definitions.
@@ -57,6 +58,7 @@ def vllm_args(
     speculative: SpeculativeDecodingSpec | None,
     shutdown_timeout_seconds: int,
     aliases: tuple[str, ...] = (),
+    tpu: bool = False,
 ) -> list[str]:
     """The container args of ``vllm serve``: the model first, then one flag per sizing setting.
 
@@ -83,6 +85,8 @@ def vllm_args(
         "--dtype",
         settings.dtype,
     ]
+    if not tpu:  # vLLM's TPU backend sizes its own pages
+        args += ["--block-size", str(settings.block_size)]
     if settings.quantization is not None:
         args += ["--quantization", settings.quantization]
     args.append("--enable-prefix-caching" if settings.enable_prefix_caching else "--no-enable-prefix-caching")
@@ -133,7 +137,8 @@ class VllmServiceArgs:
 
 
 class VllmService(ms.ModelServer):
-    """A vLLM model server: Deployment, Service, PodDisruptionBudget (when replicas can exceed one), PodMonitor.
+    """A vLLM model server: Deployment, Services (ClusterIP and headless), PodDisruptionBudget (when replicas can
+    exceed one), PodMonitor.
 
     Pods: read-only root filesystem (weights, ``$HOME``, ``/tmp`` and ``/dev/shm`` are ``emptyDir`` volumes), every
     capability dropped, RuntimeDefault seccomp, uid :data:`model_server.RUN_AS_USER`; the Hugging Face token, when
@@ -182,6 +187,7 @@ class VllmService(ms.ModelServer):
             spec=deployment,
             selector=selector,
             labels=labels,
+            api_port=("http", VLLM_PORT),
             metrics_port="http",
             scrape_interval_seconds=args.scrape_interval_seconds,
             opts=child,
@@ -270,6 +276,7 @@ def _server_container(
             speculative=deployment.speculative_decoding,
             shutdown_timeout_seconds=drain,
             aliases=args.served_model_aliases,
+            tpu=placement.is_tpu,
         ),
         ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=VLLM_PORT, protocol="TCP")],
         env=[

@@ -19,6 +19,7 @@ from inferplane.components.platform.gateway import ClusterInputs, build_gateways
 from inferplane.components.platform.observability import ServingTarget, build_observability
 from inferplane.components.platform.serving import build_model_servers
 from inferplane.components.serving.model_server import HF_TOKEN_SECRET_KEY
+from inferplane.components.serving.naming import model_endpoints_host, model_endpoints_service_name
 from inferplane.components.serving.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
 from inferplane.components.spec.platform_spec import parse_platform
 from inferplane.tool.analyzer import PolicyPackProcess, load_policy_pack_config, policy_config_path
@@ -229,6 +230,40 @@ def test_each_serving_namespace_denies_by_default_and_admits_the_gateway_prometh
     assert build["app.kubernetes.io/component"] == "engine-build"
     namespace = evaluation.named("eks-serving-namespace").inputs["metadata"]["labels"]
     assert namespace["app.kubernetes.io/part-of"] == "inferplane"
+
+
+@pytest.mark.parametrize(
+    ("model", "component", "port"),
+    [
+        ("llama-70b", "inferplane:index:VllmService", {"name": "http", "port": 8000}),
+        ("llama-8b", "inferplane:index:TritonTrtLlmService", {"name": "openai", "port": 9000}),
+    ],
+)
+def test_each_model_server_has_a_headless_service_of_its_ready_pods(
+    model: str, component: str, port: dict[str, Any]
+) -> None:
+    """The gateway resolves one address per ready replica (``<model>-endpoints``) beside the ClusterIP Service."""
+    evaluation = evaluate_servers(stack_spec("prod"))
+    server = evaluation.named(model)
+    assert server.type == component
+    headless = evaluation.named(f"{model}-endpoints")
+    assert (headless.type, headless.parent) == ("kubernetes:core/v1:Service", server.urn)
+    cluster_ip = evaluation.named(f"{model}-service").inputs
+    assert headless.inputs["metadata"] == {**cluster_ip["metadata"], "name": f"{model}-endpoints"}
+    assert headless.inputs["metadata"]["namespace"] == "inference"
+    assert headless.inputs["spec"] == {
+        "type": "ClusterIP",
+        "clusterIP": "None",
+        "publishNotReadyAddresses": False,
+        "selector": {"app.kubernetes.io/name": model, "app.kubernetes.io/component": "model-server"},
+        "ports": [{**port, "targetPort": port["name"], "protocol": "TCP"}],
+    }
+    selector = headless.inputs["spec"]["selector"]
+    deployment = evaluation.named(f"{model}-deployment").inputs["spec"]
+    assert selector == cluster_ip["spec"]["selector"] == deployment["selector"]["matchLabels"]
+    assert selector.items() <= deployment["template"]["metadata"]["labels"].items()
+    assert model_endpoints_service_name(model) == f"{model}-endpoints"
+    assert model_endpoints_host(model) == f"{model}-endpoints.inference.svc.cluster.local"
 
 
 def test_every_deployment_gets_its_engine() -> None:

@@ -85,6 +85,7 @@ def test_engine_build_takes_every_limit_from_sizing() -> None:
     assert build == [
         "trtllm-build", "--checkpoint_dir", "/models/checkpoint", "--output_dir", "/models/engine",
         "--max_batch_size", "48", "--max_input_len", "8191", "--max_seq_len", "8192", "--max_num_tokens", "2048",
+        "--tokens_per_block", "32",  # the gateway's prefix-index block (sizing's TrtLlmSettings.tokens_per_block)
         "--gemm_plugin", "auto", "--use_paged_context_fmha", "enable", "--use_fp8_context_fmha", "enable",
     ]  # fmt: skip
 
@@ -100,6 +101,7 @@ def test_job_and_deployment_of_prod_triton() -> None:
         ("kubernetes:batch/v1:Job", "llama-8b-engine-build"),
         ("kubernetes:apps/v1:Deployment", "llama-8b-deployment"),
         ("kubernetes:core/v1:Service", "llama-8b-service"),
+        ("kubernetes:core/v1:Service", "llama-8b-endpoints"),
         ("kubernetes:policy/v1:PodDisruptionBudget", "llama-8b-pdb"),
         ("kubernetes:monitoring.coreos.com/v1:PodMonitor", "llama-8b-monitor"),
     }

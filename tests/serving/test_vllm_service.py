@@ -92,6 +92,7 @@ def test_prod_llama_70b_on_p5_flags() -> None:
         "--gpu-memory-utilization", "0.9",
         "--kv-cache-dtype", "fp8",
         "--dtype", "bfloat16",
+        "--block-size", "16",  # the gateway's prefix-index block (sizing's VllmSettings.block_size)
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
         *_tail(300),
@@ -109,6 +110,7 @@ def test_dev_llama_8b_on_l4_flags() -> None:
         "--gpu-memory-utilization", "0.9",
         "--kv-cache-dtype", "fp8",
         "--dtype", "bfloat16",
+        "--block-size", "16",
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
         *_tail(300),
@@ -129,6 +131,7 @@ def test_staging_qwen_on_tpu_flags_image_and_placement() -> None:
         "--gpu-memory-utilization", "0.9",
         "--kv-cache-dtype", "auto",
         "--dtype", "bfloat16",
+        # no --block-size: vLLM's TPU backend pages its cache with a size of its own
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
         *_tail(65),
@@ -162,6 +165,7 @@ def test_awq_and_fp8_flags_with_speculative_decoding() -> None:
         "--gpu-memory-utilization", "0.9",
         "--kv-cache-dtype", "auto",
         "--dtype", "float16",
+        "--block-size", "16",
         "--quantization", "awq",
         "--no-enable-prefix-caching",
         "--enable-chunked-prefill",
@@ -179,6 +183,7 @@ def test_awq_and_fp8_flags_with_speculative_decoding() -> None:
         "--gpu-memory-utilization", "0.9",
         "--kv-cache-dtype", "fp8",
         "--dtype", "bfloat16",
+        "--block-size", "16",
         "--quantization", "fp8",
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
@@ -336,6 +341,7 @@ def test_children_service_pdb_monitor_and_outputs() -> None:
         ("kubernetes:core/v1:ServiceAccount", "llama-70b-sa"),
         ("kubernetes:apps/v1:Deployment", "llama-70b-deployment"),
         ("kubernetes:core/v1:Service", "llama-70b-service"),
+        ("kubernetes:core/v1:Service", "llama-70b-endpoints"),
         ("kubernetes:policy/v1:PodDisruptionBudget", "llama-70b-pdb"),
         ("kubernetes:monitoring.coreos.com/v1:PodMonitor", "llama-70b-monitor"),
     }
@@ -485,6 +491,7 @@ def test_every_settings_combination_renders_accepted_flags(  # noqa: PLR0917 - o
         quantization=quantization,
         enable_prefix_caching=prefix,
         enable_chunked_prefill=chunked,
+        block_size=16,
     )
     args = vllm_args(
         settings_, model="org/m", served_model_name="m", speculative=speculative, shutdown_timeout_seconds=30

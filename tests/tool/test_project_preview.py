@@ -80,7 +80,7 @@ def test_the_example_previews_its_own_program(example_plan: tuple[Plan, str]) ->
         ("inferplane:index:QueueDepthAutoscaler", "chat-autoscaler"),
         ("inferplane:index:VllmService", "chat"),
     ]
-    assert len(plan.resources) == 84  # with the baseline: VPC flow logs, encrypted log groups and their keys
+    assert len(plan.resources) == 85  # with the baseline: VPC flow logs, encrypted log groups and their keys
     assert plan.outputs == {
         "clusterName": "custom-platform-dev",
         "hourlyUsdMax": 3.722,
