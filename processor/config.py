@@ -9,6 +9,7 @@ comes from the environment variable named by :attr:`ProcessorConfig.redis_url_en
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -27,6 +28,14 @@ CACHE_RESULT_METADATA_KEY = "cache_result"
 response's ``x-inferplane-cache`` (response headers do not pass through the processor)."""
 
 
+LB_METADATA_NAMESPACE = "envoy.lb"
+DESTINATION_ENDPOINT_KEY = "x-gateway-destination-endpoint"
+"""Where the processor puts its pick (``ip:port``) as dynamic metadata, and Envoy's ``override_host`` load-balancing
+policy reads it: the names of the Gateway API Inference Extension's endpoint-picker protocol (GIE
+``docs/proposals/004-endpoint-picker-protocol``). Envoy takes it from metadata only, never from a client's header of
+that name (the gateway removes one), and falls back to least-request for a host it does not know."""
+
+
 def header_attribute(name: str) -> str:
     """The Envoy attribute (a CEL expression) that carries one request header to the processor."""
     return f"request.headers['{name}']"
@@ -36,20 +45,74 @@ class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class MetricSelector(_Config):
+    """One series of an engine's Prometheus text: its name and the label values a sample must carry."""
+
+    name: str = Field(description="Series name as exposed (e.g. ``vllm:num_requests_running``).")
+    labels: tuple[tuple[str, str], ...] = Field(
+        default=(), description="``(label, value)`` pairs a sample must carry (e.g. TensorRT-LLM's ``request_type``)."
+    )
+
+
+class LoadSeries(_Config):
+    """The engine series the router reads from each replica's ``/metrics`` (the engine's own view of its load)."""
+
+    running: MetricSelector = Field(description="Sequences in the running batch.")
+    waiting: MetricSelector = Field(description="Requests queued in the engine's scheduler.")
+    kv_usage: MetricSelector | None = Field(
+        default=None, description="Share (0-1) of the KV cache in use, when the engine reports one."
+    )
+
+
+class RoutingConfig(_Config):
+    """How the processor picks a replica for each request of one model (``gateway.routing``, sized)."""
+
+    policy: Literal["prefix_aware", "least_request"] = Field(
+        description="``prefix_aware``: the replica likely to hold the prompt's prefix, bounded by load; "
+        "``least_request``: the least loaded replica."
+    )
+    overlap_weight: float = Field(
+        ge=0,
+        description="Cost of one prompt block to prefill against one block of decode load (NVIDIA Dynamo's "
+        "``overlap_score_weight``): cost = overlap_weight x prefill blocks + decode blocks.",
+    )
+    load_bound: bool = Field(description="Never pick a replica running its ``max_num_seqs`` (off: affinity wins).")
+    block_tokens: int = Field(gt=0, description="Tokens per prefix block: the engine's KV-cache block size.")
+    index_blocks: int = Field(
+        gt=0, description="Blocks the prefix index remembers per replica (the replica's KV pool, in blocks)."
+    )
+    max_prefix_blocks: int = Field(
+        default=256, gt=0, description="Leading blocks of a prompt hashed at most (GIE's maxPrefixBlocksToMatch)."
+    )
+    scrape_interval_seconds: float = Field(
+        default=0.5, gt=0, le=10, description="How often each replica's ``/metrics`` is read (load and readiness)."
+    )
+    dns_refresh_seconds: float = Field(
+        default=5.0, gt=0, le=60, description="How often the endpoints' names are resolved (Envoy's DNS refresh)."
+    )
+    load: LoadSeries = Field(description="Where the engine reports its load.")
+
+
 class ModelConfig(_Config):
-    """One served model as the processor sees it: where it is, how long its context is, how much it may take."""
+    """One served model as the processor sees it: its replicas, how long its context is, how much each may take."""
 
     name: str = Field(description="Deployment name: the served model name clients ask for and Envoy routes on.")
     tier: str = Field(description="The gateway tier the model belongs to (its ``routing_tier``).")
-    upstream_url: str = Field(description="Base URL of the model server's Service (``http://host:port``).")
-    health_path: str = Field(
-        description="Path answering 200 when a replica is ready (vLLM ``/health``, Triton's OpenAI frontend "
-        "``/health/ready``)."
+    engine: Literal["vllm", "triton"] = Field(description="The serving engine (which series report its load).")
+    endpoints: tuple[str, ...] = Field(
+        min_length=1,
+        description="``host:port`` names of the model's replicas, each resolved as Envoy resolves it: in a "
+        "cluster the headless Service (one address per ready pod); locally a list of addresses.",
     )
+    metrics_path: str = Field(default="/metrics", description="Path of each replica's Prometheus text.")
     max_model_len: int = Field(gt=0, description="The engine's context length (prompt + output), from sizing.")
     max_num_seqs: int = Field(gt=0, description="Sequences one replica runs at once, from sizing.")
-    replicas: int = Field(gt=0, description="Model replicas the in-flight cap assumes (the autoscaler's ceiling).")
-    inflight_limit: int = Field(gt=0, description="Requests this processor lets reach the model at once.")
+    fallback_share: int = Field(
+        gt=0,
+        description="Requests one processor worker may put on one replica while the shared slot store (Redis) is "
+        "down: max_num_seqs split over the most gateway workers that may run, so together they stay within it (at "
+        "least 1, so a model stays reachable: with fewer sequences than workers an outage may exceed it).",
+    )
     queue_max: int = Field(ge=0, description="Requests waiting for an in-flight slot beyond which 429 answers.")
     queue_timeout_seconds: float = Field(gt=0, description="Longest wait for a slot before 429 answers.")
     scale_to_zero: bool = Field(description="The model may have no replica; requests then wait for a cold start.")
@@ -62,6 +125,7 @@ class ModelConfig(_Config):
     longer_context: tuple[str, ...] = Field(
         default=(), description="Models of the same tier with a longer context, shortest first (context reroute)."
     )
+    routing: RoutingConfig = Field(description="How a replica is picked per request.")
 
 
 class TierConfig(_Config):
@@ -92,7 +156,8 @@ class ProcessorConfig(_Config):
         ge=1,
         le=16,
         description="Worker processes, one Python event loop each, behind one metrics endpoint: Envoy balances "
-        "requests across them, and each holds its share of every model's in-flight cap and queue.",
+        "requests across them, and each holds its share of every model's admission queue (the per-replica slots "
+        "are shared through Redis).",
     )
     metrics_port: int = Field(gt=0, lt=65536, description="Port of the Prometheus ``/metrics`` endpoint.")
     listen_host: str = Field(default="127.0.0.1", description="Address of the gRPC server (the pod's loopback).")
@@ -110,6 +175,13 @@ class ProcessorConfig(_Config):
     )
     redis_key_prefix: str = Field(default="inferplane:gw:", description="Prefix of every key the processor writes.")
     redis_timeout_seconds: float = Field(default=0.05, gt=0, description="Per-command Redis timeout.")
+    slot_store_timeout_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=5,
+        description="Longest wait for the shared per-replica slots (Redis) before this processor falls back to its "
+        "own share of each replica: longer than the budgets' timeout, as a fallback share costs capacity.",
+    )
     chat_message_overhead_tokens: int = Field(
         default=8, ge=0, description="Tokens a chat template adds per message (role markers), counted on top."
     )
@@ -146,11 +218,6 @@ class ProcessorConfig(_Config):
             for t in self.tenants
             for tier in t.tiers
             if tier not in tier_names
-        ]
-        problems += [
-            f"model {m.name!r}: an in-flight cap of {m.inflight_limit} cannot be split between {self.workers} workers"
-            for m in self.models
-            if m.inflight_limit < self.workers
         ]
         if self.grpc_port + self.workers > 65536:
             problems.append(f"workers' gRPC ports {self.grpc_port}..{self.grpc_port + self.workers - 1} exceed 65535")

@@ -19,6 +19,8 @@ tokens are estimated (over-counting).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -35,19 +37,25 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.asyncio import Redis
 
 from inferplane.processor import metrics as m
-from inferplane.processor.admission import ModelGate, Readiness
+from inferplane.processor.admission import ModelGate
 from inferplane.processor.budgets import SharedBudgets, Verdict
 from inferplane.processor.cache.metrics import CacheMetrics
 from inferplane.processor.cache.stage import CacheStage, Pending
 from inferplane.processor.cache.store import Lookup, ResponseCache, connect
 from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
+    DESTINATION_ENDPOINT_KEY,
+    LB_METADATA_NAMESPACE,
     METHOD_ATTRIBUTE,
     PATH_ATTRIBUTE,
     ModelConfig,
     ProcessorConfig,
     TenantConfig,
 )
+from inferplane.processor.endpoints import Endpoint, EndpointTable
+from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, model_seed, token_blocks
+from inferplane.processor.router import Router
+from inferplane.processor.slots import Slot, SlotStore
 from inferplane.processor.tokens import TokenCounter, prompt_texts
 
 log = logging.getLogger(__name__)
@@ -57,6 +65,8 @@ ERROR_CODE_HEADER = "x-inferplane-error-code"
 MAX_ACCOUNTED_BODY_BYTES = 8 * 1024 * 1024
 """A non-streamed response larger than this is not parsed for ``usage`` (its reservation stands)."""
 KV_RETRY_AFTER_SECONDS = 1
+UNBOUNDED_SLOTS = 1 << 30
+"""The per-replica cap with ``load_bound`` off: slots are still counted, never refused."""
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
@@ -97,7 +107,7 @@ class _Stream:
     model: ModelConfig | None = None
     tier: str = ""
     reserved_tokens: int = 0
-    gate: ModelGate | None = None
+    placement: Placement | None = None
     status: int = 0
     seen_response: bool = False
     event_stream: bool = False
@@ -106,6 +116,16 @@ class _Stream:
     accounted: bool = False
     cache_lookup: Lookup | None = None
     cache_pending: Pending | None = None
+
+
+@dataclass
+class Placement:
+    """The replica a request holds a slot on, until its response ends."""
+
+    model: str
+    endpoint: Endpoint
+    slot: Slot
+    blocks: int
 
 
 def _header(key: str, value: str) -> Any:
@@ -192,12 +212,60 @@ class Metrics:
         self.errors = Counter(
             bare(m.PROCESSOR_ERRORS_TOTAL), "Failures inside the processor.", [m.STAGE_LABEL], registry=registry
         )
+        self._routing_series(registry)
+        self.routed = functools.cache(self.routing.labels)
         # The labelled children of the per-request series, looked up once per label set: ``labels()`` validates
         # and joins its arguments on every call, which cost more than the rest of a request's bookkeeping. The label
         # sets are bounded by the config (models x tiers x tenants x outcomes).
         self.request = functools.cache(self.requests.labels)
         self.token = functools.cache(self.tokens.labels)
         self.queued = functools.cache(self.queue_seconds.labels)
+
+    def _routing_series(self, registry: CollectorRegistry) -> None:
+        """The replica router's series: decisions, the prefix index's estimate, replicas and their load."""
+
+        def bare(name: str) -> str:
+            return name.removesuffix("_total")
+
+        self.routing = Counter(
+            bare(m.ROUTING_DECISIONS_TOTAL),
+            "Replica picks by reason.",
+            [m.MODEL_LABEL, m.REASON_LABEL],
+            registry=registry,
+        )
+        self.prefix_tokens = Counter(
+            bare(m.PREFIX_TOKENS_TOTAL),
+            "Prompt tokens looked up in the prefix index, and those estimated cached on the picked replica.",
+            [m.MODEL_LABEL, m.KIND_LABEL],
+            registry=registry,
+        )
+        self.endpoint_inflight = Gauge(
+            m.ENDPOINT_INFLIGHT,
+            "Requests this processor has in flight on a replica.",
+            [m.MODEL_LABEL, m.ENDPOINT_LABEL],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.ready_endpoints = Gauge(
+            m.READY_ENDPOINTS,
+            "Replicas the processor sees ready.",
+            [m.MODEL_LABEL],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.capacity = Gauge(
+            m.ADMISSION_CAPACITY,
+            "Sequences the model may run at once over its ready replicas.",
+            [m.MODEL_LABEL],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.slot_fallbacks = Counter(
+            bare(m.SLOT_STORE_FALLBACKS_TOTAL),
+            "Slot decisions taken locally because the slot store did not answer.",
+            [m.MODEL_LABEL],
+            registry=registry,
+        )
 
 
 class Processor:
@@ -210,24 +278,38 @@ class Processor:
         registry: CollectorRegistry,
         cache: CacheStage | None = None,
         worker: int = 0,
+        *,
+        slots_redis: Redis | None = None,
     ) -> None:
         self.config = config
         self.cache = cache
         self.metrics = Metrics(registry)
         self.budgets = SharedBudgets(redis, config.redis_key_prefix, self._redis_error)
         self.tokens = TokenCounter({model.name: model.tokenizer_path for model in config.models})
+        self._slots_redis = slots_redis  # closed here; ``redis`` belongs to the budgets
+        self.slots = SlotStore(
+            slots_redis or redis,
+            config.redis_key_prefix,
+            self._slot_store_failed,
+            timeout_seconds=config.slot_store_timeout_seconds,
+        )
         self.gates: dict[str, ModelGate] = {}
-        self.readiness: dict[str, Readiness] = {}
+        self.tables: dict[str, EndpointTable] = {}
+        self.routers: dict[str, Router] = {}
         self._waiting_ready: dict[str, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
         for model in config.models:
             self.gates[model.name] = ModelGate(
-                config.worker_share(model.inflight_limit, worker),
-                config.worker_share(model.queue_max, worker),
-                model.queue_timeout_seconds,
-                self._gauges(model.name),
+                config.worker_share(model.queue_max, worker), model.queue_timeout_seconds, self._gauges(model.name)
             )
-            if model.scale_to_zero:
-                self.readiness[model.name] = Readiness(model.upstream_url, model.health_path)
+            self.tables[model.name] = EndpointTable(model, self._table_changed)
+            routing = model.routing
+            self.routers[model.name] = Router(
+                routing.block_tokens,
+                routing.overlap_weight,
+                routing.policy == "prefix_aware",
+                PrefixIndex(routing.index_blocks),
+            )
             self._waiting_ready[model.name] = 0
             self.metrics.pending.labels(model.name).set(0)
             self.metrics.inflight.labels(model.name).set(0)
@@ -238,7 +320,7 @@ class Processor:
     def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry, worker: int = 0) -> Processor:
         """A processor with the Redis named by ``config.redis_url_env`` (None: budgets fail open, logged)."""
         url = os.environ.get(config.redis_url_env)
-        redis = None
+        redis = slots_redis = None
         if url:
             tls: dict[str, Any] = {}
             if config.redis_ca_file is not None and url.startswith("rediss://"):
@@ -252,13 +334,16 @@ class Processor:
                 socket_connect_timeout=config.redis_timeout_seconds,
                 **tls,
             )
+            # The slots wait longer than the budgets: a timeout there costs a fallback share, not a fail-open.
+            timeout = config.slot_store_timeout_seconds
+            slots_redis = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, **tls)
         else:
             log.error("%s is not set: shared request and token budgets are off", config.redis_url_env)
         cache = None
         if url and config.cache is not None and config.cache.enabled:
             client = connect(url, config.cache)
             cache = CacheStage(ResponseCache(config.cache, CacheMetrics(registry), client=client))
-        return cls(config, redis, registry, cache, worker)
+        return cls(config, redis, registry, cache, worker, slots_redis=slots_redis)
 
     def _redis_error(self) -> None:
         self.metrics.errors.labels("redis").inc()
@@ -267,11 +352,49 @@ class Processor:
         pending, inflight = self.metrics.pending.labels(model), self.metrics.inflight.labels(model)
 
         def update() -> None:  # twice a request: the labelled children are looked up once, here
-            gate = self.gates[model]
-            pending.set(gate.waiting + self._waiting_ready[model])
-            inflight.set(gate.inflight)
+            pending.set(self.gates[model].waiting + self._waiting_ready[model])
+            inflight.set(sum(e.inflight for e in self.tables[model].endpoints.values()))
 
         return update
+
+    def _slot_store_failed(self, model: str) -> None:
+        self.metrics.slot_fallbacks.labels(model).inc()
+        self._redis_error()
+
+    def _table_changed(self, table: EndpointTable) -> None:
+        """After each refresh of a model's replicas: the readiness and capacity gauges, per-replica in flight."""
+        name = table.model.name
+        self.metrics.ready_endpoints.labels(name).set(len(table.ready()))
+        self.metrics.capacity.labels(name).set(table.capacity)
+        for endpoint in table.endpoints.values():
+            self.metrics.endpoint_inflight.labels(name, endpoint.address).set(endpoint.inflight)
+
+    def _replicas_lost(self, model: str) -> Any:
+        def forget(addresses: list[str]) -> None:  # what a replica held died with it (or with its restart)
+            for address in addresses:
+                self.routers[model].index.forget(address)
+                if address not in self.tables[model].endpoints:
+                    with contextlib.suppress(KeyError):
+                        self.metrics.endpoint_inflight.remove(model, address)
+
+        return forget
+
+    async def start(self) -> None:
+        """Start following every model's replicas and renewing the slot lease (the worker's event loop runs)."""
+        for name, table in self.tables.items():
+            await table.refresh()  # a first view before the first request
+            self._tasks.append(asyncio.ensure_future(table.run(self._replicas_lost(name))))
+        self._tasks.append(asyncio.ensure_future(self.slots.heartbeat(tuple(self.tables))))
+
+    async def aclose(self) -> None:
+        """Stop the background tasks and give back the slots still being released."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.slots.drain()
+        if self._slots_redis is not None:
+            await self._slots_redis.aclose()
 
     # -- the stream -------------------------------------------------------------------------------------------
 
@@ -296,8 +419,8 @@ class Processor:
                 elif kind == "response_trailers":
                     yield pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
         finally:
-            if stream.gate is not None:
-                stream.gate.release()
+            if stream.placement is not None:
+                self._unplace(stream.placement)
             if stream.tenant is not None and not stream.accounted and stream.reserved_tokens:
                 # no usage came back (an error, a client gone): return the prompt's reservation
                 self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
@@ -447,7 +570,7 @@ class Processor:
         stream.tenant = tenant = self._tenant(stream.headers)
         body = _json_object(raw)
         stream.model, stream.tier = self._resolve(_asked_model(body), tenant)
-        prompt = self._count_prompt(stream.model, body)
+        prompt, ids, texts = self._count_prompt(stream.model, body)
         stream.model = model = self._fit_context(body, stream.model, prompt, tenant)
         verdict, budget = await self.budgets.admit(
             tenant.name, tenant.requests_per_minute, tenant.tokens_per_minute, prompt
@@ -463,7 +586,7 @@ class Processor:
                 self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
                 return self.cache.reply(lookup)
             stream.cache_pending = self.cache.pending_for(lookup)
-        await self._take_slot(stream, model, tenant)
+        await self._take_slot(stream, model, tenant, self._hashes(model, ids, texts), prompt)
         self.metrics.request(model.name, stream.tier, tenant.name, "admitted").inc()
         return (
             self._forward(stream, body, model)
@@ -471,16 +594,29 @@ class Processor:
             else self.cache.tag(self._forward(stream, body, model), stream.cache_lookup)
         )
 
-    def _count_prompt(self, model: ModelConfig, body: Mapping[str, Any]) -> int:
-        """The prompt's tokens with ``model``'s tokenizer (an estimate, counted as an error, without one)."""
+    def _count_prompt(self, model: ModelConfig, body: Mapping[str, Any]) -> tuple[int, list[int] | None, list[str]]:
+        """The prompt's tokens with ``model``'s tokenizer (an estimate, counted as an error, without one), their ids
+        (None without a tokenizer) and the texts: what the prefix router hashes."""
         try:
             texts, messages = prompt_texts(body)
         except ValueError as exc:
             raise RejectError(400, "bad_request", str(exc), "invalid_request_error", "bad_request") from None
-        prompt, exact = self.tokens.count(model.name, texts, messages, self.config.chat_message_overhead_tokens)
+        prompt, exact, ids = self.tokens.encode(model.name, texts, messages, self.config.chat_message_overhead_tokens)
         if not exact:
             self.metrics.errors.labels("tokenizer").inc()
-        return prompt
+        return prompt, ids, texts
+
+    @staticmethod
+    def _hashes(model: ModelConfig, ids: list[int] | None, texts: list[str]) -> list[int]:
+        """The prompt's chained block hashes for ``model``'s prefix index (none under ``least_request``): of the
+        token ids, or of the texts' bytes without a tokenizer."""
+        routing = model.routing
+        if routing.policy != "prefix_aware":
+            return []
+        seed = model_seed(model.name)
+        if ids is None:
+            return byte_blocks(texts, routing.block_tokens, routing.max_prefix_blocks, seed)
+        return token_blocks(ids, routing.block_tokens, routing.max_prefix_blocks, seed)
 
     def _reserve(self, stream: _Stream, verdict: Verdict, budget: str, prompt: int) -> None:
         """Refuse the request over a budget (429), else note its prompt tokens as reserved when Redis counted them."""
@@ -497,13 +633,21 @@ class Processor:
         if verdict.redis_ok:
             stream.reserved_tokens = prompt
 
-    async def _take_slot(self, stream: _Stream, model: ModelConfig, tenant: TenantConfig) -> None:
-        """Hold through a cold start, then take an in-flight slot of ``model``; a refusal returns the reservation."""
+    async def _take_slot(
+        self, stream: _Stream, model: ModelConfig, tenant: TenantConfig, hashes: list[int], prompt: int
+    ) -> None:
+        """Hold through a cold start, then take a slot on one of ``model``'s replicas (the router's pick, bounded by
+        ``max_num_seqs`` per replica over every gateway); a refusal returns the reservation."""
         started = time.monotonic()
         try:
-            await self._wait_ready(model)
-            gate = self.gates[model.name]
-            if not await gate.acquire():
+            table = self.tables[model.name]
+            if not table.ready():
+                if not model.scale_to_zero:  # Envoy balances, retries and falls back to the tier's fallback
+                    self.metrics.routed(model.name, "fallback").inc()
+                    return
+                await self._wait_ready(model, table)
+            placement = await self.gates[model.name].admit(lambda: self._place(model, hashes, prompt))
+            if placement is None:
                 raise RejectError(
                     429,
                     "kv_capacity",
@@ -512,12 +656,43 @@ class Processor:
                     "capacity_exceeded",
                     retry_after=KV_RETRY_AFTER_SECONDS,
                 )
-            stream.gate = gate
+            stream.placement = placement
         except RejectError:
             self._unreserve(stream, tenant)
             raise
         finally:
             self.metrics.queued(model.name).observe(time.monotonic() - started)
+
+    async def _place(self, model: ModelConfig, hashes: list[int], prompt: int) -> Placement | None:
+        """One try: rank the ready replicas and take a slot on the first with room (None: every one is full)."""
+        router = self.routers[model.name]
+        ranking = router.rank(self.tables[model.name].ready(), hashes, prompt)
+        bounded = model.routing.load_bound
+        taken = await self.slots.acquire(
+            model.name,
+            [e.address for e in ranking.ranked],
+            model.max_num_seqs if bounded else UNBOUNDED_SLOTS,
+            model.fallback_share if bounded else UNBOUNDED_SLOTS,
+        )
+        if taken is None:
+            return None
+        address = taken.endpoint
+        endpoint = next(e for e in ranking.ranked if e.address == address)
+        self.metrics.routed(model.name, ranking.reason_for(address)).inc()
+        if hashes:
+            block_tokens = model.routing.block_tokens
+            self.metrics.prefix_tokens.labels(model.name, "queried").inc(len(hashes) * block_tokens)
+            self.metrics.prefix_tokens.labels(model.name, "matched").inc(ranking.overlaps[address] * block_tokens)
+        placement = Placement(model.name, endpoint, taken, router.picked(endpoint, hashes, prompt))
+        self._gauges(model.name)()
+        return placement
+
+    def _unplace(self, placement: Placement) -> None:
+        """The request holding ``placement`` ended: free its slot and wake the model's queue."""
+        Router.finished(placement.endpoint, placement.blocks)
+        self.slots.release(placement.model, placement.slot)
+        self.gates[placement.model].released()
+        self._gauges(placement.model)()
 
     def _unreserve(self, stream: _Stream, tenant: TenantConfig) -> None:
         """Give the request's prompt-token reservation back to the tenant's budget."""
@@ -525,18 +700,17 @@ class Processor:
             self.budgets.add_tokens(tenant.name, -stream.reserved_tokens)
             stream.reserved_tokens = 0
 
-    async def _wait_ready(self, model: ModelConfig) -> None:
-        readiness = self.readiness.get(model.name)
-        if readiness is None or await readiness.ready():
-            return
+    async def _wait_ready(self, model: ModelConfig, table: EndpointTable) -> None:
+        """Hold a request for a model scaled to zero until a replica is ready (the pending gauge wakes it), or 503."""
         self._waiting_ready[model.name] += 1
         self._gauges(model.name)()
         try:
-            ready = await readiness.wait(model.cold_start_hold_seconds)
+            ready = await table.wait_ready(model.cold_start_hold_seconds)
         finally:
             self._waiting_ready[model.name] -= 1
             self._gauges(model.name)()
         if not ready:
+            self.metrics.routed(model.name, "no_endpoint").inc()
             raise RejectError(
                 503,
                 "cold_start_timeout",
@@ -559,7 +733,13 @@ class Processor:
             # Envoy held the headers for this processor and forwards them as they are: the length must follow the
             # body. (Without a headers message Envoy drops the stale length itself and sends the body chunked.)
             common.header_mutation.set_headers.append(_header("content-length", str(len(payload))))
-        return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
+        response = pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
+        if stream.placement is not None:
+            # The pick, for Envoy's override_host load balancing (a host it does not know: least-request instead).
+            response.dynamic_metadata.update(
+                {LB_METADATA_NAMESPACE: {DESTINATION_ENDPOINT_KEY: stream.placement.endpoint.address}}
+            )
+        return response
 
     # -- the response -----------------------------------------------------------------------------------------
 

@@ -29,6 +29,24 @@ QUEUE_SECONDS: Final = f"{NAMESPACE}_queue_seconds"
 PROCESSOR_ERRORS_TOTAL: Final = f"{NAMESPACE}_processor_errors_total"
 """Counter: failures inside the processor, by ``stage`` (``redis``, ``tokenizer``, ``internal``)."""
 
+ROUTING_DECISIONS_TOTAL: Final = f"{NAMESPACE}_routing_decisions_total"
+"""Counter: replica picks by ``model`` and ``reason`` (one of :data:`RoutingReason`)."""
+PREFIX_TOKENS_TOTAL: Final = f"{NAMESPACE}_prefix_tokens_total"
+"""Counter: prompt tokens the router looked up in its prefix index, by ``model`` and ``kind``: ``queried`` (every
+hashed prompt token) or ``matched`` (those the picked replica is estimated to hold). matched / queried is the
+estimated prefix-cache hit rate, to set beside the engines' own (``vllm:prefix_cache_hits_total /
+vllm:prefix_cache_queries_total``)."""
+ENDPOINT_INFLIGHT: Final = f"{NAMESPACE}_endpoint_inflight_requests"
+"""Gauge: requests this processor has in flight on one replica, by ``model`` and ``endpoint`` (``ip:port``)."""
+READY_ENDPOINTS: Final = f"{NAMESPACE}_ready_endpoints"
+"""Gauge: replicas of ``model`` the processor sees ready (resolved and answering its metrics scrape)."""
+ADMISSION_CAPACITY: Final = f"{NAMESPACE}_admission_capacity"
+"""Gauge: sequences ``model`` may run at once across its ready replicas (their ``max_num_seqs`` summed): the cap
+the gateway admits to, whatever the number of gateway replicas."""
+SLOT_STORE_FALLBACKS_TOTAL: Final = f"{NAMESPACE}_slot_store_fallbacks_total"
+"""Counter: per-replica slot decisions taken locally because the shared slot store (Redis) did not answer, by
+``model``: each falls back to this processor's fixed share of every replica."""
+
 MODEL_LABEL: Final = "model"
 TIER_LABEL: Final = "tier"
 TENANT_LABEL: Final = "tenant"
@@ -50,6 +68,17 @@ RejectionReason = Literal[
 ]
 REJECTION_REASONS: Final[tuple[RejectionReason, ...]] = get_args(RejectionReason)
 """Every ``reason`` label value of :data:`REJECTIONS_TOTAL`."""
+
+ENDPOINT_LABEL: Final = "endpoint"
+
+RoutingReason = Literal["prefix_hit", "prefix_home", "load_spill", "least_load", "fallback", "no_endpoint"]
+"""Why the router picked what it picked: ``prefix_hit`` the replica with the longest cached prefix;
+``prefix_home`` an unseen prefix sent to its rendezvous-hash home (every gateway replica picks the same one);
+``load_spill`` a replica holding the prefix was full or too loaded, so another took it; ``least_load`` no prefix to
+follow (or ``policy: least_request``), the least loaded replica; ``fallback`` no replica known, Envoy's own
+least-request balancing picks; ``no_endpoint`` no ready replica (held for a cold start, then 503)."""
+ROUTING_REASONS: Final[tuple[RoutingReason, ...]] = get_args(RoutingReason)
+"""Every ``reason`` label value of :data:`ROUTING_DECISIONS_TOTAL`."""
 
 QUEUE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Buckets of :data:`QUEUE_SECONDS`: a millisecond of lock contention up to a cold start of minutes."""

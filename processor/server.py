@@ -40,6 +40,7 @@ async def serve(config: ProcessorConfig, worker: int = 0, processor: Processor |
     pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(processor), server)
     port = config.grpc_port + worker
     server.add_insecure_port(f"{config.listen_host}:{port}")
+    await processor.start()
     await server.start()
     if processor.cache is not None:
         await processor.cache.start()
@@ -50,6 +51,7 @@ async def serve(config: ProcessorConfig, worker: int = 0, processor: Processor |
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
+    await processor.aclose()
     await processor.budgets.aclose()
     if processor.cache is not None:
         await processor.cache.aclose()

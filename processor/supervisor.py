@@ -4,8 +4,8 @@ One Python process runs one event loop, and the processor spends most of its CPU
 single process saturates one core long before Envoy does (README "Overhead"). ``ProcessorConfig.workers`` processes
 therefore serve ext_proc side by side, worker ``i`` on ``grpc_port + i``; Envoy's processor cluster lists every
 worker and sends each request's stream to the one with the fewest in flight. Each worker holds its share of every
-model's in-flight cap and queue (:meth:`~inferplane.processor.config.ProcessorConfig.worker_share`), so together they
-never admit more than the pod may; budgets are shared through Redis anyway.
+model's admission queue (:meth:`~inferplane.processor.config.ProcessorConfig.worker_share`); the per-replica slots are
+shared by every worker of every pod through Redis (:mod:`inferplane.processor.slots`), and so are the budgets.
 
 This supervisor starts the workers, serves their metrics as one endpoint (prometheus_client's multiprocess mode:
 counters and histograms add up, the pending and in-flight gauges are the sum over live workers), opens that endpoint

@@ -15,6 +15,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from inferplane.processor.prefix_index import MESSAGE_SEPARATOR
+
 log = logging.getLogger(__name__)
 
 ESTIMATE_BYTES_PER_TOKEN = 3
@@ -80,14 +82,28 @@ class TokenCounter:
     def count(self, model: str, texts: list[str], messages: int, overhead_per_message: int) -> tuple[int, bool]:
         """Prompt tokens of ``texts`` for ``model`` plus the chat template's per-message overhead, and whether the
         count is exact (False: estimated without a tokenizer)."""
+        tokens, exact, _ = self.encode(model, texts, messages, overhead_per_message)
+        return tokens, exact
+
+    def encode(
+        self, model: str, texts: list[str], messages: int, overhead_per_message: int
+    ) -> tuple[int, bool, list[int] | None]:
+        """As :meth:`count`, with the token ids of the texts in order, each text's followed by
+        :data:`~inferplane.processor.prefix_index.MESSAGE_SEPARATOR` (None without a tokenizer): the prefix
+        router hashes them, so a prompt is tokenized once."""
         tokenizer = self.tokenizer(model)
         overhead = messages * overhead_per_message
         if tokenizer is None:
             estimate = sum(math.ceil(len(t.encode()) / ESTIMATE_BYTES_PER_TOKEN) for t in texts)
-            return estimate + overhead, False
+            return estimate + overhead, False, None
         if not texts:
-            return overhead, True
+            return overhead, True, []
         if len(texts) <= BATCH_FROM:  # encode_batch's thread pool costs more than it saves on a few texts
-            return sum(len(tokenizer.encode(t, add_special_tokens=False).ids) for t in texts) + overhead, True
-        encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
-        return sum(len(e.ids) for e in encodings) + overhead, True
+            encoded = [tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
+        else:
+            encoded = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+        ids: list[int] = []
+        for part in encoded:
+            ids.extend(part)
+            ids.append(MESSAGE_SEPARATOR)
+        return len(ids) - len(encoded) + overhead, True, ids

@@ -19,7 +19,15 @@ from redis.asyncio import Redis
 
 from inferplane.processor import metrics as gm
 from inferplane.processor.admission import ModelGate
-from inferplane.processor.config import ModelConfig, ProcessorConfig, TenantConfig, TierConfig
+from inferplane.processor.config import (
+    LoadSeries,
+    MetricSelector,
+    ModelConfig,
+    ProcessorConfig,
+    RoutingConfig,
+    TenantConfig,
+    TierConfig,
+)
 from inferplane.processor.ext_proc import Processor
 from tests.gateway_support import free_port
 from tests.tiny_model import build_tokenizer, words
@@ -34,16 +42,29 @@ def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
+ROUTING = RoutingConfig(
+    policy="prefix_aware",
+    overlap_weight=1.0,
+    load_bound=True,
+    block_tokens=16,
+    index_blocks=1024,
+    load=LoadSeries(
+        running=MetricSelector(name="vllm:num_requests_running"),
+        waiting=MetricSelector(name="vllm:num_requests_waiting"),
+    ),
+)
+
+
 def _model(name: str, tokenizer: str | None, **overrides: Any) -> ModelConfig:
     fields: dict[str, Any] = {
         "name": name,
         "tier": "standard",
-        "upstream_url": f"http://127.0.0.1:{free_port()}",
-        "health_path": "/health",
+        "engine": "vllm",
+        "endpoints": (f"127.0.0.1:{free_port()}",),
         "max_model_len": 1024,
         "max_num_seqs": 4,
-        "replicas": 1,
-        "inflight_limit": 4,
+        "fallback_share": 4,
+        "routing": ROUTING,
         "queue_max": 2,
         "queue_timeout_seconds": 1.0,
         "scale_to_zero": False,
@@ -287,12 +308,32 @@ def test_redis_unreachable_fails_open(tokenizer_file: str) -> None:
     asyncio.run(run())
 
 
+def _ready(processor: Processor, model: str, *addresses: str) -> None:
+    """Make ``addresses`` the model's ready replicas, as a refresh that found them answering would."""
+    table = processor.tables[model]
+    table.apply(set(addresses))
+    for address in addresses:
+        table.endpoints[address].ready = True
+
+
+def _picked(response: Any) -> str | None:
+    """The replica the processor told Envoy to use (the override_host metadata), if any."""
+    metadata = response.dynamic_metadata
+    if "envoy.lb" not in metadata.fields:
+        return None
+    picked: str = metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"].string_value
+    return picked
+
+
 def test_kv_gate_queues_briefly_then_refuses(tokenizer_file: str) -> None:
     async def run() -> None:
-        model = _model("short", tokenizer_file, inflight_limit=1, queue_max=1, queue_timeout_seconds=0.3)
+        model = _model(
+            "short", tokenizer_file, max_num_seqs=1, fallback_share=1, queue_max=1, queue_timeout_seconds=0.3
+        )
         processor = _processor(_config(tokenizer_file, model))
+        _ready(processor, "short", "127.0.0.1:1")
         holder, response = await _request(processor, _chat("w1"))
-        _forwarded(response)
+        assert _picked(response) == "127.0.0.1:1"
         queued = asyncio.ensure_future(_request(processor, _chat("w1")))
         await asyncio.sleep(0.05)
         assert processor.metrics.pending.labels("short")._value.get() == 1
@@ -305,25 +346,52 @@ def test_kv_gate_queues_briefly_then_refuses(tokenizer_file: str) -> None:
         await asyncio.sleep(0.05)
         await holder.close()  # the slot passes to the waiter
         _, admitted = await waiter
-        _forwarded(admitted)
+        assert _picked(admitted) == "127.0.0.1:1"
         assert processor.metrics.inflight.labels("short")._value.get() == 1
         assert processor.metrics.pending.labels("short")._value.get() == 0
 
     asyncio.run(run())
 
 
+def test_a_second_replica_doubles_the_cap_and_takes_the_spill(tokenizer_file: str) -> None:
+    async def run() -> None:
+        model = _model("short", tokenizer_file, max_num_seqs=1, fallback_share=1, queue_max=0)
+        processor = _processor(_config(tokenizer_file, model))
+        _ready(processor, "short", "127.0.0.1:1", "127.0.0.1:2")
+        responses = [(await _request(processor, _chat(words(40))))[1] for _ in range(3)]
+        assert sorted(str(_picked(r)) for r in responses[:2]) == ["127.0.0.1:1", "127.0.0.1:2"]
+        assert _error(responses[2])["code"] == "capacity_exceeded"
+        assert processor.tables["short"].capacity == 2
+
+    asyncio.run(run())
+
+
+def test_without_a_ready_replica_envoy_balances_and_falls_back(tokenizer_file: str) -> None:
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))  # the model's one address answers nothing: not ready
+        _, response = await _request(processor, _chat("w1"))
+        assert _forwarded(response)["model"] == "short" and _picked(response) is None
+        assert processor.metrics.routing.labels("short", "fallback")._value.get() == 1
+
+    asyncio.run(run())
+
+
 def test_gate_cancellation_frees_the_queue() -> None:
     async def run() -> None:
-        gate = ModelGate(1, 2, 5.0, lambda: None)
-        assert await gate.acquire()
-        waiter = asyncio.ensure_future(gate.acquire())
+        gate = ModelGate(2, 5.0, lambda: None)
+        full: Any = None
+
+        async def nothing_free() -> Any:
+            return full
+
+        waiter = asyncio.ensure_future(gate.admit(nothing_free))
         await asyncio.sleep(0.01)
         assert gate.waiting == 1
         waiter.cancel()
         await asyncio.sleep(0.01)
         assert gate.waiting == 0
-        gate.release()
-        assert gate.inflight == 0
+        full = "slot"
+        assert await gate.admit(nothing_free) == "slot"
 
     asyncio.run(run())
 
@@ -405,5 +473,11 @@ def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
         gm.INFLIGHT_REQUESTS,
         gm.QUEUE_SECONDS,
         gm.PROCESSOR_ERRORS_TOTAL.removesuffix("_total"),
+        gm.ROUTING_DECISIONS_TOTAL.removesuffix("_total"),
+        gm.PREFIX_TOKENS_TOTAL.removesuffix("_total"),
+        gm.ENDPOINT_INFLIGHT,
+        gm.READY_ENDPOINTS,
+        gm.ADMISSION_CAPACITY,
+        gm.SLOT_STORE_FALLBACKS_TOTAL.removesuffix("_total"),
     }
     assert names == exposed

@@ -1,7 +1,8 @@
-"""Processor workers: the per-pod in-flight caps split exactly between them, the renderer never runs more workers
-than the smallest cap allows and lists each in Envoy's processor cluster, and, with the real Envoy 1.40, two workers
-behind one supervisor share the requests, report them through one metrics endpoint, and stop together: on SIGTERM
-cleanly, and when one dies the supervisor fails (so Kubernetes restarts the container) rather than run on half."""
+"""Processor workers: the per-pod admission queues split exactly between them (the per-replica slots are shared
+through Redis, not split), the renderer runs ``gateway.processor_workers`` of them and lists each in Envoy's processor
+cluster, and, with the real Envoy 1.40, two workers behind one supervisor share the requests, report them through one
+metrics endpoint, and stop together: on SIGTERM cleanly, and when one dies the supervisor fails (so Kubernetes
+restarts the container) rather than run on half."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def _spec(workers: int, concurrency: int = 64) -> PlatformSpec:
 
 
 @given(total=st.integers(min_value=0, max_value=10_000), workers=st.integers(min_value=1, max_value=16))
-def test_worker_shares_add_up_to_the_pods_cap(total: int, workers: int) -> None:
+def test_worker_shares_add_up_to_the_pods_queue(total: int, workers: int) -> None:
     config = _processor_config(workers=1).model_copy(update={"workers": workers})
     shares = [config.worker_share(total, worker) for worker in range(workers)]
     assert sum(shares) == total
@@ -73,7 +74,7 @@ def _processor_config(workers: int, concurrency: int = 64) -> ProcessorConfig:
     return ProcessorConfig.model_validate_json(gc.render_gateway(spec, size_platform(spec), "eks").processor_json)
 
 
-def test_the_renderer_lists_every_worker_and_never_more_than_the_smallest_cap() -> None:
+def test_the_renderer_runs_and_lists_every_worker_the_spec_asks_for() -> None:
     spec = _spec(workers=3)
     rendered = gc.render_gateway(spec, size_platform(spec), "eks")
     config = ProcessorConfig.model_validate_json(rendered.processor_json)
@@ -86,15 +87,24 @@ def test_the_renderer_lists_every_worker_and_never_more_than_the_smallest_cap() 
         for e in processor["load_assignment"]["endpoints"][0]["lb_endpoints"]
     ]
     assert ports == [config.grpc_port, config.grpc_port + 1, config.grpc_port + 2]
+    # More workers than a replica has sequences: no longer capped, since no worker holds a share of the slots.
     small = _processor_config(workers=16, concurrency=2)
-    assert small.workers == min(m.inflight_limit for m in small.models) < 16
+    assert small.workers == 16
+    [model] = small.models
+    assert model.max_num_seqs == 2
+    # With Redis down each worker keeps to one request a replica: max(1, 2 // (1 replica x 4 x 16 workers)).
+    assert model.fallback_share == 1
 
 
-def test_a_config_whose_cap_cannot_be_split_is_refused() -> None:
-    config = _processor_config(workers=1, concurrency=2).model_dump()
-    config["workers"] = config["models"][0]["inflight_limit"] + 1
-    with pytest.raises(ValueError, match="cannot be split between"):
-        ProcessorConfig.model_validate(config)
+def test_each_pods_queue_is_split_whole_and_the_worker_count_is_bounded() -> None:
+    config = _processor_config(workers=16, concurrency=2)
+    [model] = config.models
+    shares = [config.worker_share(model.queue_max, worker) for worker in range(16)]
+    assert (model.queue_max, shares) == (32, [2] * 16)
+    raw = config.model_dump()
+    raw["workers"] = 17
+    with pytest.raises(ValueError, match=r"workers\n  Input should be less than or equal to 16"):
+        ProcessorConfig.model_validate(raw)
 
 
 class Stub:
@@ -140,7 +150,7 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[Procs, Gateway]]:
         keys.mkdir()
         (keys / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"t": KEY}))
         write_model(tokenizers / ARCHITECTURE["hf_repo"])
-        addresses = gateway_addresses({MODEL: ("127.0.0.1", stub.port)}, keys, tokenizers, "-workers")
+        addresses = gateway_addresses({MODEL: [("127.0.0.1", stub.port)]}, keys, tokenizers, "-workers")
         addresses = addresses.model_copy(update={"processor_port": free_ports(2)})
         gateway = start_gateway(
             procs,

@@ -1,0 +1,122 @@
+"""An approximate index of which replica holds which prompt prefix in its KV cache, built from the router's own picks.
+
+The engines cache prompt prefixes in fixed blocks of tokens (vLLM's automatic prefix caching, TensorRT-LLM's KV
+reuse) and reuse a block only when every block before it matches too. The index mirrors that: a prompt is cut into
+blocks of the engine's block size and each block's hash chains the previous one (as vLLM's ``hash_block_tokens`` and
+the Gateway API Inference Extension's approximate prefix producer do), so block ``i`` matching implies blocks
+``0..i-1`` match. After each pick the picked replica is recorded as holding the request's blocks; each replica keeps
+at most its KV pool's worth of blocks, least recently used first out, as the engine evicts. Nothing asks the engine
+what it holds: the estimate and the engines' real hit rate are both exported, and an alert watches them drift apart.
+
+Hashes are Python's hash of tuples of ints, which (unlike ``str`` hashes) is the same in every process, so every
+gateway replica and worker computes the same block hashes and the same rendezvous homes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+MESSAGE_SEPARATOR = -1
+"""Put between two chat messages' token ids, so moving text from one message to the next changes the hash."""
+BYTES_PER_ESTIMATED_TOKEN = 4
+"""Without a tokenizer, a block is ``block_tokens`` x this many bytes of UTF-8 (GIE's 4 characters per token)."""
+HOME_PREFIX_TOKENS = 256
+"""An unseen prefix's home is chosen from the hash of its first 256 tokens or so (smg's ``prefix_hash`` policy hashes
+the first 256 tokens): long enough to tell conversations apart, short enough that a shared preamble decides it."""
+
+
+def model_seed(model: str) -> int:
+    """The first link of every chain for ``model`` (a stable number, unlike ``hash(str)``)."""
+    return zlib.crc32(model.encode())
+
+
+def token_blocks(token_ids: Sequence[int], block_tokens: int, max_blocks: int, seed: int) -> list[int]:
+    """Chained hashes of the full blocks of ``token_ids`` (a partial last block is not cached by the engines)."""
+    hashes: list[int] = []
+    previous = seed
+    for start in range(0, min(len(token_ids) // block_tokens, max_blocks) * block_tokens, block_tokens):
+        previous = hash((previous, *token_ids[start : start + block_tokens]))
+        hashes.append(previous)
+    return hashes
+
+
+def byte_blocks(texts: Iterable[str], block_tokens: int, max_blocks: int, seed: int) -> list[int]:
+    """Chained hashes of a prompt's text when the model has no tokenizer: blocks of estimated tokens."""
+    data = b"\x00".join(text.encode() for text in texts)
+    size = block_tokens * BYTES_PER_ESTIMATED_TOKEN
+    hashes: list[int] = []
+    previous = seed
+    for start in range(0, min(len(data) // size, max_blocks) * size, size):
+        # Not hash(bytes): that is salted per process (PYTHONHASHSEED); a digest keeps every processor in step.
+        digest = int.from_bytes(hashlib.blake2b(data[start : start + size], digest_size=8).digest())
+        previous = hash((previous, digest))
+        hashes.append(previous)
+    return hashes
+
+
+def home_block(hashes: Sequence[int], block_tokens: int) -> int:
+    """The hash that names a prefix's home: the block ending near :data:`HOME_PREFIX_TOKENS` (or the last one)."""
+    return hashes[min(len(hashes), max(1, HOME_PREFIX_TOKENS // block_tokens)) - 1]
+
+
+def endpoint_key(endpoint: str) -> int:
+    """A stable number for an ``ip:port`` (rendezvous weights must agree across processes)."""
+    return zlib.crc32(endpoint.encode())
+
+
+def rendezvous(block: int, endpoint: str) -> int:
+    """Highest-random-weight hashing: every process ranks the replicas for ``block`` the same way, and a replica
+    coming or going moves only the prefixes whose top choice it is."""
+    return hash((block, endpoint_key(endpoint)))
+
+
+class PrefixIndex:
+    """Per replica, the block hashes it is estimated to hold (an LRU bounded by the replica's KV pool in blocks)."""
+
+    def __init__(self, capacity_blocks: int) -> None:
+        self.capacity_blocks = capacity_blocks
+        self._held: dict[str, OrderedDict[int, None]] = {}
+
+    def overlap(self, endpoint: str, hashes: Sequence[int]) -> int:
+        """Leading blocks of ``hashes`` the replica is estimated to hold."""
+        held = self._held.get(endpoint)
+        if not held:
+            return 0
+        matched = 0
+        for block in hashes:
+            if block not in held:
+                break
+            matched += 1
+        return matched
+
+    def record(self, endpoint: str, hashes: Sequence[int]) -> None:
+        """The replica now holds ``hashes`` (it prefilled them, or reused them): most recently used."""
+        if not hashes:
+            return
+        held = self._held.setdefault(endpoint, OrderedDict())
+        for block in hashes:
+            held[block] = None
+            held.move_to_end(block)
+        while len(held) > self.capacity_blocks:
+            held.popitem(last=False)
+
+    def forget(self, endpoint: str) -> None:
+        """The replica is gone (or restarted): it holds nothing of what was recorded."""
+        self._held.pop(endpoint, None)
+
+    def endpoints(self) -> tuple[str, ...]:
+        """Replicas with recorded blocks."""
+        return tuple(self._held)
+
+    def size(self, endpoint: str) -> int:
+        """Blocks recorded for the replica."""
+        return len(self._held.get(endpoint, ()))
+
+
+def blocks_for(tokens: int, block_tokens: int) -> int:
+    """Blocks a sequence of ``tokens`` occupies."""
+    return math.ceil(tokens / block_tokens)

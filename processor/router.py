@@ -1,0 +1,108 @@
+"""Which replica of a model each request should go to: prefix overlap against load, with one cost function.
+
+For every ready replica ``r`` (NVIDIA Dynamo's KV router cost, ``docs/design_docs/router_design.md``)::
+
+    cost(r) = overlap_weight x prefill_blocks(r) + decode_blocks(r)
+
+* ``prefill_blocks(r)``: the prompt's blocks that ``r`` would have to compute, i.e. all of them less the leading blocks
+  the prefix index estimates ``r`` holds;
+* ``decode_blocks(r)``: the KV blocks of the sequences ``r`` is running: those this processor put there (their prompt
+  blocks, known exactly) plus, for the sequences the engine reports beyond them (other gateway replicas' requests),
+  the mean blocks of a request here; or, when more, the engine's KV-cache usage times its pool (the index's
+  capacity is the replica's pool in blocks).
+
+Replicas are ranked by cost, cheapest first; the slot store then takes the first with a free slot (the load bound:
+a replica running its ``max_num_seqs`` is skipped). A prefix no replica holds goes to its *home*, the replica ranked
+first for it by rendezvous hashing, when the home costs at most one prompt's prefill more than the cheapest: every
+gateway replica computes the same home without talking to the others, so N gateways do not scatter a new prefix over
+N replicas, and a busy home is passed over. Ties are broken by the same rendezvous rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from inferplane.processor.endpoints import Endpoint
+from inferplane.processor.metrics import RoutingReason
+from inferplane.processor.prefix_index import PrefixIndex, blocks_for, home_block, rendezvous
+
+MEAN_BLOCKS_DECAY = 0.05
+"""Weight of each new request in the running mean of prompt blocks (about the last 20 requests)."""
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The replicas in order of preference, what each is estimated to hold, and why the first is first."""
+
+    ranked: tuple[Endpoint, ...]
+    overlaps: dict[str, int]
+    reason: RoutingReason
+
+    def reason_for(self, picked: str) -> RoutingReason:
+        """Why ``picked`` serves the request: the first choice's reason, or a spill when a fuller one was passed."""
+        if self.ranked and picked == self.ranked[0].address:
+            return self.reason
+        best = max(self.overlaps.values(), default=0)
+        if best == 0:
+            return "least_load"
+        return "prefix_hit" if self.overlaps.get(picked, 0) == best else "load_spill"
+
+
+class Router:
+    """Ranks one model's replicas for a request (pure: the caller passes the ready replicas)."""
+
+    def __init__(self, block_tokens: int, overlap_weight: float, prefix_aware: bool, index: PrefixIndex) -> None:
+        self.block_tokens = block_tokens
+        self.overlap_weight = overlap_weight
+        self.prefix_aware = prefix_aware
+        self.index = index
+        self.mean_blocks = 1.0
+
+    def decode_blocks(self, endpoint: Endpoint) -> float:
+        """The KV blocks the replica is estimated to be decoding for every gateway's requests: this processor's
+        requests' blocks plus the mean for each other sequence the engine runs, or the engine's own KV usage times its
+        pool when that is more (long generations grow beyond their prompts)."""
+        others = max(0.0, endpoint.engine_active - endpoint.inflight)
+        estimate = endpoint.inflight_blocks + others * self.mean_blocks
+        return max(estimate, endpoint.kv_usage * self.index.capacity_blocks)
+
+    def rank(self, ready: Sequence[Endpoint], hashes: Sequence[int], prompt_tokens: int) -> Ranking:
+        """The ready replicas, cheapest first (see the module docstring)."""
+        prompt_blocks = blocks_for(max(prompt_tokens, 1), self.block_tokens)
+        use_prefix = self.prefix_aware and bool(hashes)
+        overlaps = {e.address: self.index.overlap(e.address, hashes) for e in ready} if use_prefix else {}
+        home = home_block(hashes, self.block_tokens) if hashes else prompt_tokens
+        costs = {
+            e.address: self.overlap_weight * (prompt_blocks - overlaps.get(e.address, 0)) + self.decode_blocks(e)
+            for e in ready
+        }
+        ranked = sorted(ready, key=lambda e: (costs[e.address], -rendezvous(home, e.address)))
+        if not ranked or not use_prefix:
+            return Ranking(tuple(ranked), overlaps, "least_load")
+        best_overlap = max(overlaps.values())
+        if best_overlap > 0:
+            first = overlaps[ranked[0].address]
+            return Ranking(tuple(ranked), overlaps, "prefix_hit" if first == best_overlap else "load_spill")
+        home_endpoint = max(ranked, key=lambda e: rendezvous(home, e.address))
+        if costs[home_endpoint.address] <= costs[ranked[0].address] + self.overlap_weight * prompt_blocks:
+            ranked.remove(home_endpoint)
+            ranked.insert(0, home_endpoint)
+            return Ranking(tuple(ranked), overlaps, "prefix_home")
+        return Ranking(tuple(ranked), overlaps, "least_load")
+
+    def picked(self, endpoint: Endpoint, hashes: Sequence[int], prompt_tokens: int) -> int:
+        """Note a request placed on ``endpoint``: it will hold the prompt's blocks; returns the blocks it occupies."""
+        blocks = blocks_for(max(prompt_tokens, 1), self.block_tokens)
+        self.mean_blocks += MEAN_BLOCKS_DECAY * (blocks - self.mean_blocks)
+        endpoint.inflight += 1
+        endpoint.inflight_blocks += blocks
+        if self.prefix_aware:
+            self.index.record(endpoint.address, hashes)
+        return blocks
+
+    @staticmethod
+    def finished(endpoint: Endpoint, blocks: int) -> None:
+        """A request placed on ``endpoint`` has ended."""
+        endpoint.inflight = max(0, endpoint.inflight - 1)
+        endpoint.inflight_blocks = max(0, endpoint.inflight_blocks - blocks)

@@ -1,0 +1,316 @@
+"""The router's parts on their own: the prefix index's chained block hashes, the cost ranking and its rendezvous
+home, the slots shared through a real Redis 8.2 by several processors, and the replica table read from Prometheus
+text exposed by prometheus_client under vLLM's series names."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from redis.asyncio import Redis
+
+from inferplane.processor.admission import ModelGate
+from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, RoutingConfig
+from inferplane.processor.endpoints import Endpoint, EndpointTable, parse_samples
+from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, home_block, rendezvous, token_blocks
+from inferplane.processor.router import Router
+from inferplane.processor.slots import Slot, SlotStore
+from tests.gateway_support import free_port
+
+BLOCK = 16
+VLLM_LOAD = LoadSeries(
+    running=MetricSelector(name="vllm:num_requests_running"),
+    waiting=MetricSelector(name="vllm:num_requests_waiting"),
+    kv_usage=MetricSelector(name="vllm:kv_cache_usage_perc"),
+)
+
+
+def _routing(**overrides: object) -> RoutingConfig:
+    fields: dict[str, object] = {
+        "policy": "prefix_aware",
+        "overlap_weight": 1.0,
+        "load_bound": True,
+        "block_tokens": BLOCK,
+        "index_blocks": 64,
+        "scrape_interval_seconds": 0.1,
+        "dns_refresh_seconds": 0.1,
+        "load": VLLM_LOAD,
+    }
+    return RoutingConfig.model_validate({**fields, **overrides})
+
+
+def _model(*endpoints: str) -> ModelConfig:
+    return ModelConfig(
+        name="m",
+        tier="standard",
+        engine="vllm",
+        endpoints=endpoints,
+        max_model_len=4096,
+        max_num_seqs=2,
+        fallback_share=1,
+        queue_max=4,
+        queue_timeout_seconds=1.0,
+        scale_to_zero=False,
+        cold_start_hold_seconds=5.0,
+        routing=_routing(),
+    )
+
+
+# -- block hashes ---------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(0, 50_000), min_size=0, max_size=200), cut=st.integers(0, 200))
+def test_a_shared_prefix_shares_exactly_its_full_blocks(ids: list[int], cut: int) -> None:
+    other = [*ids[:cut], 50_001, *ids[cut + 1 :]]  # differs from ``ids`` at ``cut`` (when cut < len)
+    mine, theirs = token_blocks(ids, BLOCK, 256, 7), token_blocks(other, BLOCK, 256, 7)
+    assert len(mine) == len(ids) // BLOCK
+    shared = min(cut, len(ids)) // BLOCK
+    assert mine[:shared] == theirs[:shared]
+    if cut < len(ids) and shared < len(mine):
+        assert mine[shared:] != theirs[shared:]  # a chain: every block after a difference differs
+
+
+def test_hashes_depend_on_the_model_and_stop_at_the_cap() -> None:
+    ids = list(range(100))
+    assert token_blocks(ids, BLOCK, 256, 1) != token_blocks(ids, BLOCK, 256, 2)
+    assert len(token_blocks(ids, BLOCK, 3, 1)) == 3
+    texts = ["a" * 200, "b" * 100]
+    assert len(byte_blocks(texts, 16, 256, 1)) == (200 + 1 + 100) // (16 * 4)
+
+
+def test_the_index_forgets_least_recently_used_blocks_first() -> None:
+    index = PrefixIndex(capacity_blocks=4)
+    old, new = token_blocks(list(range(48)), BLOCK, 256, 1), token_blocks(list(range(1000, 1032)), BLOCK, 256, 1)
+    index.record("a", old)
+    assert index.overlap("a", old) == 3
+    index.record("a", new)  # 5 blocks for 4 places: the oldest goes
+    assert (index.size("a"), index.overlap("a", old), index.overlap("a", new)) == (4, 0, 2)
+    index.forget("a")
+    assert index.overlap("a", new) == 0
+
+
+# -- ranking --------------------------------------------------------------------------------------------------------
+
+
+def _endpoints(*addresses: str) -> list[Endpoint]:
+    return [Endpoint(address, ready=True) for address in addresses]
+
+
+REPLICAS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000")
+PROMPT = list(range(160))  # 10 blocks
+
+
+def test_a_held_prefix_wins_until_its_replica_is_loaded() -> None:
+    router = Router(BLOCK, 1.0, True, PrefixIndex(1024))
+    ready = _endpoints(*REPLICAS)
+    hashes = token_blocks(PROMPT, BLOCK, 256, 1)
+    router.index.record(REPLICAS[2], hashes)
+    ranking = router.rank(ready, hashes, len(PROMPT))
+    assert (ranking.ranked[0].address, ranking.reason, ranking.overlaps[REPLICAS[2]]) == (REPLICAS[2], "prefix_hit", 10)
+    ready[2].inflight, ready[2].inflight_blocks = 3, 11  # 11 blocks of decode outweigh 10 blocks of prefill saved
+    ranking = router.rank(ready, hashes, len(PROMPT))
+    assert ranking.ranked[0].address != REPLICAS[2] and ranking.reason == "load_spill"
+    assert ranking.reason_for(REPLICAS[2]) == "prefix_hit"
+
+
+def test_other_gateways_requests_count_through_the_engines_numbers() -> None:
+    router = Router(BLOCK, 1.0, False, PrefixIndex(1024))
+    ready = _endpoints(*REPLICAS)
+    ready[0].running, ready[1].running, ready[2].running = 5, 1, 3
+    ranking = router.rank(ready, [], 100)
+    assert [e.address for e in ranking.ranked] == [REPLICAS[1], REPLICAS[2], REPLICAS[0]]
+    assert ranking.reason == "least_load"
+
+
+@pytest.mark.parametrize("group", range(12))
+def test_two_gateways_send_a_new_prefix_to_the_same_home(group: int) -> None:
+    """Each gateway ranks on its own index; an unseen prefix gets the same home on both, for every group."""
+    prompt = [group * 1000 + i for i in range(64)]
+    hashes = token_blocks(prompt, BLOCK, 256, 1)
+    picks = {Router(BLOCK, 1.0, True, PrefixIndex(64)).rank(_endpoints(*REPLICAS), hashes, 64).ranked[0].address}
+    picks.add(
+        Router(BLOCK, 1.0, True, PrefixIndex(64)).rank(_endpoints(*reversed(REPLICAS)), hashes, 64).ranked[0].address
+    )
+    home = max(REPLICAS, key=lambda r: rendezvous(home_block(hashes, BLOCK), r))
+    assert picks == {home}
+
+
+def test_homes_spread_over_the_replicas() -> None:
+    homes = [
+        max(REPLICAS, key=lambda r: rendezvous(home_block(token_blocks([g] * 64, BLOCK, 256, 1), BLOCK), r))
+        for g in range(300)
+    ]
+    assert {r: homes.count(r) for r in REPLICAS}.keys() == set(REPLICAS)
+    assert min(homes.count(r) for r in REPLICAS) > 60  # about 100 each
+
+
+def test_a_busy_home_is_passed_over() -> None:
+    hashes = token_blocks(PROMPT, BLOCK, 256, 1)
+    ready = _endpoints(*REPLICAS)
+    home = max(REPLICAS, key=lambda r: rendezvous(home_block(hashes, BLOCK), r))
+    busy = next(e for e in ready if e.address == home)
+    busy.inflight, busy.inflight_blocks = 2, 11  # more than one prompt's prefill (10 blocks) above the others
+    ranking = Router(BLOCK, 1.0, True, PrefixIndex(64)).rank(ready, hashes, len(PROMPT))
+    assert ranking.ranked[0].address != home and ranking.reason == "least_load"
+
+
+# -- shared slots ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_prefix(redis_port: int) -> Iterator[str]:
+    yield f"slots-test:{free_port()}:"
+
+
+def _where(slot: Slot | None) -> tuple[str, bool] | None:
+    return None if slot is None else (slot.endpoint, slot.shared)
+
+
+def test_a_slot_taken_by_a_timed_out_script_is_given_back(redis_port: int, fresh_prefix: str) -> None:
+    """Redis answers too late: the processor falls back, and removes what the script may have taken after all."""
+
+    async def run() -> None:
+        redis = Redis(port=redis_port)
+        slow = SlotStore(redis, fresh_prefix, lambda _: None, processor="slow", timeout_seconds=0.001)
+        timely = SlotStore(redis, fresh_prefix, lambda _: None, processor="timely")
+        fallback = await slow.acquire("m", ["a:1"], 1, 1)
+        assert _where(fallback) == ("a:1", False)
+        await slow.drain()
+        assert _where(await timely.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)  # the shared slot was not leaked
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_processors_together_never_exceed_a_replicas_cap(redis_port: int, fresh_prefix: str) -> None:
+    async def run() -> None:
+        redis = Redis(port=redis_port)
+        stores = [SlotStore(redis, fresh_prefix, lambda _: None, processor=f"p{i}") for i in range(3)]
+        ranked = ["a:1", "b:1"]
+        taken = await asyncio.gather(*(s.acquire("m", ranked, 2, 1) for s in stores for _ in range(3)))
+        granted = [t for t in taken if t is not None]
+        assert sorted(slot.endpoint for slot in granted) == ["a:1", "a:1", "b:1", "b:1"]
+        assert all(slot.shared for slot in granted)
+        owner, slot = next((s, t) for s, t in zip(itertools.chain(*([s] * 3 for s in stores)), taken, strict=True) if t)
+        owner.release("m", slot)
+        owner.release("m", slot)  # idempotent: a slot given back twice frees one place
+        await owner.drain()
+        again = await stores[0].acquire("m", ranked, 2, 1)
+        assert again is not None and again.endpoint == slot.endpoint
+        assert await stores[0].acquire("m", ranked, 2, 1) is None
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_dead_processors_slots_free_when_its_lease_lapses(redis_port: int, fresh_prefix: str) -> None:
+    async def run() -> None:
+        redis = Redis(port=redis_port)
+        dead = SlotStore(redis, fresh_prefix, lambda _: None, processor="dead", lease_seconds=0.3)
+        alive = SlotStore(redis, fresh_prefix, lambda _: None, processor="alive", lease_seconds=0.3)
+        assert _where(await dead.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)
+        assert await alive.acquire("m", ["a:1"], 1, 1) is None
+        await asyncio.sleep(0.4)  # ``dead`` never renews its lease
+        assert _where(await alive.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_without_redis_each_processor_keeps_to_its_share() -> None:
+    async def run() -> None:
+        failures: list[str] = []
+        redis = Redis(port=free_port(), socket_timeout=0.2, socket_connect_timeout=0.2)
+        store = SlotStore(redis, "x:", failures.append)
+        first = await store.acquire("m", ["a:1", "b:1"], 8, 1)
+        assert _where(first) == ("a:1", False)
+        assert _where(await store.acquire("m", ["a:1", "b:1"], 8, 1)) == ("b:1", False)
+        assert await store.acquire("m", ["a:1", "b:1"], 8, 1) is None
+        assert first is not None
+        store.release("m", first)
+        assert _where(await store.acquire("m", ["a:1", "b:1"], 8, 1)) == ("a:1", False)
+        assert failures == ["m"] * 4
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+# -- the replica table ----------------------------------------------------------------------------------------------
+
+
+def _exposition(running: float, waiting: float) -> tuple[int, CollectorRegistry]:
+    registry = CollectorRegistry()
+    for name, value in (("vllm:num_requests_running", running), ("vllm:num_requests_waiting", waiting)):
+        gauge = Gauge(name, "", ["model_name", "engine"], registry=registry)
+        gauge.labels("m", "0").set(value)
+        gauge.labels("m", "1").set(value)  # two engines in one pod add up
+    Gauge("vllm:kv_cache_usage_perc", "", registry=registry).set(0.25)
+    port = free_port()
+    start_http_server(port, addr="127.0.0.1", registry=registry)
+    return port, registry
+
+
+def test_a_replica_is_ready_while_it_answers_and_reports_its_load() -> None:
+    async def run() -> None:
+        port, _ = _exposition(running=3, waiting=1)
+        silent = f"127.0.0.1:{free_port()}"
+        table = EndpointTable(_model(f"127.0.0.1:{port}", silent))
+        lost = await table.refresh()
+        answering = table.endpoints[f"127.0.0.1:{port}"]
+        assert (answering.ready, answering.running, answering.waiting, answering.kv_usage) == (True, 6, 2, 0.25)
+        assert [e.address for e in table.ready()] == [f"127.0.0.1:{port}"] and lost == []
+        assert table.capacity == 2
+
+    asyncio.run(run())
+
+
+def test_a_name_resolves_to_every_address() -> None:
+    async def run() -> None:
+        table = EndpointTable(_model("localhost:8000", "no-such-host.invalid:8000"))
+        assert "127.0.0.1:8000" in await table.resolve()
+        table.apply({"127.0.0.1:8000", "10.0.0.9:8000"})
+        assert table.apply({"127.0.0.1:8000"}) == ["10.0.0.9:8000"]
+
+    asyncio.run(run())
+
+
+def test_samples_are_selected_by_name_and_labels() -> None:
+    text = (
+        b'# HELP x\nnv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 7\n'
+        b'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="waiting",version="1"} 2\n'
+        b"vllm:num_requests_running_other 9\nvllm:num_requests_running 4\n"
+    )
+    active = MetricSelector(name="nv_trt_llm_request_metrics", labels=(("request_type", "active"),))
+    assert parse_samples(text, active) == 7
+    assert parse_samples(text, MetricSelector(name="vllm:num_requests_running")) == 4
+    assert parse_samples(text, MetricSelector(name="absent")) is None
+
+
+# -- the queue ------------------------------------------------------------------------------------------------------
+
+
+def test_the_queue_serves_in_order_and_times_out() -> None:
+    async def run() -> None:
+        gate = ModelGate(queue_max=2, queue_timeout=0.5, on_change=lambda: None)
+        free: list[str] = []
+
+        async def attempt() -> str | None:
+            return free.pop(0) if free else None
+
+        first = asyncio.ensure_future(gate.admit(attempt))
+        await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(gate.admit(attempt))
+        await asyncio.sleep(0.01)
+        assert await gate.admit(attempt) is None  # the queue holds two
+        free.append("s1")
+        gate.released()
+        assert await first == "s1" and not second.done()
+        assert await second is None  # nothing freed within its 0.5 s
+
+    asyncio.run(run())
