@@ -280,7 +280,7 @@ def main() -> None:
         (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"bench": BENCH_KEY}))
         write_model(tokenizers / ARCHITECTURE["hf_repo"])
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
-        addresses = gateway_addresses({MODEL: ("127.0.0.1", stub_port)}, keys_dir, tokenizers, "-bench")
+        addresses = gateway_addresses({MODEL: [("127.0.0.1", stub_port)]}, keys_dir, tokenizers, "-bench")
         gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
         envoy_only = start_envoy_variant(procs, gateway.rendered, directory, "envoy-only", None)
         passthrough_port = free_port()

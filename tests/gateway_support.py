@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import re
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +183,14 @@ def start_redis(procs: Procs, name: str = "redis") -> int:
 
 
 def start_vllm(
-    procs: Procs, name: str, model_dir: Path, served_names: list[str], *, max_model_len: int, max_num_seqs: int
+    procs: Procs,
+    name: str,
+    model_dir: Path,
+    served_names: list[str],
+    *,
+    max_model_len: int,
+    max_num_seqs: int,
+    extra_args: Sequence[str] = (),
 ) -> int:
     """vLLM's OpenAI server on CPU with dummy weights (does not wait; see :func:`wait_vllm`); returns its port."""
     port = free_port()
@@ -194,7 +203,7 @@ def start_vllm(
     }
     args = [str(vllm_binary()), "serve", str(model_dir), "--served-model-name", *served_names]
     args += ["--load-format", "dummy", "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs)]
-    args += ["--host", "127.0.0.1", "--port", str(port), "--enforce-eager"]
+    args += ["--host", "127.0.0.1", "--port", str(port), "--enforce-eager", *extra_args]
     procs.start(name, args, env)
     return port
 
@@ -245,8 +254,10 @@ class Gateway:
         return f"http://127.0.0.1:{self.addresses.stats_port}/stats/prometheus"
 
 
-def gateway_addresses(upstreams: dict[str, tuple[str, int]], keys_dir: Path, tokenizers_dir: Path, suffix: str) -> Any:
-    """Loopback addresses and free ports for one replica."""
+def gateway_addresses(
+    upstreams: Mapping[str, Sequence[tuple[str, int]]], keys_dir: Path, tokenizers_dir: Path, suffix: str
+) -> Any:
+    """Loopback addresses and free ports for one replica; ``upstreams`` lists each model's replicas."""
     return gc.GatewayAddresses(
         listener_host="127.0.0.1",
         listener_port=free_port(),
@@ -254,7 +265,7 @@ def gateway_addresses(upstreams: dict[str, tuple[str, int]], keys_dir: Path, tok
         admin_port=free_port(),
         processor_port=free_port(),
         processor_metrics_port=free_port(),
-        upstreams=upstreams,
+        upstreams={model: tuple(replicas) for model, replicas in upstreams.items()},
         api_keys_dir=str(keys_dir),
         tokenizers_dir=str(tokenizers_dir),
         id_suffix=suffix,
@@ -269,13 +280,18 @@ def start_gateway(
     plan: PlatformSizing,
     addresses: gc.GatewayAddresses,
     redis_url: str,
+    processor_patch: Callable[[dict[str, Any]], None] | None = None,
 ) -> Gateway:
-    """Render the config for ``addresses`` and start the processor and Envoy with it."""
+    """Render the config for ``addresses`` and start the processor and Envoy with it (``processor_patch`` edits the
+    processor's config first: a test that breaks one part on purpose)."""
     rendered = gc.render_gateway(spec, plan, "eks", addresses)
     config_dir = procs.directory / name
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / gc.ENVOY_CONFIG_FILE).write_text(rendered.envoy_yaml)
-    (config_dir / gc.PROCESSOR_CONFIG_FILE).write_text(rendered.processor_json)
+    processor_config = json.loads(rendered.processor_json)
+    if processor_patch is not None:
+        processor_patch(processor_config)
+    (config_dir / gc.PROCESSOR_CONFIG_FILE).write_text(json.dumps(processor_config))
     processor = procs.start(
         f"{name}-processor",
         [sys.executable, "-m", "inferplane.processor", "--config", str(config_dir / gc.PROCESSOR_CONFIG_FILE)],

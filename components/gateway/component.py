@@ -32,7 +32,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -40,21 +39,23 @@ import pulumi_random as random
 
 from inferplane.components.aws.redis_cache import REDIS_PORT
 from inferplane.components.gateway.observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
-from inferplane.components.gateway.renderer import RenderedGateway, render_api_key_file
+from inferplane.components.gateway.renderer import SCALE_OUT_FACTOR, RenderedGateway, render_api_key_file
 from inferplane.components.observability.dashboards import DASHBOARD_SIDECAR_LABELS
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving.annotations import (
     COMPONENT_LABEL,
     GATEWAY,
+    GATEWAY_ROUTING,
     MODEL_SERVER,
     NAME_LABEL,
     SCRAPE_LABELS,
     GatewayRoute,
     gateway_annotations,
+    gateway_routing_annotation,
 )
 from inferplane.components.serving.network_policy import dns_egress_rule
 from inferplane.components.spec.input_errors import InputErrors, raise_input_errors
-from inferplane.components.spec.platform_spec import Environment
+from inferplane.components.spec.platform_spec import Environment, RoutingSpec
 from inferplane.processor.config import ProcessorConfig
 
 CONFIG_CHECKSUM_ANNOTATION = "inferplane.io/config-checksum"
@@ -106,9 +107,6 @@ is admission (~0.6 ms of processor CPU per request, README "Overhead"). 200 stre
 requests/s, two orders of magnitude below what one processor admits, so replicas are added for connection and failure
 spread long before CPU binds, and a single replica never holds more than a few hundred streams that a restart would
 cut."""
-
-SCALE_OUT_FACTOR = 4
-"""The autoscaler's ceiling is this many times ``gateway.replicas`` (within the environment's replica ceiling)."""
 
 DRAIN_SECONDS = 300
 """In-flight streams get up to the model servers' longest drain (``components.serving.model_server.MAX_DRAIN_SECONDS``)
@@ -196,19 +194,26 @@ def policy_annotations(config: ProcessorConfig) -> dict[str, str]:
 
     A model's route lists the tiers that serve it on this gateway (as a primary, a fallback, or by its
     ``routing_tier``: :func:`components.spec.platform_spec.gateway_tiers`), read from the tiers the processor admits
-    requests by, so the policy pack judges what is enforced."""
+    requests by, so the policy pack judges what is enforced; so does each model's routing (``load_bound`` above all)."""
     tenants = list(config.tenants) or ([config.anonymous_tenant] if config.anonymous_tenant is not None else [])
     routes: dict[str, list[str]] = {m.name: [] for m in config.models}
     for tier in config.tiers:
         for model in (*tier.models, *tier.fallback):
             if tier.name not in routes[model]:
                 routes[model].append(tier.name)
-    return gateway_annotations(
+    annotations = gateway_annotations(
         auth="api_key" if config.auth_required else "none",
         requests_per_minute=max((t.requests_per_minute for t in tenants), default=None),
         tokens_per_minute=max((t.tokens_per_minute for t in tenants), default=None),
         routes={m.name: GatewayRoute(tiers=tuple(routes[m.name]), max_context=m.max_model_len) for m in config.models},
     )
+    routing = {
+        m.name: RoutingSpec(
+            policy=m.routing.policy, overlap_weight=m.routing.overlap_weight, load_bound=m.routing.load_bound
+        )
+        for m in config.models
+    }
+    return {**annotations, GATEWAY_ROUTING: gateway_routing_annotation(routing)}
 
 
 def validate(name: str, args: GatewayArgs) -> InputErrors:
@@ -222,6 +227,14 @@ def validate(name: str, args: GatewayArgs) -> InputErrors:
         errors.append(("replicas", f"prod runs at least 2 gateway replicas, got {args.replicas}"))
     if args.max_replicas is not None and args.max_replicas < args.replicas:
         errors.append(("max_replicas", f"{args.max_replicas} is below replicas ({args.replicas})"))
+    if args.max_replicas is not None and args.max_replicas > args.replicas * SCALE_OUT_FACTOR:
+        errors.append(
+            (
+                "max_replicas",
+                f"{args.max_replicas} is above {SCALE_OUT_FACTOR} x replicas ({args.replicas * SCALE_OUT_FACTOR}): "
+                "the processors' share of each model replica while Redis is down is sized for that many pods",
+            )
+        )
     if not 5 <= args.scrape_interval_seconds <= 120:
         errors.append(("scrape_interval_seconds", f"{args.scrape_interval_seconds} is outside 5..120"))
     if not args.node_selector:
@@ -817,7 +830,7 @@ def _tcp_ports(*numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
 def _egress(args: GatewayArgs, config: ProcessorConfig) -> list[k8s.networking.v1.NetworkPolicyEgressRuleArgs]:
     """Where the gateway pods may connect (see :func:`_network_policy`): the model servers' API ports, DNS, and
     Redis and HTTPS where used."""
-    upstream_ports = sorted({urlsplit(m.upstream_url).port or 80 for m in config.models})
+    upstream_ports = sorted({int(e.rpartition(":")[2]) for m in config.models for e in m.endpoints})
     egress = [
         k8s.networking.v1.NetworkPolicyEgressRuleArgs(
             to=[

@@ -9,7 +9,9 @@ Prometheus Operator:
 * the processor's own metrics, named once in :mod:`inferplane.processor.metrics`.
 
 Alerts (``inferplane:gateway:<namespace>:<name>`` group): the share of 5xx answers, the share of 429s per tier, any
-processor error, and the admission queue's p95 wait close to the queue timeout. The wake query is the processor's
+processor error, the admission queue's p95 wait close to the queue timeout, and the replica router's health: its
+estimated prefix hit ratio drifting from the engines' real one (vLLM models), no ready replica of a model that does
+not scale to zero, and per-replica slots decided without the shared slot store. The wake query is the processor's
 pending-requests gauge for one model, summed over gateway replicas: KEDA activates the model's ScaledObject when it
 rises above the activation threshold (0), which is what brings a scaled-to-zero model back.
 """
@@ -23,9 +25,14 @@ from typing import Any
 from inferplane.components.gateway.cache_observability import cache_panels, cache_rule_group
 from inferplane.components.observability.alerts import AlertingRule, RecordingRule, RuleGroup, record_name
 from inferplane.components.observability.dashboards import PANEL_HEIGHT, Dashboard, PanelDraft, two_column_panels
-from inferplane.components.observability.metrics import ModelSeries
+from inferplane.components.observability.metrics import (
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+    ModelSeries,
+)
+from inferplane.components.serving.naming import SERVING_NAMESPACE
 from inferplane.processor import metrics as gm
-from inferplane.processor.config import ProcessorConfig
+from inferplane.processor.config import ModelConfig, ProcessorConfig
 
 ENVOY_DOWNSTREAM_RQ_TOTAL = "envoy_http_downstream_rq_total"
 """Counter: requests received by an HTTP connection manager (Envoy statistics, "HTTP connection manager")."""
@@ -47,6 +54,20 @@ QUEUE_WAIT_ALERT_FRACTION = 0.5
 """The admission queue's p95 wait above half of the queue timeout: requests are about to be turned away."""
 THROTTLE_REASONS: tuple[gm.RejectionReason, ...] = ("requests_per_minute", "tokens_per_minute", "kv_capacity")
 """The processor's rejections answered with 429 (the others are 400, 401, 403, 404 and 503)."""
+
+PREFIX_HIT_RATIO_ESTIMATED = record_name("gateway_prefix_hit_ratio_estimated", "rate5m")
+"""Recorded per model: the prompt tokens the router expected the picked replica to hold, over those it looked up."""
+PREFIX_HIT_RATIO_ENGINE = record_name("gateway_prefix_hit_ratio_engine", "rate5m")
+"""Recorded per vLLM model: the prompt tokens its replicas found in their prefix caches, over those they looked up."""
+PREFIX_DRIFT_ESTIMATED_MIN = 0.5
+"""The estimated hit ratio above which the router counts on prefix hits, so a collapse of the real one matters."""
+PREFIX_DRIFT_REAL_FRACTION = 0.5
+"""The real hit ratio below this fraction of the estimated one: the index promises blocks the engines no longer hold.
+Half leaves room for the ratios' different bases: the router hashes at most ``max_prefix_blocks`` leading blocks,
+the engine looks up every prompt token."""
+PREFIX_DRIFT_FOR = "15m"
+NO_READY_REPLICA_FOR = "5m"
+SLOT_STORE_DOWN_FOR = "5m"
 
 
 @dataclass(frozen=True)
@@ -99,6 +120,20 @@ class GatewaySeries:
         """Processor failures per second over 5m, by stage."""
         return f"sum by ({gm.STAGE_LABEL}) (rate({gm.PROCESSOR_ERRORS_TOTAL}{{{self.pods}}}[5m]))"
 
+    def prefix_hit_ratio_estimated(self) -> str:
+        """Per model, the share of looked-up prompt tokens the router estimated the picked replica holds, over 5m."""
+        tokens = f"rate({gm.PREFIX_TOKENS_TOTAL}{{{self.pods},{gm.KIND_LABEL}="
+        by = f"sum by ({gm.MODEL_LABEL})"
+        return f'{by} ({tokens}"matched"}}[5m])) / {by} ({tokens}"queried"}}[5m]))'
+
+    def ready_endpoints(self, model: str) -> str:
+        """Ready replicas of ``model`` as the gateway's replicas see them, summed over them (0: none sees one)."""
+        return f'sum({gm.READY_ENDPOINTS}{{{self.pods},{gm.MODEL_LABEL}="{model}"}})'
+
+    def slot_store_fallbacks_rate(self) -> str:
+        """Slot decisions taken without the shared slot store, per second over 5m, all replicas and models."""
+        return f"sum(rate({gm.SLOT_STORE_FALLBACKS_TOTAL}{{{self.pods}}}[5m]))"
+
     def queue_wait_p95(self, model: str) -> str:
         """p95 of the admission wait for ``model`` over 5m, seconds."""
         buckets = f'{gm.QUEUE_SECONDS}_bucket{{{self.pods},{gm.MODEL_LABEL}="{model}"}}'
@@ -109,6 +144,29 @@ def wake_query(model: str) -> str:
     """KEDA's wake trigger for ``model``: requests the gateway holds for it, over every gateway replica of the
     cluster (the model's ScaledObject and the gateway share the cluster's Prometheus)."""
     return f'sum({gm.PENDING_REQUESTS}{{{gm.MODEL_LABEL}="{model}"}})'
+
+
+def model_series(model: ModelConfig) -> ModelSeries:
+    """Where a model's engine series live: its Deployment, named after the model, in the serving namespace
+    (``components.serving.naming``)."""
+    return ModelSeries(model.name, model.engine, SERVING_NAMESPACE, model.name)
+
+
+def engine_prefix_hit_ratio(model: ModelSeries) -> str | None:
+    """The engines' own prefix-cache hit ratio over 5m across the model's replicas; None where the engine exports none.
+
+    Triton: the TensorRT-LLM backend's ``CustomMetricsReporter`` (tensorrtllm_backend
+    ``inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc``) exports
+    ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="reused"}``, a gauge of reused KV-cache blocks, but
+    no missed or looked-up count beside it; TensorRT-LLM's own ``cacheHitRate`` = reused / (reused + missed)
+    (``cpp/include/tensorrt_llm/batch_manager/kvCacheManager.h``, ``getKvCacheStats``) never reaches Prometheus, so
+    no ratio can be formed.
+    """
+    if model.engine != "vllm":
+        return None
+    hits = f"sum(rate({VLLM_PREFIX_CACHE_HITS}{{{model.engine_selector}}}[5m]))"
+    queries = f"sum(rate({VLLM_PREFIX_CACHE_QUERIES}{{{model.engine_selector}}}[5m]))"
+    return f"{hits} / {queries}"
 
 
 def _models_of_tier(config: ProcessorConfig) -> dict[str, list[str]]:
@@ -132,6 +190,9 @@ def gateway_rule_group(series: GatewaySeries, config: ProcessorConfig) -> RuleGr
         *_throttling_rules(series, config),
         _processor_errors_alert(series),
         *_queue_wait_alerts(series, config),
+        *_prefix_routing_rules(series, config),
+        *_no_ready_replica_alerts(series, config),
+        _slot_store_alert(series),
     ]
     return RuleGroup(name=f"inferplane:gateway:{series.namespace}:{series.name}", rules=tuple(rules))
 
@@ -230,13 +291,85 @@ def _queue_wait_alerts(series: GatewaySeries, config: ProcessorConfig) -> list[A
                 labels={**_alert_labels(series), "model": model.name},
                 annotations={
                     "summary": f"{series.name}: requests for {model.name} wait over {bound:g}s for admission (p95)",
-                    "description": f"The in-flight cap ({model.inflight_limit} per gateway replica, from replicas x "
-                    "max_num_seqs) is reached and requests queue; past the queue timeout they get 429. Raise the "
-                    "model's max_replicas.",
+                    "description": f"The in-flight cap (max_num_seqs {model.max_num_seqs} x the ready replicas, "
+                    "shared by every gateway replica through Redis) is reached and requests queue; past the queue "
+                    "timeout they get 429. Raise the model's max_replicas.",
                 },
             )
         )
     return alerts
+
+
+def _prefix_routing_rules(series: GatewaySeries, config: ProcessorConfig) -> list[RecordingRule | AlertingRule]:
+    """The router's estimated prefix hit ratio per model; per vLLM model, the engines' real one and the drift alert."""
+    labels = _recorded_labels(series)
+    rules: list[RecordingRule | AlertingRule] = [
+        RecordingRule(record=PREFIX_HIT_RATIO_ESTIMATED, expr=series.prefix_hit_ratio_estimated(), labels=labels)
+    ]
+    for model in config.models:
+        real = engine_prefix_hit_ratio(model_series(model))
+        if real is None:
+            continue  # Triton: no hit ratio to compare with (engine_prefix_hit_ratio)
+        rules.append(RecordingRule(record=PREFIX_HIT_RATIO_ENGINE, expr=real, labels={**labels, "model": model.name}))
+        rules.append(_prefix_drift_alert(series, model.name))
+    return rules
+
+
+def _prefix_drift_alert(series: GatewaySeries, model: str) -> AlertingRule:
+    """The estimated hit ratio high while the engines' real one is under a fraction of it."""
+    selector = f'{_recorded_selector(series)},{gm.MODEL_LABEL}="{model}"'
+    estimated = f"{PREFIX_HIT_RATIO_ESTIMATED}{{{selector}}}"
+    real = f"{PREFIX_HIT_RATIO_ENGINE}{{{selector}}}"
+    return AlertingRule(
+        alert="InferplanePrefixIndexDrift",
+        expr=f"{estimated} > {PREFIX_DRIFT_ESTIMATED_MIN:g} and {real} < {PREFIX_DRIFT_REAL_FRACTION:g} * {estimated}",
+        for_=PREFIX_DRIFT_FOR,
+        labels={**_alert_labels(series), "model": model},
+        annotations={
+            "summary": f"{series.name}: the router's prefix index for {model} promises hits its replicas do not have",
+            "description": f"The estimated prefix hit ratio is above {PREFIX_DRIFT_ESTIMATED_MIN:.0%} while the "
+            f"engines report under {PREFIX_DRIFT_REAL_FRACTION:.0%} of it: the index has drifted from what the "
+            "replicas hold. Check replica restarts (a restarted engine starts empty) and the KV pool size against "
+            "routing.index_blocks (an index larger than the pool remembers evicted blocks).",
+        },
+    )
+
+
+def _no_ready_replica_alerts(series: GatewaySeries, config: ProcessorConfig) -> list[AlertingRule]:
+    """Critical, per model that never scales to zero: no gateway replica sees a ready replica of it."""
+    return [
+        AlertingRule(
+            alert="InferplaneNoReadyReplica",
+            expr=f"{series.ready_endpoints(model.name)} == 0",
+            for_=NO_READY_REPLICA_FOR,
+            labels={**_alert_labels(series), "severity": "critical", "model": model.name},
+            annotations={
+                "summary": f"{series.name}: no ready replica of {model.name}",
+                "description": "The gateway resolves no replica of the model that answers its metrics scrape, so "
+                "its requests wait out the cold-start hold and get 503. If the Deployment has available replicas, "
+                "check the headless Service's DNS and the NetworkPolicy from the gateway to the metrics port.",
+            },
+        )
+        for model in config.models
+        # A model that scales to zero has no replica while idle by design; its wake-up is KEDA's.
+        if not model.scale_to_zero
+    ]
+
+
+def _slot_store_alert(series: GatewaySeries) -> AlertingRule:
+    """Per-replica slots decided without the shared slot store (Redis)."""
+    return AlertingRule(
+        alert="InferplaneSlotStoreDown",
+        expr=f"{series.slot_store_fallbacks_rate()} > 0",
+        for_=SLOT_STORE_DOWN_FOR,
+        labels=_alert_labels(series),
+        annotations={
+            "summary": f"{series.name}: per-replica slots are decided without the shared slot store",
+            "description": "Redis does not answer: per-replica caps are held per worker only, each worker taking "
+            "its fallback share of every replica, so replicas run below max_num_seqs under uneven load. Check "
+            "Redis (processor errors at stage redis).",
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -250,7 +383,7 @@ class ModelCost:
 def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost], *, cache: bool = False) -> Dashboard:
     """Requests, rejections by reason, tokens per tenant and on-demand cost per 1,000 tokens per model; with
     ``cache``, the response cache's panels below (``components.gateway.cache_observability``)."""
-    panels = two_column_panels([*_traffic_panels(series), *_cost_panels(series, costs)])
+    panels = two_column_panels([*_traffic_panels(series), *_routing_panels(series), *_cost_panels(series, costs)])
     if cache:
         # Starting on the row after the last one the panels above occupy.
         panels += cache_panels(series.pods, first_id=len(panels) + 1, y=((len(panels) + 1) // 2) * PANEL_HEIGHT)
@@ -298,6 +431,49 @@ def _traffic_panels(series: GatewaySeries) -> list[PanelDraft]:
                 (f"sum by ({gm.MODEL_LABEL}) ({gm.PENDING_REQUESTS}{{{pods}}})", "pending {{model}}"),
             ],
             description="Pending: waiting at the gateway for an in-flight slot or a replica (the wake signal).",
+        ),
+    ]
+
+
+def _routing_panels(series: GatewaySeries) -> list[PanelDraft]:
+    """How the router picks replicas: decisions by reason, prefix hit ratios, load per replica, ready replicas."""
+    pods = series.pods
+    recorded = _recorded_selector(series)
+    model = gm.MODEL_LABEL
+    return [
+        PanelDraft(
+            "Routing decisions by reason",
+            "reqps",
+            [_by(gm.REASON_LABEL, f"rate({gm.ROUTING_DECISIONS_TOTAL}{{{pods}}}[5m])")],
+            description="Replica picks per second: prefix_hit and prefix_home follow the prompt's prefix, "
+            "load_spill and least_load the load, fallback leaves it to Envoy, no_endpoint found no ready replica.",
+        ),
+        PanelDraft(
+            "Prefix hit ratio: estimated vs engine",
+            "percentunit",
+            [
+                (f"{PREFIX_HIT_RATIO_ESTIMATED}{{{recorded}}}", "estimated {{model}}"),
+                (f"{PREFIX_HIT_RATIO_ENGINE}{{{recorded}}}", "engine {{model}}"),
+            ],
+            description="Prompt tokens the router expected the picked replica to hold, beside those the engines "
+            "found in their prefix caches (vLLM only). A gap that opens means the index has drifted.",
+        ),
+        PanelDraft(
+            "In flight per replica",
+            "short",
+            [(f"sum by ({model}, {gm.ENDPOINT_LABEL}) ({gm.ENDPOINT_INFLIGHT}{{{pods}}})", "{{model}} {{endpoint}}")],
+            description="Requests the gateway's replicas have in flight on each model replica (ip:port).",
+        ),
+        PanelDraft(
+            "Ready replicas and admission capacity",
+            "short",
+            # max, not sum: every gateway replica sees the same model replicas and the same shared cap.
+            [
+                (f"max by ({model}) ({gm.READY_ENDPOINTS}{{{pods}}})", "ready {{model}}"),
+                (f"max by ({model}) ({gm.ADMISSION_CAPACITY}{{{pods}}})", "capacity {{model}}"),
+            ],
+            description="Replicas the gateway sees ready, and the sequences it admits at once to the model "
+            "(max_num_seqs summed over them).",
         ),
     ]
 

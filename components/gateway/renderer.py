@@ -26,6 +26,7 @@ Envoy does what it does natively (README "Gateway runtime"):
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import math
 import re
@@ -37,21 +38,34 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.gateway.cache_renderer import render_cache_config
-from inferplane.components.serving.naming import model_health_path, model_service_host, model_service_port
+from inferplane.components.observability.metrics import (
+    TRTLLM_KV_CACHE_BLOCKS,
+    TRTLLM_REQUESTS,
+    VLLM_KV_CACHE_USAGE,
+    VLLM_REQUESTS_RUNNING,
+    VLLM_REQUESTS_WAITING,
+)
+from inferplane.components.serving.naming import model_endpoints_host, model_service_port
 from inferplane.components.spec.platform_spec import (
     ModelDeploymentSpec,
     PlatformSpec,
     ServingCluster,
     TenantSpec,
     gateway_tiers,
+    routing_of,
     serving_cluster,
 )
 from inferplane.processor.cache.request import CACHE_HEADER
 from inferplane.processor.config import (
     CACHE_RESULT_METADATA_KEY,
+    DESTINATION_ENDPOINT_KEY,
+    LB_METADATA_NAMESPACE,
     METADATA_NAMESPACE,
+    LoadSeries,
+    MetricSelector,
     ModelConfig,
     ProcessorConfig,
+    RoutingConfig,
     TenantConfig,
     TierConfig,
 )
@@ -123,6 +137,9 @@ API_KEY_FILTER = "inferplane.api_key_auth"
 ANONYMOUS_TENANT = "anonymous"
 """Tenant name the processor uses when authentication is off."""
 
+SCALE_OUT_FACTOR = 4
+"""The gateway autoscaler's ceiling is this many times ``gateway.replicas`` (within the environment's replica ceiling);
+the processor's fallback share of each replica assumes that many gateway pods at most."""
 PROCESSOR_CLUSTER = "inferplane-processor"
 ADMIN_CLUSTER = "envoy-admin"
 CONNECT_TIMEOUT_SECONDS = 2.0
@@ -143,8 +160,10 @@ class GatewayAddresses(BaseModel):
     admin_port: int = Field(default=ADMIN_PORT, description="Envoy admin port (loopback).")
     processor_port: int = Field(default=PROCESSOR_GRPC_PORT, description="Processor gRPC port (loopback).")
     processor_metrics_port: int = Field(default=PROCESSOR_METRICS_PORT, description="Processor metrics port.")
-    upstreams: Mapping[str, tuple[str, int]] = Field(
-        default_factory=dict, description="Per model deployment, a (host, port) replacing its Service address."
+    upstreams: Mapping[str, tuple[tuple[str, int], ...]] = Field(
+        default_factory=dict,
+        description="Per model deployment, the (host, port) of each replica, replacing its headless Service's name "
+        "(a local run lists its servers).",
     )
     api_keys_dir: str = Field(default=API_KEYS_DIR, description="Directory of the API-key file.")
     tokenizers_dir: str = Field(default=TOKENIZERS_DIR, description="Root of the tokenizer files.")
@@ -176,7 +195,9 @@ class RenderedGateway(BaseModel):
         description="Per model, the tokenizer file relative to ``tokenizers_dir`` (the model cache's layout)."
     )
     redis_url_env: str = Field(description="The processor's environment variable for the Redis URL.")
-    upstream_hosts: Mapping[str, str] = Field(description="Per model, the Service DNS name the gateway routes to.")
+    upstream_hosts: Mapping[str, tuple[str, ...]] = Field(
+        description="Per model, the ``host:port`` names of its replicas the gateway resolves (its headless Service)."
+    )
     auth_required: bool = Field(description="Whether Envoy requires an API key.")
     tenants: tuple[str, ...] = Field(description="Tenants that get an API key (all of the spec's).")
     envoy_image: str = Field(default=ENVOY_IMAGE, description="Envoy's image.")
@@ -206,6 +227,54 @@ def max_model_len(sizing: DeploymentSizing) -> int:
 def max_num_seqs(sizing: DeploymentSizing) -> int:
     """Sequences one replica runs at once, from sizing."""
     return sizing.result.vllm.max_num_seqs if sizing.engine == "vllm" else sizing.result.trtllm.max_batch_size
+
+
+def kv_block_tokens(sizing: DeploymentSizing) -> int:
+    """Tokens per KV-cache block of the engine, from sizing: the prefix index's block."""
+    return sizing.result.vllm.block_size if sizing.engine == "vllm" else sizing.result.trtllm.tokens_per_block
+
+
+def kv_pool_blocks(sizing: DeploymentSizing) -> int:
+    """Blocks one replica's KV pool holds (sizing's pool over the bytes of a block): what the prefix index remembers
+    per replica before it forgets, least recently used first, as the engine evicts."""
+    result = sizing.result
+    block_bytes = result.kv_cache_bytes_per_token * kv_block_tokens(sizing)
+    return max(1, result.kv_pool_bytes // block_bytes)
+
+
+LOAD_SERIES: dict[str, LoadSeries] = {
+    "vllm": LoadSeries(
+        running=MetricSelector(name=VLLM_REQUESTS_RUNNING),
+        waiting=MetricSelector(name=VLLM_REQUESTS_WAITING),
+        kv_usage=MetricSelector(name=VLLM_KV_CACHE_USAGE),
+    ),
+    "triton": LoadSeries(
+        running=MetricSelector(name=TRTLLM_REQUESTS, labels=(("request_type", "active"),)),
+        waiting=MetricSelector(name=TRTLLM_REQUESTS, labels=(("request_type", "waiting"),)),
+        kv_usage=MetricSelector(name=TRTLLM_KV_CACHE_BLOCKS, labels=(("kv_cache_block_type", "fraction"),)),
+    ),
+}
+"""Where each engine reports the load the router reads from every replica's ``/metrics`` (names from
+:mod:`components.observability.metrics`; vLLM on TPU reports vLLM's series)."""
+
+
+def routing_config(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: DeploymentSizing) -> RoutingConfig:
+    """The processor's routing for one model: the spec's ``gateway.routing`` (per tier, per model) and sizing's
+    blocks."""
+    routing = routing_of(spec, deployment)
+    return RoutingConfig(
+        policy=routing.policy,
+        overlap_weight=routing.overlap_weight,
+        load_bound=routing.load_bound,
+        block_tokens=kv_block_tokens(sizing),
+        index_blocks=kv_pool_blocks(sizing),
+        load=LOAD_SERIES[deployment.engine],
+    )
+
+
+def gateway_max_workers(spec: PlatformSpec) -> int:
+    """The most processor workers that may run at once: the gateway autoscaler's ceiling times workers per pod."""
+    return spec.gateway.replicas * SCALE_OUT_FACTOR * spec.gateway.processor_workers
 
 
 def tokenizer_file(deployment: ModelDeploymentSpec) -> str:
@@ -278,8 +347,8 @@ def processor_config(
     lengths = {d.name: max_model_len(s) for d, s in placed}
     models = []
     for deployment, deployment_sizing in placed:
-        host, port = addresses.upstreams.get(
-            deployment.name, (model_service_host(deployment.name), model_service_port(deployment.engine))
+        endpoints = addresses.upstreams.get(deployment.name) or (
+            (model_endpoints_host(deployment.name), model_service_port(deployment.engine)),
         )
         same_tier = {m for t in tiers if deployment.name in t.models for m in t.models}
         longer = sorted((m for m in same_tier if lengths[m] > lengths[deployment.name]), key=lambda m: lengths[m])
@@ -288,12 +357,12 @@ def processor_config(
             ModelConfig(
                 name=deployment.name,
                 tier=deployment.routing_tier,
-                upstream_url=f"http://{host}:{port}",
-                health_path=model_health_path(deployment.engine),
+                engine=deployment.engine,
+                endpoints=tuple(f"{host}:{port}" for host, port in endpoints),
                 max_model_len=lengths[deployment.name],
                 max_num_seqs=seqs,
-                replicas=deployment.max_replicas,
-                inflight_limit=math.ceil(seqs * deployment.max_replicas / gateway.replicas),
+                # With Redis down each worker keeps to its share, so that all that may run stay within max_num_seqs.
+                fallback_share=max(1, seqs // gateway_max_workers(spec)),
                 queue_max=gateway.admission.queue_max,
                 queue_timeout_seconds=gateway.admission.queue_timeout_seconds,
                 scale_to_zero=deployment.scale_to_zero,
@@ -302,6 +371,7 @@ def processor_config(
                 ),
                 tokenizer_path=f"{addresses.tokenizers_dir}/{tokenizer_file(deployment)}",
                 longer_context=tuple(longer),
+                routing=routing_config(spec, deployment, deployment_sizing),
             )
         )
     tier_names = {t.name for t in tiers}
@@ -314,9 +384,8 @@ def processor_config(
     anonymous = None
     if not auth:
         anonymous = _tenant(TenantSpec(name=ANONYMOUS_TENANT, tiers=tuple(sorted(tier_names))), spec, tuple(tier_names))
-    smallest_cap = min(m.inflight_limit for m in models)
     return ProcessorConfig(
-        workers=min(gateway.processor_workers, smallest_cap),  # each worker needs a slot of every model's cap
+        workers=gateway.processor_workers,
         cache=render_cache_config(spec, sizing, (d.name for d, _ in placed))
         if cluster in RESPONSE_CACHE_CLUSTERS
         else None,
@@ -381,15 +450,70 @@ def _route_cluster_name(model: str) -> str:
     return f"route-{model}"
 
 
-def _model_clusters(config: ProcessorConfig) -> list[dict[str, Any]]:
+def _override_host_policy() -> dict[str, Any]:
+    """Envoy applies the processor's pick (``envoy.lb`` dynamic metadata, the endpoint-picker protocol's key) when it
+    names a host of the cluster; no pick, or a host Envoy does not know (the processor's DNS view ran ahead or
+    behind), falls back to least-request over the replicas, never to an error. Retries use the fallback too (one
+    pick per request). Only metadata is read: a client's ``x-gateway-destination-endpoint`` header cannot choose a
+    pod (and the listener removes it anyway)."""
+    return {
+        "policies": [
+            {
+                "typed_extension_config": {
+                    "name": "envoy.load_balancing_policies.override_host",
+                    "typed_config": _any(
+                        "envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+                        override_host_sources=[
+                            {"metadata": {"key": LB_METADATA_NAMESPACE, "path": [{"key": DESTINATION_ENDPOINT_KEY}]}}
+                        ],
+                        fallback_policy={
+                            "policies": [
+                                {
+                                    "typed_extension_config": {
+                                        "name": "envoy.load_balancing_policies.least_request",
+                                        "typed_config": _any(
+                                            "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
+                                            choice_count=2,
+                                        ),
+                                    }
+                                }
+                            ]
+                        },
+                    ),
+                }
+            }
+        ]
+    }
+
+
+def _replica_cluster(model: ModelConfig) -> dict[str, Any]:
+    """One host per replica: ``STRICT_DNS`` over the model's headless Service (an A record per ready pod, refreshed
+    every 5 s, Envoy's default), or the listed addresses of a local run."""
+    name = _model_cluster_name(model.name)
+    addresses = [(host.strip("[]"), sep, port) for host, sep, port in (e.rpartition(":") for e in model.endpoints)]
+    literal = all(_is_ip(host) for host, _, _ in addresses)
+    return {
+        "name": name,
+        "type": "STATIC" if literal else "STRICT_DNS",
+        "connect_timeout": _duration(CONNECT_TIMEOUT_SECONDS),
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [
+                {"lb_endpoints": [{"endpoint": {"address": _socket(host, int(port))}} for host, _, port in addresses]}
+            ],
+        },
+        "dns_lookup_family": "V4_PREFERRED",
+        "load_balancing_policy": _override_host_policy(),
+    }
+
+
+def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[str, Any]]:
+    max_replicas = {d.name: d.max_replicas for d in spec.models}
     clusters = []
     for model in config.models:
-        host, _, port = model.upstream_url.removeprefix("http://").rpartition(":")
-        cluster = _static_cluster(_model_cluster_name(model.name), host, int(port), dns=not _is_ip(host))
-        cluster["dns_lookup_family"] = "V4_PREFERRED"
-        cluster["lb_policy"] = "LEAST_REQUEST"
-        # Envoy never opens more than the processor admits plus its queue (and a margin for retries).
-        ceiling = model.inflight_limit + model.queue_max
+        cluster = _replica_cluster(model)
+        # Envoy never opens more than every replica's slots plus this pod's queues (and a margin for retries).
+        ceiling = model.max_num_seqs * max_replicas[model.name] + model.queue_max
         cluster["circuit_breakers"] = {
             "thresholds": [
                 {
@@ -429,8 +553,11 @@ def _model_clusters(config: ProcessorConfig) -> list[dict[str, Any]]:
 
 
 def _is_ip(host: str) -> bool:
-    parts = host.split(".")
-    return len(parts) == 4 and all(p.isdigit() for p in parts)
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> dict[str, Any]:
@@ -448,6 +575,14 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
                 "base_interval": _duration(RETRY_BACKOFF_MS[0] / 1000),
                 "max_interval": _duration(RETRY_BACKOFF_MS[1] / 1000),
             },
+            # A retry never goes back to the replica that just failed (a killed pod stays in DNS for a while).
+            "retry_host_predicate": [
+                {
+                    "name": "envoy.retry_host_predicates.previous_hosts",
+                    "typed_config": _any("envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"),
+                }
+            ],
+            "host_selection_retry_max_attempts": 3,
         },
     }
     if fallbacks:
@@ -664,7 +799,7 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
                     "response_trailer_mode": "SKIP",
                 },
                 request_attributes=list(config.request_attributes()),
-                metadata_options={"receiving_namespaces": {"untyped": [METADATA_NAMESPACE]}},
+                metadata_options={"receiving_namespaces": {"untyped": [METADATA_NAMESPACE, LB_METADATA_NAMESPACE]}},
                 message_timeout=_duration(math.ceil(longest_hold + PROCESSOR_MESSAGE_MARGIN_SECONDS)),
             ),
         }
@@ -751,7 +886,15 @@ def _api_listener(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
         http_filters=_http_filters(config, spec, addresses),
         route_config={
             "name": "openai",
-            "virtual_hosts": [{"name": "openai", "domains": ["*"], "routes": routes}],
+            "virtual_hosts": [
+                {
+                    "name": "openai",
+                    "domains": ["*"],
+                    "routes": routes,
+                    # Only the processor chooses a pod (through metadata); a client's copy of the header goes.
+                    "request_headers_to_remove": [DESTINATION_ENDPOINT_KEY],
+                }
+            ],
         },
     )
     return {
@@ -804,7 +947,7 @@ def envoy_bootstrap(
         "static_resources": {
             "listeners": [_api_listener(config, spec, addresses), _stats_listener(addresses)],
             "clusters": [
-                *_model_clusters(config),
+                *_model_clusters(config, spec),
                 _processor_cluster(config),
                 _static_cluster(ADMIN_CLUSTER, "127.0.0.1", addresses.admin_port),
             ],
@@ -841,7 +984,7 @@ def render_gateway(
         tokenizers_dir=addresses.tokenizers_dir,
         tokenizer_files={m.name: tokenizer_file(deployments[m.name]) for m in config.models},
         redis_url_env=REDIS_URL_ENV,
-        upstream_hosts={m.name: model_service_host(m.name) for m in config.models},
+        upstream_hosts={m.name: m.endpoints for m in config.models},
         auth_required=config.auth_required,
         tenants=tuple(t.name for t in spec.gateway.tenants),
     )

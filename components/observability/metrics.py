@@ -58,6 +58,14 @@ VLLM_ITL = "vllm:inter_token_latency_seconds"
 """Histogram: inter-token latency (``vllm:time_per_output_token_seconds`` before 0.12)."""
 VLLM_E2E_LATENCY = "vllm:e2e_request_latency_seconds"
 """Histogram: end-to-end request latency."""
+VLLM_PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+"""Counter: prompt tokens a vLLM replica found in its prefix cache. vLLM 0.32 ``vllm/v1/metrics/loggers.py``
+registers the counter ``vllm:prefix_cache_hits`` ("Prefix cache hits, in terms of number of cached tokens"), labelled
+``model_name`` and ``engine``; prometheus_client exposes a counter with ``_total``
+(the prefix-cache hit rate is hits / queries)."""
+VLLM_PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+"""Counter: prompt tokens a vLLM replica looked up in its prefix cache (``vllm:prefix_cache_queries``, "in terms of
+number of queried tokens", same source)."""
 VLLM_MODEL_LABEL = "model_name"
 """The label carrying ``--served-model-name`` on every vLLM series."""
 

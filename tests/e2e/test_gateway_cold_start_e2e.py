@@ -98,7 +98,7 @@ def _start(tmp_path: Path) -> tuple[Procs, Gateway, str]:
     try:
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
         nobody = ("127.0.0.1", free_port())  # the Service has no endpoint: connections are refused
-        addresses = gateway_addresses({MODEL: nobody}, keys_dir, tokenizers, "-cold")
+        addresses = gateway_addresses({MODEL: [nobody]}, keys_dir, tokenizers, "-cold")
         gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
     except BaseException:
         procs.stop_all()

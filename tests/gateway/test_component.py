@@ -36,6 +36,7 @@ from inferplane.components.gateway.renderer import (
     REDIS_CA_DIR,
     REDIS_CA_FILE,
     REDIS_URL_ENV,
+    SCALE_OUT_FACTOR,
     TOKENIZERS_DIR,
     GatewayAddresses,
     RenderedGateway,
@@ -307,6 +308,24 @@ def test_autoscaling_on_requests_in_flight_never_cpu_and_custom_resources_fit_th
     assert crd_errors(bad)
 
 
+def test_the_autoscalers_ceiling_stays_within_what_the_fallback_share_assumes() -> None:
+    """The processors' share of each model replica while Redis is down is sized for ``SCALE_OUT_FACTOR`` (4) x
+    ``replicas`` pods at most, so a ceiling above that is refused, naming the field."""
+    rendered = _rendered("prod")
+    assert SCALE_OUT_FACTOR == 4
+    scaled = _evaluate(_args(rendered, replicas=3, max_replicas=12)).named("gateway-scaledobject").inputs["spec"]
+    assert (scaled["minReplicaCount"], scaled["maxReplicaCount"]) == (3, 12)
+    with pytest.raises(pulumi.InputPropertiesError) as raised:
+        _evaluate(_args(rendered, replicas=3, max_replicas=13))
+    assert raised.value.errors == [
+        {
+            "property_path": "max_replicas",
+            "reason": "13 is above 4 x replicas (12): the processors' share of each model replica while Redis is "
+            "down is sized for that many pods",
+        }
+    ]
+
+
 def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_metrics_ports() -> None:
     rendered = _rendered("prod")
     policy = _evaluate(_args(rendered)).named("gateway-netpol").inputs["spec"]
@@ -345,6 +364,12 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
     # Without Redis or a model cache (the GKE cluster), neither port opens.
     bare = _evaluate(_args(rendered, redis_url=None, model_cache_uri=None)).named("gateway-netpol").inputs["spec"]
     assert bare["egress"] == policy["egress"][:2]
+    # The ports are the replicas' own (each endpoint's), once each: two vLLM replicas on 8100, Triton on 9100.
+    spec = stack_spec("prod")
+    replicas = {"llama-70b": (("10.0.0.5", 8100), ("10.0.0.6", 8100)), "llama-8b": (("10.0.0.7", 9100),)}
+    moved = render_gateway(spec, size_platform(spec), "eks", GatewayAddresses(upstreams=replicas))
+    egress = _evaluate(_args(moved)).named("gateway-netpol").inputs["spec"]["egress"]
+    assert egress[0]["ports"] == [{"port": 8100, "protocol": "TCP"}, {"port": 9100, "protocol": "TCP"}]
 
 
 KUBE_DNS_ONLY = [

@@ -6,20 +6,31 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway.observability import (
+    PREFIX_HIT_RATIO_ENGINE,
+    PREFIX_HIT_RATIO_ESTIMATED,
     GatewaySeries,
     ModelCost,
     gateway_dashboard,
     gateway_rule_group,
     wake_query,
 )
+from inferplane.components.observability.alerts import AlertingRule, RecordingRule
 from inferplane.components.observability.keda import autoscaling_policy, scaled_object_spec
-from inferplane.components.observability.metrics import ModelSeries
+from inferplane.components.observability.metrics import VLLM_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES, ModelSeries
 from inferplane.processor import metrics as gm
-from inferplane.processor.config import ModelConfig, ProcessorConfig, TenantConfig, TierConfig
+from inferplane.processor.config import (
+    LoadSeries,
+    MetricSelector,
+    ModelConfig,
+    ProcessorConfig,
+    RoutingConfig,
+    TenantConfig,
+    TierConfig,
+)
 from tests.crds import errors as crd_errors
 from tests.observability.test_alerts import fired
 from tests.promtool import check_expressions, check_rules, run_rule_tests
@@ -32,30 +43,58 @@ TOTAL = "envoy_http_downstream_rq_total"
 OTHER = "gateway-gke-7d8e9f6c4-klmno"  # another gateway's pod: never counted
 
 
-def _model(name: str, tier: str, timeout: float = 2.0) -> ModelConfig:
+ROUTING = RoutingConfig(
+    policy="prefix_aware",
+    overlap_weight=1.0,
+    load_bound=True,
+    block_tokens=16,
+    index_blocks=8192,
+    load=LoadSeries(
+        running=MetricSelector(name="vllm:num_requests_running"),
+        waiting=MetricSelector(name="vllm:num_requests_waiting"),
+        kv_usage=MetricSelector(name="vllm:kv_cache_usage_perc"),
+    ),
+)
+
+
+def _model(
+    name: str,
+    tier: str,
+    timeout: float = 2.0,
+    *,
+    engine: Literal["vllm", "triton"] = "vllm",
+    scale_to_zero: bool = False,
+) -> ModelConfig:
+    """A model as the renderer would configure it (the routing settings matter only to the processor)."""
+    port = 8000 if engine == "vllm" else 9000
     return ModelConfig(
         name=name,
         tier=tier,
-        upstream_url=f"http://{name}.inference.svc.cluster.local:8000",
-        health_path="/health",
+        engine=engine,
+        endpoints=(f"{name}.inference.svc.cluster.local:{port}",),
         max_model_len=32768,
         max_num_seqs=24,
-        replicas=2,
-        inflight_limit=16,
+        fallback_share=6,
         queue_max=32,
         queue_timeout_seconds=timeout,
-        scale_to_zero=False,
+        scale_to_zero=scale_to_zero,
         cold_start_hold_seconds=330.0,
+        routing=ROUTING,
     )
 
 
+# One model per case the routing alerts tell apart: vLLM, Triton, and a vLLM model that scales to zero.
 CONFIG = ProcessorConfig(
     grpc_port=50051,
     metrics_port=9464,
     tenant_header="x-inferplane-tenant",
     auth_required=True,
     redis_url_env="INFERPLANE_REDIS_URL",
-    models=(_model("llama-70b", "premium"), _model("llama-8b", "standard")),
+    models=(
+        _model("llama-70b", "premium"),
+        _model("llama-8b", "standard", engine="triton"),
+        _model("mistral-7b", "standard", scale_to_zero=True),
+    ),
     tiers=(
         TierConfig(name="premium", models=("llama-70b",), fallback=("llama-8b",)),
         TierConfig(name="standard", models=("llama-8b",)),
@@ -87,6 +126,16 @@ GROUP = gateway_rule_group(SERIES, CONFIG)
 
 def _alert(name: str, labels: dict[str, str] | None = None, **rendered: str) -> dict[str, Any]:
     return fired(GROUP, name, labels or {}, **rendered)
+
+
+PODS = 'namespace="inference",pod=~"gateway-[a-z0-9]+-[a-z0-9]+"'
+RECORDED = 'gateway="gateway",namespace="inference"'
+VLLM_POD = "llama-70b-5f7b9c6d8-q2w3e"  # a replica of the llama-70b Deployment in the serving namespace
+
+
+def _engine(metric: str, pod: str, values: str, model: str = "llama-70b") -> dict[str, str]:
+    """A vLLM series as the model servers' monitor stores it: labelled ``model_name`` and ``engine`` by vLLM."""
+    return _scraped("vllm", "http", metric, pod, values, model_name=model, engine="0")
 
 
 def test_rules_pass_promtool_check(tmp_path: Path) -> None:
@@ -241,16 +290,46 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
         "Rejections by reason",
         "Tokens per tenant",
         "Requests in flight and pending",
+        "Routing decisions by reason",
+        "Prefix hit ratio: estimated vs engine",
+        "In flight per replica",
+        "Ready replicas and admission capacity",
         "$ per 1k tokens",
     ]
     rendered = json.loads(dashboard.to_json())
     expressions = [t["expr"] for p in rendered["panels"] for t in p["targets"]]
     assert any(f"sum by (reason) (rate({gm.REJECTIONS_TOTAL}" in e for e in expressions)
     assert any(f"sum by (tenant) (rate({gm.TOKENS_TOTAL}" in e for e in expressions)
+    routing = {p["title"]: [(t["expr"], t["legendFormat"]) for t in p["targets"]] for p in rendered["panels"][4:8]}
+    assert routing == {
+        "Routing decisions by reason": [
+            (f"sum by (reason) (rate(inferplane_gateway_routing_decisions_total{{{PODS}}}[5m]))", "{{reason}}")
+        ],
+        "Prefix hit ratio: estimated vs engine": [
+            (f"{PREFIX_HIT_RATIO_ESTIMATED}{{{RECORDED}}}", "estimated {{model}}"),
+            (f"{PREFIX_HIT_RATIO_ENGINE}{{{RECORDED}}}", "engine {{model}}"),
+        ],
+        "In flight per replica": [
+            (
+                f"sum by (model, endpoint) (inferplane_gateway_endpoint_inflight_requests{{{PODS}}})",
+                "{{model}} {{endpoint}}",
+            )
+        ],
+        "Ready replicas and admission capacity": [
+            (f"max by (model) (inferplane_gateway_ready_endpoints{{{PODS}}})", "ready {{model}}"),
+            (f"max by (model) (inferplane_gateway_admission_capacity{{{PODS}}})", "capacity {{model}}"),
+        ],
+    }
+    assert [p["fieldConfig"]["defaults"]["unit"] for p in rendered["panels"][4:8]] == [
+        "reqps",
+        "percentunit",
+        "short",
+        "short",
+    ]
     assert expressions[-1].startswith("(49.2 * sum(kube_deployment_status_replicas_available")
     result = check_expressions(expressions, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [p.title for p in gateway_dashboard(SERIES, {}).panels][-1] == "Requests in flight and pending"
+    assert [p.title for p in gateway_dashboard(SERIES, {}).panels] == titles[:-1]
 
 
 def test_a_gateway_of_many_models_gets_a_cost_query_each() -> None:
@@ -262,3 +341,148 @@ def test_a_gateway_of_many_models_gets_a_cost_query_each() -> None:
     (cost_panel,) = (p for p in gateway_dashboard(SERIES, costs).panels if p.title == "$ per 1k tokens")
     assert [t.legend for t in cost_panel.targets] == names
     assert [t.ref_id for t in cost_panel.targets] == [*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "AA", "AB", "AC", "AD"]
+
+
+def _routing_rules() -> list[tuple[str, str | None, str]]:
+    """(record or alert, model label, expression) of the gateway group's prefix-routing rules, in order."""
+    names = {PREFIX_HIT_RATIO_ESTIMATED, PREFIX_HIT_RATIO_ENGINE}
+    alerts = {"InferplanePrefixIndexDrift", "InferplaneNoReadyReplica", "InferplaneSlotStoreDown"}
+    return [
+        (r.record if isinstance(r, RecordingRule) else r.alert, r.labels.get("model"), r.expr)
+        for r in GROUP.rules
+        if (isinstance(r, RecordingRule) and r.record in names) or (isinstance(r, AlertingRule) and r.alert in alerts)
+    ]
+
+
+def test_the_routing_rules_follow_each_models_engine_and_scale_to_zero() -> None:
+    """vLLM models get the engines' hit ratio and the drift alert, the Triton model neither (TensorRT-LLM exports no
+    hit ratio); every model but the scale-to-zero one gets the no-ready-replica alert; one slot-store alert."""
+    tokens = "inferplane_gateway_prefix_tokens_total"
+    estimated = (
+        f'sum by (model) (rate({tokens}{{{PODS},kind="matched"}}[5m])) / '
+        f'sum by (model) (rate({tokens}{{{PODS},kind="queried"}}[5m]))'
+    )
+
+    def engine(model: str) -> str:
+        selector = f'namespace="inference",pod=~"{model}-[a-z0-9]+-[a-z0-9]+",model_name="{model}"'
+        return (
+            f"sum(rate(vllm:prefix_cache_hits_total{{{selector}}}[5m])) / "
+            f"sum(rate(vllm:prefix_cache_queries_total{{{selector}}}[5m]))"
+        )
+
+    def drift(model: str) -> str:
+        selector = f'{RECORDED},model="{model}"'
+        est = f"inferplane:gateway_prefix_hit_ratio_estimated:rate5m{{{selector}}}"
+        return f"{est} > 0.5 and inferplane:gateway_prefix_hit_ratio_engine:rate5m{{{selector}}} < 0.5 * {est}"
+
+    def ready(model: str) -> str:
+        return f'sum(inferplane_gateway_ready_endpoints{{{PODS},model="{model}"}}) == 0'
+
+    assert _routing_rules() == [
+        ("inferplane:gateway_prefix_hit_ratio_estimated:rate5m", None, estimated),
+        ("inferplane:gateway_prefix_hit_ratio_engine:rate5m", "llama-70b", engine("llama-70b")),
+        ("InferplanePrefixIndexDrift", "llama-70b", drift("llama-70b")),
+        ("inferplane:gateway_prefix_hit_ratio_engine:rate5m", "mistral-7b", engine("mistral-7b")),
+        ("InferplanePrefixIndexDrift", "mistral-7b", drift("mistral-7b")),
+        ("InferplaneNoReadyReplica", "llama-70b", ready("llama-70b")),
+        ("InferplaneNoReadyReplica", "llama-8b", ready("llama-8b")),
+        (
+            "InferplaneSlotStoreDown",
+            None,
+            f"sum(rate(inferplane_gateway_slot_store_fallbacks_total{{{PODS}}}[5m])) > 0",
+        ),
+    ]
+    assert (VLLM_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES) == (
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+    )
+    severities = {r.alert: (r.labels["severity"], r.for_) for r in GROUP.rules if isinstance(r, AlertingRule)}
+    assert severities["InferplanePrefixIndexDrift"] == ("warning", "15m")
+    assert severities["InferplaneNoReadyReplica"] == ("critical", "5m")
+    assert severities["InferplaneSlotStoreDown"] == ("warning", "5m")
+
+
+def test_the_queue_wait_alert_explains_the_shared_cap() -> None:
+    (rule, *_) = (r for r in GROUP.rules if isinstance(r, AlertingRule) and r.alert == "InferplaneGatewayQueueWaitHigh")
+    assert rule.annotations["description"].startswith(
+        "The in-flight cap (max_num_seqs 24 x the ready replicas, shared by every gateway replica through Redis)"
+    )
+
+
+def test_the_prefix_drift_alert_fires_when_the_engines_hit_far_less_than_estimated(tmp_path: Path) -> None:
+    tokens = gm.PREFIX_TOKENS_TOTAL
+    hits, queries = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+
+    def case(matched: str, engine_hits: str) -> list[dict[str, str]]:
+        # Two gateway replicas look up 1000 prompt tokens a minute each; the engines look up 2000 a minute.
+        return [
+            *(_processor(tokens, pod, "0+1000x40", model="llama-70b", kind="queried") for pod in (POD_A, POD_B)),
+            *(_processor(tokens, pod, matched, model="llama-70b", kind="matched") for pod in (POD_A, POD_B)),
+            _engine(queries, VLLM_POD, "0+2000x40"),
+            _engine(hits, VLLM_POD, engine_hits),
+            # Another model's engine hits nothing: it is not llama-70b's ratio.
+            _engine(queries, "mistral-7b-6c8d9f7b5-r4t5y", "0+2000x40", model="mistral-7b"),
+        ]
+
+    def test(series: list[dict[str, str]], *expected: dict[str, Any]) -> dict[str, Any]:
+        at_10m = _alerts("InferplanePrefixIndexDrift", "10m")  # pending for 15m first
+        at_25m = _alerts("InferplanePrefixIndexDrift", "25m", *expected)
+        return {"interval": "1m", "input_series": series, "alert_rule_test": [at_10m, at_25m]}
+
+    tests = [
+        # Estimated 80 %, real 20 %: under half of it.
+        test(case("0+800x40", "0+400x40"), _alert("InferplanePrefixIndexDrift")),
+        # Mutations: the real ratio healthy (60 % of 80 %), or the router expecting few hits (30 %, real 10 %).
+        test(case("0+800x40", "0+1200x40")),
+        test(case("0+300x40", "0+200x40")),
+    ]
+    result = run_rule_tests([GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_ready_replica_fires_when_no_gateway_replica_sees_one(tmp_path: Path) -> None:
+    ready = gm.READY_ENDPOINTS
+    both_lost = [
+        _processor(ready, POD_A, "2x2 0x20", model="llama-70b"),
+        _processor(ready, POD_B, "2x2 0x20", model="llama-70b"),
+        _processor(ready, POD_A, "1x22", model="llama-8b"),
+        # Scaled to zero while idle: never an alert.
+        _processor(ready, POD_A, "0x22", model="mistral-7b"),
+    ]
+    # Mutation: one gateway replica still sees a replica.
+    one_sees = [*both_lost[:1], _processor(ready, POD_B, "1x22", model="llama-70b")]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": both_lost,
+            "alert_rule_test": [
+                _alerts("InferplaneNoReadyReplica", "6m"),  # zero from minute 3, pending for 5m
+                _alerts("InferplaneNoReadyReplica", "12m", _alert("InferplaneNoReadyReplica")),
+            ],
+        },
+        {"interval": "1m", "input_series": one_sees, "alert_rule_test": [_alerts("InferplaneNoReadyReplica", "12m")]},
+    ]
+    result = run_rule_tests([GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_slot_store_alert_fires_while_fallbacks_rise(tmp_path: Path) -> None:
+    fallbacks = gm.SLOT_STORE_FALLBACKS_TOTAL
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [_processor(fallbacks, POD_A, "0+30x20", model="llama-70b")],
+            "alert_rule_test": [
+                _alerts("InferplaneSlotStoreDown", "3m"),
+                _alerts("InferplaneSlotStoreDown", "10m", _alert("InferplaneSlotStoreDown")),
+            ],
+        },
+        {
+            # Mutation: fallbacks from an earlier outage, none since.
+            "interval": "1m",
+            "input_series": [_processor(fallbacks, POD_A, "30x20", model="llama-70b")],
+            "alert_rule_test": [_alerts("InferplaneSlotStoreDown", "15m")],
+        },
+    ]
+    result = run_rule_tests([GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

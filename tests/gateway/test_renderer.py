@@ -15,14 +15,60 @@ from hypothesis import strategies as st
 
 from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway import renderer as gc
-from inferplane.components.serving.naming import model_service_host
+from inferplane.components.serving.naming import model_endpoints_host
 from inferplane.components.spec.platform_spec import PlatformSpec, SpecError, parse_platform
-from inferplane.processor.config import ProcessorConfig
+from inferplane.processor.config import LoadSeries, MetricSelector, ProcessorConfig
 from tests.envoy import validate
 from tests.serving_support import stack_spec
 
 STACKS = ("dev", "staging", "prod")
 KEYS = {"assistant": "k" * 32, "batch-summaries": "b" * 32, "ml-dev": "d" * 32, "qa": "q" * 32}
+OVERRIDE_HOST = {
+    "policies": [
+        {
+            "typed_extension_config": {
+                "name": "envoy.load_balancing_policies.override_host",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies."
+                    "override_host.v3.OverrideHost",
+                    # The endpoint-picker protocol's names (GIE docs/proposals/004-endpoint-picker-protocol): the
+                    # processor's pick, read from dynamic metadata only, never from a client's header.
+                    "override_host_sources": [
+                        {"metadata": {"key": "envoy.lb", "path": [{"key": "x-gateway-destination-endpoint"}]}}
+                    ],
+                    "fallback_policy": {
+                        "policies": [
+                            {
+                                "typed_extension_config": {
+                                    "name": "envoy.load_balancing_policies.least_request",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies."
+                                        "least_request.v3.LeastRequest",
+                                        "choice_count": 2,
+                                    },
+                                }
+                            }
+                        ]
+                    },
+                },
+            }
+        }
+    ]
+}
+"""Every model cluster's load balancing: the processor's pick when Envoy knows the host, else least-request."""
+VLLM_LOAD = LoadSeries(
+    running=MetricSelector(name="vllm:num_requests_running"),
+    waiting=MetricSelector(name="vllm:num_requests_waiting"),
+    kv_usage=MetricSelector(name="vllm:kv_cache_usage_perc"),
+)
+TRTLLM_LOAD = LoadSeries(
+    running=MetricSelector(name="nv_trt_llm_request_metrics", labels=(("request_type", "active"),)),
+    waiting=MetricSelector(name="nv_trt_llm_request_metrics", labels=(("request_type", "waiting"),)),
+    kv_usage=MetricSelector(name="nv_trt_llm_kv_cache_block_metrics", labels=(("kv_cache_block_type", "fraction"),)),
+)
+"""What the router reads from each replica's /metrics (Triton's tensorrtllm_backend README, "Triton Metrics":
+``nv_trt_llm_request_metrics{request_type=...}`` and ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=...}``);
+vLLM on TPU reports vLLM's series."""
 
 
 def _write_keys(directory: Path) -> gc.GatewayAddresses:
@@ -116,11 +162,11 @@ def test_prod_routes_each_model_with_its_tier_fallback(tmp_path: Path) -> None:
     ]
     assert "route-llama-8b" not in clusters  # standard has no fallback
     endpoint = clusters["model-llama-70b"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
-    assert endpoint["address"]["socket_address"] == {"address": model_service_host("llama-70b"), "port_value": 8000}
+    assert endpoint["address"]["socket_address"] == {"address": model_endpoints_host("llama-70b"), "port_value": 8000}
     assert clusters["model-llama-70b"]["type"] == "STRICT_DNS"
     # The Triton fallback answers on its OpenAI frontend's port, not KServe's 8000.
     triton = clusters["model-llama-8b"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
-    assert triton["address"]["socket_address"] == {"address": model_service_host("llama-8b"), "port_value": 9000}
+    assert triton["address"]["socket_address"] == {"address": model_endpoints_host("llama-8b"), "port_value": 9000}
     routes = {r["name"]: r for r in _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]}
     premium = routes["model-llama-70b"]
     assert premium["route"]["cluster"] == "route-llama-70b"
@@ -129,9 +175,132 @@ def test_prod_routes_each_model_with_its_tier_fallback(tmp_path: Path) -> None:
     assert routes["model-llama-8b"]["route"]["cluster"] == "model-llama-8b"
     assert routes["not-found"]["direct_response"]["status"] == 404
     assert rendered.upstream_hosts == {
-        "llama-70b": "llama-70b.inference.svc.cluster.local",
-        "llama-8b": "llama-8b.inference.svc.cluster.local",
+        "llama-70b": ("llama-70b-endpoints.inference.svc.cluster.local:8000",),
+        "llama-8b": ("llama-8b-endpoints.inference.svc.cluster.local:9000",),
     }
+
+
+def test_each_model_cluster_resolves_its_replicas_and_takes_the_processors_pick(tmp_path: Path) -> None:
+    bootstrap = yaml.safe_load(_rendered("prod", "eks", tmp_path).envoy_yaml)
+    clusters = {c["name"]: c for c in bootstrap["static_resources"]["clusters"]}
+    # One host per ready pod: STRICT_DNS over the headless Service (an A record per ready pod), never its ClusterIP,
+    # which would pin every request of a kept-alive connection to one pod.
+    assert clusters["model-llama-70b"] == {
+        "name": "model-llama-70b",
+        "type": "STRICT_DNS",
+        "connect_timeout": "2s",
+        "load_assignment": {
+            "cluster_name": "model-llama-70b",
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {
+                            "endpoint": {
+                                "address": {
+                                    "socket_address": {
+                                        "address": "llama-70b-endpoints.inference.svc.cluster.local",
+                                        "port_value": 8000,
+                                    }
+                                }
+                            }
+                        }
+                    ]
+                }
+            ],
+        },
+        "dns_lookup_family": "V4_PREFERRED",
+        "load_balancing_policy": OVERRIDE_HOST,
+        # (max_num_seqs 24 x max_replicas 8 + queue_max 64) x 2, retries a quarter of the ceiling
+        "circuit_breakers": {
+            "thresholds": [
+                {
+                    "priority": "DEFAULT",
+                    "max_connections": 512,
+                    "max_pending_requests": 512,
+                    "max_requests": 512,
+                    "max_retries": 64,
+                }
+            ]
+        },
+        "outlier_detection": {
+            "consecutive_5xx": 5,
+            "consecutive_gateway_failure": 3,
+            "interval": "5s",
+            "base_ejection_time": "15s",
+            "max_ejection_percent": 100,
+        },
+    }
+    triton = clusters["model-llama-8b"]
+    assert (triton["type"], triton["load_balancing_policy"]) == ("STRICT_DNS", OVERRIDE_HOST)
+    # (48 x 8 + 64) x 2: every replica's slots plus this pod's queue, with a margin for retries
+    assert triton["circuit_breakers"]["thresholds"][0]["max_requests"] == 896
+    assert triton["circuit_breakers"]["thresholds"][0]["max_retries"] == 112
+
+
+def test_retries_avoid_the_failed_replica_and_no_client_chooses_one(tmp_path: Path) -> None:
+    bootstrap = yaml.safe_load(_rendered("prod", "eks", tmp_path).envoy_yaml)
+    manager = _api_manager(bootstrap)
+    [virtual_host] = manager["route_config"]["virtual_hosts"]
+    # Only the processor chooses a pod: a client's copy of the header goes before any filter reads it.
+    assert virtual_host["request_headers_to_remove"] == ["x-gateway-destination-endpoint"]
+    for name in ("model-llama-70b", "model-llama-8b"):
+        retry = next(r for r in virtual_host["routes"] if r["name"] == name)["route"]["retry_policy"]
+        # A retry goes to another replica than the one that failed (a killed pod stays in DNS for a while).
+        assert retry["retry_host_predicate"] == [
+            {
+                "name": "envoy.retry_host_predicates.previous_hosts",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+                },
+            }
+        ]
+        assert retry["host_selection_retry_max_attempts"] == 3
+
+
+def test_listed_local_replicas_are_static_hosts_and_named_ones_are_resolved(tmp_path: Path) -> None:
+    spec = stack_spec("dev")
+    replicas = (("127.0.0.1", 18000), ("127.0.0.2", 18001), ("127.0.0.3", 18002))
+    addresses = _write_keys(tmp_path / "keys").model_copy(update={"upstreams": {"llama-8b": replicas}})
+    rendered = gc.render_gateway(spec, size_platform(spec), "eks", addresses)
+    config = ProcessorConfig.model_validate_json(rendered.processor_json)
+    model = config.model("llama-8b")
+    assert model is not None
+    assert model.endpoints == ("127.0.0.1:18000", "127.0.0.2:18001", "127.0.0.3:18002")
+    assert rendered.upstream_hosts == {"llama-8b": model.endpoints}
+    clusters = yaml.safe_load(rendered.envoy_yaml)["static_resources"]["clusters"]
+    [cluster] = [c for c in clusters if c["name"] == "model-llama-8b"]
+    assert cluster["type"] == "STATIC"
+    assert cluster["load_assignment"]["endpoints"] == [
+        {
+            "lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+                for host, port in replicas
+            ]
+        }
+    ]
+    assert cluster["load_balancing_policy"] == OVERRIDE_HOST
+    envoy = tmp_path / "envoy.yaml"
+    envoy.write_text(rendered.envoy_yaml)
+    result = validate(envoy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # A name among the replicas: Envoy resolves them all (a literal address resolves to itself).
+    named = addresses.model_copy(update={"upstreams": {"llama-8b": (("localhost", 18000), ("127.0.0.2", 18001))}})
+    bootstrap = yaml.safe_load(gc.render_gateway(spec, size_platform(spec), "eks", named).envoy_yaml)
+    [resolved] = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == "model-llama-8b"]
+    assert resolved["type"] == "STRICT_DNS"
+    assert len(resolved["load_assignment"]["endpoints"][0]["lb_endpoints"]) == 2
+
+
+def test_validation_refuses_an_override_host_policy_without_its_fallback(tmp_path: Path) -> None:
+    """Envoy requires the fallback: without it a request the processor did not place would have no host."""
+    rendered = _rendered("dev", "eks", tmp_path)
+
+    def drop_fallback(bootstrap: dict[str, Any]) -> None:
+        [cluster] = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == "model-llama-8b"]
+        del cluster["load_balancing_policy"]["policies"][0]["typed_extension_config"]["typed_config"]["fallback_policy"]
+
+    refused = _mutated(rendered, drop_fallback, tmp_path)
+    assert "OverrideHostValidationError.FallbackPolicy: value is required" in refused
 
 
 def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
@@ -160,7 +329,8 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
         "request.headers['x-inferplane-tenant']",
         "request.headers['x-inferplane-cache']",
     ]
-    assert ext_proc["metadata_options"] == {"receiving_namespaces": {"untyped": ["inferplane"]}}
+    # The processor's own metadata, and its pick of a replica under envoy.lb (what override_host reads).
+    assert ext_proc["metadata_options"] == {"receiving_namespaces": {"untyped": ["inferplane", "envoy.lb"]}}
     routes = _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]
     assert routes[0]["name"] == "models"  # GET /v1/models alone sends the processor its headers: it answers there
     override = routes[0]["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["overrides"]["processing_mode"]
@@ -212,12 +382,29 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
         assert model is not None
         assert model.max_model_len == gc.max_model_len(sizing)
         assert model.max_num_seqs == gc.max_num_seqs(sizing)
-        assert model.inflight_limit == math.ceil(model.max_num_seqs * deployment.max_replicas / spec.gateway.replicas)
         assert model.cold_start_hold_seconds == round(sizing.result.cold_start_seconds * 1.2, 1)
-        # vLLM's OpenAI server on 8000; Triton's OpenAI frontend on 9000, ready on the frontend's own path.
-        port, health = {"vllm": (8000, "/health"), "triton": (9000, "/health/ready")}[deployment.engine]
-        assert model.upstream_url == f"http://{model_service_host(deployment.name)}:{port}"
-        assert model.health_path == health
+        # vLLM's OpenAI server on 8000; Triton's OpenAI frontend on 9000; each replica's load on /metrics there.
+        port = {"vllm": 8000, "triton": 9000}[deployment.engine]
+        assert model.engine == deployment.engine
+        assert model.endpoints == (f"{deployment.name}-endpoints.inference.svc.cluster.local:{port}",)
+        assert model.metrics_path == "/metrics"
+        # Redis down: every worker that may run (3 replicas x 4 scale-out x 2 workers) keeps within max_num_seqs.
+        assert model.fallback_share == max(1, model.max_num_seqs // (3 * 4 * 2))
+        # The engine's KV block (vLLM --block-size, TensorRT-LLM --tokens_per_block) and its pool in such blocks.
+        result = sizing.result
+        block = result.vllm.block_size if deployment.engine == "vllm" else result.trtllm.tokens_per_block
+        assert block == {"vllm": 16, "triton": 32}[deployment.engine]
+        assert model.routing.block_tokens == block
+        assert model.routing.index_blocks == result.kv_pool_bytes // (result.kv_cache_bytes_per_token * block)
+        assert model.routing.load == {"vllm": VLLM_LOAD, "triton": TRTLLM_LOAD}[deployment.engine]
+        # prod sets no routing: the spec's defaults (Dynamo's overlap weight 1, the load bound on)
+        assert (model.routing.policy, model.routing.overlap_weight, model.routing.load_bound) == (
+            "prefix_aware",
+            1.0,
+            True,
+        )
+    assert {m.name: m.fallback_share for m in config.models} == {"llama-70b": 1, "llama-8b": 2}
+    assert config.workers == spec.gateway.processor_workers == 2
     assert config.auth_required and config.anonymous_tenant is None
     assistant = next(t for t in config.tenants if t.name == "assistant")
     assert (assistant.tiers, assistant.requests_per_minute, assistant.tokens_per_minute) == (
@@ -233,6 +420,27 @@ def test_staging_splits_the_tier_by_cluster(tmp_path: Path) -> None:
     assert [(t.name, t.models, t.fallback) for t in eks.tiers] == [("standard", ("llama-8b",), ())]
     assert [(t.name, t.models, t.fallback) for t in gke.tiers] == [("standard", ("qwen-7b",), ())]
     assert [m.name for m in gke.models] == ["qwen-7b"]
+    # vLLM on TPU: no --block-size flag, but the prefix index still cuts prompts into sizing's 16-token blocks, and
+    # the router reads vLLM's series.
+    [qwen] = gke.models
+    assert (qwen.engine, qwen.routing.block_tokens, qwen.routing.load) == ("vllm", 16, VLLM_LOAD)
+
+
+def test_routing_comes_from_the_model_then_its_tier_then_the_gateway() -> None:
+    raw = _raw("prod")
+    raw["gateway"]["routing"] = {"policy": "least_request", "overlap_weight": 0.0}
+    raw["gateway"]["tiers"][0]["routing"] = {"overlap_weight": 2.5}  # premium: llama-70b, fallback llama-8b
+    spec = _parse(raw)
+    config = gc.processor_config(spec, size_platform(spec), "eks", gc.GatewayAddresses())
+    picked = {m.name: (m.routing.policy, m.routing.overlap_weight, m.routing.load_bound) for m in config.models}
+    # A tier's routing speaks for its primaries only: the fallback llama-8b takes the gateway's.
+    assert picked == {"llama-70b": ("prefix_aware", 2.5, True), "llama-8b": ("least_request", 0.0, True)}
+    raw["gateway"]["tiers"][1]["routing"] = {"overlap_weight": 3.0}  # standard: llama-8b
+    raw["models"][0]["routing"] = {"load_bound": False}  # llama-70b's own, over premium's
+    spec = _parse(raw)
+    config = gc.processor_config(spec, size_platform(spec), "eks", gc.GatewayAddresses())
+    picked = {m.name: (m.routing.policy, m.routing.overlap_weight, m.routing.load_bound) for m in config.models}
+    assert picked == {"llama-70b": ("prefix_aware", 1.0, False), "llama-8b": ("prefix_aware", 3.0, True)}
 
 
 def _raw(stack: str) -> dict[str, Any]:

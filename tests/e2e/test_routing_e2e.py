@@ -1,0 +1,264 @@
+"""Routing to replicas end to end: Envoy 1.40 running the rendered bootstrap (override_host over the model's replicas),
+the real processor, Redis 8.2 and **three** vLLM 0.32 CPU replicas of one model, driven by the ``openai`` client.
+
+Gateways A and B are two replicas of the same gateway (shared Redis, each its own prefix index); gateway C is the
+same gateway with its processor unable to read any replica's metrics, so it never picks (Envoy's least-request
+fallback does). Which replica served a request is read from each vLLM's own access log and metrics.
+
+The tests run in file order on one worker (xdist group): the destructive ones (a replica stopped, one killed) last.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import pytest
+
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.gateway import renderer as gc
+from inferplane.components.observability import metrics as engine_metrics
+from inferplane.processor import metrics as gm
+from tests.gateway_support import (
+    Gateway,
+    Procs,
+    gateway_addresses,
+    scrape,
+    start_gateway,
+    start_redis,
+    start_vllm,
+    wait_vllm,
+)
+from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gateway-e2e")]
+
+MODEL = "delta"
+REPLICAS = ("r0", "r1", "r2")
+LONG_GENERATION_TOKENS = 1200
+"""Tokens a long request generates (``ignore_eos``): long enough on the tiny model to watch requests pile up."""
+
+
+def _spec() -> Any:
+    return tiny_platform(
+        [{"name": MODEL, "routing_tier": "standard"}],
+        {
+            "replicas": 2,
+            "tenants": [{"name": "team-a", "tiers": ["standard"], "requests_per_minute": 10_000}],
+            "admission": {"queue_max": 4, "queue_timeout_seconds": 20},
+        },
+    )
+
+
+@dataclass
+class Platform:
+    """Everything the tests talk to."""
+
+    procs: Procs
+    gateways: dict[str, Gateway]
+    key: str
+    ports: dict[str, int]
+    max_num_seqs: int
+
+    def client(self, gateway: str = "a") -> openai.OpenAI:
+        """An OpenAI client of ``gateway``, no client retries (a failure must surface)."""
+        return openai.OpenAI(base_url=self.gateways[gateway].base_url, api_key=self.key, max_retries=0)
+
+    def posts(self) -> dict[str, int]:
+        """Completion requests each replica has received so far (its access log)."""
+        return {r: self.procs.log(r).count('"POST /v1/') for r in REPLICAS if r in self.procs.procs}
+
+    def running(self, replica: str) -> float:
+        """``vllm:num_requests_running`` of one replica, from its own metrics."""
+        samples = scrape(f"http://127.0.0.1:{self.ports[replica]}/metrics")
+        return sum(v for k, v in samples.items() if k.partition("{")[0] == "vllm:num_requests_running")
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    directory = tmp_path_factory.mktemp("routing-e2e")
+    procs = Procs(directory)
+    spec = _spec()
+    plan = size_platform(spec)
+    settings = plan.deployments[0].result.vllm
+    tokenizers = directory / "tokenizers"
+    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
+    key = secrets.token_urlsafe(32)
+    keys_dir = directory / "keys"
+    keys_dir.mkdir()
+    (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"team-a": key}))
+    try:
+        # The engines could run twice what the gateway admits to each: an overshoot would show as running requests,
+        # not hide in the engine's own queue.
+        limits = {"max_model_len": settings.max_model_len, "max_num_seqs": 2 * settings.max_num_seqs}
+        ports = {r: start_vllm(procs, r, model_dir, [MODEL], **limits) for r in REPLICAS}
+        redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
+        upstreams = {MODEL: [("127.0.0.1", ports[r]) for r in REPLICAS]}
+
+        def blind(config: dict[str, Any]) -> None:
+            for model in config["models"]:
+                model["metrics_path"] = "/no-such-metrics"  # no replica ever reads as ready: no pick
+
+        gateways = {
+            name: start_gateway(
+                procs,
+                f"gw-{name}",
+                spec=spec,
+                plan=plan,
+                addresses=gateway_addresses(upstreams, keys_dir, tokenizers, f"-{name}"),
+                redis_url=redis_url,
+                processor_patch=blind if name == "c" else None,
+            )
+            for name in ("a", "b", "c")
+        }
+        for replica, port in ports.items():
+            wait_vllm(procs, replica, port)
+        yield Platform(procs, gateways, key, ports, settings.max_num_seqs)
+    finally:
+        procs.stop_all()
+
+
+def _metric(gateway: Gateway, name: str, **labels: str) -> float:
+    total = 0.0
+    for sample, value in scrape(gateway.metrics_url).items():
+        metric, _, rest = sample.partition("{")
+        if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            total += value
+    return total
+
+
+def _wait_metric(gateway: Gateway, name: str, expected: float, timeout: float = 10.0, **labels: str) -> None:
+    deadline = time.monotonic() + timeout
+    while (value := _metric(gateway, name, **labels)) != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert value == expected, f"{name}{labels} = {value}, expected {expected}"
+
+
+def _prefix(group: int) -> str:
+    """A long shared context (about 300 tokens) that only ``group`` uses."""
+    return " ".join(f"w{(group * 37 + i) % 400}" for i in range(300))
+
+
+def _ask(client: openai.OpenAI, prefix: str, question: int, **kwargs: Any) -> Any:
+    return client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "system", "content": prefix}, {"role": "user", "content": f"w{question} w{question + 1}"}],
+        **{"max_tokens": 4, **kwargs},
+    )
+
+
+def _served_by(platform: Platform, send: Any) -> dict[str, int]:
+    """Which replicas ``send()`` reached, and how often."""
+    before = platform.posts()
+    send()
+    after = platform.posts()
+    return {r: after[r] - before[r] for r in after if after[r] != before[r]}
+
+
+def test_every_gateway_sees_every_replica_ready(platform: Platform) -> None:
+    for name in ("a", "b"):
+        _wait_metric(platform.gateways[name], gm.READY_ENDPOINTS, 3, model=MODEL)
+        _wait_metric(platform.gateways[name], gm.ADMISSION_CAPACITY, 3 * platform.max_num_seqs, model=MODEL)
+
+
+def test_requests_sharing_a_prefix_stay_on_one_replica(platform: Platform) -> None:
+    client = platform.client("a")
+    served = _served_by(platform, lambda: [_ask(client, _prefix(1), q) for q in range(6)])
+    assert list(served.values()) == [6]
+    assert _metric(platform.gateways["a"], gm.ROUTING_DECISIONS_TOTAL, model=MODEL, reason="prefix_hit") >= 5
+
+
+def test_every_vllm_series_the_plans_and_the_router_read_is_exposed(platform: Platform) -> None:
+    """The names in components/observability/metrics.py (alerts, dashboards, KEDA, the router's load and the
+    prefix-cache hit rate) against a real vLLM 0.32 replica's exposition, after it served requests."""
+    exposed = {name.partition("{")[0] for name in scrape(f"http://127.0.0.1:{platform.ports['r0']}/metrics")}
+    wanted = {
+        value
+        for key, value in vars(engine_metrics).items()
+        if key.startswith("VLLM_") and isinstance(value, str) and value.startswith("vllm:")
+    }
+    assert len(wanted) >= 10
+    missing = {name for name in wanted if name not in exposed and f"{name}_bucket" not in exposed}
+    assert not missing
+
+
+@pytest.mark.parametrize("group", range(10, 14))
+def test_two_gateways_send_a_new_prefix_to_the_same_replica(platform: Platform, group: int) -> None:
+    served = _served_by(
+        platform, lambda: (_ask(platform.client("a"), _prefix(group), 1), _ask(platform.client("b"), _prefix(group), 2))
+    )
+    assert list(served.values()) == [2], served
+
+
+def test_a_full_replica_spills_and_none_ever_holds_more_than_max_num_seqs(platform: Platform) -> None:
+    """As many long requests sharing one prefix as the replicas have slots, and two more, half through each gateway:
+    the prefix's replica fills to max_num_seqs and the rest spill; no engine ever runs more (each could run twice
+    as many); the two beyond the cap wait in the gateways' queues and succeed too; the shared slots (Redis) decided
+    every one."""
+    seqs = platform.max_num_seqs
+    peaks = dict.fromkeys(REPLICAS, 0.0)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for replica in REPLICAS:
+                peaks[replica] = max(peaks[replica], platform.running(replica))
+            time.sleep(0.02)
+
+    def one(index: int) -> None:
+        _ask(
+            platform.client("ab"[index % 2]),
+            _prefix(2),
+            index,
+            max_tokens=LONG_GENERATION_TOKENS,
+            extra_body={"ignore_eos": True},
+        )
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(3 * seqs + 2) as pool:
+            list(pool.map(one, range(3 * seqs + 2)))
+    finally:
+        done.set()
+        watcher.join()
+    assert max(peaks.values()) <= seqs, peaks
+    assert sum(1 for p in peaks.values() if p > 0) >= 2, peaks
+    spills = sum(_metric(platform.gateways[g], gm.ROUTING_DECISIONS_TOTAL, reason="load_spill") for g in "ab")
+    assert spills >= 1
+    assert sum(_metric(platform.gateways[g], gm.SLOT_STORE_FALLBACKS_TOTAL) for g in "ab") == 0
+
+
+def test_without_the_processors_pick_envoy_still_balances(platform: Platform) -> None:
+    served = _served_by(platform, lambda: [_ask(platform.client("c"), _prefix(3), q) for q in range(6)])
+    assert sum(served.values()) == 6
+    assert _metric(platform.gateways["c"], gm.ROUTING_DECISIONS_TOTAL, model=MODEL, reason="fallback") >= 6
+
+
+def test_the_cap_follows_replicas_going_and_coming(platform: Platform) -> None:
+    replica = platform.procs.procs["r2"]
+    replica.send_signal(signal.SIGSTOP)  # its server stops answering, as a pod failing readiness
+    try:
+        _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
+        _wait_metric(platform.gateways["a"], gm.ADMISSION_CAPACITY, 2 * platform.max_num_seqs, model=MODEL)
+        served = _served_by(platform, lambda: [_ask(platform.client("a"), _prefix(20 + g), 1) for g in range(6)])
+        assert "r2" not in served and sum(served.values()) == 6
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    _wait_metric(platform.gateways["a"], gm.ADMISSION_CAPACITY, 3 * platform.max_num_seqs, model=MODEL)
+
+
+def test_a_killed_replicas_traffic_moves_to_the_others(platform: Platform) -> None:
+    client = platform.client("a")
+    home = next(iter(_served_by(platform, lambda: _ask(client, _prefix(4), 1))))
+    platform.procs.stop(home, signal.SIGKILL)
+    served = _served_by(platform, lambda: [_ask(client, _prefix(4), q) for q in range(2, 8)])
+    assert home not in served and sum(served.values()) == 6  # no client error: Envoy retried the dead pick
+    _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
