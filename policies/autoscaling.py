@@ -24,7 +24,7 @@ from inferplane.policies.base import (
     stack_policy,
 )
 from inferplane.policies.resource_types import T
-from inferplane.policies.workloads import as_int, object_labels, pod_accelerators, workload_name
+from inferplane.policies.workloads import as_int, object_label, pod_accelerators, workload_name
 
 KEDA_MIN_REPLICAS_DEFAULT = 0
 KEDA_MAX_REPLICAS_DEFAULT = 100
@@ -47,11 +47,11 @@ def targets(scaled_object: Resource, workload: Resource) -> bool | None:
     name, theirs_name = dig(ref, "name"), workload.get("metadata", "name")
     if isinstance(name, str) and name == theirs_name:
         return True
-    mine = object_labels(workload).get(SERVED_MODEL_LABEL)
+    mine = object_label(workload, SERVED_MODEL_LABEL)  # UNKNOWN while a labels map that may hold it is unknown
     theirs = dig(scaled_object.get("metadata", "labels"), SERVED_MODEL_LABEL)
     if isinstance(mine, str) and mine == theirs:
         return True
-    undecided = (kind, name, theirs_name, theirs, workload.get("metadata", "labels"))
+    undecided = (kind, name, theirs_name, theirs, mine)
     return None if any(v is UNKNOWN for v in undecided) else False
 
 

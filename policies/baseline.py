@@ -31,7 +31,14 @@ from inferplane.policies.base import (
     truthy,
 )
 from inferplane.policies.resource_types import WORKLOADS, T
-from inferplane.policies.workloads import accelerators_requested, container_label, containers, object_labels
+from inferplane.policies.workloads import (
+    accelerator_maps_known,
+    accelerators_requested,
+    container_label,
+    containers,
+    containers_known,
+    object_labels,
+)
 
 _ACCOUNT_ROOT = re.compile(r"^(arn:aws[a-z-]*:iam::\d{12}:root|\d{12})$")
 
@@ -311,6 +318,8 @@ def restricted_container(resource: Resource, config: Config, report: Report) -> 
         return
     pod_context = resource.get("spec", "template", "spec", "securityContext")
     tpu = any(TPU_RESOURCE in accelerators_requested(c) for _, c in containers(resource))
+    # Whether the pod is a TPU pod (exempt from the uid rules) is open while a container or its resources are unknown.
+    tpu_known = containers_known(resource) and all(accelerator_maps_known(c) for _, c in containers(resource))
     for path, container in containers(resource):
         context = container.get("securityContext", {})
         if not isinstance(context, dict):
@@ -325,7 +334,7 @@ def restricted_container(resource: Resource, config: Config, report: Report) -> 
         seccomp = _inherited(context, pod_context, "seccompProfile")
         if known(seccomp) and as_dict(seccomp).get("type") not in ("RuntimeDefault", "Localhost"):
             report(f"{label} has no RuntimeDefault seccomp profile")
-        if tpu:
+        if tpu or not tpu_known:
             continue  # documented exception: the TPU image runs as root (README "Security baseline")
         non_root = _inherited(context, pod_context, "runAsNonRoot")
         if non_root is not UNKNOWN and truthy(non_root) is not True:

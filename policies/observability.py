@@ -7,6 +7,7 @@ from typing import Any
 
 from inferplane.components.serving.annotations import ALERT_KIND_LABEL, NAME_LABEL, PREEMPTION_ALERT, SERVED_MODEL_LABEL
 from inferplane.policies.base import (
+    UNKNOWN,
     AnyPolicy,
     Config,
     EnforcementLevel,
@@ -21,23 +22,27 @@ from inferplane.policies.base import (
     stack_policy,
 )
 from inferplane.policies.resource_types import T
-from inferplane.policies.serving import engine_flags, engine_of, is_model_server
-from inferplane.policies.workloads import object_labels, workload_name
+from inferplane.policies.serving import engine_flags, engine_flags_known, engine_of, is_model_server
+from inferplane.policies.workloads import object_label, workload_name
 
 _PREEMPTION_NAME = re.compile(r"(?i)preempt")
 
 
-def served_name(server: Resource) -> str:
-    """The name the server's metrics carry as ``model``: --served-model-name, else its labels, else its name."""
-    labels = object_labels(server)
+def served_name(server: Resource) -> str | None:
+    """The name the server's metrics carry as ``model``: --served-model-name, else its labels, else its name; None
+    while an unknown value may be the one that names it (a fallback name would report an alert as missing)."""
+    if not engine_flags_known(server):
+        return None
     for candidate in (
         engine_flags(server).get("served-model-name"),
-        labels.get(SERVED_MODEL_LABEL),
-        labels.get(NAME_LABEL),
+        object_label(server, SERVED_MODEL_LABEL),
+        object_label(server, NAME_LABEL),
     ):
+        if candidate is UNKNOWN:
+            return None
         if isinstance(candidate, str) and candidate:
             return candidate
-    return workload_name(server)
+    return None if server.get("metadata", "name") is UNKNOWN else workload_name(server)
 
 
 def preemption_alerts(resources: list[Resource]) -> list[dict[str, Any]] | None:
@@ -84,7 +89,7 @@ def preemption_alert(resources: list[Resource], config: Config, report: StackRep
         if not is_model_server(server) or engine_of(server) != "vllm":
             continue
         model = served_name(server)
-        if not any(_covers(rule, model) for rule in alerts):
+        if model is not None and not any(_covers(rule, model) for rule in alerts):
             report(
                 f"no preemption alert covers model {model} (an alert named like *Preempt* or labelled "
                 f"{ALERT_KIND_LABEL}={PREEMPTION_ALERT}, with labels.model={model})",

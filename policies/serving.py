@@ -69,6 +69,7 @@ from inferplane.policies.workloads import (
     as_int,
     container_label,
     containers,
+    containers_known,
     object_annotations,
     object_labels,
     pod_accelerators,
@@ -111,6 +112,14 @@ def engine_flags(resource: Resource) -> dict[str, str]:
         if positional and not positional[0].startswith("-"):
             flags.setdefault("model", positional[0])
     return flags
+
+
+def engine_flags_known(resource: Resource) -> bool:
+    """Whether :func:`engine_flags` reads every token: it drops an unknown container or token, and the one dropped may
+    be the flag (or the value) a verdict turns on."""
+    return containers_known(resource, init=False) and all(
+        known(c.get(k)) for _, c in containers(resource, init=False) for k in ("command", "args")
+    )
 
 
 def engine_of(resource: Resource) -> str | None:

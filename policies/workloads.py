@@ -53,6 +53,19 @@ def object_labels(resource: Resource) -> dict[str, Any]:
     }
 
 
+def object_label(resource: Resource, key: str) -> Any:
+    """One label as :func:`object_labels` merges it (the object's wins), or UNKNOWN while a map that may hold it is
+    unknown: :func:`object_labels` drops an unknown map, which hides a role from a verdict about who is absent."""
+    for path in (("metadata", "labels"), ("spec", "template", "metadata", "labels")):
+        labels = resource.get(*path)
+        if labels is UNKNOWN:
+            return UNKNOWN
+        value = as_dict(labels).get(key)
+        if value is not None:
+            return value
+    return None
+
+
 def object_annotations(resource: Resource) -> dict[str, Any]:
     """The object's annotations merged with its pod template's (the object's win)."""
     return {
@@ -71,6 +84,20 @@ def containers(resource: Resource, *, init: bool = True) -> Iterator[tuple[str, 
                 yield f"{kind}[{index}]", container
 
 
+def containers_known(resource: Resource, *, init: bool = True) -> bool:
+    """Whether the pod spec, its container lists and every container in them are known (their fields may not be).
+
+    :func:`containers` skips an unknown container, which suits a finding about one container, but a verdict about
+    all of them ("no container gets X", "the pod requests no TPU") needs this first: the unknown one may be the one.
+    """
+    spec = resource.get("spec", "template", "spec")
+    if spec is UNKNOWN:
+        return False
+    kinds = ("containers", "initContainers") if init else ("containers",)
+    lists = [as_dict(spec).get(kind) for kind in kinds]
+    return all(each is not UNKNOWN and all(isinstance(c, dict) for c in as_list(each)) for each in lists)
+
+
 def container_label(path: str, container: dict[str, Any]) -> str:
     """How messages name a container: ``containers[0] (vllm)``."""
     name = container.get("name")
@@ -87,6 +114,13 @@ def accelerators_requested(container: dict[str, Any]) -> dict[str, Any]:
         if value is not None:
             found[resource_name] = value
     return found
+
+
+def accelerator_maps_known(container: dict[str, Any]) -> bool:
+    """Whether which accelerators ``container`` asks for is known: its resources and their limits and requests maps
+    (an unknown count still names its resource)."""
+    resources = container.get("resources")
+    return resources is not UNKNOWN and all(as_dict(resources).get(k) is not UNKNOWN for k in ("limits", "requests"))
 
 
 def as_int(value: Any) -> int | None:
@@ -123,6 +157,8 @@ def _exempt(resource: Resource, config: Config) -> bool:
     """Host access exemptions apply to node agents only: DaemonSets whose name matches the allowlist."""
     if resource.type != T.DAEMON_SET:
         return False
+    if resource.get("metadata", "name") is UNKNOWN:
+        return True  # an unknown name may be an allowlisted agent's: judged once known
     name = workload_name(resource)
     return any(re.fullmatch(pattern, name) for pattern in config["exemptDaemonSets"])
 
