@@ -118,9 +118,10 @@ class ModelCache(pulumi.ComponentResource):
     Children: KMS key ``{name}-key`` (yearly rotation), bucket ``{name}-bucket`` (auto-named) with
     ``{name}-public-access-block`` (all four blocks), ``{name}-ownership`` (``BucketOwnerEnforced``: ACLs off),
     ``{name}-encryption`` (SSE-KMS with the key, S3 Bucket Keys on), ``{name}-versioning``, ``{name}-lifecycle``
-    and ``{name}-policy`` (TLS only); IAM role ``{name}-role`` with inline policy ``{name}-access``; one
-    ``{name}-{namespace}-{service account}`` Pod Identity association per ServiceAccount. The bucket and the key
-    are protected in prod.
+    and ``{name}-policy`` (TLS only); its access logs go to ``{name}-logs`` (``{name}-access-logging``), a bucket
+    with the same children but SSE-S3 (see :meth:`_access_logs`); IAM role ``{name}-role`` with inline policy
+    ``{name}-access``; one ``{name}-{namespace}-{service account}`` Pod Identity association per ServiceAccount. The
+    bucket and the key are protected in prod.
 
     Outputs: ``uri`` (``s3://<bucket>/models/``, known once every association exists), ``bucket_name``,
     ``role_arn``, ``key_arn``.
@@ -215,13 +216,8 @@ class ModelCache(pulumi.ComponentResource):
             ],
             opts=child,
         )
-        versioning = aws.s3.BucketVersioning(
-            f"{name}-versioning",
-            bucket=bucket.id,
-            versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
-            opts=child,
-        )
-        self._lifecycle(name, bucket, versioning)
+        versioning = _versioned(name, bucket, child)
+        _lifecycle(name, bucket, versioning, lifecycle_rule("expire-noncurrent-versions"), child)
         policy = aws.s3.BucketPolicy(
             f"{name}-policy",
             bucket=bucket.id,
@@ -230,38 +226,6 @@ class ModelCache(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access]),
         )
         return _CacheBucket(bucket=bucket, encryption=encryption, policy=policy)
-
-    def _lifecycle(self, name: str, bucket: aws.s3.Bucket, versioning: aws.s3.BucketVersioning) -> None:
-        """Interrupted multipart uploads go after :data:`INCOMPLETE_UPLOAD_DAYS`, overwritten or deleted versions
-        after :data:`NONCURRENT_VERSION_DAYS`."""
-        aws.s3.BucketLifecycleConfiguration(
-            f"{name}-lifecycle",
-            bucket=bucket.id,
-            rules=[
-                aws.s3.BucketLifecycleConfigurationRuleArgs(
-                    id="abort-incomplete-uploads",
-                    status="Enabled",
-                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
-                    abort_incomplete_multipart_upload=(
-                        aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                            days_after_initiation=INCOMPLETE_UPLOAD_DAYS
-                        )
-                    ),
-                ),
-                aws.s3.BucketLifecycleConfigurationRuleArgs(
-                    id="expire-noncurrent-versions",
-                    status="Enabled",
-                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
-                    noncurrent_version_expiration=(
-                        aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
-                            noncurrent_days=NONCURRENT_VERSION_DAYS
-                        )
-                    ),
-                ),
-            ],
-            # S3 refuses lifecycle rules about versions until versioning is configured.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[versioning]),
-        )
 
     def _pod_access(
         self,
@@ -305,11 +269,14 @@ class ModelCache(pulumi.ComponentResource):
         tags: Mapping[str, str],
         stateful: pulumi.ResourceOptions,
     ) -> None:
-        """S3 server access logging of the cache (AWS FSBP S3.9) into its own private bucket ``{name}-logs``.
+        """S3 server access logging of the cache (AWS FSBP S3.9) into a private, versioned bucket ``{name}-logs``.
 
-        The log bucket is encrypted with SSE-S3: server access log delivery does not support SSE-KMS targets
-        (S3 user guide, "Enabling Amazon S3 server access logging"). It does not log itself (that would log its
-        own log writes forever); its objects expire after :data:`ACCESS_LOG_DAYS`.
+        The log bucket is encrypted with SSE-S3, not the customer managed key Checkov's CKV_AWS_145 asks for: the S3
+        user guide ("Enabling Amazon S3 server access logging") says granting the logging service ``s3:PutObject`` is
+        not sufficient for an SSE-KMS destination, which must use SSE-S3, or S3 may deliver log objects encrypted with
+        a key the account cannot use. It does not log itself (that would log its own log writes forever). Versioning
+        keeps a deleted or overwritten log for :data:`NONCURRENT_VERSION_DAYS`; logs expire after
+        :data:`ACCESS_LOG_DAYS`.
         """
         child = pulumi.ResourceOptions(parent=self)
         logs = aws.s3.Bucket(f"{name}-logs", force_destroy=False, tags=dict(tags), opts=stateful)
@@ -328,19 +295,9 @@ class ModelCache(pulumi.ComponentResource):
             ],
             opts=child,
         )
-        aws.s3.BucketLifecycleConfiguration(
-            f"{name}-logs-lifecycle",
-            bucket=logs.id,
-            rules=[
-                aws.s3.BucketLifecycleConfigurationRuleArgs(
-                    id="expire-access-logs",
-                    status="Enabled",
-                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
-                    expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=ACCESS_LOG_DAYS),
-                )
-            ],
-            opts=child,
-        )
+        expire = aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=ACCESS_LOG_DAYS)
+        versioning = _versioned(f"{name}-logs", logs, child)
+        _lifecycle(f"{name}-logs", logs, versioning, lifecycle_rule("expire-access-logs", expiration=expire), child)
         policy = aws.s3.BucketPolicy(
             f"{name}-logs-policy",
             bucket=logs.id,
@@ -377,6 +334,52 @@ def _private(prefix: str, bucket: aws.s3.Bucket, opts: pulumi.ResourceOptions) -
         opts=opts,
     )
     return block
+
+
+def _versioned(prefix: str, bucket: aws.s3.Bucket, opts: pulumi.ResourceOptions) -> aws.s3.BucketVersioning:
+    """Versioning on ``bucket`` (``{prefix}-versioning``): an overwritten or deleted object stays recoverable."""
+    return aws.s3.BucketVersioning(
+        f"{prefix}-versioning",
+        bucket=bucket.id,
+        versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
+        opts=opts,
+    )
+
+
+def lifecycle_rule(
+    rule_id: str, *, expiration: aws.s3.BucketLifecycleConfigurationRuleExpirationArgs | None = None
+) -> aws.s3.BucketLifecycleConfigurationRuleArgs:
+    """A rule over the whole bucket that, whatever else it does, aborts multipart uploads still incomplete after
+    :data:`INCOMPLETE_UPLOAD_DAYS` (every rule does: Checkov CKV_AWS_300) and deletes noncurrent versions after
+    :data:`NONCURRENT_VERSION_DAYS` (both buckets are versioned); ``expiration`` ends current objects too."""
+    return aws.s3.BucketLifecycleConfigurationRuleArgs(
+        id=rule_id,
+        status="Enabled",
+        filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+        abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
+            days_after_initiation=INCOMPLETE_UPLOAD_DAYS
+        ),
+        noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+            noncurrent_days=NONCURRENT_VERSION_DAYS
+        ),
+        expiration=expiration,
+    )
+
+
+def _lifecycle(
+    prefix: str,
+    bucket: aws.s3.Bucket,
+    versioning: aws.s3.BucketVersioning,
+    rule: aws.s3.BucketLifecycleConfigurationRuleArgs,
+    opts: pulumi.ResourceOptions,
+) -> aws.s3.BucketLifecycleConfiguration:
+    """``{prefix}-lifecycle`` with ``rule``, created after versioning: S3 refuses rules about versions before it."""
+    return aws.s3.BucketLifecycleConfiguration(
+        f"{prefix}-lifecycle",
+        bucket=bucket.id,
+        rules=[rule],
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[versioning])),
+    )
 
 
 def cache_key_policy(partition: str, account_id: str, region: str, role_arn: str) -> str:

@@ -20,6 +20,10 @@ What it builds, and why:
   (``issue_client_certificate: false``), so only IAM-backed credentials reach the API server. The Binary
   Authorization *policy* itself is project-wide and, like the project's APIs, owned by project bootstrap: this
   stack turns enforcement on but does not rewrite another team's singleton policy (a documented exception);
+* explicit, logged VPC firewall rules instead of the network's implied behaviour: a deny-all ingress rule at the
+  lowest priority, and the allowances GKE and the TPU pools need (the control plane to the kubelet and
+  metrics-server, node to node, pod to pod, and Google's load-balancer health checks); GKE keeps creating its own
+  allow rules at priority 1000, which win over the deny-all as these do (:func:`firewall_rules`);
 * no default node pool (``remove_default_node_pool`` with ``initial_node_count=1``, as the provider requires),
   a small system node pool for cluster add-ons (TPU nodes are tainted, so kube-dns and friends need somewhere to
   run), and a least-privilege node service account instead of the Compute Engine default (which has Editor);
@@ -75,6 +79,33 @@ FLOW_LOG_CONFIG = gcp.compute.SubnetworkLogConfigArgs(
 )
 """Subnet flow logs: every flow sampled (1.0; the provider's default is 0.5), aggregated per 5 seconds, with all
 metadata (enum values from pulumi_gcp's ``SubnetworkLogConfigArgs``)."""
+
+FIREWALL_LOG_CONFIG = gcp.compute.FirewallLogConfigArgs(metadata="INCLUDE_ALL_METADATA")
+"""Firewall Rules Logging on every rule the component declares, with all metadata (pulumi_gcp
+``FirewallLogConfigArgs``: ``EXCLUDE_ALL_METADATA`` or ``INCLUDE_ALL_METADATA``)."""
+
+DENY_ALL_PRIORITY = 65535
+"""The lowest priority a VPC firewall rule can have (pulumi_gcp ``FirewallArgs.priority``: 0-65535, lower wins): every
+allow rule, GKE's own included, takes precedence over the deny-all."""
+
+ALLOW_PRIORITY = 1000
+"""The priority GKE gives the rules it creates itself (cloud.google.com/kubernetes-engine/docs/concepts/firewall-rules);
+the component's allow rules restate those rules at the same priority, logged."""
+
+CONTROL_PLANE_PORTS = ("443", "10250")
+"""The control plane reaches metrics-server on TCP 443 and the kubelet on TCP 10250 (GKE's ``gke-...-master`` rule,
+cloud.google.com/kubernetes-engine/docs/concepts/firewall-rules)."""
+
+POD_PROTOCOLS = ("tcp", "udp", "sctp", "icmp", "esp", "ah")
+"""What GKE's ``gke-...-all`` rule lets pods send to one another, every port (same page)."""
+
+HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
+"""Source ranges of Google Cloud load-balancer health checks (cloud.google.com/load-balancing/docs/firewall-rules)."""
+
+NODE_PORT_RANGE = "30000-32767"
+"""Kubernetes' default NodePort range (kube-apiserver ``--service-node-port-range``), from which a LoadBalancer Service
+with ``externalTrafficPolicy: Local`` (the gateway's) gets the ``healthCheckNodePort`` its load balancer probes
+(GKE "LoadBalancer Service parameters")."""
 
 DATAPATH_PROVIDER = "ADVANCED_DATAPATH"
 """GKE Dataplane V2: NetworkPolicy is enforced by the datapath itself (pulumi_gcp: "Set to ``ADVANCED_DATAPATH``
@@ -154,6 +185,9 @@ class GkeClusterArgs:
     """Secondary range for ClusterIP services."""
     system_machine_type: str = "e2-standard-4"
     """Machine type of the system node pool (cluster add-ons)."""
+    load_balancer_health_checks: bool = True
+    """Let Google's load-balancer health checks reach the nodes' NodePort range (a LoadBalancer Service, such as the
+    gateway's internal load balancer in staging and prod, needs it)."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """GCP resource labels for every labelled child (lowercase; see :mod:`components.spec.gcp_labels`)."""
 
@@ -267,6 +301,7 @@ class GkeCluster(pulumi.ComponentResource):
         labels = dict(args.labels)
 
         self.network, self.subnetwork = self._network(name, args)
+        self.firewall = firewall_rules(name, args, self.network, pulumi.ResourceOptions(parent=self))
         self.key_ring, self.secrets_key, key_grant = self._secrets_encryption(name, args, labels, prod)
         self.node_service_account_email, node_grants = self._node_identity(name, args)
         self.cluster = self._cluster(name, args, labels, prod, depends_on=[key_grant, *node_grants])
@@ -455,6 +490,72 @@ class GkeCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_pool]),
         )
         return kubeconfig, provider
+
+
+def firewall_rules(
+    name: str, args: GkeClusterArgs, network: gcp.compute.Network, opts: pulumi.ResourceOptions
+) -> list[gcp.compute.Firewall]:
+    """The network's ingress rules, each logged: deny everything at the lowest priority, then allow what GKE's own
+    rules allow (cloud.google.com/kubernetes-engine/docs/concepts/firewall-rules) and the health checks.
+
+    * ``{name}-allow-control-plane``: TCP 443 and 10250 from the subnet. GKE's rule takes the control plane's /28;
+      a cluster with Private Service Connect (this one: it sets no ``master_ipv4_cidr_block``) has none, and takes
+      its control plane's internal endpoint address from the subnet's primary range (GKE IP address planning).
+    * ``{name}-allow-nodes``: TCP and UDP 1-65535 and ICMP from the subnet (GKE's ``gke-...-vms``), which also
+      carries the traffic between the hosts of a multi-host TPU slice.
+    * ``{name}-allow-pods``: :data:`POD_PROTOCOLS` from the pod range (GKE's ``gke-...-all``).
+    * ``{name}-allow-health-checks`` (with ``load_balancer_health_checks``): TCP :data:`NODE_PORT_RANGE` from
+      :data:`HEALTH_CHECK_RANGES`.
+    """
+    allow = gcp.compute.FirewallAllowArgs
+    every_port = ["1-65535"]
+    rules: dict[str, tuple[str, list[str], list[gcp.compute.FirewallAllowArgs]]] = {
+        "control-plane": (
+            "the control plane to metrics-server and the kubelet",
+            [args.node_cidr],
+            [allow(protocol="tcp", ports=list(CONTROL_PLANE_PORTS))],
+        ),
+        "nodes": (
+            "node to node and pod",
+            [args.node_cidr],
+            [allow(protocol="tcp", ports=every_port), allow(protocol="udp", ports=every_port), allow(protocol="icmp")],
+        ),
+        "pods": ("pod to pod", [args.pod_cidr], [allow(protocol=protocol) for protocol in POD_PROTOCOLS]),
+    }
+    if args.load_balancer_health_checks:
+        rules["health-checks"] = (
+            "load-balancer health checks to the node ports",
+            list(HEALTH_CHECK_RANGES),
+            [allow(protocol="tcp", ports=[NODE_PORT_RANGE])],
+        )
+    deny = gcp.compute.Firewall(
+        f"{name}-deny-all-ingress",
+        project=args.project,
+        network=network.id,
+        description="Deny all ingress nothing else allows (lowest priority), logged",
+        direction="INGRESS",
+        priority=DENY_ALL_PRIORITY,
+        source_ranges=["0.0.0.0/0"],
+        denies=[gcp.compute.FirewallDenyArgs(protocol="all")],
+        log_config=FIREWALL_LOG_CONFIG,
+        opts=opts,
+    )
+    allowed = [
+        gcp.compute.Firewall(
+            f"{name}-allow-{suffix}",
+            project=args.project,
+            network=network.id,
+            description=f"Allow {what} (GKE's own rule, restated and logged)",
+            direction="INGRESS",
+            priority=ALLOW_PRIORITY,
+            source_ranges=sources,
+            allows=allows,
+            log_config=FIREWALL_LOG_CONFIG,
+            opts=opts,
+        )
+        for suffix, (what, sources, allows) in rules.items()
+    ]
+    return [deny, *allowed]
 
 
 def _master_authorized_networks(cidrs: tuple[str, ...]) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import botocore.session  # botocore ships no type hints
 import pulumi
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -100,6 +101,7 @@ def test_children_are_exact() -> None:
                 "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
                 "cache-logs-encryption",
             ),
+            ("aws:s3/bucketVersioning:BucketVersioning", "cache-logs-versioning"),
             ("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "cache-logs-lifecycle"),
             ("aws:s3/bucketPolicy:BucketPolicy", "cache-logs-policy"),
             ("aws:s3/bucketLogging:BucketLogging", "cache-access-logging"),
@@ -173,20 +175,18 @@ def test_bucket_is_private_owner_enforced_kms_encrypted_and_versioned() -> None:
         "versioningConfiguration": {"status": "Enabled"},
     }
     lifecycle = evaluation.named("cache-lifecycle")
-    assert lifecycle.inputs["rules"] == [
-        {
-            "id": "abort-incomplete-uploads",
-            "status": "Enabled",
-            "filter": {"prefix": ""},
-            "abortIncompleteMultipartUpload": {"daysAfterInitiation": 7},
-        },
-        {
-            "id": "expire-noncurrent-versions",
-            "status": "Enabled",
-            "filter": {"prefix": ""},
-            "noncurrentVersionExpiration": {"noncurrentDays": 30},
-        },
-    ]
+    assert lifecycle.inputs == {
+        "bucket": bucket_id,
+        "rules": [
+            {
+                "id": "expire-noncurrent-versions",
+                "status": "Enabled",
+                "filter": {"prefix": ""},
+                "abortIncompleteMultipartUpload": {"daysAfterInitiation": 7},
+                "noncurrentVersionExpiration": {"noncurrentDays": 30},
+            }
+        ],
+    }
     assert evaluation.named("cache-versioning").urn in lifecycle.dependencies
 
 
@@ -209,7 +209,7 @@ def test_bucket_policy_refuses_every_request_without_tls() -> None:
     assert evaluation.named("cache-public-access-block").urn in policy.dependencies
 
 
-def test_access_is_logged_to_a_private_sse_s3_bucket_that_expires_its_logs() -> None:
+def test_access_is_logged_to_a_private_versioned_sse_s3_bucket_that_expires_its_logs() -> None:
     evaluation = _evaluate()
     logs_id = "cache-logs-id"
     assert evaluation.named("cache-logs").inputs == {"forceDestroy": False, "tags": TAGS}
@@ -231,9 +231,25 @@ def test_access_is_logged_to_a_private_sse_s3_bucket_that_expires_its_logs() -> 
         "bucket": logs_id,
         "rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}],
     }
-    assert evaluation.named("cache-logs-lifecycle").inputs["rules"] == [
-        {"id": "expire-access-logs", "status": "Enabled", "filter": {"prefix": ""}, "expiration": {"days": 365}}
-    ]
+    assert evaluation.named("cache-logs-versioning").inputs == {
+        "bucket": logs_id,
+        "versioningConfiguration": {"status": "Enabled"},
+    }
+    lifecycle = evaluation.named("cache-logs-lifecycle")
+    assert lifecycle.inputs == {
+        "bucket": logs_id,
+        "rules": [
+            {
+                "id": "expire-access-logs",
+                "status": "Enabled",
+                "filter": {"prefix": ""},
+                "abortIncompleteMultipartUpload": {"daysAfterInitiation": 7},
+                "noncurrentVersionExpiration": {"noncurrentDays": 30},
+                "expiration": {"days": 365},
+            }
+        ],
+    }
+    assert evaluation.named("cache-logs-versioning").urn in lifecycle.dependencies
     logs_arn = "arn:aws:s3:::cache-logs-33f7ce7"
     assert _policy(evaluation, "cache-logs-policy")["Statement"] == [
         {
@@ -257,6 +273,68 @@ def test_access_is_logged_to_a_private_sse_s3_bucket_that_expires_its_logs() -> 
         },
     ]
     assert evaluation.named("cache-logs-public-access-block").urn in evaluation.named("cache-logs-policy").dependencies
+
+
+LIFECYCLE = "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"
+
+
+def test_every_lifecycle_rule_aborts_incomplete_multipart_uploads() -> None:
+    """Checkov CKV_AWS_300: an interrupted upload's parts are billed and invisible until a rule aborts them."""
+    rules = [rule for r in _evaluate().of_type(LIFECYCLE) for rule in r.inputs["rules"]]
+    assert [(rule["id"], rule["abortIncompleteMultipartUpload"]) for rule in rules] == [
+        ("expire-noncurrent-versions", {"daysAfterInitiation": 7}),
+        ("expire-access-logs", {"daysAfterInitiation": 7}),
+    ]
+
+
+def _s3_shape_problems(value: Any, shape: Any, path: str) -> list[str]:
+    """Where ``value`` (Pulumi's camelCase inputs) does not fit the S3 API shape: unknown members, enum values."""
+    if shape.type_name == "structure":
+        members = {member.lower(): member for member in shape.members}
+        problems: list[str] = []
+        for key, item in value.items():
+            member = members.get(key.lower())
+            if member is None:
+                problems.append(f"{path}.{key}: not a member of {shape.name}")
+            else:
+                problems += _s3_shape_problems(item, shape.members[member], f"{path}.{key}")
+        return problems
+    if shape.type_name == "list":
+        return [p for i, item in enumerate(value) for p in _s3_shape_problems(item, shape.member, f"{path}[{i}]")]
+    if getattr(shape, "enum", None) and value not in shape.enum:
+        return [f"{path}: {value!r} is not one of {shape.name} {shape.enum}"]
+    # The engine hands numbers over as doubles (2 arrives as 2.0): a whole positive number is an integer here.
+    if shape.type_name == "integer" and not (isinstance(value, int | float) and value > 0 and value % 1 == 0):
+        return [f"{path}: {value!r} is not a positive integer"]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "shape"),
+    [
+        ("cache-lifecycle", "rules", "LifecycleRules"),
+        ("cache-logs-lifecycle", "rules", "LifecycleRules"),
+        ("cache-versioning", "versioningConfiguration", "VersioningConfiguration"),
+        ("cache-logs-versioning", "versioningConfiguration", "VersioningConfiguration"),
+        ("cache-encryption", "rules", "ServerSideEncryptionRules"),
+        ("cache-logs-encryption", "rules", "ServerSideEncryptionRules"),
+    ],
+)
+def test_bucket_configurations_fit_the_s3_service_model(name: str, field: str, shape: str) -> None:
+    """Each configuration the cache declares is one S3's API (botocore's service model) accepts, member by member."""
+    s3 = botocore.session.get_session().get_service_model("s3")
+    value = _evaluate().named(name).inputs[field]
+    assert _s3_shape_problems(value, s3.shape_for(shape), field) == []
+
+
+def test_the_s3_model_check_names_what_does_not_fit() -> None:
+    s3 = botocore.session.get_session().get_service_model("s3")
+    rules = [{"id": "x", "status": "On", "abortIncompleteMultipartUpload": {"daysAfterInitiation": 0}, "ttl": 1}]
+    assert _s3_shape_problems(rules, s3.shape_for("LifecycleRules"), "rules") == [
+        "rules[0].status: 'On' is not one of ExpirationStatus ['Enabled', 'Disabled']",
+        "rules[0].abortIncompleteMultipartUpload.daysAfterInitiation: 0 is not a positive integer",
+        "rules[0].ttl: not a member of LifecycleRule",
+    ]
 
 
 def test_role_is_trusted_by_pod_identity_only() -> None:

@@ -75,6 +75,11 @@ def test_cluster_children_and_inputs_outside_prod() -> None:
             ("gcp:compute/subnetwork:Subnetwork", "gke-subnet"),
             ("gcp:compute/router:Router", "gke-router"),
             ("gcp:compute/routerNat:RouterNat", "gke-nat"),
+            ("gcp:compute/firewall:Firewall", "gke-deny-all-ingress"),
+            ("gcp:compute/firewall:Firewall", "gke-allow-control-plane"),
+            ("gcp:compute/firewall:Firewall", "gke-allow-nodes"),
+            ("gcp:compute/firewall:Firewall", "gke-allow-pods"),
+            ("gcp:compute/firewall:Firewall", "gke-allow-health-checks"),
             ("gcp:kms/keyRing:KeyRing", "gke-keyring"),
             ("gcp:kms/cryptoKey:CryptoKey", "gke-secrets"),
             ("gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember", "gke-secrets-gke"),
@@ -171,6 +176,76 @@ def test_cluster_children_and_inputs_outside_prod() -> None:
         "taints": [],
         "spot": False,
     }
+
+
+FIREWALL = "gcp:compute/firewall:Firewall"
+LOGGED = {"metadata": "INCLUDE_ALL_METADATA"}
+
+
+def _allow_rule(what: str, sources: list[str], allows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "project": PROJECT,
+        "network": "gke-network-id",
+        "description": f"Allow {what} (GKE's own rule, restated and logged)",
+        "direction": "INGRESS",
+        "priority": 1000,
+        "sourceRanges": sources,
+        "allows": allows,
+        "logConfig": LOGGED,
+    }
+
+
+def test_the_network_denies_all_ingress_last_and_allows_what_gke_needs_logged() -> None:
+    """GKE's own rules (cloud.google.com/kubernetes-engine/docs/concepts/firewall-rules), restated at their priority
+    1000 over a deny-all at the lowest priority, 65535; every rule logs."""
+    result = run(lambda: GkeCluster("gke", cluster_args(node_cidr="10.30.0.0/20", pod_cidr="10.40.0.0/14")))
+    rules = {r.name: dict(r.inputs) for r in result.of_type(FIREWALL)}
+    every_port = ["1-65535"]
+    assert rules == {
+        "gke-deny-all-ingress": {
+            "project": PROJECT,
+            "network": "gke-network-id",
+            "description": "Deny all ingress nothing else allows (lowest priority), logged",
+            "direction": "INGRESS",
+            "priority": 65535,
+            "sourceRanges": ["0.0.0.0/0"],
+            "denies": [{"protocol": "all"}],
+            "logConfig": LOGGED,
+        },
+        "gke-allow-control-plane": _allow_rule(
+            "the control plane to metrics-server and the kubelet",
+            ["10.30.0.0/20"],
+            [{"protocol": "tcp", "ports": ["443", "10250"]}],
+        ),
+        "gke-allow-nodes": _allow_rule(
+            "node to node and pod",
+            ["10.30.0.0/20"],
+            [{"protocol": "tcp", "ports": every_port}, {"protocol": "udp", "ports": every_port}, {"protocol": "icmp"}],
+        ),
+        "gke-allow-pods": _allow_rule(
+            "pod to pod",
+            ["10.40.0.0/14"],
+            [{"protocol": p} for p in ("tcp", "udp", "sctp", "icmp", "esp", "ah")],
+        ),
+        "gke-allow-health-checks": _allow_rule(
+            "load-balancer health checks to the node ports",
+            ["35.191.0.0/16", "130.211.0.0/22"],
+            [{"protocol": "tcp", "ports": ["30000-32767"]}],
+        ),
+    }
+    network = result.named("gke-network")
+    assert all(network.urn in r.dependencies and r.parent == result.named("gke").urn for r in result.of_type(FIREWALL))
+
+
+def test_without_a_load_balancer_no_health_check_range_is_let_in() -> None:
+    result = run(lambda: GkeCluster("gke", cluster_args(load_balancer_health_checks=False)))
+    assert sorted(r.name for r in result.of_type(FIREWALL)) == [
+        "gke-allow-control-plane",
+        "gke-allow-nodes",
+        "gke-allow-pods",
+        "gke-deny-all-ingress",
+    ]
+    assert not [r.name for r in result.of_type(FIREWALL) if "35.191.0.0/16" in r.inputs["sourceRanges"]]
 
 
 def kubeconfig_of(result: Evaluation, provider: str) -> dict[str, Any]:
@@ -481,6 +556,10 @@ def test_node_counts_are_accepted_exactly_when_they_are_whole_slices(
         (gcp.container.ClusterReleaseChannelArgs, "REGULAR"),
         (gcp.container.ClusterReleaseChannelArgs, "STABLE"),
         (gcp.container.ClusterDatabaseEncryptionArgs, "ENCRYPTED"),
+        (gcp.compute.FirewallArgs, "INGRESS"),
+        (gcp.compute.FirewallLogConfigArgs, "INCLUDE_ALL_METADATA"),
+        (gcp.compute.FirewallAllowArgs, "sctp"),
+        (gcp.compute.FirewallDenyArgs, "all"),
     ],
 )
 def test_emitted_enum_values_are_documented_by_the_sdk(args_class: type, value: str) -> None:

@@ -33,6 +33,7 @@ def test_staging_builds_the_gke_cluster_and_its_tpu_pool() -> None:
         [
             "pulumi:providers:gcp",
             "gcp:compute/network:Network",
+            *["gcp:compute/firewall:Firewall"] * 5,  # deny by default; control plane, nodes, pods, health checks
             "gcp:compute/subnetwork:Subnetwork",
             "gcp:compute/router:Router",
             "gcp:compute/routerNat:RouterNat",
