@@ -14,9 +14,12 @@ never leaked), and the request falls back as below.
 All of a model's keys share a Redis Cluster hash slot (``{model}`` hash tag), so the script runs on clustered
 Valkey too.
 
-Failure mode (docs/gateway.md, "Routing to replicas"): Redis down or slower than ``slot_store_timeout_seconds``: the
-processor falls back to a fixed share of every replica, ``ModelConfig.fallback_share`` (``max_num_seqs`` split over
-the most gateway workers that may run), so the bound holds at lower utilisation, and each fallback is counted.
+Failure mode (docs/gateway.md, "Routing to replicas"): one answer slower than ``slot_store_timeout_seconds`` (a busy
+moment) means no slot this time: the request waits in the queue and tries again. After
+:data:`FAILURES_BEFORE_FALLBACK` failures in a row (Redis down, or slow for good) the processor falls back, for
+:data:`FALLBACK_SECONDS` at a time, to a fixed share of every replica, ``ModelConfig.fallback_share``
+(``max_num_seqs`` split over the most gateway workers that may run), so the bound holds at lower utilisation; each
+fallback is counted.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ log = logging.getLogger(__name__)
 LEASE_SECONDS = 15
 """A processor that has not renewed its lease for this long no longer counts (its pod is gone)."""
 HEARTBEAT_SECONDS = 3.0
+FAILURES_BEFORE_FALLBACK = 3
+FALLBACK_SECONDS = 5.0
+"""How long the fallback share is used before the store is tried again."""
 MEMBER_TTL_MS = 86_400_000
 """A replica's set outlives its last use by a day at most (pods come and go with new addresses)."""
 
@@ -121,6 +127,8 @@ class SlotStore:
         self._acquire = redis.register_script(ACQUIRE_SCRIPT) if redis is not None else None
         self._heartbeat = redis.register_script(HEARTBEAT_SCRIPT) if redis is not None else None
         self._pending: set[asyncio.Task[Any]] = set()
+        self._failures = 0
+        self._down_until = 0.0
 
     def _live_key(self, model: str) -> str:
         return f"{self._prefix}slots:{{{model}}}:live"
@@ -133,7 +141,8 @@ class SlotStore:
         if not ranked:
             return None
         member = f"{self.processor}|{next(self._requests)}"
-        if self._acquire is not None:
+        loop = asyncio.get_running_loop()
+        if self._acquire is not None and loop.time() >= self._down_until:
             keys = [self._live_key(model), *(self._slot_key(model, e) for e in ranked)]
             try:
                 position = int(
@@ -143,11 +152,18 @@ class SlotStore:
                     )
                 )
             except (RedisError, OSError, TimeoutError) as error:
-                log.warning("slot store unavailable (%s): taking this processor's share of %s's replicas", error, model)
-                self._on_fallback(model)
                 self._forget(model, ranked, member)  # in case the script ran after all
+                self._failures += 1
+                if self._failures < FAILURES_BEFORE_FALLBACK:
+                    log.warning("slot store did not answer (%r): no slot this time", error)
+                    return None
+                log.warning("slot store unavailable (%r): this processor's share of each replica for a while", error)
+                self._down_until = loop.time() + FALLBACK_SECONDS
             else:
+                self._failures = 0
                 return Slot(ranked[position - 1], member, True) if position else None
+        if self._acquire is not None:
+            self._on_fallback(model)
         for endpoint in ranked:
             if self._local.get((model, endpoint), 0) < fallback_cap:
                 self._local[(model, endpoint)] = self._local.get((model, endpoint), 0) + 1
