@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplane.components.gateway.renderer import REDIS_URL_ENV
+from inferplane.components.gateway.renderer import REDIS_URL_DIR, REDIS_URL_ENV
 from inferplane.components.serving.annotations import (
     COMPONENT_LABEL,
     GATEWAY,
@@ -144,8 +144,8 @@ def require_authentication(resource: Resource, config: Config, report: Report) -
 def require_rate_limits(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: OWASP API Security Top 10 (API4 unrestricted resource consumption); Envoy local_ratelimit.
 
-    Shared budgets: the processor container (the one whose environment could carry it) gets
-    :data:`~inferplane.components.gateway.renderer.REDIS_URL_ENV`; without it the processor fails open on budgets.
+    Shared budgets: the processor container gets the Redis URL (:func:`_shares_budgets`); without it the processor
+    fails open on budgets.
     """
     if not is_gateway(resource) or not config["required"]:
         return
@@ -162,25 +162,27 @@ def require_rate_limits(resource: Resource, config: Config, report: Report) -> N
     if shared is False:
         report(
             f"{workload_name(resource)} keeps its token budgets per replica: no container of it gets "
-            f"{REDIS_URL_ENV} (the shared Redis/Valkey)"
+            f"the Redis URL at {REDIS_URL_DIR} (the shared Redis/Valkey)"
         )
 
 
 def _shares_budgets(resource: Resource) -> bool | None:
-    """Whether a container gets the Redis URL variable; None while a container or an env list is unknown (any
-    container may be the processor that gets it)."""
+    """Whether a container gets the Redis URL: the Secret mounted at
+    :data:`~inferplane.components.gateway.renderer.REDIS_URL_DIR` (or, from a program of its own, the variable
+    :data:`~inferplane.components.gateway.renderer.REDIS_URL_ENV`); None while a container, its mounts or its
+    environment are unknown (any container may be the processor that gets it)."""
     if not containers_known(resource, init=False):
         return None
     unknown = False
     for _, container in containers(resource, init=False):
-        env = container.get("env")
-        if env is UNKNOWN:
+        env, mounts = container.get("env"), container.get("volumeMounts")
+        if env is UNKNOWN or mounts is UNKNOWN:
             return None
-        for variable in env if isinstance(env, list) else []:
-            name = variable.get("name") if isinstance(variable, dict) else variable
-            if name == REDIS_URL_ENV:
-                return True
-            unknown = unknown or name is UNKNOWN  # an entry not known yet may be the one
+        names = [v.get("name") if isinstance(v, dict) else v for v in (env if isinstance(env, list) else [])]
+        paths = [m.get("mountPath") if isinstance(m, dict) else m for m in (mounts if isinstance(mounts, list) else [])]
+        if REDIS_URL_ENV in names or REDIS_URL_DIR in paths:
+            return True
+        unknown = unknown or UNKNOWN in names or UNKNOWN in paths  # an entry not known yet may be the one
     return None if unknown else False
 
 

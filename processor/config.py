@@ -167,7 +167,14 @@ class ProcessorConfig(_Config):
     anonymous_tenant: TenantConfig | None = Field(
         default=None, description="Budgets applied when authentication is off (``auth: none``)."
     )
-    redis_url_env: str = Field(description="Environment variable holding the Redis/Valkey URL (may carry secrets).")
+    redis_url_file: str | None = Field(
+        default=None,
+        description="File holding the Redis/Valkey URL (a mounted Secret: it may carry a password, and a file is "
+        "not inherited by child processes nor shown in the pod's spec as an environment is); read first.",
+    )
+    redis_url_env: str = Field(
+        description="Environment variable holding the Redis/Valkey URL when ``redis_url_file`` is absent (local runs)."
+    )
     redis_ca_file: str | None = Field(
         default=None,
         description="PEM file of the certificate authorities the Redis server's TLS certificate must chain to, trusted "

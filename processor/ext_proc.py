@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
@@ -319,7 +320,7 @@ class Processor:
     @classmethod
     def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry, worker: int = 0) -> Processor:
         """A processor with the Redis named by ``config.redis_url_env`` (None: budgets fail open, logged)."""
-        url = os.environ.get(config.redis_url_env)
+        url = redis_url(config)
         redis = slots_redis = None
         if url:
             tls: dict[str, Any] = {}
@@ -338,7 +339,11 @@ class Processor:
             timeout = config.slot_store_timeout_seconds
             slots_redis = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, **tls)
         else:
-            log.error("%s is not set: shared request and token budgets are off", config.redis_url_env)
+            log.error(
+                "neither %s nor %s holds a Redis URL: shared budgets and slots are off",
+                config.redis_url_file,
+                config.redis_url_env,
+            )
         cache = None
         if url and config.cache is not None and config.cache.enabled:
             client = connect(url, config.cache)
@@ -806,6 +811,16 @@ class Processor:
         self.metrics.token(*labels, "completion").inc(completion)
         self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
         stream.reserved_tokens = prompt + completion
+
+
+def redis_url(config: ProcessorConfig) -> str | None:
+    """The Redis URL: from ``redis_url_file`` when it exists (the mounted Secret), else ``redis_url_env``."""
+    if config.redis_url_file is not None:
+        try:
+            return Path(config.redis_url_file).read_text(encoding="utf-8").strip() or None
+        except FileNotFoundError:
+            pass
+    return os.environ.get(config.redis_url_env) or None
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

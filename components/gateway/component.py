@@ -39,7 +39,12 @@ import pulumi_random as random
 
 from inferplane.components.aws.redis_cache import REDIS_PORT
 from inferplane.components.gateway.observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
-from inferplane.components.gateway.renderer import SCALE_OUT_FACTOR, RenderedGateway, render_api_key_file
+from inferplane.components.gateway.renderer import (
+    REDIS_URL_KEY,
+    SCALE_OUT_FACTOR,
+    RenderedGateway,
+    render_api_key_file,
+)
 from inferplane.components.observability.dashboards import DASHBOARD_SIDECAR_LABELS
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving.annotations import (
@@ -417,7 +422,7 @@ def _redis_objects(
         f"{name}-redis",
         metadata=meta(f"{name}-redis"),
         type="Opaque",
-        string_data={"url": pulumi.Output.secret(args.redis_url)},
+        string_data={REDIS_URL_KEY: pulumi.Output.secret(args.redis_url)},
         opts=opts,
     )
     if args.redis_ca_certificates is None:
@@ -490,6 +495,15 @@ def _volumes(args: GatewayArgs, mounted: _Mounted) -> list[k8s.core.v1.VolumeArg
                 ),
             )
         )
+    if mounted.redis_url is not None:
+        volumes.append(
+            k8s.core.v1.VolumeArgs(
+                name="redis-url",
+                secret=k8s.core.v1.SecretVolumeSourceArgs(
+                    secret_name=mounted.redis_url.metadata.name, default_mode=0o440
+                ),
+            )
+        )
     if mounted.redis_ca is not None:
         ca_map, _ = mounted.redis_ca
         volumes.append(
@@ -556,21 +570,13 @@ def _envoy(rendered: RenderedGateway, mounted: _Mounted) -> k8s.core.v1.Containe
 
 def _processor(rendered: RenderedGateway, config: ProcessorConfig, mounted: _Mounted) -> k8s.core.v1.ContainerArgs:
     """The processor: its config, the fetched tokenizers, the Redis URL and CA where given, and its metrics port."""
-    env: list[k8s.core.v1.EnvVarArgs] = []
-    if mounted.redis_url is not None:
-        env.append(
-            k8s.core.v1.EnvVarArgs(
-                name=rendered.redis_url_env,
-                value_from=k8s.core.v1.EnvVarSourceArgs(
-                    secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=mounted.redis_url.metadata.name, key="url")
-                ),
-            )
-        )
     mounts = [
         k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
         k8s.core.v1.VolumeMountArgs(name="tokenizers", mount_path=rendered.tokenizers_dir, read_only=True),
         k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
     ]
+    if mounted.redis_url is not None:  # a file, not an environment variable: the URL may carry a password
+        mounts.append(k8s.core.v1.VolumeMountArgs(name="redis-url", mount_path=rendered.redis_url_dir, read_only=True))
     if mounted.redis_ca is not None:
         _, ca_dir = mounted.redis_ca
         mounts.append(k8s.core.v1.VolumeMountArgs(name="redis-ca", mount_path=ca_dir, read_only=True))
@@ -578,7 +584,6 @@ def _processor(rendered: RenderedGateway, config: ProcessorConfig, mounted: _Mou
         name="processor",
         image=rendered.processor_image,
         args=["--config", f"{rendered.config_dir}/{rendered.processor_config_file}"],
-        env=env or None,
         ports=[
             k8s.core.v1.ContainerPortArgs(
                 name="processor-metrics", container_port=rendered.processor_metrics_port, protocol="TCP"

@@ -104,7 +104,11 @@ TOKENIZERS_DIR = "/var/lib/inferplane/tokenizers"
 """Where each served model's ``tokenizer.json`` is expected, under ``<hf org>/<hf name>/`` (the model cache layout)."""
 
 REDIS_URL_ENV = "INFERPLANE_REDIS_URL"
-"""Environment variable of the processor holding the Redis/Valkey URL (the component sets it from the cache)."""
+"""Environment variable of the processor holding the Redis/Valkey URL in local runs (tests, benchmarks)."""
+REDIS_URL_DIR = "/etc/inferplane/redis-url"
+REDIS_URL_KEY = "url"
+"""Where the gateway pod mounts the Secret holding the Redis/Valkey URL (it may carry a password), and its key: the
+processor reads ``REDIS_URL_DIR/REDIS_URL_KEY`` (a file, not an environment variable: CKV_K8S_35)."""
 REDIS_CA_DIR = "/etc/inferplane/redis-ca"
 REDIS_CA_FILE = "ca.pem"
 """Where the GKE gateway's processor finds the certificate authorities of its Memorystore instance (a ConfigMap)."""
@@ -194,7 +198,8 @@ class RenderedGateway(BaseModel):
     tokenizer_files: Mapping[str, str] = Field(
         description="Per model, the tokenizer file relative to ``tokenizers_dir`` (the model cache's layout)."
     )
-    redis_url_env: str = Field(description="The processor's environment variable for the Redis URL.")
+    redis_url_env: str = Field(description="The processor's environment variable for the Redis URL (local runs).")
+    redis_url_dir: str = Field(description="Where the pod mounts the Secret with the Redis URL (key ``url``).")
     upstream_hosts: Mapping[str, tuple[str, ...]] = Field(
         description="Per model, the ``host:port`` names of its replicas the gateway resolves (its headless Service)."
     )
@@ -395,6 +400,7 @@ def processor_config(
         tenant_header=TENANT_HEADER,
         auth_required=auth,
         anonymous_tenant=anonymous,
+        redis_url_file=f"{REDIS_URL_DIR}/{REDIS_URL_KEY}",
         redis_url_env=REDIS_URL_ENV,
         redis_ca_file=REDIS_CA_PATHS[cluster],
         models=tuple(models),
@@ -984,6 +990,7 @@ def render_gateway(
         tokenizers_dir=addresses.tokenizers_dir,
         tokenizer_files={m.name: tokenizer_file(deployments[m.name]) for m in config.models},
         redis_url_env=REDIS_URL_ENV,
+        redis_url_dir=REDIS_URL_DIR,
         upstream_hosts={m.name: m.endpoints for m in config.models},
         auth_required=config.auth_required,
         tenants=tuple(t.name for t in spec.gateway.tenants),

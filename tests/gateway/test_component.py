@@ -35,7 +35,8 @@ from inferplane.components.gateway.renderer import (
     PROCESSOR_IMAGE,
     REDIS_CA_DIR,
     REDIS_CA_FILE,
-    REDIS_URL_ENV,
+    REDIS_URL_DIR,
+    REDIS_URL_KEY,
     SCALE_OUT_FACTOR,
     TOKENIZERS_DIR,
     GatewayAddresses,
@@ -216,9 +217,10 @@ def test_envoy_and_the_processor_run_locked_down_on_the_system_nodes() -> None:
     assert processor["image"] == rendered.processor_image
     assert processor["args"] == ["--config", f"{rendered.config_dir}/{rendered.processor_config_file}"]
     assert processor["readinessProbe"]["tcpSocket"] == {"port": "processor-metrics"}
-    assert processor["env"] == [
-        {"name": rendered.redis_url_env, "valueFrom": {"secretKeyRef": {"name": "gateway-redis", "key": "url"}}}
-    ]
+    assert "env" not in processor  # the Redis URL (it may carry a password) is a mounted file, never the environment
+    assert {"name": "redis-url", "mountPath": rendered.redis_url_dir, "readOnly": True} in processor["volumeMounts"]
+    assert volumes["redis-url"]["secret"] == {"secretName": "gateway-redis", "defaultMode": 0o440}
+    assert json.loads(rendered.processor_json)["redis_url_file"] == f"{rendered.redis_url_dir}/{REDIS_URL_KEY}"
     fetch = _container(deployment, "fetch-tokenizers")
     for file in rendered.tokenizer_files.values():
         assert ["--include", file] == fetch["args"][fetch["args"].index(file) - 1 : fetch["args"].index(file) + 1]
@@ -553,13 +555,18 @@ def test_the_gke_gateway_runs_on_the_system_pool_with_memorystore_budgets_and_hu
         "secret": {"secretName": HF_TOKEN_SECRET, "items": [{"key": "token", "path": "token"}], "defaultMode": 0o440},
     }
 
-    # Budgets: the Memorystore URL as a Secret the processor's environment names, its CA as a ConfigMap mounted
+    # Budgets: the Memorystore URL as a Secret mounted into the processor, its CA as a ConfigMap mounted
     # where the processor config says it trusts only that.
     redis_secret = evaluation.named("gateway-gke-redis")
     assert redis_secret.parent == evaluation.named("gateway-gke").urn
     assert redis_secret.inputs["stringData"] == SECRET_PLACEHOLDER
-    assert _container(gke, "processor")["env"] == [
-        {"name": REDIS_URL_ENV, "valueFrom": {"secretKeyRef": {"name": "gateway-gke-redis", "key": "url"}}}
+    assert "env" not in _container(gke, "processor")
+    assert volumes["redis-url"] == {
+        "name": "redis-url",
+        "secret": {"secretName": "gateway-gke-redis", "defaultMode": 0o440},
+    }
+    assert {"name": "redis-url", "mountPath": REDIS_URL_DIR, "readOnly": True} in _container(gke, "processor")[
+        "volumeMounts"
     ]
     ca = evaluation.named("gateway-gke-redis-ca")
     instance = evaluation.named("inferplane-staging-budgets-redis")

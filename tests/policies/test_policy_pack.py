@@ -187,6 +187,15 @@ class Case:
     drop_dependencies: bool = False
 
 
+def _without_redis_url(inputs: dict[str, Any]) -> None:
+    """No container of the workload gets the Redis URL (neither its mounted Secret nor the variable)."""
+    for each in inputs["spec"]["template"]["spec"]["containers"]:
+        each.pop("env", None)
+        each["volumeMounts"] = [
+            m for m in each.get("volumeMounts", []) if m["mountPath"] != "/etc/inferplane/redis-url"
+        ]
+
+
 def _case(id: str, name: str, edit: Edit | None, *expected: tuple[str, str], **kw: Any) -> Any:
     return pytest.param(Case(id, name, edit, list(expected), **kw), id=id)
 
@@ -923,14 +932,11 @@ CASES = [
     _case(
         "gateway-budgets-per-replica",
         "gateway",
-        container(
-            "env",
-            value=[{"name": "CACHE_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "cache", "key": "token"}}}],
-        ),
+        _without_redis_url,
         (
             GWRATE,
-            "gateway keeps its token budgets per replica: no container of it gets INFERPLANE_REDIS_URL "
-            "(the shared Redis/Valkey)",
+            "gateway keeps its token budgets per replica: no container of it gets the Redis URL at "
+            "/etc/inferplane/redis-url (the shared Redis/Valkey)",
         ),
     ),
     _case(
@@ -1477,11 +1483,7 @@ def test_both_of_stagings_gateways_share_their_budgets_under_prods_rule(pack: Po
     plan = list(plan_stack("staging").registrations)
     assert [v for v in evaluate(pack, plan).violations if v.policy == GWRATE] == []
 
-    def without_redis(inputs: dict[str, Any]) -> None:
-        for each in inputs["spec"]["template"]["spec"]["containers"]:
-            each.pop("env", None)
-
-    report = evaluate(pack, changed(plan, "gateway-gke-deployment", without_redis))
+    report = evaluate(pack, changed(plan, "gateway-gke-deployment", _without_redis_url))
     assert [(v.policy, v.urn.rsplit("::", 1)[-1]) for v in report.violations if v.policy == GWRATE] == [
         (GWRATE, "gateway-gke-deployment")
     ]

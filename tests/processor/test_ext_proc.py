@@ -481,3 +481,19 @@ def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
         gm.SLOT_STORE_FALLBACKS_TOTAL.removesuffix("_total"),
     }
     assert names == exposed
+
+
+def test_the_redis_url_is_read_from_its_file_before_the_environment(
+    tokenizer_file: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from inferplane.processor.ext_proc import redis_url
+
+    monkeypatch.setenv("UNUSED", "redis://from-env:6379/0")
+    url_file = tmp_path / "url"
+    config = _config(tokenizer_file).model_copy(update={"redis_url_file": str(url_file)})
+    assert redis_url(config) == "redis://from-env:6379/0"  # no file (a local run): the environment
+    url_file.write_text("rediss://:secret@cache:6379\n")
+    assert redis_url(config) == "rediss://:secret@cache:6379"  # the mounted Secret wins
+    url_file.write_text("")
+    monkeypatch.delenv("UNUSED")
+    assert redis_url(config) is None
