@@ -259,6 +259,26 @@ def flow_nesting_line(text: str, limit: int = MAX_NESTING) -> int | None:
     return None
 
 
+def _no_json_form(loader: _StackLoader, node: Node) -> Any:
+    raise ConstructorError(
+        None,
+        None,
+        f"{node.tag.rsplit(':', 1)[-1]} values have no JSON form (Pulumi config is JSON): write a list or a string",
+        node.start_mark,
+    )
+
+
+def _timestamp_as_text(loader: _StackLoader, node: Node) -> Any:
+    return loader.construct_scalar(node)  # type: ignore[arg-type]
+
+
+# A set, bytes, ordered pairs or a date would reach the program as no JSON value, and a set in no stable order
+# (one stack file, two plans): refused, and a date stays the text it is, as Pulumi's config keeps it.
+for _tag in ("set", "binary", "omap", "pairs"):
+    _StackLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _no_json_form)
+_StackLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
+
+
 def _read_yaml(path: Path, display: str) -> Any:
     return _parse_yaml(_read_text(path, display), display)
 

@@ -252,24 +252,30 @@ def test_an_edit_that_would_not_read_back_is_not_written(
 # --- YAML tags: one verdict in every command -------------------------------------------------------------------
 
 
-def test_yaml_tags_size_accepts_plan_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "tag"),
+    [
+        ("zones: [us-east-1a, us-east-1b]", "zones: !!set {us-east-1a, us-east-1b}", "set"),
+        ("      - name: llama-8b\n", "      - name: !!binary bGxhbWEtOGI=\n", "binary"),
+    ],
+)
+def test_yaml_tags_without_a_json_form_get_one_verdict_everywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, tag: str
+) -> None:
+    """A set (in no stable order) or bytes cannot be Pulumi config (JSON): size, preview and plan all refuse the
+    file, naming the tag, and plan writes nothing."""
     project = _project(tmp_path)
     stack_file = project / "stacks" / "Pulumi.dev.yaml"
-    text = stack_file.read_text()
-    text = text.replace("zones: [us-east-1a, us-east-1b]", "zones: !!set {us-east-1a, us-east-1b}")
-    stack_file.write_text(text.replace("      - name: llama-8b\n", "      - name: !!binary bGxhbWEtOGI=\n"))
-    size = ["size", "--stack", "dev", "--project-dir", str(project)]
-    assert main(size) == EXIT_OK
-    code, out, err = _run(_write(project, "dev", "--name", "chat"), capsys)
-    assert (code, err) == (EXIT_OK, "")
-    assert "wrote pool plan-" in out
-    written = stack_file.read_text()
-    assert "zones: !!set {us-east-1a, us-east-1b}" in written
-    assert yaml.safe_load(written)["config"]["inferplane:platform"]["models"][0]["name"] == b"llama-8b"
-    assert main(size) == EXIT_OK
-    # The same stack again: llama-8b (the !!binary name) is taken, as the spec reads it.
-    code, _, err = _run(_write(project, "dev", "--name", "llama-8b"), capsys)
-    assert code == EXIT_INVALID and "already deploys a model named llama-8b" in err
+    stack_file.write_text(stack_file.read_text().replace(old, new))
+    before = stack_file.read_bytes()
+    for command in (
+        ["size", "--stack", "dev", "--project-dir", str(project)],
+        ["preview", "--stack", "dev", "--project-dir", str(project)],
+        _write(project, "dev", "--name", "chat"),
+    ):
+        code, _, err = _run(command, capsys)
+        assert code == EXIT_INVALID and f"{tag} values have no JSON form" in err, command
+    assert stack_file.read_bytes() == before
 
 
 # --- the stack file is replaced by rename ----------------------------------------------------------------------
