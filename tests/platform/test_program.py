@@ -3,11 +3,14 @@ the model cache, with the response cache beside it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 
 from inferplane.components.catalog import get_instance_type
+from inferplane.components.serving.annotations import GATEWAY_ROUTING
+from inferplane.components.spec.platform_spec import routing_of
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, Registration
 from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
@@ -98,3 +101,30 @@ def test_the_hugging_face_token_is_only_ever_a_secret(evaluations: dict[str, Eva
     for secret in secrets:
         # The whole payload travels as a secret; the recorded plan only ever shows the placeholder.
         assert (secret.inputs.get("stringData") or secret.inputs.get("data")) == SECRET_PLACEHOLDER
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_model_server_has_the_headless_service_its_gateway_resolves(
+    evaluations: dict[str, Evaluation], stack: str
+) -> None:
+    """One ``<model>-endpoints`` Service per model server (clusterIP None, ready pods only, the Deployment's pods),
+    and the gateway of its cluster routes to exactly that name with the routing the spec sets."""
+    result = evaluations[stack]
+    spec = load_stack(PROJECT_DIR, stack).platform
+    deployments = _server_deployments(result)
+    services = {r.inputs["metadata"]["name"]: r for r in result.of_type("kubernetes:core/v1:Service")}
+    assert len(deployments) == len(spec.models)
+    for deployment in deployments.values():
+        name = deployment.inputs["metadata"]["name"]
+        headless = services[f"{name}-endpoints"]
+        assert headless.inputs["spec"]["clusterIP"] == "None"
+        assert headless.inputs["spec"]["publishNotReadyAddresses"] is False
+        assert headless.inputs["spec"]["selector"] == deployment.inputs["spec"]["selector"]["matchLabels"]
+    gateways = [r for r in result.of_type("kubernetes:apps/v1:Deployment") if r.name.endswith("-deployment")]
+    routed = {
+        model: policy
+        for gateway in gateways
+        if GATEWAY_ROUTING in gateway.inputs["metadata"].get("annotations", {})
+        for model, policy in json.loads(gateway.inputs["metadata"]["annotations"][GATEWAY_ROUTING]).items()
+    }
+    assert routed == {m.name: routing_of(spec, m).model_dump(mode="json") for m in spec.models}
