@@ -109,10 +109,16 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     keys_dir.mkdir()
     (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file(keys))
     try:
-        limits = {"max_model_len": alpha.max_model_len, "max_num_seqs": alpha.max_num_seqs}
         ports = {
-            "vllm-alpha": start_vllm(procs, "vllm-alpha", model_dir, ["alpha", "gamma"], **limits),
-            "vllm-beta": start_vllm(procs, "vllm-beta", model_dir, ["beta", "alpha"], **limits),
+            f"vllm-{server}": start_vllm(
+                procs,
+                f"vllm-{server}",
+                model_dir,
+                names,
+                max_model_len=alpha.max_model_len,
+                max_num_seqs=alpha.max_num_seqs,
+            )
+            for server, names in (("alpha", ["alpha", "gamma"]), ("beta", ["beta", "alpha"]))
         }
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
         relay = Relay(ports["vllm-alpha"])

@@ -97,8 +97,17 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     try:
         # The engines could run twice what the gateway admits to each: an overshoot would show as running requests,
         # not hide in the engine's own queue.
-        limits = {"max_model_len": settings.max_model_len, "max_num_seqs": 2 * settings.max_num_seqs}
-        ports = {r: start_vllm(procs, r, model_dir, [MODEL], **limits) for r in REPLICAS}
+        ports = {
+            r: start_vllm(
+                procs,
+                r,
+                model_dir,
+                [MODEL],
+                max_model_len=settings.max_model_len,
+                max_num_seqs=2 * settings.max_num_seqs,
+            )
+            for r in REPLICAS
+        }
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
         upstreams = {MODEL: [("127.0.0.1", ports[r]) for r in REPLICAS]}
 

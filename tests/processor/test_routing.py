@@ -182,13 +182,13 @@ def test_a_slot_taken_by_a_timed_out_script_is_given_back(redis_port: int, fresh
         slow = SlotStore(redis, fresh_prefix, failures.append, processor="slow", timeout_seconds=0.05)
         timely = SlotStore(redis, fresh_prefix, lambda _: None, processor="timely")
         for _ in range(2):
-            await admin.execute_command("CLIENT", "PAUSE", 300, "WRITE")
+            await admin.client_pause(300, all=False)  # WRITE: the scripts wait
             assert await slow.acquire("m", ["a:1"], 1, 1) is None
             await asyncio.sleep(0.4)  # the pause ends: the script runs late, then the give-back after it
             await slow.drain()
         assert failures == []
         assert _where(await timely.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)  # nothing was leaked
-        await admin.execute_command("CLIENT", "PAUSE", 300, "WRITE")
+        await admin.client_pause(300, all=False)  # WRITE: the scripts wait
         assert _where(await slow.acquire("m", ["a:1"], 1, 1)) == ("a:1", False)  # the third failure in a row
         assert failures == ["m"]
         await asyncio.sleep(0.4)
