@@ -303,7 +303,7 @@ def start_gateway(
             str(envoy_binary()),
             "-c",
             str(config_dir / gc.ENVOY_CONFIG_FILE),
-            "--use-dynamic-base-id",
+            "--disable-hot-restart",  # no shared memory left in /dev/shm by a killed Envoy
             "--concurrency",
             "2",
             "--log-level",

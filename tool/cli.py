@@ -42,6 +42,7 @@ from inferplane.components.spec.platform_spec import (
 from inferplane.tool import plan as plan_cmd
 from inferplane.tool.cache_eval import add_cache_commands
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.gateway_run import add_gateway_commands
 from inferplane.tool.preflight import (
     AwsCaller,
     PreflightError,
@@ -279,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_preflight_parser(sub)
     _add_schema_parser(sub)
     add_cache_commands(sub)
+    add_gateway_commands(sub)
     return parser
 
 
@@ -388,7 +390,8 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     An empty ``--project-dir ''`` or ``--pairs ''`` would otherwise read as "not given" and fall back to a default,
     and a control character in any argument (``--region``) would reach the terminal wherever the value is shown.
     """
-    command = " ".join(str(getattr(args, name)) for name in ("command", "cache_command") if getattr(args, name, None))
+    names = ("command", "cache_command", "gateway_command")
+    command = " ".join(str(getattr(args, name)) for name in names if getattr(args, name, None))
     for name, value in vars(args).items():
         flag = "--" + name.replace("_", "-")
         for item in value if isinstance(value, list) else [value]:
