@@ -322,13 +322,16 @@ def _decode(value: Any) -> Any:
 
 
 def read_project(project_dir: Path) -> ProjectFile:
-    """Read and check ``project_dir``'s ``Pulumi.yaml``: a name, and a path for ``stackConfigDir`` if it is given."""
+    """Read and check ``project_dir``'s ``Pulumi.yaml``: a name, a path for ``stackConfigDir`` and a mapping for
+    ``config`` if they are given."""
     document = _read_yaml(project_dir / PROJECT_FILE, PROJECT_FILE)
     if not isinstance(document, dict) or not isinstance(document.get("name"), str):
         raise StackFileError(PROJECT_FILE, "a project file needs a name", key="name")
     config_dir = document.get("stackConfigDir", ".")
     if not isinstance(config_dir, str) or "\x00" in config_dir:
         raise StackFileError(PROJECT_FILE, "must be a path", key="stackConfigDir")
+    if not isinstance(document.get("config") or {}, dict):  # checked with the rest, before any program runs
+        raise StackFileError(PROJECT_FILE, "must be a mapping of key to declaration", key="config")
     return ProjectFile(
         name=document["name"], project_dir=project_dir, config_dir=project_dir / config_dir, document=document
     )
