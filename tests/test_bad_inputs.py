@@ -254,7 +254,7 @@ CASES: tuple[Case, ...] = (
          setup=_write("Pulumi.yaml", "name: inferplane\nname: other\nstackConfigDir: stacks\n")),
     Case("project-config-not-a-mapping", "file", PREVIEW, EXIT_INVALID,
          ("Pulumi.yaml: config: must be a mapping of key to declaration",),
-         setup=_write("Pulumi.yaml", "name: inferplane\nruntime: python\nmain: infra/\nstackConfigDir: stacks\nconfig: 5\n")),
+         setup=_write("Pulumi.yaml", "name: inferplane\nmain: infra/\nstackConfigDir: stacks\nconfig: 5\n")),
     Case("config-dir-through-file", "file", SIZE, EXIT_INVALID,
          ("stacks/Pulumi.dev.yaml/Pulumi.dev.yaml", "a part of the path is a file"),
          setup=_write("Pulumi.yaml", "name: inferplane\nstackConfigDir: stacks/Pulumi.dev.yaml\n")),
