@@ -15,18 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import ipaddress
 import logging
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from inferplane.processor.config import MetricSelector, ModelConfig
 
 log = logging.getLogger(__name__)
 
-SCRAPE_TIMEOUT_SECONDS = 1.0
+SCRAPE_TIMEOUT_SECONDS = 2.0
+SLOW_SCRAPES_BEFORE_UNREADY = 3
+"""A replica that refuses the connection or answers an error is unready at once (it died, or is shutting down); one
+that is only slow to answer (busy decoding) stays ready with its last load until this many reads in a row time
+out: otherwise a loaded machine would see its replicas flicker out, and requests would go around the cap."""
 MAX_SCRAPE_BYTES = 4 * 1024 * 1024
 """A metrics text larger than this is cut off (vLLM's is tens of kilobytes)."""
 READY_POLL_SECONDS = 0.25
@@ -48,6 +54,7 @@ class Endpoint:
     inflight_blocks: int = 0
     """KV blocks those requests' prompts occupy (the decode load this processor knows exactly)."""
     scraped_at: float = field(default=0.0, repr=False)
+    slow_scrapes: int = field(default=0, repr=False)
 
     @property
     def engine_active(self) -> float:
@@ -101,11 +108,23 @@ def parse_samples(text: bytes, selector: MetricSelector) -> float | None:
     return total
 
 
-async def fetch_metrics(host: str, port: int, path: str) -> bytes | None:
-    """The body of ``GET path`` when it answers 200 within :data:`SCRAPE_TIMEOUT_SECONDS`, else None."""
+class Slow(enum.Enum):
+    """What :func:`fetch_metrics` returns for a replica that did not answer in time (None: it refused)."""
+
+    SLOW = "slow"
+
+
+SLOW = Slow.SLOW
+
+
+async def fetch_metrics(host: str, port: int, path: str) -> bytes | Literal[Slow.SLOW] | None:
+    """The body of ``GET path`` when it answers 200; :data:`SLOW` when it does not answer within
+    :data:`SCRAPE_TIMEOUT_SECONDS`; None when the connection is refused or reset or the answer is not 200."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), SCRAPE_TIMEOUT_SECONDS)
-    except (OSError, TimeoutError):
+    except TimeoutError:
+        return SLOW
+    except OSError:
         return None
     try:
         writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/plain\r\n\r\n".encode())
@@ -113,7 +132,9 @@ async def fetch_metrics(host: str, port: int, path: str) -> bytes | None:
         raw = await asyncio.wait_for(reader.read(MAX_SCRAPE_BYTES), SCRAPE_TIMEOUT_SECONDS)
         while len(raw) < MAX_SCRAPE_BYTES and (more := await asyncio.wait_for(reader.read(65536), 1.0)):
             raw += more
-    except (OSError, TimeoutError):
+    except TimeoutError:
+        return SLOW
+    except OSError:
         return None
     finally:
         writer.close()
@@ -172,13 +193,18 @@ class EndpointTable:
         return gone
 
     async def scrape(self, endpoint: Endpoint) -> None:
-        """Read one replica's load; it is ready exactly when the read succeeded."""
+        """Read one replica's load; it is ready while reads succeed (or are only slow, a few times in a row)."""
         host, port = split_address(endpoint.address)
         body = await fetch_metrics(host, port, self.model.metrics_path)
         load = self.model.routing.load
         was_ready = endpoint.ready
-        endpoint.ready = body is not None
-        if body is not None:
+        if body is SLOW:
+            endpoint.slow_scrapes += 1
+            endpoint.ready = was_ready and endpoint.slow_scrapes < SLOW_SCRAPES_BEFORE_UNREADY
+        else:
+            endpoint.slow_scrapes = 0
+            endpoint.ready = body is not None
+        if isinstance(body, bytes):
             endpoint.running = parse_samples(body, load.running) or 0.0
             endpoint.waiting = parse_samples(body, load.waiting) or 0.0
             endpoint.kv_usage = (parse_samples(body, load.kv_usage) or 0.0) if load.kv_usage else 0.0

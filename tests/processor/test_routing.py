@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from redis.asyncio import Redis
 
+from inferplane.processor import endpoints
 from inferplane.processor.admission import ModelGate
 from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, RoutingConfig
 from inferplane.processor.endpoints import Endpoint, EndpointTable, parse_samples
@@ -324,5 +325,44 @@ def test_the_queue_serves_in_order_and_times_out() -> None:
         gate.released()
         assert await first == "s1" and not second.done()
         assert await second is None  # nothing freed within its 0.5 s
+
+    asyncio.run(run())
+
+
+def test_a_slow_replica_stays_ready_a_while_a_refusing_one_goes_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy replica answering its metrics late keeps its place (requests keep counting against its cap) until
+    three reads in a row time out; one that refuses or errs is out at the next read."""
+    monkeypatch.setattr(endpoints, "SCRAPE_TIMEOUT_SECONDS", 0.1)
+
+    async def run() -> None:
+        mode = {"now": "ok"}
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            if mode["now"] == "slow":
+                await asyncio.sleep(1)
+            status = b"200 OK" if mode["now"] == "ok" else b"503 Service Unavailable"
+            writer.write(b"HTTP/1.0 " + status + b"\r\n\r\nvllm:num_requests_running 2\n")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        table = EndpointTable(_model(address))
+        await table.refresh()
+        assert table.endpoints[address].ready and table.endpoints[address].running == 2
+        mode["now"] = "slow"
+        readiness = []
+        for _ in range(3):
+            await table.refresh()
+            readiness.append(table.endpoints[address].ready)
+        assert readiness == [True, True, False]
+        mode["now"] = "ok"
+        await table.refresh()
+        assert table.endpoints[address].ready
+        mode["now"] = "error"
+        await table.refresh()
+        assert not table.endpoints[address].ready
+        server.close()
 
     asyncio.run(run())
