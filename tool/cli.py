@@ -10,7 +10,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -245,21 +245,6 @@ def _positive_hours(text: str) -> float:
     return value
 
 
-def _bounded(upper: int) -> Callable[[str], int]:
-    """An argparse type: an integer from 1 to ``upper``, the same bounds the spec holds stack files to."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not 1 <= value <= upper:
-            raise argparse.ArgumentTypeError(f"{text!r} is not within 1 and {upper}")
-        return value
-
-    return parse
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose own errors (``unrecognized arguments: ...``) print control characters escaped.
 
@@ -292,26 +277,28 @@ def _add_size_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     size_cmd.add_argument("--model", choices=sorted(MODELS), help="catalog model")
     size_cmd.add_argument("--accelerator", choices=sorted(ACCELERATORS), help="catalog accelerator")
     size_cmd.add_argument(
-        "--gpus", type=_bounded(MAX_GPUS_PER_REPLICA), help="GPUs per replica (tensor parallel); default: smallest fit"
+        "--gpus",
+        type=plan_cmd.whole(MAX_GPUS_PER_REPLICA),
+        help="GPUs per replica (tensor parallel); default: smallest fit",
     )
     size_cmd.add_argument("--weights-dtype", choices=get_args(WeightsDtype), default="bf16")
     size_cmd.add_argument("--kv-cache-dtype", choices=get_args(KvCacheDtype), default="auto")
     size_cmd.add_argument(
-        "--context", type=_bounded(MAX_CONTEXT_TOKENS), default=8192, help="max context, tokens (default 8192)"
+        "--context", type=plan_cmd.whole(MAX_CONTEXT_TOKENS), default=8192, help="max context, tokens (default 8192)"
     )
     size_cmd.add_argument(
-        "--concurrency", type=_bounded(MAX_CONCURRENCY), default=32, help="concurrent sequences (default 32)"
+        "--concurrency", type=plan_cmd.whole(MAX_CONCURRENCY), default=32, help="concurrent sequences (default 32)"
     )
     size_cmd.add_argument("--gpu-memory-utilization", type=_utilization, default=0.90)
     size_cmd.add_argument(
         "--input-tokens",
-        type=_bounded(MAX_CONTEXT_TOKENS),
+        type=plan_cmd.whole(MAX_CONTEXT_TOKENS),
         default=1000,
         help="prompt tokens of the mix (default 1000)",
     )
     size_cmd.add_argument(
         "--output-tokens",
-        type=_bounded(MAX_CONTEXT_TOKENS),
+        type=plan_cmd.whole(MAX_CONTEXT_TOKENS),
         default=1000,
         help="output tokens (default 1000)",
     )
