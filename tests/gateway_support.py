@@ -182,6 +182,15 @@ def start_redis(procs: Procs, name: str = "redis") -> int:
     return port
 
 
+_VLLM_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "OMP_NUM_THREADS": "1",
+}
+
+
 def start_vllm(
     procs: Procs,
     name: str,
@@ -194,23 +203,34 @@ def start_vllm(
 ) -> int:
     """vLLM's OpenAI server on CPU with dummy weights (does not wait; see :func:`wait_vllm`); returns its port."""
     port = free_port()
-    env = {
-        "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
     args = [str(vllm_binary()), "serve", str(model_dir), "--served-model-name", *served_names]
     args += ["--load-format", "dummy", "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs)]
     args += ["--host", "127.0.0.1", "--port", str(port), "--enforce-eager", *extra_args]
-    procs.start(name, args, env)
+    procs.start(name, args, _VLLM_ENV)
     return port
 
 
-def wait_vllm(procs: Procs, name: str, port: int) -> None:
-    """Block until the vLLM ``name`` answers ``/health``."""
-    wait_http(f"http://127.0.0.1:{port}/health", VLLM_START_TIMEOUT_SECONDS, procs.procs[name])
+VLLM_PORT_RETRIES = 2
+"""vLLM binds its port only once the model is loaded (tens of seconds on CPU), so another test's server may take the
+port meanwhile: a server that exits with "Address already in use" is started again on another port."""
+
+
+def wait_vllm(procs: Procs, name: str, port: int) -> int:
+    """Block until the vLLM ``name`` answers ``/health``; returns its port (a new one if it had to move)."""
+    for attempt in range(VLLM_PORT_RETRIES + 1):
+        try:
+            wait_http(f"http://127.0.0.1:{port}/health", VLLM_START_TIMEOUT_SECONDS, procs.procs[name])
+            return port
+        except RuntimeError:
+            if attempt == VLLM_PORT_RETRIES or "Address already in use" not in procs.log(name):
+                raise
+        args = procs.procs[name].args
+        procs.stop(name)
+        assert isinstance(args, list)
+        port = free_port()
+        args[args.index("--port") + 1] = str(port)
+        procs.start(name, args, _VLLM_ENV)
+    return port
 
 
 async def read_http_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:

@@ -121,6 +121,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             for server, names in (("alpha", ["alpha", "gamma"]), ("beta", ["beta", "alpha"]))
         }
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
+        ports = {name: wait_vllm(procs, name, port) for name, port in ports.items()}
         relay = Relay(ports["vllm-alpha"])
         upstreams = {
             "alpha": [("127.0.0.1", ports["vllm-alpha"])],
@@ -138,8 +139,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             )
             for name in ("gw-a", "gw-b")
         ]
-        for name, port in ports.items():
-            wait_vllm(procs, name, port)
         yield Platform(procs, gateways[0], gateways[1], keys, ports, relay)
     finally:
         procs.stop_all()

@@ -71,10 +71,10 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         port = start_vllm(
             procs, "vllm", model_dir, [MODEL], max_model_len=settings.max_model_len, max_num_seqs=settings.max_num_seqs
         )
+        port = wait_vllm(procs, "vllm", port)
         argv = ["--project-dir", str(project), "--stack", "local", "--upstream", f"{MODEL}=http://127.0.0.1:{port}"]
         argv += ["--tokenizers", str(tokenizers), "--port", str(free_port()), "--envoy", str(envoy_binary())]
         gateway = GatewayRun.start(argv, directory / "run")
-        wait_vllm(procs, "vllm", port)
         gateway.wait_ready()
         yield Running(gateway, procs, port)
     finally:

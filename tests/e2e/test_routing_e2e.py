@@ -111,6 +111,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             for r in REPLICAS
         }
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
+        ports = {replica: wait_vllm(procs, replica, port) for replica, port in ports.items()}
         upstreams = {MODEL: [("127.0.0.1", ports[r]) for r in REPLICAS]}
 
         def blind(config: dict[str, Any]) -> None:
@@ -129,8 +130,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             )
             for name in ("a", "b", "c")
         }
-        for replica, port in ports.items():
-            wait_vllm(procs, replica, port)
         yield Platform(procs, gateways, key, ports, settings.max_num_seqs)
     finally:
         procs.stop_all()
