@@ -688,7 +688,8 @@ class Processor:
             block_tokens = model.routing.block_tokens
             self.metrics.prefix_tokens.labels(model.name, "queried").inc(len(hashes) * block_tokens)
             self.metrics.prefix_tokens.labels(model.name, "matched").inc(ranking.overlaps[address] * block_tokens)
-        placement = Placement(model.name, endpoint, taken, router.picked(endpoint, hashes, prompt))
+        overlap = ranking.overlaps.get(address, 0)
+        placement = Placement(model.name, endpoint, taken, router.picked(endpoint, hashes, prompt, overlap))
         self._gauges(model.name)()
         return placement
 

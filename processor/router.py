@@ -8,18 +8,21 @@ For every ready replica ``r`` (NVIDIA Dynamo's KV router cost, ``docs/design_doc
   the prefix index estimates ``r`` holds;
 * ``decode_blocks(r)``: the KV blocks of the sequences ``r`` is running: those this processor put there (their prompt
   blocks, known exactly) plus, for the sequences the engine reports beyond them (other gateway replicas' requests),
-  the mean blocks of a request here; or, when more, the engine's KV-cache usage times its pool (the index's
-  capacity is the replica's pool in blocks).
+  the mean blocks of a request here. A request's own blocks are those it adds: its prompt's blocks the replica
+  did not hold, plus one for its output. Blocks of a shared prefix are held once, as the engine shares them
+  (counting them per request made a replica holding a hot prefix look busier than an idle one, and requests spilled).
 
 Replicas are ranked by cost, cheapest first; the slot store then takes the first with a free slot (the load bound:
 a replica running its ``max_num_seqs`` is skipped). A prefix no replica holds goes to its *home*, the replica ranked
 first for it by rendezvous hashing, when the home costs at most one prompt's prefill more than the cheapest: every
 gateway replica computes the same home without talking to the others, so N gateways do not scatter a new prefix over
-N replicas, and a busy home is passed over. Ties are broken by the same rendezvous rank.
+N replicas, and a busy home (more than about one request's blocks above the cheapest) is passed over. Ties are
+broken by the same rendezvous rank, or at random when there is no prefix to follow.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,12 +63,11 @@ class Router:
         self.mean_blocks = 1.0
 
     def decode_blocks(self, endpoint: Endpoint) -> float:
-        """The KV blocks the replica is estimated to be decoding for every gateway's requests: this processor's
-        requests' blocks plus the mean for each other sequence the engine runs, or the engine's own KV usage times its
-        pool when that is more (long generations grow beyond their prompts)."""
+        """The KV blocks the replica is estimated to hold for the sequences it runs, every gateway's: this
+        processor's requests' own blocks plus the mean for each other sequence the engine reports. (The engine's KV
+        usage is not used: it is a scrape old and counts in the engine's pool, which a local run may size apart.)"""
         others = max(0.0, endpoint.engine_active - endpoint.inflight)
-        estimate = endpoint.inflight_blocks + others * self.mean_blocks
-        return max(estimate, endpoint.kv_usage * self.index.capacity_blocks)
+        return endpoint.inflight_blocks + others * self.mean_blocks
 
     def rank(self, ready: Sequence[Endpoint], hashes: Sequence[int], prompt_tokens: int) -> Ranking:
         """The ready replicas, cheapest first (see the module docstring)."""
@@ -77,7 +79,8 @@ class Router:
             e.address: self.overlap_weight * (prompt_blocks - overlaps.get(e.address, 0)) + self.decode_blocks(e)
             for e in ready
         }
-        ranked = sorted(ready, key=lambda e: (costs[e.address], -rendezvous(home, e.address)))
+        tie = (lambda e: -rendezvous(home, e.address)) if use_prefix else (lambda _: random.random())
+        ranked = sorted(ready, key=lambda e: (costs[e.address], tie(e)))
         if not ranked or not use_prefix:
             return Ranking(tuple(ranked), overlaps, "least_load")
         best_overlap = max(overlaps.values())
@@ -85,15 +88,16 @@ class Router:
             first = overlaps[ranked[0].address]
             return Ranking(tuple(ranked), overlaps, "prefix_hit" if first == best_overlap else "load_spill")
         home_endpoint = max(ranked, key=lambda e: rendezvous(home, e.address))
-        if costs[home_endpoint.address] <= costs[ranked[0].address] + self.overlap_weight * prompt_blocks:
+        if costs[home_endpoint.address] <= costs[ranked[0].address] + self.mean_blocks + 1:
             ranked.remove(home_endpoint)
             ranked.insert(0, home_endpoint)
             return Ranking(tuple(ranked), overlaps, "prefix_home")
         return Ranking(tuple(ranked), overlaps, "least_load")
 
-    def picked(self, endpoint: Endpoint, hashes: Sequence[int], prompt_tokens: int) -> int:
-        """Note a request placed on ``endpoint``: it will hold the prompt's blocks; returns the blocks it occupies."""
-        blocks = blocks_for(max(prompt_tokens, 1), self.block_tokens)
+    def picked(self, endpoint: Endpoint, hashes: Sequence[int], prompt_tokens: int, overlap: int = 0) -> int:
+        """Note a request placed on ``endpoint``, which held ``overlap`` of its blocks: it adds the rest and one for
+        its output; returns the blocks it adds."""
+        blocks = max(1, blocks_for(max(prompt_tokens, 1), self.block_tokens) - overlap) + 1
         self.mean_blocks += MEAN_BLOCKS_DECAY * (blocks - self.mean_blocks)
         endpoint.inflight += 1
         endpoint.inflight_blocks += blocks

@@ -366,3 +366,20 @@ def test_a_slow_replica_stays_ready_a_while_a_refusing_one_goes_at_once(monkeypa
         server.close()
 
     asyncio.run(run())
+
+
+def test_requests_sharing_a_prefix_count_its_blocks_once() -> None:
+    """Requests sharing a 10-block prefix each add 2 blocks (their question's and their output's), not 12: with a
+    prefill block worth two of decode, the replica holding the prefix stays cheaper than an idle one prefilling
+    all 11 blocks, for the second request and the fourth (counted whole, the third would spill)."""
+    router = Router(BLOCK, 2.0, True, PrefixIndex(1024))
+    ready = _endpoints(*REPLICAS)
+    prompt = [*PROMPT, 7]  # the prefix's 10 blocks and a question in an 11th, partial one
+    hashes = token_blocks(prompt, BLOCK, 256, 1)
+    first = router.rank(ready, hashes, len(prompt)).ranked[0]
+    router.picked(first, hashes, len(prompt), 0)
+    for _ in range(3):
+        ranking = router.rank(ready, hashes, len(prompt))
+        assert (ranking.ranked[0], ranking.reason) == (first, "prefix_hit")
+        router.picked(first, hashes, len(prompt), ranking.overlaps[first.address])
+    assert first.inflight_blocks == 12 + 3 * 2  # 11 blocks and an output block, then 2 for each sharer
