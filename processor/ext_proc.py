@@ -163,27 +163,29 @@ def error_reply(reply: RejectError) -> Any:
     return _immediate(reply.status, body, headers)
 
 
+def _bare(name: str) -> str:
+    """A counter's name as prometheus_client registers it (it appends ``_total`` itself)."""
+    return name.removesuffix("_total")
+
+
 class Metrics:
     """The processor's Prometheus metrics (names from :mod:`inferplane.processor.metrics`)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        def bare(name: str) -> str:
-            return name.removesuffix("_total")
-
         self.requests = Counter(
-            bare(m.REQUESTS_TOTAL),
+            _bare(m.REQUESTS_TOTAL),
             "Requests the processor decided on.",
             [m.MODEL_LABEL, m.TIER_LABEL, m.TENANT_LABEL, m.OUTCOME_LABEL],
             registry=registry,
         )
         self.rejections = Counter(
-            bare(m.REJECTIONS_TOTAL),
+            _bare(m.REJECTIONS_TOTAL),
             "Requests the processor answered itself.",
             [m.REASON_LABEL, m.MODEL_LABEL],
             registry=registry,
         )
         self.tokens = Counter(
-            bare(m.TOKENS_TOTAL),
+            _bare(m.TOKENS_TOTAL),
             "Tokens accounted from the model server's usage.",
             [m.TENANT_LABEL, m.TIER_LABEL, m.MODEL_LABEL, m.KIND_LABEL],
             registry=registry,
@@ -211,7 +213,7 @@ class Metrics:
             registry=registry,
         )
         self.errors = Counter(
-            bare(m.PROCESSOR_ERRORS_TOTAL), "Failures inside the processor.", [m.STAGE_LABEL], registry=registry
+            _bare(m.PROCESSOR_ERRORS_TOTAL), "Failures inside the processor.", [m.STAGE_LABEL], registry=registry
         )
         self._routing_series(registry)
         self.routed = functools.cache(self.routing.labels)
@@ -225,17 +227,14 @@ class Metrics:
     def _routing_series(self, registry: CollectorRegistry) -> None:
         """The replica router's series: decisions, the prefix index's estimate, replicas and their load."""
 
-        def bare(name: str) -> str:
-            return name.removesuffix("_total")
-
         self.routing = Counter(
-            bare(m.ROUTING_DECISIONS_TOTAL),
+            _bare(m.ROUTING_DECISIONS_TOTAL),
             "Replica picks by reason.",
             [m.MODEL_LABEL, m.REASON_LABEL],
             registry=registry,
         )
         self.prefix_tokens = Counter(
-            bare(m.PREFIX_TOKENS_TOTAL),
+            _bare(m.PREFIX_TOKENS_TOTAL),
             "Prompt tokens looked up in the prefix index, and those estimated cached on the picked replica.",
             [m.MODEL_LABEL, m.KIND_LABEL],
             registry=registry,
@@ -262,7 +261,7 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         self.slot_fallbacks = Counter(
-            bare(m.SLOT_STORE_FALLBACKS_TOTAL),
+            _bare(m.SLOT_STORE_FALLBACKS_TOTAL),
             "Slot decisions taken locally because the slot store did not answer.",
             [m.MODEL_LABEL],
             registry=registry,
