@@ -20,7 +20,9 @@ The index uses only the FT.* subset that ElastiCache for Valkey 8.2's valkey-sea
 Failure: every lookup and store is bounded by ``timeout_ms`` (socket timeouts, no client retries, and an
 ``asyncio`` timeout over the whole lookup). A failed round trip is counted, sets the ``up`` gauge to 0 and makes
 requests skip the cache for ``retry_after_failure_s`` (doubling up to 60 s while it keeps failing), so a dead or
-stalled cache costs at most one timeout per back-off period and never an error.
+stalled cache costs at most one timeout per back-off period and never an error. A successful health ping ends the
+skip at once: the cache answered, so a stall that has passed costs no more bypasses (and ``up`` = 1 always means
+requests use the cache).
 """
 
 from __future__ import annotations
@@ -185,6 +187,7 @@ class ResponseCache:
             self._failed("health", error)
             return False
         self._succeeded()
+        self._skip_until = 0.0
         return True
 
     async def ensure_index(self) -> bool:

@@ -278,6 +278,30 @@ def test_a_stalled_cache_adds_at_most_the_timeout_and_recovers(tmp_path: Path) -
     assert value(metrics, "inferplane_gateway_cache_up") == 1
 
 
+def test_a_successful_health_ping_ends_the_skip_at_once(tmp_path: Path) -> None:
+    """A stall that has passed costs no more bypasses: the back-off (a minute here) ends with the first ping that
+    succeeds, so ``up`` = 1 means requests use the cache again."""
+    cfg = config(timeout_ms=100, retry_after_failure_s=60.0)
+    with redis_server(tmp_path) as stalled:
+
+        async def body(cache: ResponseCache) -> list[Any]:
+            await remember(cache, "How do I reset my password?", "Use the reset link.")
+            stalled.pause()
+            try:
+                during = await cache.lookup("chat", chat("How do I reset my password?"), tenant="a", tier="t")
+            finally:
+                stalled.resume()
+            skipped = await cache.lookup("chat", chat("How do I reset my password?"), tenant="a", tier="t")
+            healthy = await cache.check()
+            after = await cache.lookup("chat", chat("How do I reset my password?"), tenant="a", tier="t")
+            return [during.hit, skipped.request, healthy, after.response_headers()]
+
+        (during, skipped, healthy, after), metrics = with_cache(stalled.port, cfg, body)
+    assert during is None and skipped == Bypass("unavailable") and healthy
+    assert after == {"x-inferplane-cache": "hit", "x-inferplane-cache-kind": "exact"}
+    assert value(metrics, "inferplane_gateway_cache_up") == 1
+
+
 # --- the endpoint embedder --------------------------------------------------------------------------------------------
 
 
