@@ -1,25 +1,38 @@
 """Per-replica in-flight slots shared by every processor of every gateway replica, in the platform's Redis/Valkey.
 
 A replica must never be sent more than its ``max_num_seqs`` at once, however many gateway pods and workers run (the
-gateway autoscales). Each replica has a sorted set of the requests holding one of its slots (member
-``<processor>|<request>``), and each model a sorted set of live processors scored by when their lease expires
-(renewed every :data:`HEARTBEAT_SECONDS`; Redis's own clock, so pod clocks never matter). Taking a slot is one
-script: walk the router's ranked replicas and take the first whose requests from live processors number fewer than
-the cap. A processor that dies stops counting when its lease lapses: its requests died with it.
+gateway autoscales). Each replica has a hash in Redis, ``<prefix>slots:{<model>}:<ip:port>``, holding how many of
+its slots each processor *leases*; each model a sorted set of live processors scored by when their lease on the
+store expires (renewed every :data:`HEARTBEAT_SECONDS`; Redis's own clock, so pod clocks never matter).
 
-Giving a slot back removes the request's member, which is idempotent: when taking a slot times out the processor
-cannot know whether the script ran, so it removes the member from every ranked replica (a slot taken after all is
-never leaked), and the request falls back as below.
+A processor puts requests only on slots it leases, so the leases' sum, never above the cap, bounds what every
+gateway sends. Leases are kept between requests: a request takes a free leased slot locally, and only when the
+replica it prefers has none does it ask the store (one script: walk the preferred replicas and lease one more slot
+on the first whose live leases number fewer than the cap). A slot given back stays leased; every
+:data:`TRIM_SECONDS` the processor returns the slots it never needed since the last trim (the low-water mark of its
+free leased slots). So a steady load costs no Redis round trip per request (two, to take and give back, cost the
+processor about 0.5 ms of CPU a request: ``benchmarks/routing.py``), and a slot left idle returns to the other
+gateways within :data:`TRIM_SECONDS`. Trims are decrements (``HINCRBY``), which commute with a lease being granted
+meanwhile.
 
-All of a model's keys share a Redis Cluster hash slot (``{model}`` hash tag), so the script runs on clustered
-Valkey too.
+A processor that dies stops counting when its lease on the store lapses: its requests died with it. One that comes
+back after its lease lapsed (a partition longer than the lease) finds its counts dropped, and writes back what its
+requests in flight really hold.
 
 Failure mode (docs/gateway.md, "Routing to replicas"): one answer slower than ``slot_store_timeout_seconds`` (a busy
-moment) means no slot this time: the request waits in the queue and tries again. After
+moment) means no new lease this time: the request takes a slot it already leases on a less preferred replica, or
+waits in the queue and tries again. The processor cannot know whether a late script ran, so each script leaves a
+grant token naming the replica it leased on; :data:`RECONCILE_AFTER_SECONDS` later the processor reads the token and
+counts a lease granted late as its own (free, so the next trim returns it): a slot is never leaked. Every change of
+a count is an increment, so the store and the processors agree whatever the order of their commands; only the
+write-back after a lapse sets a count, and waits until no script of the model is in flight. After
 :data:`FAILURES_BEFORE_FALLBACK` failures in a row (Redis down, or slow for good) the processor falls back, for
 :data:`FALLBACK_SECONDS` at a time, to a fixed share of every replica, ``ModelConfig.fallback_share``
 (``max_num_seqs`` split over the most gateway workers that may run), so the bound holds at lower utilisation; each
 fallback is counted.
+
+All of a model's keys share a Redis Cluster hash slot (``{model}`` hash tag), so the scripts run on clustered Valkey
+too.
 """
 
 from __future__ import annotations
@@ -30,8 +43,9 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -39,50 +53,71 @@ from redis.exceptions import RedisError
 log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 15
-"""A processor that has not renewed its lease for this long no longer counts (its pod is gone)."""
+"""A processor that has not renewed its lease on the store for this long no longer counts (its pod is gone)."""
 HEARTBEAT_SECONDS = 3.0
+TRIM_SECONDS = 2.0
+"""How long a leased slot may stay unneeded before it goes back to the store."""
+RECONCILE_AFTER_SECONDS = 1.0
+"""How long after a timed-out script its grant token is read (a late script has run by then)."""
+GRANT_TOKEN_TTL_MS = 60_000
 FAILURES_BEFORE_FALLBACK = 3
 FALLBACK_SECONDS = 5.0
 """How long the fallback share is used before the store is tried again."""
 MEMBER_TTL_MS = 86_400_000
-"""A replica's set outlives its last use by a day at most (pods come and go with new addresses)."""
+"""A replica's hash outlives its last use by a day at most (pods come and go with new addresses)."""
 
-ACQUIRE_SCRIPT = """
+LEASE_SCRIPT = """
 local now = redis.call('TIME')
 local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
-local live, me, cap, member = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[4]
+local live, me, cap = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local expiry = redis.call('ZSCORE', live, me)
+local lapsed = 0
+if not expiry or tonumber(expiry) <= now_ms then
+  lapsed = 1
+end
 redis.call('ZADD', live, now_ms + tonumber(ARGV[3]), me)
-for i = 2, #KEYS do
+for i = 3, #KEYS do
   local total = 0
-  for _, holder in ipairs(redis.call('ZRANGE', KEYS[i], 0, -1)) do
-    local expiry = redis.call('ZSCORE', live, string.match(holder, '^[^|]*'))
-    if expiry and tonumber(expiry) > now_ms then
-      total = total + 1
+  local held = redis.call('HGETALL', KEYS[i])
+  for j = 1, #held, 2 do
+    local until_ms = redis.call('ZSCORE', live, held[j])
+    if until_ms and tonumber(until_ms) > now_ms then
+      total = total + tonumber(held[j + 1])
     else
-      redis.call('ZREM', KEYS[i], holder)
+      redis.call('HDEL', KEYS[i], held[j])
     end
   end
   if total < cap then
-    redis.call('ZADD', KEYS[i], now_ms, member)
-    redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[5]))
-    return i - 1
+    redis.call('HINCRBY', KEYS[i], me, 1)
+    redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[4]))
+    redis.call('SET', KEYS[2], i - 2, 'PX', tonumber(ARGV[5]))
+    return {i - 2, lapsed}
   end
 end
-return 0
+return {0, lapsed}
 """
-"""KEYS: the model's live set, then the ranked replicas' sets; ARGV: this processor, the cap, the lease (ms), the
-request's member, the sets' expiry (ms). Returns the 1-based position of the replica taken, 0 when all are full."""
+"""KEYS: the model's live set, this call's grant token, then the preferred replicas' hashes in order; ARGV: this
+processor, the cap, the lease (ms), the hashes' expiry (ms), the token's expiry (ms). Leases one slot on the first
+replica with room and returns its 1-based position (0 when all are full; also left in the token) and whether this
+processor's lease on the store had lapsed (or never existed)."""
 
 HEARTBEAT_SCRIPT = """
 local now = redis.call('TIME')
 local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local lapsed = {}
 for i = 1, #KEYS do
+  local expiry = redis.call('ZSCORE', KEYS[i], ARGV[1])
+  if not expiry or tonumber(expiry) <= now_ms then
+    table.insert(lapsed, i)
+  end
   redis.call('ZADD', KEYS[i], now_ms + tonumber(ARGV[2]), ARGV[1])
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now_ms)
   redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2]) * 4)
 end
-return 0
+return lapsed
 """
+"""KEYS: the models' live sets; ARGV: this processor, the lease (ms). Renews the lease; returns the 1-based positions
+of the models where it had lapsed (or never existed), whose counts of this processor others may have dropped."""
 
 
 def processor_id() -> str:
@@ -93,17 +128,48 @@ def processor_id() -> str:
 class Slot:
     """A slot one request holds on one replica."""
 
-    __slots__ = ("endpoint", "member", "shared")
+    __slots__ = ("endpoint", "released", "shared")
 
-    def __init__(self, endpoint: str, member: str, shared: bool) -> None:
+    def __init__(self, endpoint: str, shared: bool) -> None:
         self.endpoint = endpoint
-        self.member = member
         self.shared = shared
-        """Held in the shared store (else in this processor's fallback share)."""
+        """Leased from the shared store (else taken from this processor's fallback share)."""
+        self.released = False
+
+
+@dataclass
+class _Lease:
+    """What this processor leases on one replica of one model."""
+
+    leased: int = 0
+    """Slots the store counts for this processor."""
+    used: int = 0
+    """Of which requests in flight hold."""
+    low_water: int = 0
+    """The fewest free leased slots since the last trim: that many were never needed."""
+
+    @property
+    def free(self) -> int:
+        return self.leased - self.used
+
+    def take(self) -> None:
+        self.used += 1
+        self.low_water = min(self.low_water, self.free)
+
+
+@dataclass(frozen=True)
+class _Unanswered:
+    """A lease script that timed out: it may still have leased a slot on one of ``asked``."""
+
+    model: str
+    token: str
+    asked: tuple[str, ...]
+    at: float
 
 
 class SlotStore:
-    """Takes and gives back per-replica slots; Redis when it answers in time, this processor's share when not."""
+    """Takes and gives back per-replica slots: leased from Redis when it answers in time, this processor's share when
+    not."""
 
     def __init__(
         self,
@@ -114,6 +180,8 @@ class SlotStore:
         processor: str | None = None,
         lease_seconds: float = LEASE_SECONDS,
         timeout_seconds: float = 0.5,
+        trim_seconds: float = TRIM_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._redis = redis
         self._prefix = key_prefix
@@ -121,12 +189,17 @@ class SlotStore:
         self.processor = processor or processor_id()
         self._lease_ms = int(lease_seconds * 1000)
         self._heartbeat_seconds = min(HEARTBEAT_SECONDS, lease_seconds / 3)
+        self._trim_seconds = trim_seconds
         self._timeout = timeout_seconds
-        self._requests = itertools.count()
+        self._clock = clock
+        self._tokens = itertools.count()
+        self._leases: dict[str, dict[str, _Lease]] = {}
         self._local: dict[tuple[str, str], int] = {}
-        self._acquire = redis.register_script(ACQUIRE_SCRIPT) if redis is not None else None
+        self._unanswered: list[_Unanswered] = []
+        self._in_flight: dict[str, int] = {}
+        self._rehold: set[str] = set()
+        self._lease_script = redis.register_script(LEASE_SCRIPT) if redis is not None else None
         self._heartbeat = redis.register_script(HEARTBEAT_SCRIPT) if redis is not None else None
-        self._pending: set[asyncio.Task[Any]] = set()
         self._failures = 0
         self._down_until = 0.0
 
@@ -136,81 +209,195 @@ class SlotStore:
     def _slot_key(self, model: str, endpoint: str) -> str:
         return f"{self._prefix}slots:{{{model}}}:{endpoint}"
 
+    def _token_key(self, model: str, token: str) -> str:
+        return f"{self._prefix}slots:{{{model}}}:grant:{token}"
+
+    def leased(self, model: str, endpoint: str) -> int:
+        """Slots this processor leases on ``endpoint`` (free or held)."""
+        lease = self._leases.get(model, {}).get(endpoint)
+        return 0 if lease is None else lease.leased
+
     async def acquire(self, model: str, ranked: Sequence[str], cap: int, fallback_cap: int) -> Slot | None:
         """A slot on the first of ``ranked`` with room; None when all are full."""
         if not ranked:
             return None
-        member = f"{self.processor}|{next(self._requests)}"
-        loop = asyncio.get_running_loop()
-        if self._acquire is not None and loop.time() >= self._down_until:
-            keys = [self._live_key(model), *(self._slot_key(model, e) for e in ranked)]
-            try:
-                position = int(
-                    await asyncio.wait_for(
-                        self._acquire(keys=keys, args=[self.processor, cap, self._lease_ms, member, MEMBER_TTL_MS]),
-                        self._timeout,
-                    )
-                )
-            except (RedisError, OSError, TimeoutError) as error:
-                self._forget(model, ranked, member)  # in case the script ran after all
-                self._failures += 1
-                if self._failures < FAILURES_BEFORE_FALLBACK:
-                    log.warning("slot store did not answer (%r): no slot this time", error)
-                    return None
-                log.warning("slot store unavailable (%r): this processor's share of each replica for a while", error)
-                self._down_until = loop.time() + FALLBACK_SECONDS
-            else:
-                self._failures = 0
-                return Slot(ranked[position - 1], member, True) if position else None
-        if self._acquire is not None:
+        if self._lease_script is None or self._clock() < self._down_until:
+            return self._from_share(model, ranked, fallback_cap)
+        leases = self._leases.setdefault(model, {})
+        free = next((i for i, e in enumerate(ranked) if (lease := leases.get(e)) and lease.free > 0), len(ranked))
+        if free > 0:  # a replica preferred to every one with a free leased slot: ask the store for one there
+            granted = await self._lease(model, tuple(ranked[:free]), cap)
+            if granted is False:
+                return self._from_share(model, ranked, fallback_cap)
+            if isinstance(granted, Slot):
+                return granted
+        # Whatever ran while the script was out, the leases now: the most preferred free one.
+        for endpoint in ranked:
+            lease = leases.get(endpoint)
+            if lease is not None and lease.free > 0:
+                lease.take()
+                return Slot(endpoint, True)
+        return None
+
+    async def _lease(self, model: str, preferred: tuple[str, ...], cap: int) -> Slot | bool | None:
+        """Lease one slot on the first of ``preferred`` with room: the slot, None (all full, or no answer this
+        time), or False (the store is down: use the fallback share)."""
+        assert self._lease_script is not None
+        token = f"{self.processor}:{next(self._tokens)}"
+        keys = [self._live_key(model), self._token_key(model, token), *(self._slot_key(model, e) for e in preferred)]
+        args: list[str | int] = [self.processor, cap, self._lease_ms, MEMBER_TTL_MS, GRANT_TOKEN_TTL_MS]
+        self._in_flight[model] = self._in_flight.get(model, 0) + 1
+        try:
+            async with asyncio.timeout(self._timeout):
+                position, lapsed = await self._lease_script(keys=keys, args=args)
+        except (RedisError, OSError, TimeoutError) as error:
+            self._unanswered.append(_Unanswered(model, token, preferred, self._clock()))
+            return self._store_failed(model, error)
+        finally:
+            self._in_flight[model] -= 1
+        self._failures = 0
+        if lapsed:
+            self._lapsed(model)
+        if not position:
+            return None
+        lease = self._leases[model].setdefault(preferred[int(position) - 1], _Lease())
+        lease.leased += 1
+        lease.take()
+        return Slot(preferred[int(position) - 1], True)
+
+    def _store_failed(self, model: str, error: BaseException) -> bool | None:
+        """Count a failed script: None (no new lease this time), or False once the store counts as down."""
+        self._failures += 1
+        if self._failures < FAILURES_BEFORE_FALLBACK:
+            log.warning("slot store did not answer (%r): no new lease this time", error)
+            return None
+        log.warning("slot store unavailable (%r): this processor's share of each replica for a while", error)
+        self._down_until = self._clock() + FALLBACK_SECONDS
+        return False
+
+    def _lapsed(self, model: str) -> None:
+        """The store had dropped this processor (its lease lapsed): others may have deleted its counts, so only what
+        its requests hold is real; written back at the next trim."""
+        for lease in self._leases.get(model, {}).values():
+            lease.leased = lease.used
+            lease.low_water = 0
+        if self._leases.get(model):
+            self._rehold.add(model)
+
+    def _from_share(self, model: str, ranked: Sequence[str], fallback_cap: int) -> Slot | None:
+        if self._lease_script is not None:
             self._on_fallback(model)
         for endpoint in ranked:
             if self._local.get((model, endpoint), 0) < fallback_cap:
                 self._local[(model, endpoint)] = self._local.get((model, endpoint), 0) + 1
-                return Slot(endpoint, member, False)
+                return Slot(endpoint, False)
         return None
 
     def release(self, model: str, slot: Slot) -> None:
-        """Give a slot back (in the background when shared: the response has already left)."""
-        if not slot.shared:
-            count = self._local.get((model, slot.endpoint), 0) - 1
-            if count > 0:
-                self._local[(model, slot.endpoint)] = count
-            else:
-                self._local.pop((model, slot.endpoint), None)
+        """Give a slot back (idempotent). A leased slot stays leased until a trim finds it unneeded."""
+        if slot.released:
             return
-        self._forget(model, (slot.endpoint,), slot.member)
+        slot.released = True
+        if slot.shared:
+            lease = self._leases.get(model, {}).get(slot.endpoint)
+            if lease is not None:
+                lease.used = max(0, lease.used - 1)
+            return
+        count = self._local.get((model, slot.endpoint), 0) - 1
+        if count > 0:
+            self._local[(model, slot.endpoint)] = count
+        else:
+            self._local.pop((model, slot.endpoint), None)
 
-    def _forget(self, model: str, endpoints: Sequence[str], member: str) -> None:
+    async def trim(self) -> None:
+        """Count the leases granted late, return every slot not needed since the last trim, and write back the
+        counts of models where this processor's lease had lapsed."""
         if self._redis is None:
             return
-        task = asyncio.ensure_future(self._remove(model, endpoints, member))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
-
-    async def _remove(self, model: str, endpoints: Sequence[str], member: str) -> None:
-        assert self._redis is not None
+        await self._reconcile()
+        returns: list[tuple[str, str, int]] = []
+        for model, leases in self._leases.items():
+            for endpoint, lease in list(leases.items()):
+                if lease.low_water > 0 and model not in self._rehold:
+                    returns.append((model, endpoint, lease.low_water))
+                    lease.leased -= lease.low_water
+                lease.low_water = lease.free
+                if lease.leased == 0 and model not in self._rehold:
+                    del leases[endpoint]
+        rehold = [m for m in self._rehold if not self._in_flight.get(m)]
+        if not returns and not rehold:
+            return
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for endpoint in endpoints:
-                    pipe.zrem(self._slot_key(model, endpoint), member)
-                await asyncio.wait_for(pipe.execute(), self._timeout * 4)
-        except (RedisError, OSError, TimeoutError) as error:  # the lease lapsing frees it in the end
-            log.warning("cannot give back a slot of %s: %s", model, error)
+            async with asyncio.timeout(self._timeout * 4), self._redis.pipeline(transaction=False) as pipe:
+                for model, endpoint, count in returns:
+                    pipe.hincrby(self._slot_key(model, endpoint), self.processor, -count)
+                for model in rehold:
+                    for endpoint, lease in self._leases[model].items():
+                        pipe.hset(self._slot_key(model, endpoint), self.processor, lease.leased)
+                await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as error:
+            # Counted high meanwhile, which keeps the bound; a lapse will make the counts be written back.
+            log.warning("cannot give back leased slots: %s", error)
+            return
+        self._rehold.difference_update(rehold)
+
+    async def _reconcile(self) -> None:
+        """Read the grant tokens of scripts that timed out long enough ago; a lease granted late is this
+        processor's (free: the next trim returns it)."""
+        now = self._clock()
+        due = [u for u in self._unanswered if now - u.at >= RECONCILE_AFTER_SECONDS]
+        if not due or self._redis is None:
+            return
+        try:
+            async with asyncio.timeout(self._timeout * 4), self._redis.pipeline(transaction=False) as pipe:
+                for unanswered in due:
+                    pipe.getdel(self._token_key(unanswered.model, unanswered.token))
+                positions = await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as error:
+            log.warning("cannot read the slot store's grant tokens: %s", error)
+            return
+        for unanswered, position in zip(due, positions, strict=True):
+            self._unanswered.remove(unanswered)
+            if position:
+                endpoint = unanswered.asked[int(position) - 1]
+                lease = self._leases.setdefault(unanswered.model, {}).setdefault(endpoint, _Lease())
+                lease.leased += 1
+                lease.low_water += 1  # never needed: this trim returns it
+
+    async def renew(self, models: Sequence[str]) -> None:
+        """Renew this processor's lease on the store; where it had lapsed, its counts are written back at the next
+        trim."""
+        assert self._heartbeat is not None
+        lapsed = await self._heartbeat(keys=[self._live_key(m) for m in models], args=[self.processor, self._lease_ms])
+        for position in lapsed:
+            self._lapsed(models[int(position) - 1])
 
     async def heartbeat(self, models: Sequence[str]) -> None:
-        """Renew this processor's lease for every model, forever (cancelled at shutdown)."""
+        """Renew this processor's lease on the store and trim its leased slots, forever (cancelled at shutdown)."""
         if self._heartbeat is None:
             return
-        keys = [self._live_key(m) for m in models]
+        renewed = -1e9
         while True:
             try:
-                await asyncio.wait_for(self._heartbeat(keys=keys, args=[self.processor, self._lease_ms]), self._timeout)
+                async with asyncio.timeout(self._timeout * 8):
+                    if self._clock() - renewed >= self._heartbeat_seconds:
+                        await self.renew(models)
+                        renewed = self._clock()
+                    await self.trim()
             except (RedisError, OSError, TimeoutError) as error:
                 log.warning("cannot renew the slot lease: %s", error)
-            await asyncio.sleep(self._heartbeat_seconds)
+            await asyncio.sleep(min(self._trim_seconds, self._heartbeat_seconds))
 
     async def drain(self) -> None:
-        """Wait for slots being given back (shutdown)."""
-        if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        """Give every leased slot back (shutdown; best effort: the lease on the store lapsing frees them anyway)."""
+        if self._redis is None or not any(self._leases.values()):
+            return
+        try:
+            async with asyncio.timeout(self._timeout * 4), self._redis.pipeline(transaction=False) as pipe:
+                for model, leases in self._leases.items():
+                    for endpoint in leases:
+                        pipe.hdel(self._slot_key(model, endpoint), self.processor)
+                await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as error:
+            log.warning("cannot give back leased slots at shutdown: %s", error)
+        self._leases.clear()

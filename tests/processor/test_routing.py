@@ -5,8 +5,9 @@ text exposed by prometheus_client under vLLM's series names."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +23,7 @@ from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, home_blo
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
 from tests.gateway_support import free_port
+from tests.redis_server import RedisServer, redis_server
 
 BLOCK = 16
 VLLM_LOAD = LoadSeries(
@@ -173,49 +175,104 @@ def _where(slot: Slot | None) -> tuple[str, bool] | None:
     return None if slot is None else (slot.endpoint, slot.shared)
 
 
-def test_a_slot_taken_by_a_timed_out_script_is_given_back(redis_port: int, fresh_prefix: str) -> None:
-    """Redis answers too late (its writes paused, as a busy or failing-over server): no slot this time (the queue
-    retries), and what the script took once Redis resumed is given back; failures in a row turn to the share."""
+def _store(redis: Redis, prefix: str, name: str, **options: Any) -> SlotStore:
+    return SlotStore(redis, prefix, lambda _: None, processor=name, **options)
+
+
+async def _counts(redis: Redis, prefix: str, endpoint: str) -> dict[str, int]:
+    """What the store counts on ``endpoint`` per processor."""
+    held = await redis.hgetall(f"{prefix}slots:{{m}}:{endpoint}")
+    return {name.decode(): int(count) for name, count in held.items() if int(count)}
+
+
+def test_a_lease_granted_after_its_script_timed_out_is_found_and_returned(tmp_path: Path) -> None:
+    """Redis answers too late (stopped, as a stalled or failing-over server; the script waits in its socket while the
+    processor gives up): no slot this time (the queue retries). The lease the script took once Redis resumed is
+    found by its grant token a second later and returned, never leaked; failures in a row turn to the share."""
+    now = [0.0]
+    failures: list[str] = []
+
+    async def late(store: SlotStore, server: RedisServer) -> Slot | None:
+        server.pause()
+        try:
+            return await store.acquire("m", ["a:1"], 1, 1)
+        finally:
+            server.resume()
+            await asyncio.sleep(0.2)  # the script runs now
+
+    async def run(server: RedisServer) -> None:
+        redis = Redis(port=server.port)
+        slow = SlotStore(redis, "p:", failures.append, processor="slow", timeout_seconds=0.05, clock=lambda: now[0])
+        timely = _store(Redis(port=server.port), "p:", "timely")
+        assert await slow.acquire("warm", ["a:1"], 1, 1) is not None  # loads the script (a late EVALSHA of an
+        # unloaded script would only answer NOSCRIPT)
+        assert [await late(slow, server) for _ in range(2)] == [None, None] and failures == []
+        assert await _counts(redis, "p:", "a:1") == {"slow": 1}  # the first script leased; the second found it full
+        assert await timely.acquire("m", ["a:1"], 1, 1) is None  # the late lease holds the slot
+        await slow.trim()  # too early: a late script might not have run yet
+        assert await _counts(redis, "p:", "a:1") == {"slow": 1}
+        now[0] += 1.0
+        await slow.trim()
+        assert await _counts(redis, "p:", "a:1") == {} and slow.leased("m", "a:1") == 0
+        assert _where(await timely.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)
+        assert _where(await late(slow, server)) == ("a:1", False)  # the third failure in a row: the share
+        assert failures == ["m"]
+        await redis.aclose()
+
+    with redis_server(tmp_path) as server:
+        asyncio.run(run(server))
+
+
+def test_processors_together_never_exceed_a_replicas_cap(redis_port: int, fresh_prefix: str) -> None:
+    async def run() -> None:
+        redis = Redis(port=redis_port)
+        stores = [_store(redis, fresh_prefix, f"p{i}") for i in range(3)]
+        ranked = ["a:1", "b:1"]
+        taken = await asyncio.gather(*(s.acquire("m", ranked, 2, 1) for s in stores for _ in range(3)))
+        granted = [t for t in taken if t is not None]
+        assert sorted(slot.endpoint for slot in granted) == ["a:1", "a:1", "b:1", "b:1"]
+        assert all(slot.shared for slot in granted)
+        for endpoint in ranked:
+            assert sum((await _counts(redis, fresh_prefix, endpoint)).values()) == 2
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_released_slot_is_taken_again_without_the_store(redis_port: int, fresh_prefix: str) -> None:
+    """A slot given back stays leased: the next request takes it locally (the store, paused, is never asked), and
+    a slot given back twice frees one place."""
 
     async def run() -> None:
         redis, admin = Redis(port=redis_port), Redis(port=redis_port)
-        failures: list[str] = []
-        slow = SlotStore(redis, fresh_prefix, failures.append, processor="slow", timeout_seconds=0.05)
-        timely = SlotStore(redis, fresh_prefix, lambda _: None, processor="timely")
-        for _ in range(2):
-            await admin.client_pause(300, all=False)  # WRITE: the scripts wait
-            assert await slow.acquire("m", ["a:1"], 1, 1) is None
-            await asyncio.sleep(0.4)  # the pause ends: the script runs late, then the give-back after it
-            await slow.drain()
-        assert failures == []
-        assert _where(await timely.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)  # nothing was leaked
-        await admin.client_pause(300, all=False)  # WRITE: the scripts wait
-        assert _where(await slow.acquire("m", ["a:1"], 1, 1)) == ("a:1", False)  # the third failure in a row
-        assert failures == ["m"]
+        store = _store(redis, fresh_prefix, "p", timeout_seconds=0.05)
+        first, second = [await store.acquire("m", ["a:1"], 2, 1) for _ in range(2)]
+        assert first is not None and second is not None
+        store.release("m", first)
+        store.release("m", first)
+        await admin.client_pause(300, all=False)  # WRITE: a script would time out
+        again = await store.acquire("m", ["a:1"], 2, 1)
+        assert _where(again) == ("a:1", True) and await store.acquire("m", ["a:1"], 2, 1) is None
         await asyncio.sleep(0.4)
-        await slow.drain()
+        assert await _counts(redis, fresh_prefix, "a:1") == {"p": 2}
         await redis.aclose()
         await admin.aclose()
 
     asyncio.run(run())
 
 
-def test_processors_together_never_exceed_a_replicas_cap(redis_port: int, fresh_prefix: str) -> None:
+def test_a_slot_left_unneeded_for_a_trim_goes_back_to_the_others(redis_port: int, fresh_prefix: str) -> None:
     async def run() -> None:
         redis = Redis(port=redis_port)
-        stores = [SlotStore(redis, fresh_prefix, lambda _: None, processor=f"p{i}") for i in range(3)]
-        ranked = ["a:1", "b:1"]
-        taken = await asyncio.gather(*(s.acquire("m", ranked, 2, 1) for s in stores for _ in range(3)))
-        granted = [t for t in taken if t is not None]
-        assert sorted(slot.endpoint for slot in granted) == ["a:1", "a:1", "b:1", "b:1"]
-        assert all(slot.shared for slot in granted)
-        owner, slot = next((s, t) for s, t in zip(itertools.chain(*([s] * 3 for s in stores)), taken, strict=True) if t)
-        owner.release("m", slot)
-        owner.release("m", slot)  # idempotent: a slot given back twice frees one place
-        await owner.drain()
-        again = await stores[0].acquire("m", ranked, 2, 1)
-        assert again is not None and again.endpoint == slot.endpoint
-        assert await stores[0].acquire("m", ranked, 2, 1) is None
+        holder, other = _store(redis, fresh_prefix, "holder"), _store(redis, fresh_prefix, "other")
+        slot = await holder.acquire("m", ["a:1"], 1, 1)
+        assert slot is not None and await other.acquire("m", ["a:1"], 1, 1) is None
+        holder.release("m", slot)
+        await holder.trim()  # needed during this period: kept
+        assert await other.acquire("m", ["a:1"], 1, 1) is None
+        await holder.trim()  # not needed during the last one: returned
+        assert _where(await other.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)
+        assert await _counts(redis, fresh_prefix, "a:1") == {"other": 1}
         await redis.aclose()
 
     asyncio.run(run())
@@ -224,12 +281,34 @@ def test_processors_together_never_exceed_a_replicas_cap(redis_port: int, fresh_
 def test_a_dead_processors_slots_free_when_its_lease_lapses(redis_port: int, fresh_prefix: str) -> None:
     async def run() -> None:
         redis = Redis(port=redis_port)
-        dead = SlotStore(redis, fresh_prefix, lambda _: None, processor="dead", lease_seconds=0.3)
-        alive = SlotStore(redis, fresh_prefix, lambda _: None, processor="alive", lease_seconds=0.3)
+        dead = _store(redis, fresh_prefix, "dead", lease_seconds=0.3)
+        alive = _store(redis, fresh_prefix, "alive", lease_seconds=0.3)
         assert _where(await dead.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)
         assert await alive.acquire("m", ["a:1"], 1, 1) is None
         await asyncio.sleep(0.4)  # ``dead`` never renews its lease
         assert _where(await alive.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_processor_back_after_its_lease_lapsed_writes_back_what_it_holds(redis_port: int, fresh_prefix: str) -> None:
+    """Cut off longer than its lease, a processor's counts were dropped while its request ran on: when it renews,
+    it writes that request's slot back (a second leased slot, free, is gone), so the store counts what runs."""
+
+    async def run() -> None:
+        redis = Redis(port=redis_port)
+        away = _store(redis, fresh_prefix, "away", lease_seconds=0.3)
+        other = _store(redis, fresh_prefix, "other", lease_seconds=0.3)
+        held, spare = [await away.acquire("m", ["a:1"], 2, 1) for _ in range(2)]
+        assert held is not None and spare is not None
+        away.release("m", spare)
+        await asyncio.sleep(0.4)  # ``away`` renews nothing: lapsed
+        assert _where(await other.acquire("m", ["a:1"], 2, 1)) == ("a:1", True)  # its script drops away's counts
+        await away.renew(["m"])
+        await away.trim()
+        assert await _counts(redis, fresh_prefix, "a:1") == {"away": 1, "other": 1}
+        assert away.leased("m", "a:1") == 1
         await redis.aclose()
 
     asyncio.run(run())
