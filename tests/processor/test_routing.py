@@ -182,7 +182,7 @@ def _store(redis: Redis, prefix: str, name: str, **options: Any) -> SlotStore:
 async def _counts(redis: Redis, prefix: str, endpoint: str) -> dict[str, int]:
     """What the store counts on ``endpoint`` per processor."""
     held = await redis.hgetall(f"{prefix}slots:{{m}}:{endpoint}")
-    return {name.decode(): int(count) for name, count in held.items() if int(count)}
+    return {(n.decode() if isinstance(n, bytes) else n): int(c) for n, c in held.items() if int(c)}
 
 
 def test_a_lease_granted_after_its_script_timed_out_is_found_and_returned(tmp_path: Path) -> None:
