@@ -54,6 +54,9 @@ class Endpoint:
     inflight_blocks: int = 0
     """KV blocks those requests' prompts occupy (the decode load this processor knows exactly)."""
     scraped_at: float = field(default=0.0, repr=False)
+    inflight_at_scrape: int = field(default=0, repr=False)
+    """This processor's requests on the replica when the engine reported its load (the larger of the counts before
+    and after the read): the engine's sequences beyond them are other gateways'."""
     slow_scrapes: int = field(default=0, repr=False)
 
     @property
@@ -195,6 +198,7 @@ class EndpointTable:
     async def scrape(self, endpoint: Endpoint) -> None:
         """Read one replica's load; it is ready while reads succeed (or are only slow, a few times in a row)."""
         host, port = split_address(endpoint.address)
+        inflight_before = endpoint.inflight
         body = await fetch_metrics(host, port, self.model.metrics_path)
         load = self.model.routing.load
         was_ready = endpoint.ready
@@ -209,6 +213,7 @@ class EndpointTable:
             endpoint.waiting = parse_samples(body, load.waiting) or 0.0
             endpoint.kv_usage = (parse_samples(body, load.kv_usage) or 0.0) if load.kv_usage else 0.0
             endpoint.scraped_at = self._clock()
+            endpoint.inflight_at_scrape = max(inflight_before, endpoint.inflight)
         if endpoint.ready != was_ready:
             self._ready_changed.set()
 

@@ -64,9 +64,12 @@ class Router:
 
     def decode_blocks(self, endpoint: Endpoint) -> float:
         """The KV blocks the replica is estimated to hold for the sequences it runs, every gateway's: this
-        processor's requests' own blocks plus the mean for each other sequence the engine reports. (The engine's KV
-        usage is not used: it is a scrape old and counts in the engine's pool, which a local run may size apart.)"""
-        others = max(0.0, endpoint.engine_active - endpoint.inflight)
+        processor's requests' own blocks plus the mean for each other sequence the engine reports. Other sequences
+        are the engine's count less this processor's requests *when the engine counted* (less its requests now, a
+        request that ended since the last scrape would count as another gateway's, a phantom that sent the next
+        request sharing a prefix elsewhere). The engine's KV usage is not used: it is a scrape old and counts in the
+        engine's pool, which a local run may size apart."""
+        others = max(0.0, endpoint.engine_active - endpoint.inflight_at_scrape)
         return endpoint.inflight_blocks + others * self.mean_blocks
 
     def rank(self, ready: Sequence[Endpoint], hashes: Sequence[int], prompt_tokens: int) -> Ranking:

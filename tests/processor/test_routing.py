@@ -131,6 +131,24 @@ def test_other_gateways_requests_count_through_the_engines_numbers() -> None:
     assert ranking.reason == "least_load"
 
 
+def test_a_request_that_ended_since_the_scrape_is_nobody_elses() -> None:
+    """The engine counted 2 sequences when this processor had 2 there; one has ended since (the scrape is up to an
+    interval old). Its replica holds the prefix and 1 sequence: it stays first, as it would without the ended one.
+    Counted against the requests in flight now, the ended one would be another gateway's (mean blocks each) and
+    send the request away from its prefix."""
+    router = Router(BLOCK, 1.0, True, PrefixIndex(1024))
+    router.mean_blocks = 11.0
+    ready = _endpoints(*REPLICAS)
+    hashes = token_blocks(PROMPT, BLOCK, 256, 1)
+    router.index.record(REPLICAS[0], hashes)
+    ready[0].running, ready[0].inflight_at_scrape = 2, 2
+    ready[0].inflight, ready[0].inflight_blocks = 1, 2
+    ranking = router.rank(ready, hashes, len(PROMPT))
+    assert (ranking.ranked[0].address, ranking.reason) == (REPLICAS[0], "prefix_hit")
+    ready[0].inflight_at_scrape = 1  # a third sequence the engine counts is another gateway's: 11 more blocks
+    assert router.rank(ready, hashes, len(PROMPT)).reason == "load_spill"
+
+
 @pytest.mark.parametrize("group", range(12))
 def test_two_gateways_send_a_new_prefix_to_the_same_home(group: int) -> None:
     """Each gateway ranks on its own index; an unseen prefix gets the same home on both, for every group."""
@@ -353,9 +371,12 @@ def test_a_replica_is_ready_while_it_answers_and_reports_its_load() -> None:
         port, _ = _exposition(running=3, waiting=1)
         silent = f"127.0.0.1:{free_port()}"
         table = EndpointTable(_model(f"127.0.0.1:{port}", silent))
-        lost = await table.refresh()
+        await table.refresh()
         answering = table.endpoints[f"127.0.0.1:{port}"]
+        answering.inflight = 4  # this processor's requests there when the engine is next read
+        lost = await table.refresh()
         assert (answering.ready, answering.running, answering.waiting, answering.kv_usage) == (True, 6, 2, 0.25)
+        assert answering.inflight_at_scrape == 4
         assert [e.address for e in table.ready()] == [f"127.0.0.1:{port}"] and lost == []
         assert table.capacity == 2
 
