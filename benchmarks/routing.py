@@ -20,7 +20,8 @@ vllm/entrypoints/serve/dev/cache/api_router.py; every reset is checked to answer
   each prompt on the replicas (``POST /v1/chat/completions/render``, served with ``--enable-scale-out``) and matches
   the token blocks against the events. The replicas run with events and render on for every path (one start for all
   paths), which costs the other paths a few ZMQ messages;
-* (c'), only with ``--paths``: (c) with ``gateway.routing.overlap_weight`` 8 instead of 1 (a diagnostic).
+* (c'), only with ``--paths``: (c) with ``gateway.routing.overlap_weight`` 1 (NVIDIA Dynamo's default) instead of
+  the spec's 8 (a diagnostic).
 
 For (b) and (c) the processor config's ``routing.block_tokens`` and ``routing.index_blocks`` are patched to the CPU
 engines' real 128-token blocks and :data:`POOL_BLOCKS` pool: sizing renders them for the tiny model on an L4 (16-token
@@ -137,16 +138,16 @@ PATH_LABELS = {
     "b": "(b) least_request, processor picks",
     "b'": "(b') Envoy LEAST_REQUEST, no pick",
     "c": "(c) inferplane prefix_aware",
-    "c'": "(c') prefix_aware, overlap_weight 8",
+    "c'": "(c') prefix_aware, overlap_weight 1",
     "d": "(d) vllm-router cache_aware",
     "e": "(e) ring hash, no load bound",
     "f": "(f) vllm-router kv_aware",
 }
 WORKLOADS = ("shared prefixes", "no shared prefix")
 DEFAULT_PATHS = "a,b,b',c,d,e,f"
-DIAGNOSTIC_OVERLAP_WEIGHT = 8.0
-"""(c'), only when asked for (``--paths``): the spec's ``gateway.routing.overlap_weight`` raised from its default 1, to
-tell the weighting apart from the rest of the router."""
+DIAGNOSTIC_OVERLAP_WEIGHT = 1.0
+"""(c'), only when asked for (``--paths``): the spec's ``gateway.routing.overlap_weight`` lowered from its default 8 to
+NVIDIA Dynamo's default, to tell the weighting apart from the rest of the router."""
 
 
 # --- workload --------------------------------------------------------------------------------------------------------

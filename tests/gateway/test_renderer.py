@@ -397,10 +397,10 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
         assert model.routing.block_tokens == block
         assert model.routing.index_blocks == result.kv_pool_bytes // (result.kv_cache_bytes_per_token * block)
         assert model.routing.load == {"vllm": VLLM_LOAD, "triton": TRTLLM_LOAD}[deployment.engine]
-        # prod sets no routing: the spec's defaults (Dynamo's overlap weight 1, the load bound on)
+        # prod sets no routing: the spec's defaults (the measured overlap weight 8, the load bound on)
         assert (model.routing.policy, model.routing.overlap_weight, model.routing.load_bound) == (
             "prefix_aware",
-            1.0,
+            8.0,
             True,
         )
     assert {m.name: m.fallback_share for m in config.models} == {"llama-70b": 1, "llama-8b": 2}
@@ -440,7 +440,7 @@ def test_routing_comes_from_the_model_then_its_tier_then_the_gateway() -> None:
     spec = _parse(raw)
     config = gc.processor_config(spec, size_platform(spec), "eks", gc.GatewayAddresses())
     picked = {m.name: (m.routing.policy, m.routing.overlap_weight, m.routing.load_bound) for m in config.models}
-    assert picked == {"llama-70b": ("prefix_aware", 1.0, False), "llama-8b": ("prefix_aware", 3.0, True)}
+    assert picked == {"llama-70b": ("prefix_aware", 8.0, False), "llama-8b": ("prefix_aware", 3.0, True)}
 
 
 def _raw(stack: str) -> dict[str, Any]:
