@@ -1,7 +1,7 @@
 """Per-replica in-flight slots shared by every processor of every gateway replica, in the platform's Redis/Valkey.
 
 A replica must never be sent more than its ``max_num_seqs`` at once, however many gateway pods and workers run (the
-gateway autoscales). Each replica has a hash in Redis, ``<prefix>slots:{<model>}:<ip:port>``, holding how many of
+gateway autoscales). Each replica has a hash in Redis, ``<prefix>slots:{<model>}:leases:<ip:port>``, holding how many of
 its slots each processor *leases*; each model a sorted set of live processors scored by when their lease on the
 store expires (renewed every :data:`HEARTBEAT_SECONDS`; Redis's own clock, so pod clocks never matter).
 
@@ -207,7 +207,7 @@ class SlotStore:
         return f"{self._prefix}slots:{{{model}}}:live"
 
     def _slot_key(self, model: str, endpoint: str) -> str:
-        return f"{self._prefix}slots:{{{model}}}:{endpoint}"
+        return f"{self._prefix}slots:{{{model}}}:leases:{endpoint}"
 
     def _token_key(self, model: str, token: str) -> str:
         return f"{self._prefix}slots:{{{model}}}:grant:{token}"

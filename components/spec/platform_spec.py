@@ -246,7 +246,7 @@ class RoutingSpec(_Spec):
     # docs/router/kv_cache_routing.md, ``--kv-overlap-score-weight``: default 1, 0 = pure load balancing). Ours is 8,
     # measured (benchmarks/routing.py, docs/gateway.md "The weight"): at Dynamo's 1 a replica holding a hot prefix
     # looked busy after a few requests sharing it, the next ones recomputed the prefix elsewhere and the copies
-    # evicted other prefixes (57% of prompt tokens served from cache against an ideal 73%; 73% at 8). The load bound,
+    # evicted other prefixes (75% of prompt tokens served from cache against an ideal 89%; 85% at 8). The load bound,
     # not the weight, keeps a hot replica from overload.
     overlap_weight: float = Field(
         default=8.0,

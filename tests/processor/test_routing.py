@@ -199,7 +199,7 @@ def _store(redis: Redis, prefix: str, name: str, **options: Any) -> SlotStore:
 
 async def _counts(redis: Redis, prefix: str, endpoint: str) -> dict[str, int]:
     """What the store counts on ``endpoint`` per processor."""
-    held = await redis.hgetall(f"{prefix}slots:{{m}}:{endpoint}")
+    held = await redis.hgetall(f"{prefix}slots:{{m}}:leases:{endpoint}")
     return {(n.decode() if isinstance(n, bytes) else n): int(c) for n, c in held.items() if int(c)}
 
 
