@@ -318,11 +318,11 @@ CASES: tuple[Case, ...] = (
          edit=lambda d: _platform_of(d)["pools"].append({"name": "tpu-slice", "accelerator": "tpu-v5e",
              "instance_type": "ct5lp-hightpu-4t", "tpu_topology": "4x4", "min_nodes": 6})),
     Case("tier-fallback-other-cluster", "validation", ("size", "--stack", "staging"), EXIT_INVALID,
-         (STAGING, f"{P}.gateway.tiers[0].fallback: qwen-7b runs on gke but primary llama-8b on eks"),
+         (STAGING, f"{P}.gateway.tiers[0].fallback: qwen-7b runs on gke but primary llama-8b, qwen-agent on eks"),
          stack="staging", edit=_set("gateway.tiers[0]", {"name": "standard", "models": ["llama-8b"],
                                                            "fallback": ["qwen-7b"]})),
     Case("tier-fallback-other-cluster-preview", "validation", ("preview", "--stack", "staging"), EXIT_INVALID,
-         (STAGING, f"{P}.gateway.tiers[0].fallback: qwen-7b runs on gke but primary llama-8b on eks"),
+         (STAGING, f"{P}.gateway.tiers[0].fallback: qwen-7b runs on gke but primary llama-8b, qwen-agent on eks"),
          stack="staging", edit=lambda d: _platform_of(d)["gateway"]["tiers"][0].update(
              models=["llama-8b"], fallback=["qwen-7b"])),
     Case("data-tiering-cache", "validation", SIZE, EXIT_INVALID, (DEV, f"{P}.cache.node_type: cache.r6gd.xlarge"),

@@ -56,6 +56,15 @@ def render_result(console: Console, result: SizingResult) -> None:
         f"{trt.max_input_len}, max_seq_len {trt.max_seq_len}, kv_cache_free_gpu_mem_fraction "
         f"{trt.kv_cache_free_gpu_mem_fraction}"
     )
+    sglang = result.sglang
+    console.print(
+        f"SGLang: --tp-size {sglang.tp_size} --context-length {sglang.context_length} --max-running-requests "
+        f"{sglang.max_running_requests} --mem-fraction-static {sglang.mem_fraction_static} --chunked-prefill-size "
+        f"{sglang.chunked_prefill_size} --kv-cache-dtype {sglang.kv_cache_dtype} --schedule-policy "
+        f"{sglang.schedule_policy}" + (f" --quantization {sglang.quantization}" if sglang.quantization else ""),
+        markup=False,
+        highlight=False,
+    )
 
 
 def sizing_table(plan: PlatformSizing) -> Table:

@@ -43,6 +43,7 @@ from inferplane.components.capacity.sizing import (
     SizingResult,
     kv_cache_bytes_per_token,
     kv_element_bytes,
+    sglang_kv_pool_bytes,
     trtllm_kv_pool_bytes,
     weights_bytes,
 )
@@ -109,8 +110,16 @@ def kv_pool_bytes(sizing: SizingResult, accelerator: Accelerator, engine: Engine
     from :func:`~inferplane.components.capacity.sizing.vllm_kv_pool_bytes`). TensorRT-LLM: the
     ``kv_cache_free_gpu_mem_fraction`` the sizing sets (floored to two digits, capped at 0.95) of the memory left
     after the weights and its runtime buffers (:func:`~inferplane.components.capacity.sizing.trtllm_kv_pool_bytes`),
-    so the floor of the flag is what the engine gets, not the budget it was derived from.
+    so the floor of the flag is what the engine gets, not the budget it was derived from. SGLang: the
+    ``mem_fraction_static`` the sizing sets (floored to three digits) of the device less the weights
+    (:func:`~inferplane.components.capacity.sizing.sglang_kv_pool_bytes`).
     """
+    if engine == "sglang":
+        return sglang_kv_pool_bytes(
+            device_bytes=sizing.tensor_parallel_size * accelerator.memory_bytes,
+            mem_fraction_static=sizing.sglang.mem_fraction_static,
+            weights=sizing.weights_bytes,
+        )
     if engine != "triton":
         return sizing.kv_pool_bytes
     return trtllm_kv_pool_bytes(

@@ -309,6 +309,8 @@ def configurations(workload: Workload, filters: Filters) -> list[tuple[Configura
                     fp8_units = accelerator.supports_fp8
                     if engine == "triton" and (tpu or weights == "int4" or ("fp8" in (weights, kv) and not fp8_units)):
                         continue  # TensorRT-LLM: full precision or FP8 (on FP8 tensor cores), on GPUs only
+                    if engine == "sglang" and tpu:
+                        continue  # SGLang's image serves NVIDIA GPUs (the spec refuses it on TPU pools)
                     shapes: dict[int, list[InstanceType]] = {}
                     for node in nodes:
                         probe = SizingRequest(

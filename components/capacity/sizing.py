@@ -38,6 +38,7 @@ from inferplane.components.catalog import (
 )
 from inferplane.components.spec.platform_spec import (
     PLATFORM_KEY,
+    Engine,
     KvCacheDtype,
     ModelDeploymentSpec,
     PlatformSpec,
@@ -133,6 +134,15 @@ TRTLLM_TOKENS_PER_BLOCK = 32
 pinned: smaller blocks reuse more of a shared prefix (reuse matches whole blocks) at some kernel efficiency."""
 
 
+SGLANG_PAGE_SIZE = 16
+"""SGLang's KV page (``--page-size``), set like vLLM's block: its radix cache reuses whole pages, and the gateway's
+prefix index then hashes the engine's own blocks. The attention backends an NVIDIA GPU resolves for these models
+(FlashAttention 3, FlashInfer, Triton, TensorRT-LLM MHA: 16, 32, 64 or 128) take 16; a backend that cannot
+replaces it with a warning (``_mla_backend_page_constraints``, ``_fa4_page_constraint``,
+``sglang/srt/arg_groups/overrides.py`` of sglang 0.5.23). The chunk size must be a multiple of it
+(``validation_hook.py``)."""
+
+
 class VllmSettings(BaseModel):
     """vLLM engine arguments, named as the CLI flags (``--tensor-parallel-size`` ...)."""
 
@@ -175,6 +185,39 @@ class TrtLlmSettings(BaseModel):
     )
 
 
+class SglangSettings(BaseModel):
+    """SGLang server arguments (``python3 -m sglang.launch_server``), named as its flags (``--tp-size`` ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp_size: int = Field(description="``--tp-size``: tensor-parallel ranks, one per GPU of the replica.")
+    context_length: int = Field(description="``--context-length``: the longest sequence served (prompt + output).")
+    max_running_requests: int = Field(
+        description="``--max-running-requests``: sequences in the running batch, the gateway's per-replica slots."
+    )
+    mem_fraction_static: float = Field(
+        description="``--mem-fraction-static``: share of the memory free before loading that holds the weights and "
+        "the KV pool (:func:`sglang_mem_fraction_static`); activations and CUDA graphs live in the rest."
+    )
+    chunked_prefill_size: int = Field(
+        description="``--chunked-prefill-size``: prompt tokens per prefill chunk, -1 when chunking is off."
+    )
+    kv_cache_dtype: Literal["auto", "fp8_e4m3"] = Field(
+        description="``--kv-cache-dtype``: ``auto`` (the model's dtype) or FP8 E4M3 (what vLLM's ``fp8`` means)."
+    )
+    dtype: Literal["bfloat16", "float16"] = Field(description="``--dtype``: weights' and activations' dtype.")
+    quantization: Literal["fp8", "awq"] | None = Field(description="``--quantization``; None for 16-bit weights.")
+    schedule_policy: Literal["lpm", "fcfs"] = Field(
+        description="``--schedule-policy``: ``lpm`` (longest cached prefix first) for prefix-heavy traffic, else "
+        "``fcfs``."
+    )
+    disable_radix_cache: bool = Field(description="``--disable-radix-cache``: no prefix cache (RadixAttention off).")
+    page_size: int = Field(
+        description="``--page-size``: tokens per KV page; the radix cache reuses whole pages, and the gateway's "
+        "prefix index hashes blocks of this size."
+    )
+
+
 class SizingResult(BaseModel):
     """What sizing concluded for one model on one accelerator; ``fits`` False comes with ``reason``."""
 
@@ -210,6 +253,7 @@ class SizingResult(BaseModel):
     cold_start_seconds: float = Field(description="Fetch plus engine start.")
     vllm: VllmSettings
     trtllm: TrtLlmSettings
+    sglang: SglangSettings
 
 
 @dataclass(frozen=True)
@@ -231,6 +275,8 @@ class SizingRequest:
     itl_slo_ms: int = 100
     whole_node: bool = False
     """TPU pods take every chip of their host, so TP is the host's chip count."""
+    prefix_heavy: bool = False
+    """Prompts mostly share long prefixes: SGLang schedules the longest cached prefix first."""
 
 
 def tensor_parallel_candidates(request: SizingRequest) -> list[int]:
@@ -328,6 +374,35 @@ def trtllm_kv_pool_bytes(*, device_bytes: int, free_fraction: float, weights: in
     return int(free * free_fraction) if free > 0 else free
 
 
+def sglang_kv_pool_bytes(*, device_bytes: int, mem_fraction_static: float, weights: int) -> int:
+    """SGLang's KV pool: ``mem_fraction_static`` of the memory free before loading, less the weights.
+
+    SGLang measures the free memory ``B`` before it loads the model, then sizes the KV pool from the memory still free
+    after loading, ``available``, as ``available - B x (1 - mem_fraction_static)``: the remainder ``1 -
+    mem_fraction_static`` is the runtime's slack, where activations, CUDA graphs and NCCL buffers live
+    (``KvCacheConfigurator._profile_available_bytes``, ``sglang/srt/mem_cache/kv_cache_configurator.py`` of sglang
+    0.5.23; "The fraction of the memory used for static allocation (model weights and KV cache memory pool)",
+    ``--mem-fraction-static``'s help in ``sglang/srt/arg_groups/fields/schedule.py``). With ``available = B -
+    weights`` that is ``B x mem_fraction_static - weights``. So unlike vLLM's ``gpu_memory_utilization``, whose
+    budget also holds the profiled activations and non-torch memory, the fraction covers only weights and KV cache.
+    ``B`` is modelled as the device memory; the CUDA context SGLang creates before measuring it (a few hundred MiB
+    per GPU) makes the real pool smaller by that times the fraction, an optimism this model keeps (unmeasured here).
+    ``device_bytes`` and the result are the whole replica's; negative when the weights do not fit.
+    """
+    return int(device_bytes * mem_fraction_static) - weights
+
+
+def sglang_mem_fraction_static(*, device_bytes: int, weights: int, kv_pool: int, cap: float) -> float:
+    """The ``--mem-fraction-static`` that gives SGLang the KV pool sizing planned, floored to three decimals.
+
+    The plan's budget is vLLM's: ``gpu_memory_utilization`` of the device holds weights, reserve and KV pool. SGLang
+    keeps the reserve outside its fraction, so the fraction is ``(weights + kv_pool) / device``, i.e. the utilization
+    less the reserve's share; the engine's whole footprint then stays within the utilization cap (``cap``) as
+    vLLM's does. A misfit (no KV pool) is rendered at the cap, never above it."""
+    fraction = (weights + max(kv_pool, 0)) / device_bytes
+    return min(_fraction_floor(fraction, 3), cap)
+
+
 def _evaluate(request: SizingRequest, tp: int, weights: int, kv_per_token: int) -> _Evaluation:
     model = request.model
     usable = int(tp * request.accelerator.memory_bytes * request.gpu_memory_utilization)
@@ -337,8 +412,9 @@ def _evaluate(request: SizingRequest, tp: int, weights: int, kv_per_token: int) 
     reserve = tp * RUNTIME_RESERVE_BYTES_PER_GPU + activations + logits
     replication = max(model.kv_heads, tp) / model.kv_heads
     kv_effective = int(kv_per_token * replication)
-    # The platform's budget is vLLM's (a share of the device) for either engine: TensorRT-LLM gets the fraction of
-    # its free memory that yields the same pool (``_kv_cache_fraction``), so the safety cap holds for both.
+    # The platform's budget is vLLM's (a share of the device) for every engine: TensorRT-LLM gets the fraction of its
+    # free memory and SGLang the static fraction that yield the same pool (``_kv_cache_fraction``,
+    # ``sglang_mem_fraction_static``), so the safety cap holds for all three.
     kv_pool = vllm_kv_pool_bytes(
         device_bytes=tp * request.accelerator.memory_bytes,
         gpu_memory_utilization=request.gpu_memory_utilization,
@@ -496,6 +572,7 @@ def _result(
         cold_start_seconds=round(fetch + engine_start, 1),
         vllm=_vllm_settings(request, chosen, kv_engine=kv_engine),
         trtllm=_trtllm_settings(request, chosen, kv_engine=kv_engine, kv_fraction=kv_fraction),
+        sglang=_sglang_settings(request, chosen, weights=weights),
     )
 
 
@@ -524,6 +601,34 @@ def _vllm_settings(request: SizingRequest, chosen: _Evaluation, *, kv_engine: Li
         enable_prefix_caching=request.prefix_caching,
         enable_chunked_prefill=request.chunked_prefill,
         block_size=VLLM_BLOCK_SIZE,
+    )
+
+
+def _sglang_settings(request: SizingRequest, chosen: _Evaluation, *, weights: int) -> SglangSettings:
+    """SGLang's server arguments for the chosen evaluation: the same pool, batch and chunk as the other engines."""
+    act = activation_dtype(request.model, request.weights_dtype)
+    quantization: Literal["fp8", "awq"] | None = {"fp8": "fp8", "int4": "awq"}.get(request.weights_dtype)  # type: ignore[assignment]
+    fraction = sglang_mem_fraction_static(
+        device_bytes=chosen.tp * request.accelerator.memory_bytes,
+        weights=weights,
+        kv_pool=chosen.kv_pool,
+        cap=request.gpu_memory_utilization,
+    )
+    return SglangSettings(
+        tp_size=chosen.tp,
+        context_length=request.context,
+        max_running_requests=request.concurrency,
+        mem_fraction_static=fraction,
+        # SGLang refuses a chunk that is not a whole number of pages.
+        chunked_prefill_size=-(-chosen.batched_tokens // SGLANG_PAGE_SIZE) * SGLANG_PAGE_SIZE
+        if request.chunked_prefill
+        else -1,
+        kv_cache_dtype="fp8_e4m3" if request.kv_cache_dtype == "fp8" else "auto",
+        dtype="float16" if act == "fp16" else "bfloat16",
+        quantization=quantization,
+        schedule_policy="lpm" if request.prefix_heavy and request.prefix_caching else "fcfs",
+        disable_radix_cache=not request.prefix_caching,
+        page_size=SGLANG_PAGE_SIZE,
     )
 
 
@@ -649,7 +754,7 @@ class DeploymentSizing(BaseModel):
     name: str
     pool: str
     instance_type: str
-    engine: Literal["vllm", "triton"]
+    engine: Engine
     result: SizingResult
     gpus_per_replica: int
     min_replicas: int
@@ -714,6 +819,7 @@ def request_for(deployment: ModelDeploymentSpec, spec: PlatformSpec) -> SizingRe
         prefix_caching=deployment.prefix_caching,
         itl_slo_ms=deployment.slo.itl_p95_ms,
         whole_node=accelerator.vendor == "google",
+        prefix_heavy=deployment.prefix_heavy,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ImageName = Literal["vllm", "vllm-tpu", "triton-trtllm", "aws-cli"]
+ImageName = Literal["vllm", "vllm-tpu", "triton-trtllm", "sglang", "aws-cli"]
 """Catalog names of the images (the keys of ``image_digests`` in a stack)."""
 
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -31,6 +31,11 @@ VLLM_VERSION = "0.32.0"
 TRITON_RELEASE = "26.05"
 TRTLLM_VERSION = "1.2.1"
 """NGC Triton 26.05 bundles TensorRT-LLM 1.2.1 (triton-inference-server/server issue #8805, 2026-05-29)."""
+
+SGLANG_VERSION = "0.5.23"
+"""SGLang release the ``sglang`` image is pinned to: the newest on PyPI (``sglang`` 0.5.23 on 2026-12-01). Flags are
+verified against that release's own parser (``ServerArgs.add_cli_args``, ``sglang/srt/arg_groups/fields/*.py``) and its
+metric names against ``sglang/srt/observability/metrics_collector.py``; ``tests/references.py`` installs it."""
 
 AWS_CLI_VERSION = "2.37.5"
 
@@ -68,6 +73,14 @@ IMAGES: dict[ImageName, ContainerImage] = {
         tag=f"{TRITON_RELEASE}-trtllm-python-py3",
         source="NGC Triton with the TensorRT-LLM backend (triton-inference-server/server issue #8805)",
     ),
+    "sglang": ContainerImage(
+        repository="lmsysorg/sglang",
+        tag=f"v{SGLANG_VERSION}",
+        source="Docker Hub lmsysorg/sglang; sgl-project/sglang .github/workflows/release-docker.yml publishes each "
+        'release as ``v<version>`` (tag_config ``{"tags": ["v{version}", "latest", ...]}``, the CUDA build the '
+        "release defaults to; ``-cu129``/``-cu130`` name the variants), multi-arch; the server runs as "
+        "``python3 -m sglang.launch_server``",
+    ),
     "aws-cli": ContainerImage(
         repository="amazon/aws-cli",
         tag=AWS_CLI_VERSION,
@@ -82,8 +95,10 @@ def image_reference(name: ImageName, digests: Mapping[str, str] | None = None) -
     return IMAGES[name].reference((digests or {}).get(name))
 
 
-def engine_image(engine: Literal["vllm", "triton"], *, tpu: bool) -> ImageName:
-    """The catalog image an engine serves from: vLLM's CUDA or TPU image, or Triton with TensorRT-LLM."""
+def engine_image(engine: Literal["vllm", "triton", "sglang"], *, tpu: bool) -> ImageName:
+    """The catalog image an engine serves from: vLLM's CUDA or TPU image, Triton with TensorRT-LLM, or SGLang."""
     if engine == "triton":
         return "triton-trtllm"
+    if engine == "sglang":
+        return "sglang"
     return "vllm-tpu" if tpu else "vllm"

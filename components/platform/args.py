@@ -168,12 +168,14 @@ class ModelArchitectureArgs(TypedDict):
 
 
 class Engine(StrEnum):
-    """One of: vllm, triton."""
+    """One of: vllm, triton, sglang."""
 
     VLLM = "vllm"
     """``vllm``."""
     TRITON = "triton"
     """``triton``."""
+    SGLANG = "sglang"
+    """``sglang``."""
 
 
 class WeightsDtype(StrEnum):
@@ -267,7 +269,7 @@ class ModelDeploymentArgs(TypedDict):
     architecture: NotRequired[ModelArchitectureArgs]
     """A custom model's architecture, instead of ``model``."""
     engine: NotRequired[Engine]
-    """Serving engine: vLLM or Triton + TensorRT-LLM."""
+    """Serving engine: vLLM, Triton + TensorRT-LLM, or SGLang (RadixAttention: wins on prefix-heavy agentic and multi-turn traffic)."""
     pool: str
     """Name of the pool the replicas run on."""
     weights_dtype: NotRequired[WeightsDtype]
@@ -296,6 +298,8 @@ class ModelDeploymentArgs(TypedDict):
     """How the gateway picks this model's replica; overrides its tier's ``routing`` and ``gateway.routing``."""
     prefix_caching: NotRequired[bool]
     """Reuse KV blocks across requests sharing a prefix."""
+    prefix_heavy: NotRequired[bool]
+    """Most prompts share long prefixes (agentic loops, multi-turn chat, few-shot templates). SGLang then schedules the waiting request with the longest cached prefix first (``--schedule-policy lpm``); needs prefix_caching."""
     chunked_prefill: NotRequired[bool]
     """Split long prompts so decodes keep flowing."""
     speculative_decoding: NotRequired[SpeculativeDecodingArgs]
@@ -303,7 +307,7 @@ class ModelDeploymentArgs(TypedDict):
     slo: NotRequired[SloArgs]
     """Latency objectives."""
     image_digest: NotRequired[str]
-    """``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU or Triton); wins over the platform's ``image_digests`` and the catalog's tag."""
+    """``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU, Triton or SGLang); wins over the platform's ``image_digests`` and the catalog's tag."""
 
 
 class CacheEngine(StrEnum):
@@ -548,6 +552,6 @@ class PlatformArgs(TypedDict):
     tags: NotRequired[dict[str, str]]
     """Tags added to every cloud resource."""
     image_digests: NotRequired[dict[str, str]]
-    """``sha256:`` digests pinning catalog images by name (``vllm``, ``vllm-tpu``, ``triton-trtllm``, ``aws-cli``); a pinned digest wins over the catalog's tag. Prod's policy config asks for every image."""
+    """``sha256:`` digests pinning catalog images by name (``vllm``, ``vllm-tpu``, ``triton-trtllm``, ``sglang``, ``aws-cli``); a pinned digest wins over the catalog's tag. Prod's policy config asks for every image."""
     hf_token: pulumi.Input[str]
     """Hugging Face token the model servers download gated weights with; pass it as a secret. In the stack's own program this is the ``inferplane:hfToken`` secret config."""

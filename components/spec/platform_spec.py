@@ -33,7 +33,7 @@ Environment = Literal["dev", "staging", "prod"]
 CapacityType = Literal["on_demand", "spot", "capacity_block"]
 WeightsDtype = Literal["bf16", "fp16", "fp8", "int4"]
 KvCacheDtype = Literal["auto", "bf16", "fp16", "fp8"]
-Engine = Literal["vllm", "triton"]
+Engine = Literal["vllm", "triton", "sglang"]
 AmiFamily = Literal["al2023", "bottlerocket"]
 EndpointAccess = Literal["private", "public_and_private"]
 ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
@@ -274,7 +274,11 @@ class ModelDeploymentSpec(_Spec):
     architecture: ModelArchitecture | None = Field(
         default=None, description="A custom model's architecture, instead of ``model``."
     )
-    engine: Engine = Field(default="vllm", description="Serving engine: vLLM or Triton + TensorRT-LLM.")
+    engine: Engine = Field(
+        default="vllm",
+        description="Serving engine: vLLM, Triton + TensorRT-LLM, or SGLang (RadixAttention: wins on prefix-heavy "
+        "agentic and multi-turn traffic).",
+    )
     pool: Name = Field(description="Name of the pool the replicas run on.")
     weights_dtype: WeightsDtype = Field(default="bf16", description="Weight precision: bf16, fp16, fp8 or int4 (AWQ).")
     weights_repo: str | None = Field(
@@ -310,14 +314,20 @@ class ModelDeploymentSpec(_Spec):
         "``gateway.routing``.",
     )
     prefix_caching: bool = Field(default=True, description="Reuse KV blocks across requests sharing a prefix.")
+    prefix_heavy: bool = Field(
+        default=False,
+        description="Most prompts share long prefixes (agentic loops, multi-turn chat, few-shot templates). SGLang "
+        "then schedules the waiting request with the longest cached prefix first (``--schedule-policy lpm``); needs "
+        "prefix_caching.",
+    )
     chunked_prefill: bool = Field(default=True, description="Split long prompts so decodes keep flowing.")
     speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
     image_digest: str | None = Field(
         default=None,
         pattern=DIGEST_PATTERN,
-        description="``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU or Triton); wins over "
-        "the platform's ``image_digests`` and the catalog's tag.",
+        description="``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU, Triton or SGLang); "
+        "wins over the platform's ``image_digests`` and the catalog's tag.",
     )
 
     @model_validator(mode="after")
@@ -560,7 +570,8 @@ class PlatformSpec(_Spec):
     image_digests: dict[ImageName, Annotated[str, Field(pattern=DIGEST_PATTERN)]] = Field(
         default_factory=dict,
         description="``sha256:`` digests pinning catalog images by name (``vllm``, ``vllm-tpu``, ``triton-trtllm``, "
-        "``aws-cli``); a pinned digest wins over the catalog's tag. Prod's policy config asks for every image.",
+        "``sglang``, ``aws-cli``); a pinned digest wins over the catalog's tag. Prod's policy config asks for every "
+        "image.",
     )
 
     def image_digests_for(self, deployment: ModelDeploymentSpec, image: ImageName) -> dict[str, str]:
@@ -843,7 +854,10 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
             chips = tpu_topology_chips(pool.tpu_topology) if pool.tpu_topology else instance.accelerators_per_node
             if deployment.engine != "vllm":
                 add(
-                    SpecIssue(f"{at}.engine", "TPU pools serve with vLLM's TPU image; Triton TensorRT-LLM needs NVIDIA")
+                    SpecIssue(
+                        f"{at}.engine",
+                        "TPU pools serve with vLLM's TPU image; Triton TensorRT-LLM and SGLang's image need NVIDIA",
+                    )
                 )
             if deployment.weights_dtype != "bf16" or deployment.kv_cache_dtype not in ("auto", "bf16"):
                 add(SpecIssue(f"{at}.weights_dtype", "TPU v5e serves bf16 weights and KV cache"))
@@ -856,8 +870,23 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
                     "speculative decoding with Triton needs the BLS model and a draft engine; not supported",
                 )
             )
+        _check_sglang(deployment, at, add)
         if deployment.engine == "triton" and deployment.weights_dtype == "int4":
             add(SpecIssue(f"{at}.weights_dtype", "int4 (AWQ) is served with vLLM; build TensorRT-LLM engines in fp8"))
+
+
+def _check_sglang(deployment: ModelDeploymentSpec, at: str, add: Any) -> None:
+    """What SGLang cannot be asked for: vLLM's n-gram window, and longest-prefix scheduling without a prefix cache."""
+    speculative = deployment.speculative_decoding
+    if deployment.engine == "sglang" and speculative is not None and speculative.prompt_lookup_max is not None:
+        add(
+            SpecIssue(
+                f"{at}.speculative_decoding.prompt_lookup_max",
+                "SGLang's NGRAM speculation matches against its own token trie and takes no prompt-lookup window",
+            )
+        )
+    if deployment.prefix_heavy and not deployment.prefix_caching:
+        add(SpecIssue(f"{at}.prefix_heavy", "prefix-heavy traffic is served from the prefix cache: set prefix_caching"))
 
 
 ServingCluster = Literal["eks", "gke"]

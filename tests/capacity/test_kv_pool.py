@@ -11,6 +11,8 @@ from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.sizing import (
     SizingRequest,
     SizingResult,
+    sglang_kv_pool_bytes,
+    sglang_mem_fraction_static,
     size,
     trtllm_kv_pool_bytes,
     vllm_kv_pool_bytes,
@@ -50,6 +52,20 @@ def test_tensorrt_llm_takes_its_fraction_of_what_is_free_after_weights_and_buffe
     # Nothing free: 80 - 90 - 2 = -12 GiB = -12,884,901,888, reported unscaled (the engine cannot start).
     none = trtllm_kv_pool_bytes(device_bytes=80 * GIB, free_fraction=0.9, weights=90 * GIB, runtime_buffers=2 * GIB)
     assert none == -12_884_901_888
+
+
+def test_sglang_takes_its_static_fraction_of_the_device_for_weights_and_kv_only() -> None:
+    # 0.85 x 80 GiB = 73,014,444,032 (exactly 68 GiB) holds the weights and the KV pool; activations live in the
+    # remaining 0.15. Less 60 GiB of weights: 8 GiB = 8,589,934,592 bytes.
+    pool = sglang_kv_pool_bytes(device_bytes=80 * GIB, mem_fraction_static=0.85, weights=60 * GIB)
+    assert pool == 8_589_934_592
+    # vLLM's 0.85 would also have to hold the 2 GiB reserve: 6 GiB. The same number means less cache to vLLM.
+    assert pool - 2 * GIB == vllm_kv_pool_bytes(
+        device_bytes=80 * GIB, gpu_memory_utilization=0.85, weights=60 * GIB, non_kv=2 * GIB
+    )
+    # The fraction sizing renders for a 10 GiB pool under a 0.9 cap: (60 + 10) / 80 = 0.875; never above the cap.
+    assert sglang_mem_fraction_static(device_bytes=80 * GIB, weights=60 * GIB, kv_pool=10 * GIB, cap=0.9) == 0.875
+    assert sglang_mem_fraction_static(device_bytes=80 * GIB, weights=76 * GIB, kv_pool=-6 * GIB, cap=0.9) == 0.9
 
 
 def test_at_the_memory_edge_trtllm_bench_allocates_far_more_than_a_device_share_would() -> None:
@@ -104,6 +120,12 @@ def test_each_engine_gets_the_pool_its_flag_yields_and_the_platform_cap_holds() 
     vllm = perf_model.replica_from_sizing(sizing, LLAMA_70B, H100, "vllm")
     trt = perf_model.replica_from_sizing(sizing, LLAMA_70B, H100, "triton")
     assert (vllm.kv_capacity_tokens, trt.kv_capacity_tokens) == (31_845, 31_530)
+    # SGLang's static fraction holds weights and pool: (72,655,052,800 + 5,217,559,961) / 85,899,345,920 = 0.90656,
+    # floored to 0.906 (below the 0.93 cap: the reserve lives outside it). The engine allocates
+    # int(0.906 x 85,899,345,920) - 72,655,052,800 = 5,169,754,603 bytes, 31,553 tokens.
+    assert sizing.sglang.mem_fraction_static == 0.906
+    assert perf_model.kv_pool_bytes(sizing, H100, "sglang") == 5_169_754_603
+    assert perf_model.replica_from_sizing(sizing, LLAMA_70B, H100, "sglang").kv_capacity_tokens == 31_553
 
 
 def test_the_memory_edge_is_where_the_weights_take_half_the_device_memory() -> None:

@@ -145,6 +145,13 @@ def test_only_allowed_precisions_are_used() -> None:
     assert {(c.weights_dtype, c.kv_cache_dtype) for c in result.candidates} == {("bf16", "auto")}
 
 
+def test_sglang_configurations_stay_on_nvidia_gpus() -> None:
+    sglang = configurations(_workload(), Filters(accelerators=("l4-24gb", "tpu-v5e"), engines=("sglang",)))
+    vllm = configurations(_workload(), Filters(accelerators=("l4-24gb", "tpu-v5e"), engines=("vllm",)))
+    assert {c.accelerator.id for c, _ in sglang} == {"l4-24gb"}
+    assert {c.accelerator.id for c, _ in vllm} == {"l4-24gb", "tpu-v5e"}
+
+
 def test_peak_rate_sets_max_replicas_and_the_batch_sets_the_keda_threshold() -> None:
     workload = _workload(requests_per_second=3.0, peak_requests_per_second=30.0)
     first = plan(workload, Filters(accelerators=("l4-24gb",), engines=("vllm",))).candidates[0]

@@ -95,6 +95,31 @@ def test_engine_settings_follow_the_sizing() -> None:
     assert 0 < result.trtllm.kv_cache_free_gpu_mem_fraction <= 0.95
     awq = size(_request(weights_dtype="int4"))
     assert awq.vllm.quantization == "awq" and awq.vllm.dtype == "float16"
+    sglang = result.sglang
+    assert (sglang.tp_size, sglang.context_length, sglang.max_running_requests) == (
+        result.tensor_parallel_size,
+        8192,
+        32,
+    )
+    assert sglang.kv_cache_dtype == "fp8_e4m3" and sglang.quantization == "fp8" and sglang.dtype == "bfloat16"
+    assert sglang.chunked_prefill_size == result.max_num_batched_tokens and sglang.page_size == 16
+    assert (sglang.schedule_policy, sglang.disable_radix_cache) == ("fcfs", False)
+    assert (awq.sglang.quantization, awq.sglang.dtype) == ("awq", "float16")
+
+
+def test_sglang_schedules_longest_prefix_first_only_for_prefix_heavy_traffic_with_a_cache() -> None:
+    assert size(_request(prefix_heavy=True)).sglang.schedule_policy == "lpm"
+    assert size(_request(prefix_heavy=False)).sglang.schedule_policy == "fcfs"
+    no_cache = size(_request(prefix_heavy=True, prefix_caching=False)).sglang
+    assert (no_cache.schedule_policy, no_cache.disable_radix_cache) == ("fcfs", True)
+    assert size(_request(chunked_prefill=False)).sglang.chunked_prefill_size == -1
+
+
+def test_sglang_chunks_are_whole_pages() -> None:
+    # 3000 concurrent sequences raise the step budget to 3000 tokens; SGLang's chunk rounds up to 3008 (188 pages).
+    result = size(_request(concurrency=3000, context=1024, weights_dtype="fp8", kv_cache_dtype="fp8", itl_slo_ms=10))
+    assert result.max_num_batched_tokens == 3000
+    assert result.sglang.chunked_prefill_size == 3008
 
 
 def test_batched_token_budget_tracks_the_itl_objective() -> None:

@@ -50,6 +50,7 @@ def test_size_json_honours_the_contract(capsys: pytest.CaptureFixture[str]) -> N
     assert out["tensor_parallel_size"] == 4
     assert out["vllm"]["tensor_parallel_size"] == 4 and out["vllm"]["max_model_len"] == 8192
     assert out["trtllm"]["tensor_parallel"] == 4 and out["trtllm"]["max_batch_size"] == 32
+    assert out["sglang"]["tp_size"] == 4 and out["sglang"]["max_running_requests"] == 32
 
 
 def test_size_json_refusal_exits_1_with_reason(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,6 +74,8 @@ def test_size_readable_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "llama-3.1-8b on l4-24gb" in out
     assert "--tensor-parallel-size 1 --max-model-len 4096 --max-num-seqs 4" in out
+    # SGLang's fraction holds weights and KV only: 0.9 less the reserve's share of the L4 (sizing.py).
+    assert "SGLang: --tp-size 1 --context-length 4096 --max-running-requests 4 --mem-fraction-static 0.824" in out
 
 
 @pytest.mark.parametrize(
