@@ -67,6 +67,7 @@ if TYPE_CHECKING:
         DeploymentSizing,
         PlatformSizing,
         PoolSizing,
+        SglangSettings,
         SizingRequest,
         SizingResult,
         TrtLlmSettings,
@@ -116,6 +117,10 @@ if TYPE_CHECKING:
     from inferplane.components.serving.network_policy import (
         ServingNetworkPolicy,
         ServingNetworkPolicyArgs,
+    )
+    from inferplane.components.serving.sglang_service import (
+        SglangService,
+        SglangServiceArgs,
     )
     from inferplane.components.serving.triton_service import (
         TritonTrtLlmService,
@@ -177,6 +182,7 @@ _EXPORTS: dict[str, str] = {
     "SizingResult": "capacity.sizing",
     "TrtLlmSettings": "capacity.sizing",
     "VllmSettings": "capacity.sizing",
+    "SglangSettings": "capacity.sizing",
     "request_for": "capacity.sizing",
     "size": "capacity.sizing",
     "size_platform": "capacity.sizing",
@@ -203,6 +209,8 @@ _EXPORTS: dict[str, str] = {
     "VllmServiceArgs": "serving.vllm_service",
     "TritonTrtLlmService": "serving.triton_service",
     "TritonTrtLlmServiceArgs": "serving.triton_service",
+    "SglangService": "serving.sglang_service",
+    "SglangServiceArgs": "serving.sglang_service",
     "MonitoringStack": "observability.monitoring",
     "MonitoringStackArgs": "observability.monitoring",
     "ServingRules": "observability.alerts",
@@ -231,6 +239,7 @@ COMPONENT_TYPES: dict[str, str] = {
     "QueueDepthAutoscaler": "inferplane:index:QueueDepthAutoscaler",
     "VllmService": "inferplane:index:VllmService",
     "TritonTrtLlmService": "inferplane:index:TritonTrtLlmService",
+    "SglangService": "inferplane:index:SglangService",
     "MonitoringStack": "inferplane:index:MonitoringStack",
     "ServingRules": "inferplane:index:ServingRules",
     "ServingDashboards": "inferplane:index:ServingDashboards",
@@ -299,6 +308,9 @@ __all__ = [
     "ServingNetworkPolicyArgs",
     "ServingRules",
     "ServingRulesArgs",
+    "SglangService",
+    "SglangServiceArgs",
+    "SglangSettings",
     "SizingRequest",
     "SizingResult",
     "SloSpec",

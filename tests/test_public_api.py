@@ -32,12 +32,13 @@ PINNED_TYPE_TOKENS = (
     "inferplane:index:ServingDashboards",
     "inferplane:index:ServingNetworkPolicy",
     "inferplane:index:ServingRules",
+    "inferplane:index:SglangService",
     "inferplane:index:TpuNodePool",
     "inferplane:index:TritonTrtLlmService",
     "inferplane:index:VllmService",
 )
-"""Every component type token as released (0.1.0 and 0.2.0). A rename edits this list deliberately and keeps the old
-token as a ``pulumi.Alias(type_=...)`` on the component (docs/public-api.md)."""
+"""Every component type token as released (0.1.0 and 0.2.0; ``SglangService`` added after 0.4.0). A rename edits this
+list deliberately and keeps the old token as a ``pulumi.Alias(type_=...)`` on the component (docs/public-api.md)."""
 
 
 def _registered_tokens() -> dict[str, str]:

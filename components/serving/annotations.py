@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferplane.components.capacity.sizing import DeploymentSizing
-from inferplane.components.spec.platform_spec import RoutingSpec
+from inferplane.components.spec.platform_spec import Engine, RoutingSpec
 from inferplane.components.spec.scheduling import ACCELERATOR_LABEL, POOL_LABEL
 
 PREFIX = "inferplane.io/"
@@ -62,7 +62,7 @@ SERVED_MODEL_LABEL = f"{PREFIX}model"
 MODEL = f"{PREFIX}catalog-model"
 """Annotation: catalog model id (``llama-3.3-70b``) or, for a custom architecture, its Hugging Face repository."""
 ENGINE = f"{PREFIX}engine"
-"""``vllm`` or ``triton``."""
+"""``vllm``, ``triton`` or ``sglang``."""
 ACCELERATOR = ACCELERATOR_LABEL
 """Catalog accelerator id the replicas run on (the node label of the same name)."""
 POOL = POOL_LABEL
@@ -123,7 +123,7 @@ class ServingAnnotations(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str | None = Field(default=None, description=MODEL)
-    engine: Literal["vllm", "triton"] | None = Field(default=None, description=ENGINE)
+    engine: Engine | None = Field(default=None, description=ENGINE)
     accelerator: str | None = Field(default=None, description=ACCELERATOR)
     pool: str | None = Field(default=None, description=POOL)
     instance_type: str | None = Field(default=None, description=INSTANCE_TYPE)

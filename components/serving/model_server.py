@@ -1,8 +1,8 @@
 """What every model server shares: placement, fitted resources, probes from sizing, pod security, weights cache.
 
-``VllmService`` and ``TritonTrtLlmService`` build their pods from these pieces, so both engines agree on how a
-replica lands on its pool, how much of the node it may take, how long it may take to start and how it is locked
-down. Nothing here recomputes an engine setting: those come from :mod:`components.capacity.sizing`.
+``VllmService``, ``TritonTrtLlmService`` and ``SglangService`` build their pods from these pieces, so the engines
+agree on how a replica lands on its pool, how much of the node it may take, how long it may take to start and how it
+is locked down. Nothing here recomputes an engine setting: those come from :mod:`components.capacity.sizing`.
 
 Model weights (decision, see README "Model servers"): an S3 model bucket, synced by an init container onto the
 node's local NVMe (the instance store backs the kubelet's ephemeral storage, so an ``emptyDir`` lives on it), is
@@ -364,6 +364,46 @@ def hf_token_file() -> tuple[k8s.core.v1.VolumeMountArgs, k8s.core.v1.EnvVarArgs
         k8s.core.v1.VolumeMountArgs(name=HF_TOKEN_VOLUME, mount_path=HF_TOKEN_DIR, read_only=True),
         k8s.core.v1.EnvVarArgs(name="HF_TOKEN_PATH", value=f"{HF_TOKEN_DIR}/token"),
     )
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Where the pods read the checkpoint, and what the pod needs for it: ``model`` is the engine's model argument
+    (a local folder when the cache syncs it, the hub id otherwise)."""
+
+    model: str
+    env: tuple[k8s.core.v1.EnvVarArgs, ...]
+    init_containers: tuple[k8s.core.v1.ContainerArgs, ...]
+    mounts: tuple[k8s.core.v1.VolumeMountArgs, ...]
+    volumes: tuple[k8s.core.v1.VolumeArgs, ...]
+
+
+def weights_source(
+    deployment: ModelDeploymentSpec,
+    *,
+    hf_token_secret_name: pulumi.Input[str],
+    model_cache_uri: pulumi.Input[str] | None,
+    image_digests: Mapping[str, str],
+) -> Weights:
+    """The model cache, synced onto the node by an init container, or else the hub, read with the token file.
+
+    Shared by the engines that load a Hugging Face checkpoint themselves (vLLM, SGLang)."""
+    repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
+    if model_cache_uri is None:
+        token_mount, token_env = hf_token_file()
+        return Weights(
+            model=repo,
+            env=(token_env,),
+            init_containers=(),
+            mounts=(token_mount,),
+            volumes=(hf_token_volume(hf_token_secret_name),),
+        )
+    model = f"{MODELS_MOUNT}/{repo}"
+    source = pulumi.Output.concat(model_cache_uri, repo, "/")
+    fetch = s3_sync_container("fetch-weights", source, model, "models", image=image_reference("aws-cli", image_digests))
+    # Offline: a missing file must fail the pod, not silently pull the checkpoint from the hub.
+    offline = k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")
+    return Weights(model=model, env=(offline,), init_containers=(fetch,), mounts=(), volumes=())
 
 
 def pod_monitor(

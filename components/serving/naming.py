@@ -6,7 +6,7 @@ Pure (no Pulumi): the model-server components name their Services with these hel
 
 from __future__ import annotations
 
-from typing import Literal
+from inferplane.components.spec.platform_spec import Engine
 
 SERVING_NAMESPACE = "inference"
 """Namespace of the model servers in every cluster (the gateway and KEDA look for them here)."""
@@ -33,6 +33,15 @@ TRITON_GRPC_PORT = 8001
 TRITON_HEALTH_PATH = "/health/ready"
 """The OpenAI frontend's readiness: 200 when the in-process Triton server is ready, 400 when not
 (``routers/observability.py`` of the same release)."""
+
+SGLANG_PORT = 30000
+"""SGLang's default ``--port`` (``ServerArgs.port``, ``sglang/srt/arg_groups/fields/serving.py`` of sglang 0.5.23),
+passed explicitly; the OpenAI API, ``/health`` and, with ``--enable-metrics``, ``/metrics`` share it."""
+
+SGLANG_HEALTH_PATH = "/health"
+"""SGLang's health endpoint: 503 while the server starts or shuts down, 200 once it serves (``health_generate`` in
+``sglang/srt/entrypoints/http_server.py`` of sglang 0.5.23; ``/health`` generates no token unless
+``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`` is set, so probes cost the engine nothing)."""
 
 CLUSTER_DOMAIN = "cluster.local"
 """The clusters' DNS domain (the EKS and GKE default)."""
@@ -65,11 +74,19 @@ def model_endpoints_host(deployment: str, namespace: str = SERVING_NAMESPACE) ->
     return f"{model_endpoints_service_name(deployment)}.{namespace}.svc.{CLUSTER_DOMAIN}"
 
 
-def model_service_port(engine: Literal["vllm", "triton"]) -> int:
+_SERVICE_PORTS: dict[Engine, int] = {"vllm": VLLM_PORT, "triton": TRITON_OPENAI_PORT, "sglang": SGLANG_PORT}
+_HEALTH_PATHS: dict[Engine, str] = {
+    "vllm": VLLM_HEALTH_PATH,
+    "triton": TRITON_HEALTH_PATH,
+    "sglang": SGLANG_HEALTH_PATH,
+}
+
+
+def model_service_port(engine: Engine) -> int:
     """The Service port that carries a model server's OpenAI API (what the gateway calls)."""
-    return VLLM_PORT if engine == "vllm" else TRITON_OPENAI_PORT
+    return _SERVICE_PORTS[engine]
 
 
-def model_health_path(engine: Literal["vllm", "triton"]) -> str:
+def model_health_path(engine: Engine) -> str:
     """The path on :func:`model_service_port` answering 200 when a replica is ready (probes and the gateway)."""
-    return VLLM_HEALTH_PATH if engine == "vllm" else TRITON_HEALTH_PATH
+    return _HEALTH_PATHS[engine]

@@ -194,41 +194,6 @@ class VllmService(ms.ModelServer):
         )
 
 
-@dataclass(frozen=True)
-class _Weights:
-    """Where the pods read the checkpoint, and what the pod needs for it: ``model`` is ``vllm serve``'s first
-    argument (a local folder when the cache syncs it, the hub id otherwise)."""
-
-    model: str
-    env: tuple[k8s.core.v1.EnvVarArgs, ...]
-    init_containers: tuple[k8s.core.v1.ContainerArgs, ...]
-    mounts: tuple[k8s.core.v1.VolumeMountArgs, ...]
-    volumes: tuple[k8s.core.v1.VolumeArgs, ...]
-
-
-def _weights(args: VllmServiceArgs) -> _Weights:
-    """The model cache, synced onto the node by an init container, or else the hub, read with the token file."""
-    deployment = args.deployment
-    repo = deployment.weights_repo or deployment.architecture_resolved.hf_repo
-    if args.model_cache_uri is None:
-        token_mount, token_env = ms.hf_token_file()
-        return _Weights(
-            model=repo,
-            env=(token_env,),
-            init_containers=(),
-            mounts=(token_mount,),
-            volumes=(ms.hf_token_volume(args.hf_token_secret_name),),
-        )
-    model = f"{ms.MODELS_MOUNT}/{repo}"
-    source = pulumi.Output.concat(args.model_cache_uri, repo, "/")
-    fetch = ms.s3_sync_container(
-        "fetch-weights", source, model, "models", image=image_reference("aws-cli", args.image_digests)
-    )
-    # Offline: a missing file must fail the pod, not silently pull the checkpoint from the hub.
-    offline = k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")
-    return _Weights(model=model, env=(offline,), init_containers=(fetch,), mounts=(), volumes=())
-
-
 def _server_pod(
     args: VllmServiceArgs,
     placement: ms.Placement,
@@ -239,7 +204,12 @@ def _server_pod(
     sizing = args.sizing
     resources = ms.fit_resources(placement, sizing.result.vllm.tensor_parallel_size, sizing.result.weights_bytes)
     drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
-    weights = _weights(args)
+    weights = ms.weights_source(
+        args.deployment,
+        hf_token_secret_name=args.hf_token_secret_name,
+        model_cache_uri=args.model_cache_uri,
+        image_digests=args.image_digests,
+    )
     return ms.server_pod(
         account,
         placement,
@@ -260,7 +230,7 @@ def _server_pod(
 
 
 def _server_container(
-    args: VllmServiceArgs, placement: ms.Placement, resources: ms.FittedResources, weights: _Weights, drain: int
+    args: VllmServiceArgs, placement: ms.Placement, resources: ms.FittedResources, weights: ms.Weights, drain: int
 ) -> k8s.core.v1.ContainerArgs:
     """``vllm serve`` with every flag from sizing, its probes, and a drain as long as one full generation."""
     deployment, sizing = args.deployment, args.sizing

@@ -479,6 +479,8 @@ def test_composition_leaves_tpu_pools_out_and_builds_nothing_without_aws_servers
     staging = stack_spec("staging")
     assert model_cache_accounts(staging) == [
         ServiceAccountRef(namespace="inference", name="llama-8b-sa", write=True),
+        # SGLang reads its checkpoint from the cache; only Triton writes (its built engines).
+        ServiceAccountRef(namespace="inference", name="qwen-agent-sa"),
         ServiceAccountRef(namespace="inference", name="gateway-sa"),
     ]
     tpu_only = staging.model_copy(update={"models": [m for m in staging.models if m.name == "qwen-7b"]})

@@ -197,14 +197,13 @@ def test_each_serving_namespace_denies_by_default_and_admits_the_gateway_prometh
         },
     }
     servers = {"matchLabels": {"app.kubernetes.io/component": "model-server"}}
-    # EKS serves Triton (its OpenAI frontend: the API and /metrics on 9000), GKE vLLM (one port for all).
+    # EKS serves Triton (its OpenAI frontend: the API and /metrics on 9000) and SGLang (both on 30000), GKE vLLM
+    # (one port for all).
+    eks_ports = [{"port": 9000, "protocol": "TCP"}, {"port": 30000, "protocol": "TCP"}]
     assert _policy_spec(evaluation, "eks-serving-network-policy-model-server-ingress") == {
         "podSelector": servers,
         "policyTypes": ["Ingress"],
-        "ingress": [
-            {"from": [gateway], "ports": [{"port": 9000, "protocol": "TCP"}]},
-            {"from": [prometheus], "ports": [{"port": 9000, "protocol": "TCP"}]},
-        ],
+        "ingress": [{"from": [gateway], "ports": eks_ports}, {"from": [prometheus], "ports": eks_ports}],
     }
     assert _policy_spec(evaluation, "gke-serving-network-policy-model-server-ingress")["ingress"] == [
         {"from": [gateway], "ports": [{"port": 8000, "protocol": "TCP"}]},

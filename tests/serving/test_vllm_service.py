@@ -200,7 +200,7 @@ def test_gpu_limit_is_tp_and_startup_budget_covers_engine_start(stack: str) -> N
     evaluation = evaluate_servers(spec)
     for sizing in plan.deployments:
         deployment = evaluation.named(f"{sizing.name}-deployment")
-        main = container(deployment, "vllm" if sizing.engine == "vllm" else "triton")
+        main = container(deployment, sizing.engine)  # each engine's container is named after it
         limits = main["resources"]["limits"]
         if "google.com/tpu" in limits:
             assert limits["google.com/tpu"] == str(sizing.result.tensor_parallel_size)
