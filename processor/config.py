@@ -98,7 +98,9 @@ class ModelConfig(_Config):
 
     name: str = Field(description="Deployment name: the served model name clients ask for and Envoy routes on.")
     tier: str = Field(description="The gateway tier the model belongs to (its ``routing_tier``).")
-    engine: Literal["vllm", "triton"] = Field(description="The serving engine (which series report its load).")
+    engine: Literal["vllm", "triton", "sglang"] = Field(
+        description="The serving engine (which series report its load)."
+    )
     endpoints: tuple[str, ...] = Field(
         min_length=1,
         description="``host:port`` names of the model's replicas, each resolved as Envoy resolves it: in a "

@@ -26,8 +26,6 @@ from inferplane.components.gateway.cache_observability import cache_panels, cach
 from inferplane.components.observability.alerts import AlertingRule, RecordingRule, RuleGroup, record_name
 from inferplane.components.observability.dashboards import PANEL_HEIGHT, Dashboard, PanelDraft, two_column_panels
 from inferplane.components.observability.metrics import (
-    VLLM_PREFIX_CACHE_HITS,
-    VLLM_PREFIX_CACHE_QUERIES,
     ModelSeries,
 )
 from inferplane.components.serving.naming import SERVING_NAMESPACE
@@ -162,11 +160,7 @@ def engine_prefix_hit_ratio(model: ModelSeries) -> str | None:
     (``cpp/include/tensorrt_llm/batch_manager/kvCacheManager.h``, ``getKvCacheStats``) never reaches Prometheus, so
     no ratio can be formed.
     """
-    if model.engine != "vllm":
-        return None
-    hits = f"sum(rate({VLLM_PREFIX_CACHE_HITS}{{{model.engine_selector}}}[5m]))"
-    queries = f"sum(rate({VLLM_PREFIX_CACHE_QUERIES}{{{model.engine_selector}}}[5m]))"
-    return f"{hits} / {queries}"
+    return model.prefix_cache_hit_ratio()
 
 
 def _models_of_tier(config: ProcessorConfig) -> dict[str, list[str]]:

@@ -39,6 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.gateway.cache_renderer import render_cache_config
 from inferplane.components.observability.metrics import (
+    SGLANG_QUEUE_REQUESTS,
+    SGLANG_RUNNING_REQUESTS,
+    SGLANG_TOKEN_USAGE,
     TRTLLM_KV_CACHE_BLOCKS,
     TRTLLM_REQUESTS,
     VLLM_KV_CACHE_USAGE,
@@ -226,17 +229,32 @@ def serving_clusters(spec: PlatformSpec) -> tuple[Cluster, ...]:
 
 def max_model_len(sizing: DeploymentSizing) -> int:
     """The engine's context length (prompt + output) from sizing: the gateway's hard context cap."""
-    return sizing.result.vllm.max_model_len if sizing.engine == "vllm" else sizing.result.trtllm.max_seq_len
+    result = sizing.result
+    return {
+        "vllm": result.vllm.max_model_len,
+        "triton": result.trtllm.max_seq_len,
+        "sglang": result.sglang.context_length,
+    }[sizing.engine]
 
 
 def max_num_seqs(sizing: DeploymentSizing) -> int:
-    """Sequences one replica runs at once, from sizing."""
-    return sizing.result.vllm.max_num_seqs if sizing.engine == "vllm" else sizing.result.trtllm.max_batch_size
+    """Sequences one replica runs at once, from sizing (SGLang's ``--max-running-requests``)."""
+    result = sizing.result
+    return {
+        "vllm": result.vllm.max_num_seqs,
+        "triton": result.trtllm.max_batch_size,
+        "sglang": result.sglang.max_running_requests,
+    }[sizing.engine]
 
 
 def kv_block_tokens(sizing: DeploymentSizing) -> int:
     """Tokens per KV-cache block of the engine, from sizing: the prefix index's block."""
-    return sizing.result.vllm.block_size if sizing.engine == "vllm" else sizing.result.trtllm.tokens_per_block
+    result = sizing.result
+    return {
+        "vllm": result.vllm.block_size,
+        "triton": result.trtllm.tokens_per_block,
+        "sglang": result.sglang.page_size,
+    }[sizing.engine]
 
 
 def kv_pool_blocks(sizing: DeploymentSizing) -> int:
@@ -257,6 +275,11 @@ LOAD_SERIES: dict[str, LoadSeries] = {
         running=MetricSelector(name=TRTLLM_REQUESTS, labels=(("request_type", "active"),)),
         waiting=MetricSelector(name=TRTLLM_REQUESTS, labels=(("request_type", "waiting"),)),
         kv_usage=MetricSelector(name=TRTLLM_KV_CACHE_BLOCKS, labels=(("kv_cache_block_type", "fraction"),)),
+    ),
+    "sglang": LoadSeries(
+        running=MetricSelector(name=SGLANG_RUNNING_REQUESTS),
+        waiting=MetricSelector(name=SGLANG_QUEUE_REQUESTS),
+        kv_usage=MetricSelector(name=SGLANG_TOKEN_USAGE),
     ),
 }
 """Where each engine reports the load the router reads from every replica's ``/metrics`` (names from

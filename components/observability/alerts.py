@@ -180,7 +180,7 @@ def _recording_rules(s: ModelSeries) -> list[RecordingRule]:
 
 
 def _latency_alerts(inputs: ModelAlertInputs) -> list[AlertingRule]:
-    """TTFT p95 above its objective, and ITL p95 above its objective where the engine reports ITL (vLLM)."""
+    """TTFT p95 above its objective, and ITL p95 above its objective where the engine reports ITL (vLLM, SGLang)."""
     s = inputs.series
     selector = _model_selector(s)
     ttft_slo = inputs.slo.ttft_p95_ms / 1000
@@ -216,7 +216,8 @@ def _latency_alerts(inputs: ModelAlertInputs) -> list[AlertingRule]:
 
 
 def _saturation_alerts(s: ModelSeries) -> list[AlertingRule]:
-    """The KV cache nearly full for a while, and any preemption where the engine reports them (vLLM)."""
+    """The KV cache nearly full for a while, and any preemption where the engine reports them (vLLM; SGLang's
+    retractions)."""
     alerts = [
         AlertingRule(
             alert="InferplaneKvCacheNearlyFull",

@@ -222,7 +222,7 @@ def _percentile_targets(s: ModelSeries, metric: str) -> list[tuple[str, str]]:
 
 
 def _latency_panels(inputs: ModelDashboardInputs) -> list[PanelDraft]:
-    """TTFT percentiles, and ITL percentiles where the engine reports ITL (vLLM), each with its objective."""
+    """TTFT percentiles, and ITL percentiles where the engine reports ITL (vLLM, SGLang), each with its objective."""
     s = inputs.series
     drafts = [
         PanelDraft(
@@ -247,7 +247,8 @@ def _latency_panels(inputs: ModelDashboardInputs) -> list[PanelDraft]:
 
 
 def _throughput_panels(s: ModelSeries) -> list[PanelDraft]:
-    """Token rates, the fullest replica's KV cache (red at the alert's 95%) and preemptions where reported."""
+    """Token rates, the fullest replica's KV cache (red at the alert's 95%), and preemptions and the prefix-cache hit
+    ratio where reported."""
     drafts = [
         PanelDraft(
             "Tokens per second",
@@ -269,6 +270,16 @@ def _throughput_panels(s: ModelSeries) -> list[PanelDraft]:
                 "short",
                 [(preemptions, "per second")],
                 description="Any preemption means the KV cache ran out.",
+            )
+        )
+    hit_ratio = s.prefix_cache_hit_ratio()
+    if hit_ratio is not None:
+        drafts.append(
+            PanelDraft(
+                "Prefix-cache hit ratio",
+                "percentunit",
+                [(hit_ratio, "prompt tokens from the cache")],
+                description="Prompt tokens the engines found in their prefix caches, over all prompt tokens.",
             )
         )
     return drafts

@@ -95,8 +95,12 @@ def autoscaling_policy(
                 f"({MAX_STABILIZATION_WINDOW_SECONDS}s); set min_replicas equal to max_replicas"
             )
         window = MAX_STABILIZATION_WINDOW_SECONDS
-    # The batch the engine runs: vLLM --max-num-seqs, or TensorRT-LLM's max_batch_size.
-    batch = sizing.vllm.max_num_seqs if engine == "vllm" else sizing.trtllm.max_batch_size
+    # The batch the engine runs: vLLM --max-num-seqs, TensorRT-LLM's max_batch_size, SGLang --max-running-requests.
+    batch = {
+        "vllm": sizing.vllm.max_num_seqs,
+        "triton": sizing.trtllm.max_batch_size,
+        "sglang": sizing.sglang.max_running_requests,
+    }[engine]
     return AutoscalingPolicy(
         min_replicas=min_replicas,
         max_replicas=max_replicas,
@@ -224,7 +228,7 @@ class QueueDepthAutoscalerArgs:
     served_model_name: str
     """The model's served name (vLLM ``--served-model-name``); selects its series."""
     engine: Engine
-    """``vllm`` or ``triton``."""
+    """``vllm``, ``triton`` or ``sglang``."""
     deployment_name: pulumi.Input[str]
     """The model server's Deployment (the scale target); the ScaledObject takes its name."""
     namespace: pulumi.Input[str]
@@ -287,8 +291,8 @@ def _validated_policy(name: str, args: QueueDepthAutoscalerArgs) -> AutoscalingP
     def error(path: str, reason: str) -> None:
         errors.append(pulumi.InputPropertyErrorDetails(property_path=path, reason=reason))
 
-    if args.engine not in ("vllm", "triton"):
-        error("engine", f"unknown engine {args.engine!r} (vllm or triton)")
+    if args.engine not in ("vllm", "triton", "sglang"):
+        error("engine", f"unknown engine {args.engine!r} (vllm, triton or sglang)")
     if args.min_replicas < 0:
         error("min_replicas", f"{args.min_replicas} is negative")
     if args.max_replicas < max(1, args.min_replicas):

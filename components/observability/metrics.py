@@ -18,6 +18,10 @@ Versions the names are valid for:
   histogram is Triton core's ``nv_inference_first_response_histogram_ms`` (Triton ``docs/user_guide/metrics.md``,
   opt-in with ``--metrics-config histogram_latencies=true``). Triton exposes no inter-token latency and no preemption
   counter.
+* **SGLang 0.5.23** (``sglang/srt/observability/metrics_collector.py``, exported with ``--enable-metrics``): the
+  scheduler's gauges and the tokenizer's counters and histograms, each labelled ``model_name`` (the
+  ``--served-model-name``) and ``engine_type``; only the first tensor-parallel rank of a replica reports the
+  scheduler's. Counters are declared with their ``_total`` name, which prometheus_client exposes unchanged.
 * **dcgm-exporter 4.x** (``etc/default-counters.csv``; chart ``gpu-helm-charts/dcgm-exporter`` 4.8.2), with its
   Kubernetes mapping on (the chart's default ``DCGM_EXPORTER_KUBERNETES=true``), which labels each GPU's series with
   the ``namespace`` and ``pod`` using it.
@@ -33,11 +37,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
 
 from inferplane.components.serving.triton_config import COMPOSING_MODELS, TENSORRT_LLM
+from inferplane.components.spec.platform_spec import Engine as SpecEngine
 
-Engine = Literal["vllm", "triton"]
+Engine = SpecEngine
+"""The serving engines (the spec's ``Engine``)."""
 
 # --- vLLM >= 0.12 (vllm/v1/metrics/loggers.py) ---------------------------------------------------------------
 VLLM_REQUESTS_WAITING = "vllm:num_requests_waiting"
@@ -68,6 +73,34 @@ VLLM_PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 number of queried tokens", same source)."""
 VLLM_MODEL_LABEL = "model_name"
 """The label carrying ``--served-model-name`` on every vLLM series."""
+
+# --- SGLang 0.5.23 (sglang/srt/observability/metrics_collector.py) -----------------------------------------------
+SGLANG_QUEUE_REQUESTS = "sglang:num_queue_reqs"
+"""Gauge: requests in the scheduler's waiting queue ("The number of requests in the waiting queue"). The autoscaler's
+signal."""
+SGLANG_RUNNING_REQUESTS = "sglang:num_running_reqs"
+"""Gauge: requests in the running batch."""
+SGLANG_TOKEN_USAGE = "sglang:token_usage"
+"""Gauge 0-1: used KV-pool tokens over the pool's ``max_total_num_tokens`` (``PoolStatsObserver``)."""
+SGLANG_CACHED_TOKENS = "sglang:cached_tokens_total"
+"""Counter: prompt tokens served from the prefix cache, labelled by ``cache_source`` (device, host, storage); over
+``sglang:prompt_tokens_total`` it is the token hit ratio (the gauge ``sglang:cache_hit_rate`` covers recent prefill
+batches only)."""
+SGLANG_RETRACTIONS = "sglang:num_retracted_requests_total"
+"""Counter: requests retracted from the running batch when the KV pool ran out (SGLang's preemption; "Total number
+of retracted requests")."""
+SGLANG_PROMPT_TOKENS = "sglang:prompt_tokens_total"
+"""Counter: prefill tokens processed."""
+SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
+"""Counter: tokens generated."""
+SGLANG_TTFT = "sglang:time_to_first_token_seconds"
+"""Histogram: time to first token."""
+SGLANG_ITL = "sglang:inter_token_latency_seconds"
+"""Histogram: inter-token latency."""
+SGLANG_E2E_LATENCY = "sglang:e2e_request_latency_seconds"
+"""Histogram: end-to-end request latency."""
+SGLANG_MODEL_LABEL = "model_name"
+"""The label carrying ``--served-model-name`` on every SGLang series."""
 
 # --- Triton 26.05 + TensorRT-LLM backend ------------------------------------------------------------------------
 TRTLLM_REQUESTS = "nv_trt_llm_request_metrics"
@@ -164,26 +197,33 @@ class ModelSeries:
 
     @property
     def engine_selector(self) -> str:
-        """Matchers for the engine's own series (vLLM: plus ``model_name``; Triton: plus the engine model)."""
+        """Matchers for the engine's own series (vLLM, SGLang: plus ``model_name``; Triton: plus the engine model)."""
         if self.engine == "vllm":
             return f'{self.pods},{VLLM_MODEL_LABEL}="{self.name}"'
+        if self.engine == "sglang":
+            return f'{self.pods},{SGLANG_MODEL_LABEL}="{self.name}"'
         return f'{self.pods},model="{TRITON_ENGINE_MODEL}"'
 
     # --- the autoscaler's signal ---------------------------------------------------------------------------
     def queue_depth(self) -> str:
         """Requests waiting for a batch slot across all replicas: one element, as KEDA's Prometheus scaler needs.
 
-        vLLM: ``vllm:num_requests_waiting``. Triton: the TensorRT-LLM batch manager's waiting requests (requests
-        reach the backend at once under decoupled in-flight batching, so Triton's own pending count stays near 0).
+        vLLM: ``vllm:num_requests_waiting``. SGLang: ``sglang:num_queue_reqs``. Triton: the TensorRT-LLM batch
+        manager's waiting requests (requests reach the backend at once under decoupled in-flight batching, so Triton's
+        own pending count stays near 0).
         """
         if self.engine == "vllm":
             return f"sum({VLLM_REQUESTS_WAITING}{{{self.engine_selector}}})"
+        if self.engine == "sglang":
+            return f"sum({SGLANG_QUEUE_REQUESTS}{{{self.engine_selector}}})"
         return f'sum({TRTLLM_REQUESTS}{{{self.engine_selector},request_type="waiting"}})'
 
     def running(self) -> str:
         """Requests in the running batch across replicas."""
         if self.engine == "vllm":
             return f"sum({VLLM_REQUESTS_RUNNING}{{{self.engine_selector}}})"
+        if self.engine == "sglang":
+            return f"sum({SGLANG_RUNNING_REQUESTS}{{{self.engine_selector}}})"
         return f'sum({TRTLLM_REQUESTS}{{{self.engine_selector},request_type="active"}})'
 
     # --- saturation ------------------------------------------------------------------------------------------
@@ -191,27 +231,48 @@ class ModelSeries:
         """The fullest replica's KV-cache usage, 0-1."""
         if self.engine == "vllm":
             return f"max({VLLM_KV_CACHE_USAGE}{{{self.engine_selector}}})"
+        if self.engine == "sglang":
+            return f"max({SGLANG_TOKEN_USAGE}{{{self.engine_selector}}})"
         return f'max({TRTLLM_KV_CACHE_BLOCKS}{{{self.engine_selector},kv_cache_block_type="fraction"}})'
 
     def preemptions_rate(self) -> str | None:
-        """Preemptions per second over 5m; None for Triton (TensorRT-LLM exports no preemption counter)."""
+        """Preemptions per second over 5m (SGLang: retractions); None for Triton (TensorRT-LLM exports no preemption
+        counter)."""
         if self.engine == "vllm":
             return f"sum(rate({VLLM_PREEMPTIONS}{{{self.engine_selector}}}[5m]))"
+        if self.engine == "sglang":
+            return f"sum(rate({SGLANG_RETRACTIONS}{{{self.engine_selector}}}[5m]))"
+        return None
+
+    def prefix_cache_hit_ratio(self) -> str | None:
+        """Prompt tokens found in the engines' prefix caches over prompt tokens looked up, 5m, across replicas; None
+        for Triton (TensorRT-LLM exports reused blocks but no lookups, so no ratio can be formed).
+
+        vLLM: ``prefix_cache_hits / prefix_cache_queries``; SGLang: ``cached_tokens / prompt_tokens``."""
+        if self.engine == "vllm":
+            hits = f"sum(rate({VLLM_PREFIX_CACHE_HITS}{{{self.engine_selector}}}[5m]))"
+            queries = f"sum(rate({VLLM_PREFIX_CACHE_QUERIES}{{{self.engine_selector}}}[5m]))"
+            return f"{hits} / {queries}"
+        if self.engine == "sglang":
+            hits = f"sum(rate({SGLANG_CACHED_TOKENS}{{{self.engine_selector}}}[5m]))"
+            return f"{hits} / {self.prompt_tokens_rate()}"
         return None
 
     # --- latency -----------------------------------------------------------------------------------------------
     def ttft_quantile(self, quantile: float) -> str:
         """Time to first token in seconds at ``quantile`` over 5m, across replicas."""
-        if self.engine == "vllm":
-            buckets = f"{VLLM_TTFT}_bucket{{{self.engine_selector}}}"
+        if self.engine in ("vllm", "sglang"):
+            name = VLLM_TTFT if self.engine == "vllm" else SGLANG_TTFT
+            buckets = f"{name}_bucket{{{self.engine_selector}}}"
             return f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[5m])))"
         buckets = f'{TRITON_FIRST_RESPONSE}_bucket{{{self.pods},model!~"{TRITON_COMPOSING_MODELS}"}}'
         return f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[5m]))) / 1000"
 
     def itl_quantile(self, quantile: float) -> str | None:
         """Inter-token latency in seconds at ``quantile`` over 5m; None for Triton (not exported)."""
-        if self.engine == "vllm":
-            buckets = f"{VLLM_ITL}_bucket{{{self.engine_selector}}}"
+        if self.engine in ("vllm", "sglang"):
+            name = VLLM_ITL if self.engine == "vllm" else SGLANG_ITL
+            buckets = f"{name}_bucket{{{self.engine_selector}}}"
             return f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[5m])))"
         return None
 
@@ -220,12 +281,16 @@ class ModelSeries:
         """Generated tokens per second over 5m, across replicas."""
         if self.engine == "vllm":
             return f"sum(rate({VLLM_GENERATION_TOKENS}{{{self.engine_selector}}}[5m]))"
+        if self.engine == "sglang":
+            return f"sum(rate({SGLANG_GENERATION_TOKENS}{{{self.engine_selector}}}[5m]))"
         return f"sum(rate({TRTLLM_OUTPUT_TOKENS}_sum{{{self.engine_selector}}}[5m]))"
 
     def prompt_tokens_rate(self) -> str:
         """Prompt tokens per second over 5m, across replicas."""
         if self.engine == "vllm":
             return f"sum(rate({VLLM_PROMPT_TOKENS}{{{self.engine_selector}}}[5m]))"
+        if self.engine == "sglang":
+            return f"sum(rate({SGLANG_PROMPT_TOKENS}{{{self.engine_selector}}}[5m]))"
         return f"sum(rate({TRTLLM_INPUT_TOKENS}_sum{{{self.engine_selector}}}[5m]))"
 
     # --- replicas (kube-state-metrics) -------------------------------------------------------------------------

@@ -417,9 +417,20 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
 def test_staging_splits_the_tier_by_cluster(tmp_path: Path) -> None:
     eks = ProcessorConfig.model_validate_json(_rendered("staging", "eks", tmp_path).processor_json)
     gke = ProcessorConfig.model_validate_json(_rendered("staging", "gke", tmp_path).processor_json)
-    assert [(t.name, t.models, t.fallback) for t in eks.tiers] == [("standard", ("llama-8b",), ())]
+    assert [(t.name, t.models, t.fallback) for t in eks.tiers] == [("standard", ("llama-8b", "qwen-agent"), ())]
     assert [(t.name, t.models, t.fallback) for t in gke.tiers] == [("standard", ("qwen-7b",), ())]
     assert [m.name for m in gke.models] == ["qwen-7b"]
+    # SGLang behind the gateway: its port, its running-request slots, its 16-token pages, its own load series.
+    agent = eks.model("qwen-agent")
+    assert agent is not None
+    assert agent.engine == "sglang"
+    assert agent.endpoints == ("qwen-agent-endpoints.inference.svc.cluster.local:30000",)
+    assert (agent.max_num_seqs, agent.max_model_len, agent.routing.block_tokens) == (16, 16384, 16)
+    assert agent.routing.load == LoadSeries(
+        running=MetricSelector(name="sglang:num_running_reqs"),
+        waiting=MetricSelector(name="sglang:num_queue_reqs"),
+        kv_usage=MetricSelector(name="sglang:token_usage"),
+    )
     # vLLM on TPU: no --block-size flag, but the prefix index still cuts prompts into sizing's 16-token blocks, and
     # the router reads vLLM's series.
     [qwen] = gke.models
@@ -460,7 +471,7 @@ def _staging_with_a_second_eks_model() -> dict[str, Any]:
     return raw
 
 
-CLUSTERS_OF_STAGING_MODELS = {"llama-8b": "eks", "llama-8b-b": "eks", "qwen-7b": "gke"}
+CLUSTERS_OF_STAGING_MODELS = {"llama-8b": "eks", "llama-8b-b": "eks", "qwen-7b": "gke", "qwen-agent": "eks"}
 STAGING_SIZING = size_platform(_parse(_staging_with_a_second_eks_model()))
 
 
@@ -475,9 +486,13 @@ def test_a_fallback_on_its_primarys_cluster_is_served_there_only(tmp_path: Path)
     spec = _parse(raw)
     eks = gc.processor_config(spec, STAGING_SIZING, "eks", gc.GatewayAddresses())
     gke = gc.processor_config(spec, STAGING_SIZING, "gke", gc.GatewayAddresses())
-    assert [(t.name, t.models, t.fallback) for t in eks.tiers] == [("standard", ("llama-8b",), ("llama-8b-b",))]
+    # qwen-agent's routing_tier is standard: it joins the tier as a primary after the listed one.
+    assert [(t.name, t.models, t.fallback) for t in eks.tiers] == [
+        ("standard", ("llama-8b", "qwen-agent"), ("llama-8b-b",))
+    ]
     assert [(t.name, t.models, t.fallback) for t in gke.tiers] == [("tpu", ("qwen-7b",), ())]
-    assert gc.fallback_aliases(spec, "llama-8b-b") == ("llama-8b",)
+    # The fallback answers to both primaries' names (Envoy retries the body unchanged).
+    assert gc.fallback_aliases(spec, "llama-8b-b") == ("llama-8b", "qwen-agent")
     assert gc.fallback_aliases(spec, "qwen-7b") == ()
     rendered = gc.render_gateway(spec, STAGING_SIZING, "eks", _write_keys(tmp_path / "keys"))
     bootstrap = yaml.safe_load(rendered.envoy_yaml)
@@ -508,7 +523,7 @@ def test_a_fallback_on_another_cluster_is_refused_naming_both_clusters() -> None
     )
 )
 def test_a_tier_is_refused_or_served_with_every_fallback(tier: tuple[list[str], list[str]]) -> None:
-    """Over every tier staging's three models can make (each with ``routing_tier: standard``, so a model the tier
+    """Over every tier staging's four models can make (each with ``routing_tier: standard``, so a model the tier
     does not name joins it as a primary after the listed ones): the spec refuses a fallback off a primary's
     cluster, and otherwise each cluster with a primary serves the tier with its own primaries and every fallback
     (none dropped); a cluster without a primary does not serve the tier."""

@@ -36,6 +36,13 @@ TRITON = ModelAlertInputs(
     max_replicas=8,
     cold_start_seconds=120.0,
 )
+SGLANG = ModelAlertInputs(
+    series=ModelSeries("qwen-7b", "sglang", "models", "qwen-7b"),
+    slo=SloSpec(ttft_p95_ms=1000, itl_p95_ms=50),
+    target_waiting_per_replica=16,
+    max_replicas=4,
+    cold_start_seconds=60.0,
+)
 POD_A = "llama-70b-server-5d8f7c9b4-x2x9z"
 POD_B = "llama-70b-server-5d8f7c9b4-q7m4k"
 TRT_POD = "llama-8b-server-7c9d5b6f8-lk2pq"
@@ -102,6 +109,7 @@ def fired(group: RuleGroup, alert: str, labels: dict[str, str], **rendered: str)
 
 VLLM_GROUP = model_rule_group(VLLM)
 TRITON_GROUP = model_rule_group(TRITON)
+SGLANG_GROUP = model_rule_group(SGLANG)
 GPU_GROUP = gpu_rule_group()
 MODEL_70B = {"severity": "warning", "model": "llama-70b", "namespace": "models"}
 TTFT_BUCKETS = ("0.25", "0.5", "1", "2.5", "5", "+Inf")
@@ -146,13 +154,13 @@ def test_rule_groups_are_the_expected_rules() -> None:
 
 
 def test_promtool_checks_the_rule_files(tmp_path: Path) -> None:
-    result = check_rules([VLLM_GROUP, TRITON_GROUP, GPU_GROUP], tmp_path)
+    result = check_rules([VLLM_GROUP, TRITON_GROUP, SGLANG_GROUP, GPU_GROUP], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert sum(len(g.rules) for g in (VLLM_GROUP, TRITON_GROUP, GPU_GROUP)) == 16 + 11 + 2
-    assert "SUCCESS: 29 rules found" in result.stdout
+    assert sum(len(g.rules) for g in (VLLM_GROUP, TRITON_GROUP, SGLANG_GROUP, GPU_GROUP)) == 16 + 11 + 16 + 2
+    assert "SUCCESS: 45 rules found" in result.stdout
 
 
-@pytest.mark.parametrize("group", [VLLM_GROUP, TRITON_GROUP, GPU_GROUP], ids=lambda g: g.name)
+@pytest.mark.parametrize("group", [VLLM_GROUP, TRITON_GROUP, SGLANG_GROUP, GPU_GROUP], ids=lambda g: g.name)
 def test_prometheus_rules_validate_against_the_crd(group: RuleGroup) -> None:
     rule: dict[str, Any] = {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -370,6 +378,64 @@ def test_triton_rules_fire_on_tensorrt_llm_series(tmp_path: Path) -> None:
         },
     ]
     _assert_passes(run_rule_tests([TRITON_GROUP], tests, tmp_path))
+
+
+SGLANG_POD = "qwen-7b-6b9c8d7f5-p4r8t"
+
+
+def sglang_series(metric: str, values: str, **extra: str) -> dict[str, str]:
+    """An SGLang series as scraped through a PodMonitor: the collector's labels plus the operator's target labels."""
+    labels = {
+        "namespace": "models",
+        "pod": SGLANG_POD,
+        "job": "models/qwen-7b",
+        "model_name": "qwen-7b",
+        "engine_type": "unified",
+        "tp_rank": "0",
+        **extra,
+    }
+    return {"series": metric + _labels(**labels), "values": values}
+
+
+def test_sglang_rules_fire_on_sglang_series(tmp_path: Path) -> None:
+    slow = histogram(
+        sglang_series, "sglang:time_to_first_token_seconds", TTFT_BUCKETS, "2.5", per_minute=60, minutes=30
+    )
+    slow_itl = histogram(
+        sglang_series, "sglang:inter_token_latency_seconds", ITL_BUCKETS, "0.1", per_minute=600, minutes=30
+    )
+    fast_itl = histogram(
+        sglang_series, "sglang:inter_token_latency_seconds", ITL_BUCKETS, "0.025", per_minute=600, minutes=30
+    )
+    full = [sglang_series("sglang:token_usage", "0.98x30")]
+    roomy = [sglang_series("sglang:token_usage", "0.7x30")]
+    retracting = [sglang_series("sglang:num_retracted_requests_total", "0x10 1+1x10")]
+    steady = [sglang_series("sglang:num_retracted_requests_total", "4x20")]
+    model = {"severity": "warning", "model": "qwen-7b", "namespace": "models"}
+    tests = [
+        alert_case("InferplaneTtftP95AboveSlo", slow, "20m", [fired(SGLANG_GROUP, "InferplaneTtftP95AboveSlo", {})]),
+        alert_case("InferplaneItlP95AboveSlo", slow_itl, "20m", [fired(SGLANG_GROUP, "InferplaneItlP95AboveSlo", {})]),
+        alert_case("InferplaneItlP95AboveSlo", fast_itl, "20m", []),
+        alert_case(
+            "InferplaneKvCacheNearlyFull", full, "10m", [fired(SGLANG_GROUP, "InferplaneKvCacheNearlyFull", model)]
+        ),
+        alert_case("InferplaneKvCacheNearlyFull", roomy, "10m", []),
+        alert_case("InferplanePreemptions", retracting, "15m", [fired(SGLANG_GROUP, "InferplanePreemptions", {})]),
+        alert_case("InferplanePreemptions", steady, "15m", []),
+        {
+            "name": "sglang queue",
+            "interval": "1m",
+            "input_series": [sglang_series("sglang:num_queue_reqs", "40x30")],
+            "promql_expr_test": [
+                {
+                    "expr": SGLANG.series.queue_depth(),
+                    "eval_time": "10m",
+                    "exp_samples": [{"labels": "{}", "value": 40}],
+                }
+            ],
+        },
+    ]
+    _assert_passes(run_rule_tests([SGLANG_GROUP], tests, tmp_path))
 
 
 def test_gpu_alerts_fire_on_dcgm_series(tmp_path: Path) -> None:

@@ -36,6 +36,12 @@ TRITON = ModelDashboardInputs(
     itl_slo_ms=40,
     replica_hourly_usd=None,
 )
+SGLANG = ModelDashboardInputs(
+    series=ModelSeries("qwen-7b", "sglang", "models", "qwen-7b"),
+    ttft_slo_ms=1000,
+    itl_slo_ms=50,
+    replica_hourly_usd=None,
+)
 
 
 def test_vllm_dashboard_has_every_panel() -> None:
@@ -46,6 +52,7 @@ def test_vllm_dashboard_has_every_panel() -> None:
         "Tokens per second",
         "KV-cache usage (fullest replica)",
         "Preemptions",
+        "Prefix-cache hit ratio",
         "Queue depth and replicas",
         "GPU utilisation",
         "GPU memory used",
@@ -60,9 +67,33 @@ def test_vllm_dashboard_has_every_panel() -> None:
     assert board["uid"] == "inferplane-llama-70b" and board["schemaVersion"] == 39
 
 
+def test_sglang_dashboard_reads_sglangs_own_series() -> None:
+    board = model_dashboard(SGLANG).render()
+    panels = {p["title"]: [t["expr"] for t in p["targets"]] for p in board["panels"]}
+    assert list(panels) == [
+        "Time to first token",
+        "Inter-token latency",
+        "Tokens per second",
+        "KV-cache usage (fullest replica)",
+        "Preemptions",
+        "Prefix-cache hit ratio",
+        "Queue depth and replicas",
+        "GPU utilisation",
+        "GPU memory used",
+    ]
+    engine = 'namespace="models",pod=~"qwen-7b-[a-z0-9]+-[a-z0-9]+",model_name="qwen-7b"'
+    assert panels["Preemptions"] == [f"sum(rate(sglang:num_retracted_requests_total{{{engine}}}[5m]))"]
+    assert panels["Prefix-cache hit ratio"] == [
+        f"sum(rate(sglang:cached_tokens_total{{{engine}}}[5m])) / sum(rate(sglang:prompt_tokens_total{{{engine}}}[5m]))"
+    ]
+    assert panels["Queue depth and replicas"][1] == f"sum(sglang:num_running_reqs{{{engine}}})"
+    assert board["title"] == "inferplane / qwen-7b (sglang)"
+
+
 def test_triton_dashboard_leaves_out_what_triton_does_not_export() -> None:
     titles = [p["title"] for p in model_dashboard(TRITON).render()["panels"]]
     assert "Inter-token latency" not in titles and "Preemptions" not in titles
+    assert "Prefix-cache hit ratio" not in titles
     # No catalog price, no cost panel.
     assert "$ per million generated tokens" not in titles
 
@@ -84,7 +115,7 @@ def test_cost_panel_turns_the_catalog_price_into_dollars_per_million_tokens() ->
     )
 
 
-@pytest.mark.parametrize("inputs", [VLLM, TRITON], ids=["vllm", "triton"])
+@pytest.mark.parametrize("inputs", [VLLM, TRITON, SGLANG], ids=["vllm", "triton", "sglang"])
 def test_panels_tile_the_grid_without_overlap(inputs: ModelDashboardInputs) -> None:
     board = model_dashboard(inputs).render()
     cells: set[tuple[int, int]] = set()
@@ -107,7 +138,10 @@ def test_grid_positions_outside_grafanas_grid_are_refused() -> None:
 
 def test_every_dashboard_query_parses(tmp_path: Path) -> None:
     expressions = [
-        t["expr"] for inputs in (VLLM, TRITON) for p in model_dashboard(inputs).render()["panels"] for t in p["targets"]
+        t["expr"]
+        for inputs in (VLLM, TRITON, SGLANG)
+        for p in model_dashboard(inputs).render()["panels"]
+        for t in p["targets"]
     ]
     result = check_expressions(expressions, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -73,6 +73,23 @@ def test_dev_scale_to_zero_uses_min_zero_and_no_idle_count() -> None:
     assert policy.target_waiting_per_replica == 1  # a batch of 4: floor(1.0), never 0
 
 
+def test_sglang_scales_on_its_queue_against_its_running_request_slots() -> None:
+    result = sizing("prod", "llama-70b")
+    policy = autoscaling_policy(
+        result, engine="sglang", min_replicas=1, max_replicas=4, scale_to_zero=False, scrape_interval_seconds=15
+    )
+    assert result.sglang.max_running_requests == 24
+    assert policy.target_waiting_per_replica == 6  # a quarter of --max-running-requests
+    spec = scaled_object_spec(policy, ModelSeries("qwen-7b", "sglang", "models", "qwen-7b"), prometheus_url=URL)
+    query = spec["triggers"][0]["metadata"]["query"]
+    assert (
+        query
+        == 'sum(sglang:num_queue_reqs{namespace="models",pod=~"qwen-7b-[a-z0-9]+-[a-z0-9]+",model_name="qwen-7b"})'
+    )
+    assert spec["triggers"][0]["metadata"]["threshold"] == "6"
+    assert errors(scaled_object(spec, "qwen-7b")) == []
+
+
 def test_scale_to_zero_above_a_minimum_sets_idle_replica_count_zero() -> None:
     policy = autoscaling_policy(
         sizing("prod", "llama-8b"),
@@ -287,7 +304,7 @@ def test_bad_inputs_are_refused_together_before_anything_registers() -> None:
         except pulumi.InputPropertiesError as exc:
             registered.append(exc.message)
             assert exc.errors == [
-                {"property_path": "engine", "reason": "unknown engine 'tgi' (vllm or triton)"},
+                {"property_path": "engine", "reason": "unknown engine 'tgi' (vllm, triton or sglang)"},
                 {"property_path": "max_replicas", "reason": "0 is below 1 or below min_replicas (0)"},
                 {"property_path": "min_replicas", "reason": "0 needs scale_to_zero"},
                 {"property_path": "scrape_interval_seconds", "reason": "1 is outside 5..120"},
@@ -296,8 +313,8 @@ def test_bad_inputs_are_refused_together_before_anything_registers() -> None:
     result = evaluate(program, mocks=PlatformMocks(), stack="dev")
     assert result.registrations == ()
     assert registered == [
-        "QueueDepthAutoscaler bad: engine: unknown engine 'tgi' (vllm or triton); max_replicas: 0 is below 1 or "
-        "below min_replicas (0); min_replicas: 0 needs scale_to_zero; scrape_interval_seconds: 1 is outside 5..120"
+        "QueueDepthAutoscaler bad: engine: unknown engine 'tgi' (vllm, triton or sglang); max_replicas: 0 is below "
+        "1 or below min_replicas (0); min_replicas: 0 needs scale_to_zero; scrape_interval_seconds: 1 is outside 5..120"
     ]
 
 

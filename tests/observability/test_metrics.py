@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,11 @@ from inferplane.components.observability import metrics
 from inferplane.components.observability.metrics import ModelSeries
 from inferplane.components.serving.annotations import SCRAPE_LABELS
 from tests.promtool import check_expressions
+from tests.references import sglang_dir
 
 VLLM = ModelSeries("llama-8b", "vllm", "models", "llama-8b-server")
 TRITON = ModelSeries("llama-8b", "triton", "models", "llama-8b-trt")
+SGLANG = ModelSeries("qwen-7b", "sglang", "models", "qwen-7b")
 
 
 def test_names_are_the_vllm_0_12_exposition() -> None:
@@ -63,6 +66,46 @@ def test_triton_selectors_are_exact() -> None:
     assert TRITON.preemptions_rate() is None
 
 
+def test_every_sglang_series_is_registered_by_the_pinned_sglang() -> None:
+    source = (sglang_dir() / "sglang" / "srt" / "observability" / "metrics_collector.py").read_text()
+    registered = set(re.findall(r'name="(sglang:[a-z0-9_]+)"', source))
+    ours = {v for k, v in vars(metrics).items() if k.startswith("SGLANG_") and isinstance(v, str) and ":" in v}
+    assert ours == {
+        "sglang:num_queue_reqs",
+        "sglang:num_running_reqs",
+        "sglang:token_usage",
+        "sglang:cached_tokens_total",
+        "sglang:num_retracted_requests_total",
+        "sglang:prompt_tokens_total",
+        "sglang:generation_tokens_total",
+        "sglang:time_to_first_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+    }
+    assert ours <= registered, sorted(ours - registered)
+    # The served name is the label every collector carries.
+    assert '"model_name": get_serving().served_model_name' in source
+
+
+def test_sglang_selectors_are_exact() -> None:
+    engine = 'namespace="models",pod=~"qwen-7b-[a-z0-9]+-[a-z0-9]+",model_name="qwen-7b"'
+    assert SGLANG.queue_depth() == f"sum(sglang:num_queue_reqs{{{engine}}})"
+    assert SGLANG.running() == f"sum(sglang:num_running_reqs{{{engine}}})"
+    assert SGLANG.kv_cache_usage() == f"max(sglang:token_usage{{{engine}}})"
+    assert SGLANG.preemptions_rate() == f"sum(rate(sglang:num_retracted_requests_total{{{engine}}}[5m]))"
+    assert SGLANG.itl_quantile(0.95) == (
+        f"histogram_quantile(0.95, sum by (le) (rate(sglang:inter_token_latency_seconds_bucket{{{engine}}}[5m])))"
+    )
+    assert SGLANG.ttft_quantile(0.5) == (
+        f"histogram_quantile(0.5, sum by (le) (rate(sglang:time_to_first_token_seconds_bucket{{{engine}}}[5m])))"
+    )
+    assert SGLANG.generation_tokens_rate() == f"sum(rate(sglang:generation_tokens_total{{{engine}}}[5m]))"
+    assert SGLANG.prefix_cache_hit_ratio() == (
+        f"sum(rate(sglang:cached_tokens_total{{{engine}}}[5m])) / sum(rate(sglang:prompt_tokens_total{{{engine}}}[5m]))"
+    )
+    assert TRITON.prefix_cache_hit_ratio() is None
+
+
 def test_dotted_deployment_names_are_escaped_in_the_pod_regex() -> None:
     series = ModelSeries("m", "vllm", "ns", "a.b")
     assert r'pod=~"a\\.b-[a-z0-9]+-[a-z0-9]+"' in series.pods
@@ -85,7 +128,7 @@ def test_names_that_could_break_promql_are_refused(field: str, kwargs: dict[str,
 
 def test_every_expression_parses(tmp_path: Path) -> None:
     expressions: list[str] = []
-    for series in (VLLM, TRITON, ModelSeries("m", "vllm", "ns", "a.b")):
+    for series in (VLLM, TRITON, SGLANG, ModelSeries("m", "vllm", "ns", "a.b")):
         expressions += [
             series.queue_depth(),
             series.running(),
@@ -98,7 +141,8 @@ def test_every_expression_parses(tmp_path: Path) -> None:
             series.gpu_utilization(),
             series.gpu_memory_used_bytes(),
         ]
-        expressions += [e for e in (series.itl_quantile(0.5), series.preemptions_rate()) if e is not None]
+        optional = (series.itl_quantile(0.5), series.preemptions_rate(), series.prefix_cache_hit_ratio())
+        expressions += [e for e in optional if e is not None]
     result = check_expressions(expressions, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(expressions)} rules found" in result.stdout

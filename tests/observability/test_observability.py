@@ -59,7 +59,11 @@ def test_every_model_deployment_scales_on_a_prometheus_queue_metric(stack: str) 
         assert so.inputs["spec"]["scaleTargetRef"]["name"] == f"{model.name}-server"
         triggers = so.inputs["spec"]["triggers"]
         assert {t["type"] for t in triggers} == {"prometheus"}
-        waiting = "vllm:num_requests_waiting" if model.engine == "vllm" else 'request_type="waiting"'
+        waiting = {
+            "vllm": "vllm:num_requests_waiting",
+            "triton": 'request_type="waiting"',
+            "sglang": "sglang:num_queue_reqs",
+        }[model.engine]
         assert waiting in triggers[0]["metadata"]["query"]
         assert so.inputs["spec"]["minReplicaCount"] == model.min_replicas
         assert so.inputs["spec"]["maxReplicaCount"] == model.max_replicas
@@ -147,11 +151,12 @@ def test_missing_and_unknown_targets_are_refused_before_anything_is_declared() -
 
 
 def test_each_cluster_gets_its_own_keda_and_monitoring_beside_its_servers() -> None:
-    spec = platform("staging")  # llama-8b on EKS (Triton), qwen-7b on a GKE TPU pool
+    spec = platform("staging")  # llama-8b (Triton) and qwen-agent (SGLang) on EKS, qwen-7b on a GKE TPU pool
     plan = size_platform(spec)
     serving = {
         "llama-8b": ServingTarget("llama-8b", "inference"),
         "qwen-7b": ServingTarget("qwen-7b", "inference", cluster="gke"),
+        "qwen-agent": ServingTarget("qwen-agent", "inference"),
     }
 
     def program() -> None:
@@ -166,7 +171,12 @@ def test_each_cluster_gets_its_own_keda_and_monitoring_beside_its_servers() -> N
     def provider_of(name: str) -> str:
         return result.named(name).provider.rsplit("::", 1)[0]
 
-    for name in ("keda-chart", "monitoring-chart", "llama-8b-autoscaler-scaledobject"):
+    for name in (
+        "keda-chart",
+        "monitoring-chart",
+        "llama-8b-autoscaler-scaledobject",
+        "qwen-agent-autoscaler-scaledobject",
+    ):
         assert provider_of(name) == eks_provider.urn
     for name in ("gke-keda-chart", "gke-monitoring-chart", "qwen-7b-autoscaler-scaledobject"):
         assert provider_of(name) == gke_provider.urn
@@ -174,4 +184,5 @@ def test_each_cluster_gets_its_own_keda_and_monitoring_beside_its_servers() -> N
     eks_rules = json.dumps([r.inputs for n, r in rules.items() if not n.startswith("gke-")])
     gke_rules = json.dumps([r.inputs for n, r in rules.items() if n.startswith("gke-")])
     assert "llama-8b" in eks_rules and "qwen-7b" not in eks_rules
+    assert "sglang:num_retracted_requests_total" in eks_rules and "sglang:" not in gke_rules
     assert "qwen-7b" in gke_rules and "llama-8b" not in gke_rules
