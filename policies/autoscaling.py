@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferplane.components.observability.metrics import (
+    SGLANG_QUEUE_REQUESTS,
+    TRITON_PENDING_REQUESTS,
+    TRTLLM_REQUESTS,
+    VLLM_REQUESTS_WAITING,
+)
 from inferplane.components.serving.annotations import COMPONENT_LABEL, GATEWAY, SERVED_MODEL_LABEL
 from inferplane.policies.base import (
     UNKNOWN,
@@ -30,9 +36,10 @@ KEDA_MIN_REPLICAS_DEFAULT = 0
 KEDA_MAX_REPLICAS_DEFAULT = 100
 """ScaledObject defaults (kedacore/keda-docs 2.22 reference/scaledobject-spec.md)."""
 
-QUEUE_METRICS = ["vllm:num_requests_waiting", "nv_inference_pending_request_count", "nv_trt_llm_request_metrics"]
-"""Queue-depth metrics of the pinned engines: vLLM's waiting requests (vLLM docs, metrics), Triton's pending
-requests and TensorRT-LLM's ``request_type="waiting"`` series (Triton metrics docs)."""
+QUEUE_METRICS = [VLLM_REQUESTS_WAITING, TRITON_PENDING_REQUESTS, TRTLLM_REQUESTS, SGLANG_QUEUE_REQUESTS]
+"""Queue-depth metrics of the pinned engines (:mod:`components.observability.metrics`, each with its source): vLLM's
+waiting requests, Triton's pending requests, TensorRT-LLM's ``request_type="waiting"`` series and SGLang's waiting
+queue."""
 
 
 def targets(scaled_object: Resource, workload: Resource) -> bool | None:

@@ -71,9 +71,10 @@ def _covers(rule: dict[str, Any], model: str) -> bool:
 @stack_policy(
     name="monitoring-prometheusrule-require-preemption-alert",
     description=(
-        "Every vLLM model server has an alert on its engine preempting sequences (vllm:num_preemptions_total): "
-        "preemption means the KV cache ran out and running requests are recomputed, multiplying their latency "
-        "long before the latency alerts fire. Triton's TensorRT-LLM exports no preemption counter and is exempt."
+        "Every vLLM and SGLang model server has an alert on its engine preempting sequences "
+        "(vllm:num_preemptions_total, sglang:num_retracted_requests_total): preemption means the KV cache ran out "
+        "and running requests are recomputed, multiplying their latency long before the latency alerts fire. "
+        "Triton's TensorRT-LLM exports no preemption counter and is exempt."
     ),
     severity=Severity.MEDIUM,
     enforcement=EnforcementLevel.MANDATORY,
@@ -81,12 +82,12 @@ def _covers(rule: dict[str, Any], model: str) -> bool:
     "preemptions).",
 )
 def preemption_alert(resources: list[Resource], config: Config, report: StackReport) -> None:
-    """Anchor: vLLM metrics (vllm:num_preemptions_total); components.observability.alerts."""
+    """Anchor: vLLM and SGLang metrics (components.observability.metrics); components.observability.alerts."""
     alerts = preemption_alerts(resources)
     if alerts is None:
         return
     for server in of_type(resources, T.DEPLOYMENT, T.STATEFUL_SET):
-        if not is_model_server(server) or engine_of(server) != "vllm":
+        if not is_model_server(server) or engine_of(server) not in ("vllm", "sglang"):
             continue
         model = served_name(server)
         if model is not None and not any(_covers(rule, model) for rule in alerts):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, get_args
 
 from inferplane.components.capacity.sizing import (
     COMPUTE_EFFICIENCY,
@@ -43,7 +43,7 @@ from inferplane.components.serving.annotations import (
     ServingAnnotations,
     parse_serving_annotations,
 )
-from inferplane.components.spec.platform_spec import KvCacheDtype, WeightsDtype
+from inferplane.components.spec.platform_spec import Engine, KvCacheDtype, WeightsDtype
 from inferplane.components.spec.scheduling import ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
 from inferplane.policies.autoscaling import replica_bounds, scaled_object_for
 from inferplane.policies.base import (
@@ -122,16 +122,22 @@ def engine_flags_known(resource: Resource) -> bool:
     )
 
 
+ENGINES: tuple[Engine, ...] = get_args(Engine)
+"""The engines the platform serves with (the spec's ``Engine``)."""
+
+
 def engine_of(resource: Resource) -> str | None:
-    """``vllm`` or ``triton``: the engine annotation, else the engine's image; None when neither says."""
+    """``vllm``, ``triton`` or ``sglang``: the engine annotation, else the engine's image; None when neither says."""
     engine = object_annotations(resource).get(ENGINE)
-    if engine in ("vllm", "triton"):
+    if engine in ENGINES:
         return str(engine)
     for _, container in containers(resource, init=False):
         image = container.get("image")
         if isinstance(image, str):
             if "tritonserver" in image:
                 return "triton"
+            if "sglang" in image:
+                return "sglang"
             if "vllm" in image:
                 return "vllm"
     return None
@@ -624,7 +630,58 @@ def require_scaled_object(resources: list[Resource], config: Config, report: Sta
             report(f"{workload_name(workload)} has no ScaledObject", workload.urn)
 
 
+@resource_policy(
+    name="inference-server-configure-allowed-engines",
+    description=(
+        "A model server runs an engine this environment allows: a team adopts an engine (SGLang, say) in dev and "
+        "staging before production serves with it."
+    ),
+    severity=Severity.MEDIUM,
+    enforcement=EnforcementLevel.MANDATORY,
+    types=_TYPES,
+    config={
+        "allowedEngines": {
+            "type": "array",
+            "items": {"type": "string", "enum": list(ENGINES)},
+            "default": list(ENGINES),
+            "description": "Engines model servers may run (vllm, triton, sglang).",
+        }
+    },
+    remediation="Set models[].engine to an allowed engine, or allow it in this environment's policy config.",
+)
+def allowed_engines(resource: Resource, config: Config, report: Report) -> None:
+    """Anchor: the spec's ``engine`` (components.spec.platform_spec.Engine), read back from the engine annotation."""
+    if not is_model_server(resource) or not known(object_annotations(resource)):
+        return
+    engine = engine_of(resource)
+    if engine is not None and engine not in config["allowedEngines"]:
+        report(f"engine {engine} is not allowed here ({', '.join(config['allowedEngines'])})")
+
+
+@resource_policy(
+    name="inference-server-require-engine-metrics",
+    description=(
+        "An SGLang server exports its Prometheus metrics (--enable-metrics): KEDA scales it on sglang:num_queue_reqs "
+        "and its alerts and dashboards read its series, and without the flag it serves no metrics, so the model is "
+        "neither scaled nor watched. vLLM and Triton's OpenAI frontend always export theirs."
+    ),
+    severity=Severity.HIGH,
+    enforcement=EnforcementLevel.MANDATORY,
+    types=_TYPES,
+    config={"required": {"type": "boolean", "default": False, "description": "Require SGLang's --enable-metrics."}},
+    remediation="Serve through components.serving.sglang_service.SglangService (it always passes --enable-metrics).",
+)
+def engine_metrics(resource: Resource, config: Config, report: Report) -> None:
+    """Anchor: SGLang ``ServerArgs.enable_metrics`` ("Enable log prometheus metrics", default off)."""
+    if not config["required"] or not is_model_server(resource) or engine_of(resource) != "sglang":
+        return
+    if engine_flags_known(resource) and "enable-metrics" not in engine_flags(resource):
+        report("SGLang runs without --enable-metrics: no /metrics for KEDA, alerts or dashboards")
+
+
 POLICIES: list[AnyPolicy] = [
+    allowed_engines,
+    engine_metrics,
     memory_fit,
     gpu_memory_utilization,
     tensor_parallel,

@@ -1,4 +1,4 @@
-"""The model servers of a stack: one ``VllmService`` or ``TritonTrtLlmService`` per deployment of the spec.
+"""The model servers of a stack: one ``VllmService``, ``TritonTrtLlmService`` or ``SglangService`` per deployment.
 
 Each deployment's objects go to the cluster of its pool (EKS for GPU pools, GKE for TPU pools), through the
 Kubernetes provider the caller maps the pool to. Per cluster this also creates the serving namespace (Pod Security
@@ -21,8 +21,9 @@ from inferplane.components.catalog.images import engine_image
 from inferplane.components.gateway.renderer import fallback_aliases
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving.annotations import PLATFORM_NAMESPACE_LABELS
-from inferplane.components.serving.naming import SERVING_NAMESPACE, TRITON_OPENAI_PORT, VLLM_PORT
+from inferplane.components.serving.naming import SERVING_NAMESPACE, SGLANG_PORT, TRITON_OPENAI_PORT, VLLM_PORT
 from inferplane.components.serving.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
+from inferplane.components.serving.sglang_service import SglangService, SglangServiceArgs
 from inferplane.components.serving.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
 from inferplane.components.serving.vllm_service import VllmService, VllmServiceArgs
 from inferplane.components.spec.platform_spec import ModelDeploymentSpec, PlatformSpec
@@ -41,11 +42,13 @@ namespace enforces "baseline", which still refuses privileged pods, host namespa
 ENGINE_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "vllm": ((VLLM_PORT,), (VLLM_PORT,)),
     "triton": ((TRITON_OPENAI_PORT,), (TRITON_OPENAI_PORT,)),
+    "sglang": ((SGLANG_PORT,), (SGLANG_PORT,)),
 }
 """(API ports the gateway calls, metrics ports Prometheus scrapes) per engine: what the NetworkPolicy admits. Triton's
-OpenAI frontend serves both the API and ``/metrics``; its KServe ports are reached by port-forward only."""
+OpenAI frontend serves both the API and ``/metrics``, as SGLang's server does; Triton's KServe ports are reached by
+port-forward only."""
 
-ModelServer = VllmService | TritonTrtLlmService
+ModelServer = VllmService | TritonTrtLlmService | SglangService
 
 
 @dataclass
@@ -162,6 +165,22 @@ def _model_server(
                 labels=tags,
                 image_digests=digests,
                 served_model_aliases=fallback_aliases(spec, deployment.name),
+            ),
+            opts,
+        )
+    if deployment.engine == "sglang":
+        return SglangService(
+            deployment.name,
+            SglangServiceArgs(
+                deployment=deployment,
+                sizing=sizing,
+                environment=spec.environment,
+                namespace=cluster.namespace.metadata.name,
+                hf_token_secret_name=cluster.secret.metadata.name,
+                model_cache_uri=model_cache_uri,
+                scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+                labels=tags,
+                image_digests=digests,
             ),
             opts,
         )

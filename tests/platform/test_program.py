@@ -17,7 +17,11 @@ from tests.conftest import PROJECT_DIR
 from tests.stacks import evaluate_shipped_stack
 
 STACKS = ("dev", "staging", "prod")
-SERVER_TYPES = {"inferplane:index:VllmService", "inferplane:index:TritonTrtLlmService"}
+SERVER_TYPES = {
+    "inferplane:index:VllmService",
+    "inferplane:index:TritonTrtLlmService",
+    "inferplane:index:SglangService",
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +54,11 @@ def test_every_model_server_deployment_scales_on_its_queue(evaluations: dict[str
         triggers = scaled_object.inputs["spec"]["triggers"]
         # Never cpu or memory; a model that may sleep at zero also wakes on the gateway's pending requests.
         assert [t["type"] for t in triggers] == ["prometheus"] * (2 if model.scale_to_zero else 1)
-        queue = "vllm:num_requests_waiting" if model.engine == "vllm" else 'request_type="waiting"'
+        queue = {
+            "vllm": "vllm:num_requests_waiting",
+            "triton": 'request_type="waiting"',
+            "sglang": "sglang:num_queue_reqs",
+        }[model.engine]
         assert queue in triggers[0]["metadata"]["query"]
         # KEDA runs on the same cluster as the Deployment it scales.
         assert _provider_name(scaled_object) == _provider_name(deployment)

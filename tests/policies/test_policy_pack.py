@@ -247,9 +247,12 @@ GWAUTH = "gateway-deployment-require-authentication"
 GWRATE = "gateway-deployment-require-rate-limits"
 GWROUTE = "gateway-models-require-tier-route"
 GWCTX = "gateway-context-limit-max-model-len"
+ENGINES = "inference-server-configure-allowed-engines"
+METRICS = "inference-server-require-engine-metrics"
+SGLANG_IMAGE = f"lmsysorg/sglang:v0.5.23{DIGEST}"
 NO_QUEUE = (
     "no prometheus trigger queries a queue metric (vllm:num_requests_waiting, nv_inference_pending_request_count, "
-    "nv_trt_llm_request_metrics)"
+    "nv_trt_llm_request_metrics, sglang:num_queue_reqs)"
 )
 NO_ALERT = (
     "no preemption alert covers model llama-70b (an alert named like *Preempt* or labelled "
@@ -369,6 +372,28 @@ CASES = [
         (TOTAL, "32 accelerators at max scale (h100 4 x p5.48xlarge) exceed the limit of 2"),
         (COST, "$220.16/h at max scale exceeds the limit of $5.00/h"),
         environment="dev",
+    ),
+    _case(
+        "dev-triton-not-allowed",
+        "llama-70b",
+        _both(
+            container("image", value=f"nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3{DIGEST}"),
+            _annotation(ENGINE, "triton"),
+        ),
+        # dev serves what loads straight from a checkpoint; the prod-sized plan also breaks dev's ceilings.
+        (ENGINES, "engine triton is not allowed here (vllm, sglang)"),
+        (ITYPES, "p5.48xlarge carries h100-80gb, which is not allowed here (l4-24gb, a10g-24gb)"),
+        (BOUNDS, "maxReplicaCount 8 exceeds this environment's ceiling of 4"),
+        (KEDAGPU, "32 accelerators at max replicas (llama-70b 8 x 4) exceed the limit of 2"),
+        (TOTAL, "32 accelerators at max scale (h100 4 x p5.48xlarge) exceed the limit of 2"),
+        (COST, "$220.16/h at max scale exceeds the limit of $5.00/h"),
+        environment="dev",
+    ),
+    _case(
+        "sglang-without-metrics",
+        "llama-70b",
+        _both(container("image", value=SGLANG_IMAGE), _annotation(ENGINE, "sglang")),
+        (METRICS, "SGLang runs without --enable-metrics: no /metrics for KEDA, alerts or dashboards"),
     ),
     _case(
         "staging-public-open-cidr",
@@ -1096,6 +1121,23 @@ def test_the_gateways_scaled_object_needs_no_engine_queue_but_stays_in_bounds(pa
     # Labelled as a model server's, the same object must watch an engine queue.
     unlabelled = changed([gateway_scaler], "gateway-scaledobject", at("metadata", "labels", value={}))
     assert found(evaluate(pack, [*happy_plan(), *unlabelled])) == [(QUEUE, "mandatory", NO_QUEUE)]
+
+
+def test_sglang_with_metrics_passes_and_needs_its_preemption_alert(pack: PolicyPackProcess) -> None:
+    def with_metrics(inputs: dict[str, Any]) -> None:
+        inputs["spec"]["template"]["spec"]["containers"][0]["args"].append("--enable-metrics")
+
+    sglang = _both(container("image", value=SGLANG_IMAGE), _annotation(ENGINE, "sglang"), with_metrics)
+    plan = changed(happy_plan(), "llama-70b", sglang)
+    assert found(evaluate(pack, plan)) == []
+    # Retractions are SGLang's preemptions: the alert is required, as for vLLM.
+    no_alerts = changed(plan, "alerts", at("spec", "groups", 0, "rules", value=[]))
+    assert [(v.policy, v.detail) for v in evaluate(pack, no_alerts).violations] == [(ALERT, NO_ALERT)]
+    # Dev and staging do not require the flag.
+    bare = changed(
+        happy_plan(), "llama-70b", _both(container("image", value=SGLANG_IMAGE), _annotation(ENGINE, "sglang"))
+    )
+    assert METRICS not in {v.policy for v in evaluate(pack, bare, "staging").violations}
 
 
 def test_triton_servers_need_no_preemption_alert(pack: PolicyPackProcess) -> None:
