@@ -396,7 +396,11 @@ class Relay:
                 client, _ = server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the server behind is down (a test killed it): refuse this connection, as it would
+                client.close()
+                continue
             threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
 
