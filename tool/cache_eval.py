@@ -1,10 +1,13 @@
 """``inferplane cache eval``: how well the semantic cache's threshold and guards separate paraphrases from near misses.
 
-Reads labelled pairs (JSON lines ``{"a": ..., "b": ..., "same": true|false}``), embeds both sides with the
-configured embedder (``--stack S``: that stack's ``cache.embedder``, threshold and guards; otherwise the defaults),
-and counts a pair as a predicted hit when the similarity reaches the threshold and no guard refuses it, exactly as
+Reads labelled pairs (JSON lines ``{"a": ..., "b": ..., "same": true|false, "class": ...}``, the class optional),
+embeds both sides with the configured embedder (``--stack S``: that stack's ``cache.embedder``, threshold and guards;
+otherwise the defaults; ``--embedder`` and ``--threshold`` override them), and counts a pair as a predicted hit when
+the similarity reaches the threshold and no guard refuses it, exactly as
 :meth:`inferplane.processor.cache.store.ResponseCache.lookup` decides. Precision = true hits / predicted hits, recall =
-true hits / pairs labelled same, false hits = near misses that would be served another prompt's answer.
+true hits / pairs labelled same, false hits = near misses that would be served another prompt's answer. It prints them
+at the threshold, per class of pair, with each guard left out in turn (which guards the embedder still needs), and over
+a sweep of thresholds.
 
 Exit 0 when the configured threshold has no false hit on the pairs, 1 when it has (a team's CI can hold its
 threshold to its own traffic), 2 when the pairs file is invalid (read as stack files are: a regular UTF-8 file of at
@@ -21,20 +24,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import httpx
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from inferplane.components.gateway.cache_renderer import embedder_config
-from inferplane.components.spec.platform_spec import CacheSpec
+from inferplane.components.spec.platform_spec import CacheEmbedderSpec, CacheSpec
 from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig
 from inferplane.processor.cache.embedders import EmbedderError, EndpointEmbedder, WordLlamaEmbedder
-from inferplane.processor.cache.guards import refusals
+from inferplane.processor.cache.guards import GuardName, names, refusals
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.files import UnreadableFileError, read_regular_file
 from inferplane.tool.stackfile import find_project_dir, load_stack, printable
@@ -56,15 +59,39 @@ ENDPOINT_BATCH = 64
 """Texts per embeddings request, so one request's size and time stay bounded whatever the file's length."""
 
 
+ParaphraseClass = Literal["reorder", "synonym", "voice", "politeness", "abbreviation", "filler"]
+"""How a paraphrase (``same``: one answer serves both) differs: clauses or alternatives reordered, a word swapped for a
+synonym, active and passive voice, politeness added, a word abbreviated (or a number written as digits), or a word
+added or dropped that does not change what is asked."""
+NearMissClass = Literal["entity", "number", "unit", "negation", "direction", "time", "comparison"]
+"""How a near miss (not ``same``) differs: another entity, number or unit; a negation; a direction or word order (an
+opposite action, swapped roles or route); another time; another comparison (the comparative flipped or its sides
+swapped)."""
+PairClass = Literal[ParaphraseClass, NearMissClass]
+PARAPHRASE_CLASSES: tuple[str, ...] = get_args(ParaphraseClass)
+NEAR_MISS_CLASSES: tuple[str, ...] = get_args(NearMissClass)
+
+
 class Pair(BaseModel):
     """One labelled line of the pairs file."""
 
-    # strict: ``"same": "yes"`` or ``1`` is a mistake in the labels, not a boolean.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # strict: ``"same": "yes"`` or ``1`` is a mistake in the labels, not a boolean. populate_by_name: code builds
+    # pairs with ``kind=``, files say ``"class"``.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     a: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="A prompt.")
     b: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="Another prompt.")
     same: bool = Field(description="Whether one answer serves both.")
+    kind: PairClass | None = Field(
+        default=None, alias="class", description="How the two differ (a paraphrase's or a near miss's class)."
+    )
+
+    @model_validator(mode="after")
+    def _class_agrees_with_label(self) -> Pair:
+        if self.kind is not None and (self.kind in PARAPHRASE_CLASSES) != self.same:
+            side = "paraphrase" if self.kind in PARAPHRASE_CLASSES else "near-miss"
+            raise ValueError(f"class {self.kind!r} is a {side} class but same is {str(self.same).lower()}")
+        return self
 
 
 class PairsError(Exception):
@@ -93,6 +120,24 @@ class Point:
     recall: float
     false_hits: int
     hits: int
+
+
+@dataclass(frozen=True)
+class ClassFigures:
+    """One class of pairs at the configured threshold: with the configured guards, and without any."""
+
+    kind: str
+    pairs: int
+    at: Point
+    bare: Point
+
+
+@dataclass(frozen=True)
+class GuardFigures:
+    """The configured threshold with one guard left out (``None``: every guard; ``"all"``: none)."""
+
+    left_out: GuardName | Literal["all"] | None
+    at: Point
 
 
 def load_pairs(path: Path | None) -> tuple[str, list[Pair]]:
@@ -161,9 +206,11 @@ async def _embed_endpoint(texts: list[str], config: EndpointEmbedderConfig) -> l
         return vectors
 
 
-def point(scored: Sequence[Scored], threshold: float, guards: bool) -> Point:
-    """Precision, recall and false hits at ``threshold``."""
-    predicted = [s for s in scored if s.similarity >= threshold and (not guards or not s.refused_by)]
+def point(
+    scored: Sequence[Scored], threshold: float, guards: bool, leave_out: frozenset[GuardName] = frozenset()
+) -> Point:
+    """Precision, recall and false hits at ``threshold``, the guards of ``leave_out`` ignored."""
+    predicted = [s for s in scored if s.similarity >= threshold and (not guards or not set(s.refused_by) - leave_out)]
     true_hits = sum(1 for s in predicted if s.pair.same)
     positives = sum(1 for s in scored if s.pair.same)
     return Point(
@@ -173,6 +220,78 @@ def point(scored: Sequence[Scored], threshold: float, guards: bool) -> Point:
         false_hits=len(predicted) - true_hits,
         hits=len(predicted),
     )
+
+
+def by_class(scored: Sequence[Scored], threshold: float, guards: bool) -> list[ClassFigures]:
+    """The figures of every class present, paraphrase classes first, each in :data:`PairClass`'s order; pairs without
+    a class are ``unclassified``."""
+    order = [*PARAPHRASE_CLASSES, *NEAR_MISS_CLASSES, "unclassified"]
+    groups: dict[str, list[Scored]] = {}
+    for s in scored:
+        groups.setdefault(s.pair.kind or "unclassified", []).append(s)
+    return [
+        ClassFigures(
+            kind, len(groups[kind]), point(groups[kind], threshold, guards), point(groups[kind], threshold, False)
+        )
+        for kind in order
+        if kind in groups
+    ]
+
+
+def by_guard(scored: Sequence[Scored], threshold: float) -> list[GuardFigures]:
+    """Every guard on, each guard left out in turn, and none: a guard whose absence adds false hits is still needed."""
+    return [
+        GuardFigures(None, point(scored, threshold, True)),
+        *(GuardFigures(name, point(scored, threshold, True, frozenset({name}))) for name in names()),
+        GuardFigures("all", point(scored, threshold, False)),
+    ]
+
+
+def _class_row(figures: ClassFigures) -> tuple[str, ...]:
+    paraphrase = figures.kind in PARAPHRASE_CLASSES
+    near_miss = figures.kind in NEAR_MISS_CLASSES
+    return (
+        figures.kind,
+        "paraphrase" if paraphrase else "near miss" if near_miss else "-",
+        str(figures.pairs),
+        str(figures.at.hits),
+        f"{figures.at.precision:.3f}" if figures.at.hits else "-",
+        "-" if near_miss else f"{figures.at.recall:.3f}",
+        "-" if paraphrase else str(figures.at.false_hits),
+        "-" if paraphrase else str(figures.bare.false_hits),
+    )
+
+
+def _render_tables(out: Console, cache: CacheSpec, scored: Sequence[Scored], at: Point) -> None:
+    guards = cache.semantic_guards
+    classes = Table(title=f"by class at {at.threshold:.2f}")
+    for column in ("class", "side", "pairs", "hits", "precision", "recall", "false hits", "without guards"):
+        classes.add_column(column, justify="left" if column in ("class", "side") else "right")
+    for figures in by_class(scored, at.threshold, guards):
+        classes.add_row(*_class_row(figures))
+    out.print(classes)
+    ablation = Table(title=f"guards at {at.threshold:.2f}")
+    for column in ("guards", "precision", "recall", "false hits"):
+        ablation.add_column(column, justify="left" if column == "guards" else "right")
+    for row in by_guard(scored, at.threshold):
+        label = "all" if row.left_out is None else "none" if row.left_out == "all" else f"all but {row.left_out}"
+        ablation.add_row(label, f"{row.at.precision:.3f}", f"{row.at.recall:.3f}", str(row.at.false_hits))
+    out.print(ablation)
+    sweep = Table(title="precision / recall by threshold")
+    for column in ("threshold", "precision", "recall", "false hits", "false hits without guards"):
+        sweep.add_column(column, justify="right")
+    for threshold in sorted({*CURVE, at.threshold}):
+        with_guards = point(scored, threshold, guards)
+        bare = point(scored, threshold, False)
+        marker = " *" if threshold == at.threshold else ""
+        sweep.add_row(
+            f"{threshold:.2f}{marker}",
+            f"{with_guards.precision:.3f}",
+            f"{with_guards.recall:.3f}",
+            str(with_guards.false_hits),
+            str(bare.false_hits),
+        )
+    out.print(sweep)
 
 
 def _render(out: Console, name: str, cache: CacheSpec, scored: Sequence[Scored], at: Point) -> None:
@@ -191,32 +310,87 @@ def _render(out: Console, name: str, cache: CacheSpec, scored: Sequence[Scored],
         f"threshold {at.threshold:.2f}, guards {guards}: precision {at.precision:.3f}, recall {at.recall:.3f}, "
         f"false hits {at.false_hits}"
     )
-    table = Table(title="precision / recall by threshold")
-    for column in ("threshold", "precision", "recall", "false hits", "false hits without guards"):
-        table.add_column(column, justify="right")
-    for threshold in sorted({*CURVE, at.threshold}):
-        with_guards = point(scored, threshold, cache.semantic_guards)
-        bare = point(scored, threshold, False)
-        marker = " *" if threshold == at.threshold else ""
-        table.add_row(
-            f"{threshold:.2f}{marker}",
-            f"{with_guards.precision:.3f}",
-            f"{with_guards.recall:.3f}",
-            str(with_guards.false_hits),
-            str(bare.false_hits),
-        )
-    out.print(table)
+    _render_tables(out, cache, scored, at)
     for s in scored:
         if not s.pair.same and s.similarity >= at.threshold and (not cache.semantic_guards or not s.refused_by):
             out.print(f"false hit ({s.similarity:.3f}): {s.pair.a!r} / {s.pair.b!r}", markup=False, highlight=False)
 
 
-def cache_eval_command(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """``inferplane cache eval``."""
+def _figures(at: Point) -> dict[str, Any]:
+    return {"precision": round(at.precision, 4), "recall": round(at.recall, 4), "false_hits": at.false_hits}
+
+
+def as_json(cache: CacheSpec, scored: Sequence[Scored], at: Point) -> dict[str, Any]:
+    """The ``--json`` result: the figures at the threshold, per class (``hits``, and ``false_hits_without_guards``)
+    and with each guard left out (``guards``: ``all``, ``without_<guard>``, ``none``)."""
+    guards = {
+        "all" if row.left_out is None else "none" if row.left_out == "all" else f"without_{row.left_out}": _figures(
+            row.at
+        )
+        for row in by_guard(scored, at.threshold)
+    }
+    return {
+        "threshold": at.threshold,
+        **_figures(at),
+        "pairs": len(scored),
+        "embedder": embedder_name(cache),
+        "classes": {
+            c.kind: {
+                "pairs": c.pairs,
+                "hits": c.at.hits,
+                **_figures(c.at),
+                "false_hits_without_guards": c.bare.false_hits,
+            }
+            for c in by_class(scored, at.threshold, cache.semantic_guards)
+        },
+        "guards": guards,
+    }
+
+
+def embedder_option(text: str) -> CacheEmbedderSpec:
+    """``--embedder``: ``wordllama``, ``wordllama,dimensions=128`` or
+    ``endpoint,url=http://127.0.0.1:8000/v1,model=NAME,dimensions=384``, validated as the spec's ``cache.embedder``."""
+    kind, *settings = text.split(",")
+    fields: dict[str, Any] = {"kind": kind.strip()}
+    for setting in settings:
+        key, equals, value = setting.partition("=")
+        if not equals or key.strip() not in ("url", "model", "dimensions"):
+            raise argparse.ArgumentTypeError(f"{setting!r} is not url=..., model=... or dimensions=N")
+        fields[key.strip()] = value.strip()
+    try:
+        return CacheEmbedderSpec.model_validate(fields)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'embedder'}: {e['msg']}" for e in error.errors())
+        raise argparse.ArgumentTypeError(problems) from None
+
+
+def threshold_option(text: str) -> float:
+    """``--threshold``: a cosine similarity the spec accepts (above 0.5, at most 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.5 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not above 0.5 and at most 1.0")
+    return value
+
+
+def _configured(args: argparse.Namespace) -> CacheSpec:
     cache = CacheSpec()
     if args.stack:
         project_dir = find_project_dir(Path(args.project_dir) if args.project_dir else None)
         cache = load_stack(project_dir, args.stack).platform.cache
+    overrides: dict[str, Any] = {}
+    if args.embedder is not None:
+        overrides["embedder"] = args.embedder
+    if args.threshold is not None:
+        overrides["semantic_similarity_threshold"] = args.threshold
+    return cache.model_copy(update=overrides)
+
+
+def cache_eval_command(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``inferplane cache eval``."""
+    cache = _configured(args)
     try:
         name, pairs = load_pairs(Path(args.pairs) if args.pairs is not None else None)
     except PairsError as error:
@@ -229,14 +403,7 @@ def cache_eval_command(args: argparse.Namespace, out: Console, err: Console) -> 
         return EXIT_FAILED
     at = point(scored, cache.semantic_similarity_threshold, cache.semantic_guards)
     if args.json:
-        result = {
-            "threshold": at.threshold,
-            "precision": round(at.precision, 4),
-            "recall": round(at.recall, 4),
-            "false_hits": at.false_hits,
-            "pairs": len(scored),
-        }
-        out.print_json(json.dumps(result))
+        out.print_json(json.dumps(as_json(cache, scored, at)))
     else:
         _render(out, name, cache, scored, at)
     return EXIT_OK if at.false_hits == 0 else EXIT_REFUSED
@@ -255,11 +422,23 @@ def add_cache_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     evaluate.add_argument(
         "--pairs",
         metavar="FILE.jsonl",
-        help='lines {"a": ..., "b": ..., "same": true|false} (default: the labelled set shipped with inferplane)',
+        help='lines {"a": ..., "b": ..., "same": true|false, "class": ...} (default: the labelled set shipped with '
+        "inferplane)",
     )
     evaluate.add_argument("--stack", help="use stacks/Pulumi.<stack>.yaml's embedder, threshold and guards")
     evaluate.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")
     evaluate.add_argument(
-        "--json", action="store_true", help='print {"threshold", "precision", "recall", "false_hits", "pairs"}'
+        "--embedder",
+        type=embedder_option,
+        metavar="KIND[,KEY=VALUE...]",
+        help="measure this embedder instead: wordllama[,dimensions=N] or endpoint,url=URL,model=NAME,dimensions=N",
+    )
+    evaluate.add_argument(
+        "--threshold", type=threshold_option, help="measure at this similarity instead of the configured one"
+    )
+    evaluate.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"threshold", "precision", "recall", "false_hits", "pairs", "embedder", "classes", "guards"}',
     )
     evaluate.set_defaults(handler=cache_eval_command)

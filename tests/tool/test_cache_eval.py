@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from inferplane.components.spec.platform_spec import CacheSpec
-from inferplane.tool.cache_eval import Scored, load_pairs, point, score
+from inferplane.components.spec.platform_spec import CacheEmbedderSpec, CacheSpec
+from inferplane.processor.cache.guards import names
+from inferplane.tool.cache_eval import (
+    NEAR_MISS_CLASSES,
+    PARAPHRASE_CLASSES,
+    Pair,
+    Scored,
+    by_class,
+    by_guard,
+    embedder_option,
+    load_pairs,
+    point,
+    score,
+)
 from inferplane.tool.cli import main
 
 
@@ -18,44 +31,133 @@ def shipped() -> list[Scored]:
     return score(pairs, CacheSpec())
 
 
-def test_the_shipped_set_has_200_pairs_half_of_them_near_misses() -> None:
+def test_the_shipped_set_has_500_pairs_in_every_class_half_of_them_near_misses() -> None:
     _, pairs = load_pairs(None)
-    assert len(pairs) >= 200
+    assert len(pairs) >= 500
     same = sum(p.same for p in pairs)
     assert abs(same - (len(pairs) - same)) <= 0.05 * len(pairs)
     assert len({(p.a, p.b) for p in pairs}) == len(pairs)
+    counts = Counter(p.kind for p in pairs)
+    assert set(counts) == {*PARAPHRASE_CLASSES, *NEAR_MISS_CLASSES}  # every pair has a class, every class pairs
+    assert min(counts.values()) >= 15
 
 
-def test_default_threshold_has_no_false_hit_and_guards_are_what_makes_it_so(shipped: list[Scored]) -> None:
+def test_the_default_threshold_has_no_false_hit_and_each_guard_but_time_is_what_makes_it_so(
+    shipped: list[Scored],
+) -> None:
     spec = CacheSpec()
     guarded = point(shipped, spec.semantic_similarity_threshold, guards=True)
     bare = point(shipped, spec.semantic_similarity_threshold, guards=False)
-    assert guarded.false_hits == 0 and guarded.precision == 1.0
-    assert guarded.recall >= 0.75
-    assert bare.false_hits >= 20  # similarity alone serves reversed routes, swapped digits, "with"/"without"
-    assert point(shipped, 0.98, guards=False).false_hits > 0  # even the guidance's strictest end
+    assert (guarded.false_hits, guarded.precision) == (0, 1.0)
+    assert guarded.recall >= 0.45  # static embeddings: voice and politeness move them (see docs/caching.md)
+    assert bare.false_hits >= 80
+    # Static embeddings cannot see word order: role swaps ("Did the dog bite the man?" / "... the man bite the
+    # dog?") score 1.0, and only the order guard stops them.
+    swaps = [s for s in shipped if s.pair.kind == "direction" and s.similarity > 0.999 and s.refused_by == ("order",)]
+    assert len(swaps) >= 8
+    without = {g.left_out: g.at.false_hits for g in by_guard(shipped, spec.semantic_similarity_threshold)}
+    assert without[None] == 0 and without["all"] == bare.false_hits
+    assert {name for name in names() if without[name] > 0} == set(names()) - {"time"}
+    leaks = {c.kind: c.bare.false_hits for c in by_class(shipped, spec.semantic_similarity_threshold, True)}
+    assert leaks["entity"] == 0 and min(v for k, v in leaks.items() if k in NEAR_MISS_CLASSES and k != "entity") > 0
 
 
-def test_cli_json_prints_the_five_figures(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_class_must_agree_with_the_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"a": "x", "b": "y", "same": true, "class": "voice"}\n')
+    assert load_pairs(pairs)[1] == [Pair(a="x", b="y", same=True, kind="voice")]
+    pairs.write_text('{"a": "x", "b": "y", "same": true, "class": "negation"}\n')
+    assert main(["cache", "eval", "--pairs", str(pairs)]) == 2
+    assert "pairs.jsonl:1: line: Value error, class 'negation' is a near-miss class but same is true" in (
+        capsys.readouterr().err.replace("\n", " ")
+    )
+    pairs.write_text('{"a": "x", "b": "y", "same": false, "class": "sarcasm"}\n')
+    assert main(["cache", "eval", "--pairs", str(pairs)]) == 2
+    assert "pairs.jsonl:1: class: Input should be 'reorder', 'synonym'" in capsys.readouterr().err.replace("\n", " ")
+
+
+def _four_pairs(tmp_path: Path) -> Path:
+    pairs = tmp_path / "pairs.jsonl"
+    lines = [
+        {"a": "How do I reset my password?", "b": "How can I reset my password?", "same": True, "class": "synonym"},
+        # 1.0 with wordllama; the order guard refuses it.
+        {"a": "Did the dog bite the man?", "b": "Did the man bite the dog?", "same": False, "class": "direction"},
+        # Above 0.9; the number guard refuses it.
+        {"a": "Is 17 a prime number?", "b": "Is 15 a prime number?", "same": False},
+        # 0.73 with wordllama, no guard reads it: a false hit at 0.7.
+        {"a": "How do I change a car tire?", "b": "How do I change a bike tire?", "same": False, "class": "entity"},
+    ]
+    pairs.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return pairs
+
+
+def test_json_reports_each_class_and_each_guard_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cache", "eval", "--pairs", str(_four_pairs(tmp_path)), "--json", "--threshold", "0.7"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert (result["threshold"], result["false_hits"], result["recall"], result["embedder"]) == (
+        0.7,
+        1,
+        1.0,
+        "wordllama",
+    )
+    assert list(result["classes"]) == ["synonym", "entity", "direction", "unclassified"]
+    assert result["classes"]["entity"] == {
+        "pairs": 1,
+        "hits": 1,
+        "precision": 0.0,
+        "recall": 1.0,
+        "false_hits": 1,
+        "false_hits_without_guards": 1,
+    }
+    assert result["classes"]["direction"]["false_hits"] == 0
+    assert result["classes"]["direction"]["false_hits_without_guards"] == 1
+    assert result["classes"]["synonym"]["recall"] == 1.0
+    assert list(result["guards"]) == ["all", *(f"without_{name}" for name in names()), "none"]
+    false_hits = {name: figures["false_hits"] for name, figures in result["guards"].items()}
+    assert false_hits == {"all": 1, "without_order": 2, "without_number": 2, "none": 3} | {
+        f"without_{name}": 1 for name in names() if name not in ("order", "number")
+    }
+
+
+def test_embedder_option_measures_another_embedder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pairs = str(_four_pairs(tmp_path))
+    assert main(["cache", "eval", "--pairs", pairs, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recall"] == 1.0
+    # 64 dimensions: the car and the bike come closer (0.76), a false hit at 0.75.
+    assert (
+        main(["cache", "eval", "--pairs", pairs, "--embedder", "wordllama,dimensions=64", "--threshold", "0.75"]) == 1
+    )
+    assert main(["cache", "eval", "--pairs", pairs, "--threshold", "0.75"]) == 0
+    capsys.readouterr()
+    assert embedder_option("endpoint, url=http://127.0.0.1:9/v1, model=m, dimensions=384") == CacheEmbedderSpec(
+        kind="endpoint", url="http://127.0.0.1:9/v1", model="m", dimensions=384
+    )
+    for option, message in (
+        (("--embedder", "endpoint,url=http://127.0.0.1:9/v1"), "an endpoint embedder needs model, dimensions"),
+        (("--embedder", "wordllama,size=3"), "'size=3' is not url=..., model=... or dimensions=N"),
+        (("--threshold", "0.5"), "--threshold: 0.5 is not above 0.5 and at most 1.0"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(["cache", "eval", "--pairs", pairs, *option])
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_json_prints_the_figures_by_class_and_guard(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cache", "eval", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result) == {"threshold", "precision", "recall", "false_hits", "pairs"}
-    assert result["threshold"] == 0.95 and result["false_hits"] == 0 and result["pairs"] >= 200
+    assert set(result) == {"threshold", "precision", "recall", "false_hits", "pairs", "embedder", "classes", "guards"}
+    assert result["threshold"] == 0.95 and result["false_hits"] == 0 and result["pairs"] >= 500
+    assert set(result["classes"]) == {*PARAPHRASE_CLASSES, *NEAR_MISS_CLASSES}
 
 
 def test_cli_exits_1_and_names_the_false_hit_when_the_threshold_lets_one_through(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pairs = tmp_path / "pairs.jsonl"
-    lines = [
-        {"a": "How do I reset my password?", "b": "How can I reset my password?", "same": True},
-        # Word order alone, no name, number, negation or relation word: static embeddings and guards both miss it.
-        {"a": "Did the dog bite the man?", "b": "Did the man bite the dog?", "same": False},
-    ]
-    pairs.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    assert main(["cache", "eval", "--pairs", str(pairs)]) == 1
+    assert main(["cache", "eval", "--pairs", str(_four_pairs(tmp_path)), "--threshold", "0.7"]) == 1
     out = capsys.readouterr().out
-    assert "false hits 1" in out and "'Did the dog bite the man?' / 'Did the man bite the dog?'" in out
+    assert "threshold 0.70, guards on: precision 0.500, recall 1.000, false hits 1" in out
+    assert "false hit (0.731): 'How do I change a car tire?' / 'How do I change a bike tire?'" in out
+    assert "│ all but order     │     0.333 │  1.000 │          2 │" in out
 
 
 @pytest.mark.parametrize(
