@@ -7,10 +7,22 @@ feature of the two prompts and refuses the semantic hit when it differs:
 * ``number``: the sequence of numbers (digits, and number words read as digits: "two" = "2");
 * ``negation``: how many negations each carries ("not", "no", "never", "without", "n't", ...);
 * ``entity``: the sequence of names (capitalised words not opening a sentence, or opening it but not a common
-  sentence opener; acronyms; tokens mixing letters and digits; quoted strings), compared case-insensitively;
+  sentence opener; acronyms; tokens mixing letters and digits; quoted strings), compared case-insensitively; a
+  sentence's capitalised first word that the other prompt writes in lower case is no name ("Outline the steps" /
+  "Please outline the steps");
 * ``direction``: the multiset of words with an opposite ("increase"/"decrease", "on"/"off", "buy"/"sell", ...);
 * ``relation``: for each relational word both prompts use ("to", "from", "than", "into", "vs", ...), the word it
-  governs must agree ("20 pounds to kilograms" / "20 kilograms to pounds").
+  governs must agree ("20 pounds to kilograms" / "20 kilograms to pounds");
+* ``unit``: the sequence of units of measure, abbreviations read as the unit ("10 minutes" / "10 seconds",
+  "5 kms" = "5 kilometers");
+* ``time``: the sequence of times of day, seasons and relative days ("noon" / "midnight", "summer" / "winter",
+  "tonight" / "tomorrow"); weekdays and months are names, which ``entity`` compares;
+* ``order``: two content words both prompts share swap sides around a third content word they share ("Did the dog
+  bite the man?" / "Did the man bite the dog?"; "I", "me" and "my" are one word here, so "Does the company owe me
+  money?" / "Do I owe the company money?" is a swap too): who does what to whom. A phrase moved to the front or the
+  end never puts a shared word between the two it passes, alternatives joined by "or"/"and" may swap, and a passive
+  agent ("... fixed by the team") is no swap. Two questions opening with the same auxiliary must also ask it of the
+  same subject ("Can my employer read my emails?" / "Can I read my employer's emails?"), unless one is passive.
 
 They trade recall for safety: a paraphrase that spells a number differently from how both sides read it, or moves a
 name, is answered by the engine instead. ``inferplane cache eval`` measures both sides on a labelled set.
@@ -24,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-GuardName = Literal["number", "negation", "entity", "direction", "relation"]
+GuardName = Literal["number", "negation", "entity", "direction", "relation", "unit", "time", "order"]
 
 
 def _words(text: str) -> frozenset[str]:
@@ -182,6 +194,25 @@ OPPOSITES: tuple[tuple[str, str], ...] = (
     ("buyer", "seller"),
     ("parent", "child"),
     ("source", "target"),
+    ("better", "worse"),
+    ("best", "worst"),
+    ("warmer", "colder"),
+    ("hotter", "colder"),
+    ("warmest", "coldest"),
+    ("hottest", "coldest"),
+    ("stronger", "weaker"),
+    ("strongest", "weakest"),
+    ("heavier", "lighter"),
+    ("heaviest", "lightest"),
+    ("deeper", "shallower"),
+    ("deepest", "shallowest"),
+    ("younger", "older"),
+    ("youngest", "oldest"),
+    ("richer", "poorer"),
+    ("richest", "poorest"),
+    ("wider", "narrower"),
+    ("thicker", "thinner"),
+    ("safer", "riskier"),
 )
 DIRECTION_WORDS = frozenset(w for pair in OPPOSITES for w in pair) - {"in", "on", "am"}
 """Words of :data:`OPPOSITES`; "in", "on" and "am" are too common to count, their opposites still do."""
@@ -201,6 +232,7 @@ COMMON_OPENERS = _words(
     with of and or but if it its this that these those there here we you your our they them he she his her will
     generate recommend suggest compare say draft fix need want have has had any some all every each no not never
     yes ok okay so then also just now today tomorrow yesterday quick quickly briefly kindly could would is
+    excuse sorry may outline proofread
     order buy sell pay track print read play call email rename move copy paste sort count search look
     before after during while since until as at by into about over under up down out off again
     use using install run start restart stop schedule plan remind note save show display"""
@@ -214,6 +246,77 @@ NEGATING_PREFIXES = ("un", "dis", "non", "in", "im", "ir", "il")
 """A word in one prompt that is another's word with one of these prefixes negates it ("safe" / "unsafe")."""
 
 
+_UNIT_NAMES = """minute hour day week month year decade century millisecond
+    millimeter centimeter meter kilometer inch foot yard mile acre hectare
+    milligram gram kilogram ounce pound ton tonne
+    milliliter liter teaspoon tablespoon cup pint quart gallon
+    celsius fahrenheit kelvin degree percent
+    byte kilobit kilobyte megabit megabyte gigabit gigabyte terabit terabyte
+    watt kilowatt megawatt horsepower joule calorie volt
+    dollar euro yen cent rupee peso franc yuan"""
+UNITS: dict[str, tuple[str, ...]] = {name: (name,) for name in _UNIT_NAMES.split()} | {
+    "seconds": ("second",),
+    "secs": ("second",),
+    "sec": ("second",),
+    "mins": ("minute",),
+    "hrs": ("hour",),
+    "bits": ("bit",),
+    "mm": ("millimeter",),
+    "cm": ("centimeter",),
+    "km": ("kilometer",),
+    "kms": ("kilometer",),
+    "feet": ("foot",),
+    "ft": ("foot",),
+    "inches": ("inch",),
+    "metre": ("meter",),
+    "kilometre": ("kilometer",),
+    "litre": ("liter",),
+    "mg": ("milligram",),
+    "g": ("gram",),
+    "kg": ("kilogram",),
+    "kgs": ("kilogram",),
+    "lb": ("pound",),
+    "lbs": ("pound",),
+    "oz": ("ounce",),
+    "ml": ("milliliter",),
+    "tsp": ("teaspoon",),
+    "tbsp": ("tablespoon",),
+    "kb": ("kilobyte",),
+    "mb": ("megabyte",),
+    "gb": ("gigabyte",),
+    "tb": ("terabyte",),
+    "kw": ("kilowatt",),
+    "hp": ("horsepower",),
+    "kcal": ("calorie",),
+    "mph": ("mile", "hour"),
+    "kph": ("kilometer", "hour"),
+}
+"""Units of measure (singular) and their abbreviations. Plurals ending in "s" are read as the singular; "second"
+alone is an ordinal (a number word), so only its plural and abbreviations are a unit; "min" is left out (it is also
+"minimum"), and so are "hr" (also "human resources"), "ms" ("MS Word"), "bit" ("a bit more"), "stone" and "amp";
+only the plural "bits" is a unit."""
+
+DIRECTION_ALIASES = {"max": "maximum", "min": "minimum"}
+"""Abbreviations counted as the word they abbreviate by the ``direction`` guard ("max" / "maximum" is no change)."""
+
+TIME_WORDS = _words(
+    """today tonight tomorrow yesterday morning afternoon evening night noon midday midnight dawn dusk sunrise sunset
+    weekend weekday weekdays spring summer autumn winter"""
+)
+"""Words naming a time of day, a season or a day relative to now ("fall" is left out: mostly the verb)."""
+
+FIRST_PERSON = _words("i me my mine myself")
+"""One speaker, whatever the case: the ``order`` guard reads them all as "i"."""
+
+ORDER_FUNCTION_WORDS = _SKIP | _words(
+    """is are was were be been being do does did has have had can could would should will shall may might must
+    you he she it we they him them us what how why when where who which whom whose to of in on at for with by
+    from about and or nor but vs versus not if than as there"""
+)
+"""Words whose position carries no role: only the other words' order is compared, around another such word (so
+alternatives joined by "or"/"and" may swap). The first person is compared: see :data:`FIRST_PERSON`."""
+
+
 @dataclass(frozen=True)
 class Features:
     """What the guards compare, read once per prompt."""
@@ -224,6 +327,11 @@ class Features:
     directions: tuple[tuple[str, int], ...]
     relations: dict[str, tuple[str, ...]]
     words: frozenset[str]
+    units: tuple[str, ...] = ()
+    times: tuple[str, ...] = ()
+    sequence: tuple[str, ...] = ()
+    openers: frozenset[str] = frozenset()
+    subject: tuple[str, str] | None = None
 
 
 def _plain(token: str) -> str:
@@ -245,6 +353,7 @@ def features(text: str) -> Features:
     negations = 0
     directions: Counter[str] = Counter()
     words: list[str] = []
+    openers: set[str] = set()
     opening = True
     for token in raw:
         if token in ".!?;":
@@ -261,11 +370,13 @@ def features(text: str) -> Features:
             numbers.append(NUMBER_WORDS[plain])
         elif _MIXED.match(token) or _name(token, plain, opening):
             entities.append(plain)
-        if plain in NEGATIONS or token.lower().endswith("n't"):
+            if opening and not token.isupper():
+                openers.add(plain)
+        if plain in NEGATIONS or token.lower().endswith("n't") or plain.startswith("non-"):
             negations += 1
-        if plain in DIRECTION_WORDS:
-            directions[plain] += 1
-        words.append(plain)
+        if DIRECTION_ALIASES.get(plain, plain) in DIRECTION_WORDS:
+            directions[DIRECTION_ALIASES.get(plain, plain)] += 1
+        words.append(plain[:-1] if token.lower().endswith("'s") else plain)  # "employer's" is "employer"
         opening = False
     relations: dict[str, list[str]] = {}
     for index, word in enumerate(words):
@@ -279,12 +390,111 @@ def features(text: str) -> Features:
         directions=tuple(sorted(directions.items())),
         relations={k: tuple(v) for k, v in relations.items()},
         words=frozenset(words),
+        units=tuple(unit for word in words for unit in _unit(word)),
+        times=tuple(word for word in words if word in TIME_WORDS),
+        sequence=tuple("i" if word in FIRST_PERSON else word for word in words),
+        openers=frozenset(openers),
+        subject=_subject(tuple(words)),
     )
+
+
+def _unit(word: str) -> tuple[str, ...]:
+    """The units a word names: ``hours`` is ``hour``; none for other words."""
+    if word in UNITS:
+        return UNITS[word]
+    if word.endswith("s") and word[:-1] in UNITS:
+        return UNITS[word[:-1]]
+    return ()
+
+
+def _first_positions(sequence: tuple[str, ...]) -> dict[str, int]:
+    positions: dict[str, int] = {}
+    for index, word in enumerate(sequence):
+        positions.setdefault(word, index)
+    return positions
+
+
+def _agents(sequence: tuple[str, ...]) -> list[bool]:
+    """For each position, whether its word is introduced by "by" (determiners between): "fixed by the team"."""
+    flags: list[bool] = []
+    previous = ""
+    for word in sequence:
+        flags.append(previous == "by")
+        if word not in _SKIP:
+            previous = word
+    return flags
+
+
+AUXILIARIES: dict[str, str] = {
+    "do": "do",
+    "does": "do",
+    "did": "do",
+    "is": "be",
+    "are": "be",
+    "was": "be",
+    "were": "be",
+    "am": "be",
+    "has": "have",
+    "have": "have",
+    "had": "have",
+} | {word: word for word in ("can", "could", "will", "would", "should", "shall", "may", "might", "must")}
+"""Auxiliaries that open a yes/no question, by verb ("does" and "did" ask alike)."""
+
+
+def _subject(sequence: tuple[str, ...]) -> tuple[str, str] | None:
+    """The opening auxiliary's verb and the word after it (determiners skipped): ``("can", "employer")``."""
+    if not sequence or sequence[0] not in AUXILIARIES:
+        return None
+    subject = next((w for w in sequence[1:] if w not in _SKIP), "")
+    if _NUMBER.match(subject) or subject in NUMBER_WORDS:
+        return None  # a number is the number guard's to compare ("Is 17 a prime?" / "Is 15 a prime?")
+    return AUXILIARIES[sequence[0]], subject
+
+
+def _passive(sequence: tuple[str, ...], agent: str) -> bool:
+    """ "been"/"being", or ``agent`` after "by": the subject of the other prompt may be this one's object."""
+    if "been" in sequence or "being" in sequence:
+        return True
+    agent = "i" if agent in FIRST_PERSON else agent
+    return any(flag and word == agent for word, flag in zip(sequence, _agents(sequence), strict=True))
+
+
+def _other_subject(a: Features, b: Features) -> bool:
+    sa, sb = a.subject, b.subject
+    if sa is None or sb is None or sa[0] != sb[0] or sa[1] == sb[1]:
+        return False
+    return not (_passive(a.sequence, sb[1]) or _passive(b.sequence, sa[1]))
+
+
+def swapped_roles(a: Features, b: Features) -> bool:
+    """Two shared words other than function words swap sides around a third shared word other than one (x before z
+    before y in ``a``, y before z before x in ``b``), or two questions opening with the same auxiliary ask it of
+    different subjects. A swap whose later word is a passive agent in one prompt only ("the team fixed ..." /
+    "... fixed by the team") is no swap. Quadratic in the shared words (prompts are at most 1000 characters)."""
+    if _other_subject(a, b):
+        return True
+    pa, pb = _first_positions(a.sequence), _first_positions(b.sequence)
+    agent_a, agent_b = _agents(a.sequence), _agents(b.sequence)
+    content = [w for w in pa.keys() & pb.keys() if w not in ORDER_FUNCTION_WORDS]
+    for z in content:
+        # x: before z in a and after it in b (the later of the pair in b); y: after z in a (the later in a) and
+        # before it in b. Any x with any y swap; one pair whose later words agree on being an agent is enough.
+        xs = {agent_b[pb[x]] for x in content if pa[x] < pa[z] and pb[x] > pb[z]}
+        ys = {agent_a[pa[y]] for y in content if pa[y] > pa[z] and pb[y] < pb[z]}
+        if xs & ys:
+            return True
+    return False
 
 
 def _negated(a: frozenset[str], b: frozenset[str]) -> bool:
     """Some word of ``b`` is a word of ``a`` with a negating prefix, the stem absent from ``b``."""
     return any(p + w in b and w not in b for w in a - b for p in NEGATING_PREFIXES)
+
+
+def _names(own: Features, other: Features) -> tuple[str, ...]:
+    """``own``'s names less the sentence openers ``other`` writes in lower case (a word, not a name)."""
+    common = own.openers & (other.words - set(other.entities))
+    return tuple(name for name in own.entities if name not in common)
 
 
 def refusals(a: str | Features, b: str | Features) -> tuple[GuardName, ...]:
@@ -296,12 +506,18 @@ def refusals(a: str | Features, b: str | Features) -> tuple[GuardName, ...]:
         found.append("number")
     if fa.negations != fb.negations or _negated(fa.words, fb.words) or _negated(fb.words, fa.words):
         found.append("negation")
-    if fa.entities != fb.entities:
+    if _names(fa, fb) != _names(fb, fa):
         found.append("entity")
     if fa.directions != fb.directions:
         found.append("direction")
     if any(fa.relations[r] != fb.relations[r] for r in fa.relations.keys() & fb.relations.keys()):
         found.append("relation")
+    if fa.units != fb.units:
+        found.append("unit")
+    if fa.times != fb.times:
+        found.append("time")
+    if swapped_roles(fa, fb):
+        found.append("order")
     return tuple(found)
 
 
@@ -312,4 +528,4 @@ def all_pass(a: str | Features, b: str | Features, enabled: bool = True) -> bool
 
 def names() -> Sequence[GuardName]:
     """Every guard, in the order :func:`refusals` reports them."""
-    return ("number", "negation", "entity", "direction", "relation")
+    return ("number", "negation", "entity", "direction", "relation", "unit", "time", "order")

@@ -182,6 +182,19 @@ def test_storable_bounds_entries_and_refuses_incomplete_answers() -> None:
         ("Translate hello into Spanish.", "Translate hello into French.", "entity"),
         ("Compare the A100 and the H100.", "Compare the A100 and the H200.", "entity"),
         ("Is 'foo' a keyword?", "Is 'bar' a keyword?", "entity"),
+        ("Is the refund taxable?", "Is the refund non-taxable?", "negation"),
+        (
+            "Which city is warmer in winter, Rome or Madrid?",
+            "Which city is colder in winter, Rome or Madrid?",
+            "direction",
+        ),
+        ("Set a timer for 10 minutes.", "Set a timer for 10 seconds.", "unit"),
+        ("How many kms is a marathon?", "How many miles is a marathon?", "unit"),
+        ("Remind me to call mom at noon.", "Remind me to call mom at midnight.", "time"),
+        ("Did the dog bite the man?", "Did the man bite the dog?", "order"),
+        ("Should the guest tip the host?", "Should the host tip the guest?", "order"),
+        ("Does the company owe me money?", "Do I owe the company money?", "order"),  # "I", "me", "my": one word
+        ("Can my employer read my emails?", "Can I read my employer's emails?", "order"),  # another subject
     ],
 )
 def test_guards_refuse_the_near_misses_static_embeddings_cannot_see(a: str, b: str, guard: str) -> None:
@@ -198,6 +211,15 @@ def test_guards_refuse_the_near_misses_static_embeddings_cannot_see(a: str, b: s
         ("How do I make pancakes?", "How do you make pancakes?"),
         ("What is the capital of France?", "What's the capital of France?"),
         ("I want to cancel my order.", "Cancel my order please."),
+        ("In Python, how do I read a file?", "How do I read a file in Python?"),  # a phrase moved: no swap
+        ("Tomorrow, will it rain in Seattle?", "Will it rain in Seattle tomorrow?"),
+        ("Which is healthier, tea or coffee?", "Which is healthier, coffee or tea?"),  # alternatives may swap
+        ("Has the team fixed the login bug?", "Has the login bug been fixed by the team?"),  # passive
+        ("Has anyone reviewed my application?", "Has my application been reviewed?"),
+        ("Outline the steps to write a business plan.", "Please outline the steps to write a business plan."),
+        ("How many mins does the test take?", "How many minutes does the test take?"),
+        ("What's the max file size for uploads?", "What is the maximum file size for uploads?"),
+        ("Paraphrase the plan.", "Please paraphrase the plan."),  # an opener written in lower case: no name
     ],
 )
 def test_guards_let_paraphrases_through(a: str, b: str) -> None:
@@ -211,6 +233,16 @@ def test_features_read_numbers_names_and_negations() -> None:
     assert found.negations == 1
     assert dict(found.directions) == {"send": 1, "before": 1}
     assert found.relations == {"to": ("alice",)}
+
+
+def test_features_read_units_times_roles_and_the_asked_subject() -> None:
+    found = features("Can my employer's office send 3 kms of cable to me tonight?")
+    assert found.units == ("kilometer",)
+    assert found.times == ("tonight",)
+    assert found.sequence[:4] == ("can", "i", "employer", "office")  # "my" is "I"; "employer's" is "employer"
+    assert found.subject == ("can", "employer")
+    assert features("Is 17 prime?").subject is None  # a number is the number guard's
+    assert features("Paraphrase the plan.").openers == {"paraphrase"}  # a name unless the other says "paraphrase"
 
 
 # --- streams ----------------------------------------------------------------------------------------------------------
