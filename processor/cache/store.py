@@ -42,7 +42,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from inferplane.processor.cache.config import CacheConfig
+from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig
 from inferplane.processor.cache.embedders import Embedder, EmbedderError, Vector, make_embedder
 from inferplane.processor.cache.guards import all_pass
 from inferplane.processor.cache.metrics import CacheMetrics
@@ -157,6 +157,10 @@ class ResponseCache:
         self.doc_prefix = f"{config.key_prefix}:s:{ident}:"
         self.exact_prefix = f"{config.key_prefix}:x:"
         self._timeout = config.timeout_ms / 1000
+        # An in-process embedder runs synchronously (nothing to time out); an endpoint has its own bound.
+        self._embed_timeout = (
+            config.embedder.timeout_ms / 1000 if isinstance(config.embedder, EndpointEmbedderConfig) else None
+        )
 
     # --- availability ---------------------------------------------------------------------------------------------
 
@@ -251,6 +255,7 @@ class ResponseCache:
             return Lookup(request)
         started = time.perf_counter()
         result = Lookup(request)
+        await self._embed(result)
         try:
             async with asyncio.timeout(self._timeout):
                 await self._lookup(result)
@@ -268,15 +273,27 @@ class ResponseCache:
             self.metrics.misses.labels(model=request.model).inc()
         return result
 
+    async def _embed(self, result: Lookup) -> None:
+        """The prompt's vector, within the embedder's own ``timeout_ms``. Apart from the Redis round trip's bound on
+        purpose: a slow or down embedder (a served model) costs this request its semantic lookup, counted in
+        ``errors_total{operation="embed"}``, but never the exact lookup nor the cache's health and back-off."""
+        request = result.request
+        assert isinstance(request, Cacheable)
+        if request.text is None or self.embedder is None:
+            return
+        try:
+            async with asyncio.timeout(self._embed_timeout):
+                result.vector = (await self.embedder.embed([request.text]))[0]
+        except TimeoutError:
+            self.metrics.errors.labels(operation="embed", error="timeout").inc()
+            result.extra["embed_error"] = f"no vector within {self._embed_timeout} s"
+        except EmbedderError as error:
+            self.metrics.errors.labels(operation="embed", error="response").inc()
+            result.extra["embed_error"] = str(error)
+
     async def _lookup(self, result: Lookup) -> None:
         request = result.request
         assert isinstance(request, Cacheable)
-        if request.text is not None and self.embedder is not None:
-            try:
-                result.vector = (await self.embedder.embed([request.text]))[0]
-            except EmbedderError as error:
-                self.metrics.errors.labels(operation="embed", error="response").inc()
-                result.extra["embed_error"] = str(error)
         pipe = self.client.pipeline(transaction=False)
         pipe.get(self.exact_prefix + request.exact_key)
         if result.vector is not None:

@@ -334,3 +334,39 @@ def test_the_endpoint_embedder_serves_paraphrases_and_its_failure_leaves_exact_h
     assert exact == {"x-inferplane-cache": "hit", "x-inferplane-cache-kind": "exact"}
     assert value(metrics, "inferplane_gateway_cache_errors_total", operation="embed", error="response") == 1
     assert embedder.ident == "ep-embed-small-256"
+
+
+class _SlowEmbeddings(_Embeddings):
+    """Answers, but only after the processor's embedder timeout has passed: a served embedder under load."""
+
+    def do_POST(self) -> None:
+        time.sleep(0.3)
+        super().do_POST()
+
+
+def test_a_slow_embedder_costs_the_semantic_lookup_only_never_the_cache(server: RedisServer) -> None:
+    http = ThreadingHTTPServer(("127.0.0.1", 0), _SlowEmbeddings)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{http.server_address[1]}/v1"
+        # The embedder's bound (100 ms) is its own: the Redis round trip keeps the lookup's 200 ms.
+        embedder_config = EndpointEmbedderConfig(url=url, model="embed-small", dimensions=256, timeout_ms=100)
+        cfg = config(embedder=embedder_config)
+
+        async def body(cache: ResponseCache) -> list[Any]:
+            await remember(cache, "How do I reset my password?", "Use the reset link.")
+            exact = await cache.lookup("chat", chat("How do I reset my password?"), tenant="a", tier="t")
+            paraphrase = await cache.lookup("chat", chat("How can I reset my password?"), tenant="a", tier="t")
+            return [exact.response_headers(), paraphrase.hit, cache.available]
+
+        (exact, paraphrase, available), metrics = with_cache(
+            server.port, cfg, body, embedder=EndpointEmbedder(embedder_config)
+        )
+    finally:
+        http.shutdown()
+        http.server_close()
+    assert exact == {"x-inferplane-cache": "hit", "x-inferplane-cache-kind": "exact"}
+    assert paraphrase is None and available
+    assert value(metrics, "inferplane_gateway_cache_errors_total", operation="embed", error="timeout") == 3
+    assert value(metrics, "inferplane_gateway_cache_errors_total", operation="lookup", error="timeout") == 0
+    assert value(metrics, "inferplane_gateway_cache_up") == 1
