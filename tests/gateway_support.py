@@ -221,17 +221,6 @@ def embedder_model_dir() -> Path:
     return EMBEDDER_DIR
 
 
-def start_vllm_embedder(procs: Procs, name: str, served_name: str, max_model_len: int) -> int:
-    """vLLM's OpenAI server on CPU serving the real embedding model with the pooling runner (``/v1/embeddings``);
-    does not wait (see :func:`wait_vllm`); returns its port."""
-    port = free_port()
-    args = [str(vllm_binary()), "serve", str(embedder_model_dir()), "--runner", "pooling"]
-    args += ["--served-model-name", served_name, "--max-model-len", str(max_model_len)]
-    args += ["--host", "127.0.0.1", "--port", str(port), "--enforce-eager"]
-    procs.start(name, args, _VLLM_ENV)
-    return port
-
-
 VLLM_PORT_RETRIES = 2
 """vLLM binds its port only once the model is loaded (tens of seconds on CPU), so another test's server may take the
 port meanwhile: a server that exits with "Address already in use" is started again on another port."""

@@ -12,14 +12,12 @@ import pytest
 
 from inferplane.components.catalog import embedders
 from inferplane.components.catalog.embedders import EMBEDDING_MODELS, get_embedding_model
-from tests.gateway_support import EMBEDDER_DIR
+from tests.gateway_support import embedder_model_dir
 
 
 @pytest.fixture
 def model_dir() -> Path:
-    if not (EMBEDDER_DIR / "model.safetensors").is_file():
-        pytest.skip(f"all-MiniLM-L6-v2 not unpacked at {EMBEDDER_DIR}: run `make references`")
-    return EMBEDDER_DIR
+    return embedder_model_dir()
 
 
 def test_the_row_is_what_the_models_files_say(model_dir: Path) -> None:
