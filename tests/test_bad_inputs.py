@@ -527,6 +527,17 @@ CASES: tuple[Case, ...] = (
     Case("plan-stack-disk-full", "output", (*PLAN_8B, "--write-stack", "staging", "--name", "chat"), EXIT_FAILED,
          (f"{STAGING}: writing it failed: No space left on device; the file is unchanged",),
          setup=_failing(os, "fsync", OSError(errno.ENOSPC, "No space left on device"))),
+    # 18. Issue 21: --engine takes the spec's engines, SGLang among them, and a GPU-only engine is refused on TPUs.
+    Case("plan-engine-unknown", "cli", (*PLAN_8B, "--engine", "tgi"), EXIT_INVALID,
+         ("argument --engine: invalid choice: 'tgi' (choose from 'vllm', 'triton', 'sglang')",)),
+    Case("size-engine-unknown", "cli", (*MODEL_8B, "--engine", "SGLang"), EXIT_INVALID,
+         ("argument --engine: invalid choice: 'SGLang' (choose from 'vllm', 'triton', 'sglang')",)),
+    Case("plan-sglang-on-tpu", "cli", (*PLAN_8B, "--engine", "sglang", "--accelerator", "tpu-v5e"), EXIT_INVALID,
+         ("inferplane plan: --engine sglang (SGLang) serves NVIDIA GPUs; --accelerator tpu-v5e names only TPUs",),
+         absent=("Candidates",)),
+    Case("size-sglang-on-tpu", "cli", ("size", "--model", "qwen2.5-7b", "--accelerator", "tpu-v5e", "--engine",
+         "sglang"), EXIT_INVALID, ("inferplane size: --engine sglang (SGLang) serves NVIDIA GPUs, not tpu-v5e",),
+         absent=("output tokens/s",)),
 )
 # fmt: on
 

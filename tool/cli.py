@@ -34,6 +34,7 @@ from inferplane.components.spec.platform_spec import (
     MAX_CONCURRENCY,
     MAX_GPUS_PER_REPLICA,
     PLATFORM_KEY,
+    Engine,
     KvCacheDtype,
     SpecError,
     WeightsDtype,
@@ -123,8 +124,9 @@ def _model_flags_valid(
     if accelerator.vendor == "google" and (args.weights_dtype != "bf16" or args.kv_cache_dtype not in ("auto", "bf16")):
         err.print(f"inferplane size: {accelerator.id} serves bf16 weights and KV cache")
         return False
-    if accelerator.vendor == "google" and args.engine == "triton":
-        err.print(f"inferplane size: --engine triton (TensorRT-LLM) serves NVIDIA GPUs, not {accelerator.id}")
+    if accelerator.vendor == "google" and args.engine in plan_cmd.GPU_ONLY_ENGINES:
+        engine = f"{args.engine} ({plan_cmd.GPU_ONLY_ENGINES[args.engine]})"
+        err.print(f"inferplane size: --engine {engine} serves NVIDIA GPUs, not {accelerator.id}")
         return False
     if not 0.5 <= args.gpu_memory_utilization <= 0.93:
         err.print("inferplane size: --gpu-memory-utilization must be within 0.5 and 0.93")
@@ -302,7 +304,9 @@ def _add_size_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=1000,
         help="output tokens (default 1000)",
     )
-    size_cmd.add_argument("--engine", choices=["vllm", "triton"], default="vllm", help="triton = TensorRT-LLM")
+    size_cmd.add_argument(
+        "--engine", choices=get_args(Engine), default="vllm", help="triton = TensorRT-LLM; sglang = SGLang"
+    )
     size_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     size_cmd.set_defaults(handler=lambda a, o, e: _size_stack(a, o, e) if a.stack else _size_model(a, o, e))
 

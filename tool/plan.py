@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import annotated_types
 import yaml
@@ -40,7 +40,14 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.planner import Candidate, Filters, Plan, Workload, plan
 from inferplane.components.capacity.sizing import SizingResult, size_platform
-from inferplane.components.catalog import PRICES, Accelerator, ModelArchitecture, get_instance_type, get_model
+from inferplane.components.catalog import (
+    PRICES,
+    Accelerator,
+    ModelArchitecture,
+    get_accelerator,
+    get_instance_type,
+    get_model,
+)
 from inferplane.components.catalog.accelerators import AcceleratorId
 from inferplane.components.catalog.models import MAX_CONTEXT_TOKENS
 from inferplane.components.spec.buildable import validate_platform
@@ -80,6 +87,9 @@ MAX_ITL_P95_MS = _slo_ceiling("itl_p95_ms")
 """``--itl-p95-ms`` at most (60,000 ms)."""
 MAX_TOP = 1000
 """``--top`` at most: more rows than any search returns."""
+GPU_ONLY_ENGINES: dict[Engine, str] = {"triton": "TensorRT-LLM", "sglang": "SGLang"}
+"""The engines whose images serve NVIDIA GPUs only (the spec refuses them on TPU pools), by their product names:
+``--engine`` with one of them and only TPU accelerators is refused as a flag, not searched to an empty plan."""
 MAX_NAME_LENGTH = 40
 """A pool or deployment name is an RFC 1123 label of at most 40 characters (the spec's ``Name``)."""
 _NAME = TypeAdapter(Name)
@@ -169,6 +179,7 @@ def _workload_and_filters(args: argparse.Namespace) -> tuple[Workload, Filters]:
         cloud = _cloud_for_region(args.region)
     except ValueError as exc:
         raise _BadArgumentError(str(exc)) from None
+    _check_engine_accelerators(args.engine, args.accelerator or [])
     workload = Workload(
         model=model,
         model_label=args.model,
@@ -181,13 +192,24 @@ def _workload_and_filters(args: argparse.Namespace) -> tuple[Workload, Filters]:
     )
     filters = Filters(
         accelerators=tuple(cast(list[AcceleratorId], args.accelerator or [])),
-        engines=(cast(Engine, args.engine),) if args.engine else ("vllm", "triton"),
+        engines=(cast(Engine, args.engine),) if args.engine else Filters().engines,
         weights_dtypes=tuple(cast(list[WeightsDtype], args.weights_dtype or ["bf16"])),
         capacity_type=cast(CapacityType, args.capacity_type),
         max_gpus=args.max_gpus,
         cloud=cloud,
     )
     return workload, filters
+
+
+def _check_engine_accelerators(engine: str | None, accelerators: list[str]) -> None:
+    """``--engine`` triton or sglang with ``--accelerator`` naming only TPUs: refused, naming both flags."""
+    if engine not in GPU_ONLY_ENGINES or not accelerators:
+        return
+    if all(get_accelerator(a).vendor == "google" for a in accelerators):
+        raise _BadArgumentError(
+            f"--engine {engine} ({GPU_ONLY_ENGINES[engine]}) serves NVIDIA GPUs; "
+            f"--accelerator {', '.join(accelerators)} names only TPUs"
+        )
 
 
 def _destination(args: argparse.Namespace, err: Console) -> _Destination | None:
@@ -629,7 +651,9 @@ def add_parser(sub: Any) -> None:
         help=f"inter-token latency objective (at most {MAX_ITL_P95_MS:g} ms)",
     )
     cmd.add_argument("--accelerator", action="append", choices=sorted(ACCELERATORS), help="allow only these")
-    cmd.add_argument("--engine", choices=["vllm", "triton"], help="only this engine (triton = TensorRT-LLM)")
+    cmd.add_argument(
+        "--engine", choices=get_args(Engine), help="only this engine (triton = TensorRT-LLM; sglang = SGLang)"
+    )
     cmd.add_argument(
         "--weights-dtype",
         action="append",

@@ -19,8 +19,13 @@ The largest of memory traffic, FLOPs and interconnect names the limit.
 Saturation (what ``trtllm-bench throughput`` and ``vllm bench throughput`` measure): the batch is as large as the
 KV cache and ``max_num_seqs`` allow; every finished sequence is replaced, so each step also carries
 ``batch x input / output`` prompt tokens, within the per-step token budget. TensorRT-LLM's default capacity
-scheduler (guaranteed no evict) reserves a sequence's whole input + output in the KV cache up front; vLLM
-allocates pages as tokens arrive, so a sequence holds input + output / 2 on average.
+scheduler (guaranteed no evict) reserves a sequence's whole input + output in the KV cache up front; vLLM and
+SGLang allocate pages as tokens arrive, so a sequence holds input + output / 2 on average.
+
+SGLang runs prompts and decodes in separate steps (``--enable-mixed-chunk`` is off by default and sizing does not
+set it): a prefill step carries up to ``--chunked-prefill-size`` prompt tokens and no decodes, a decode step only
+decodes, so every prefill step reads the weights once more and stalls the running sequences for its length
+(:func:`engine_step`). Its batch is ``--max-running-requests``; the chunk bounds a prefill step, not the batch.
 
 Under a request rate the replica is an M/M/c queue (Erlang C): ``c`` = batch slots, service time = a request's
 prefill plus ``output x ITL``, where ITL is the step time at the concurrency Little's law gives (solved as a fixed
@@ -72,6 +77,11 @@ TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 NVIDIA/TensorRT-LLM@008b2b8d23af95e4e19fa6f354f9c5f6349b2bfc) and ``trtllm-bench``'s "Max Runtime Tokens: 8192":
 the step its activation buffers are sized for."""
 
+SGLANG_DEFAULT_MAX_PREFILL_TOKENS = 16384
+"""SGLang's ``--max-prefill-tokens`` default, the prompt tokens of one prefill step when chunking is off
+(``--chunked-prefill-size -1``): ``max_prefill_tokens`` in ``sglang/srt/arg_groups/fields/schedule.py`` of
+sglang 0.5.23."""
+
 MEMORY_EDGE_WEIGHTS_SHARE = 0.5
 """A replica runs near the memory edge when its weights take at least half its device memory: the KV pool is then
 smaller than the weights, so the base an engine's memory fraction is read against changes it most (a 70B FP8 model
@@ -89,9 +99,11 @@ class Replica:
     kv_cache_dtype: KvCacheDtype
     engine: Engine
     max_num_seqs: int
-    """vLLM ``--max-num-seqs`` / TensorRT-LLM ``max_batch_size``: the batch slots."""
+    """vLLM ``--max-num-seqs`` / TensorRT-LLM ``max_batch_size`` / SGLang ``--max-running-requests``: the batch
+    slots."""
     max_num_batched_tokens: int
-    """vLLM ``--max-num-batched-tokens`` / TensorRT-LLM ``max_num_tokens``: tokens per step."""
+    """vLLM ``--max-num-batched-tokens`` / TensorRT-LLM ``max_num_tokens``: tokens per step; SGLang
+    ``--chunked-prefill-size``: prompt tokens per prefill step."""
     kv_capacity_tokens: int
     """Tokens the KV pool holds (whole replica)."""
 
@@ -133,9 +145,15 @@ def kv_pool_bytes(sizing: SizingResult, accelerator: Accelerator, engine: Engine
 def replica_from_sizing(
     sizing: SizingResult, model: ModelArchitecture, accelerator: Accelerator, engine: Engine
 ) -> Replica:
-    """The replica a sizing configures: its TP, precisions, batch (``concurrency``), step budget and the KV pool
-    the engine allocates (:func:`kv_pool_bytes`)."""
+    """The replica a sizing configures: its TP, precisions, batch (``concurrency``; SGLang's
+    ``--max-running-requests``), step budget (SGLang's ``--chunked-prefill-size``, the rendered multiple of its page)
+    and the KV pool the engine allocates (:func:`kv_pool_bytes`)."""
     per_token = sizing.kv_cache_bytes_per_token * sizing.kv_head_replication
+    slots, budget = sizing.concurrency, sizing.max_num_batched_tokens
+    if engine == "sglang":
+        slots = sizing.sglang.max_running_requests
+        chunk = sizing.sglang.chunked_prefill_size
+        budget = chunk if chunk > 0 else SGLANG_DEFAULT_MAX_PREFILL_TOKENS
     return Replica(
         model=model,
         accelerator=accelerator,
@@ -143,8 +161,8 @@ def replica_from_sizing(
         weights_dtype=sizing.weights_dtype,
         kv_cache_dtype=sizing.kv_cache_dtype,
         engine=engine,
-        max_num_seqs=sizing.concurrency,
-        max_num_batched_tokens=sizing.max_num_batched_tokens,
+        max_num_seqs=slots,
+        max_num_batched_tokens=budget,
         kv_capacity_tokens=max(int(kv_pool_bytes(sizing, accelerator, engine) // per_token), 0),
     )
 
@@ -248,8 +266,30 @@ def step_time(
     return Step(seconds=seconds, limit=limit)
 
 
+def engine_step(
+    replica: Replica, decode_seqs: float, prefill_tokens: float, mean_context: float, input_tokens: int
+) -> Step:
+    """The time the running sequences wait for one token while ``prefill_tokens`` of prompts are also run.
+
+    vLLM and TensorRT-LLM put both in one step (:func:`step_time`). SGLang runs a decode step and, apart,
+    prefill steps of what is waiting (at least one prompt, at most ``--chunked-prefill-size`` tokens), a share of
+    one per decode step on average, so the prompts cost the weights' read again and the decodes wait for them."""
+    if replica.engine != "sglang" or prefill_tokens <= 0:
+        return step_time(replica, decode_seqs, prefill_tokens, mean_context, input_tokens)
+    decode = step_time(replica, decode_seqs, 0, mean_context, input_tokens)
+    # A prefill step runs what is waiting, at least one whole prompt, at most a chunk.
+    chunk = float(min(replica.max_num_batched_tokens, max(prefill_tokens, input_tokens, 1)))
+    prefill = step_time(replica, 0, chunk, mean_context, input_tokens)
+    prefill_s = prefill_tokens / chunk * prefill.seconds
+    limit = prefill.limit if prefill_s > decode.seconds else decode.limit
+    return Step(seconds=decode.seconds + prefill_s, limit=limit)
+
+
 def resident_tokens(replica: Replica, workload: Workload) -> float:
-    """KV tokens one running sequence holds: reserved in full (TensorRT-LLM), or on average as it grows (vLLM)."""
+    """KV tokens one running sequence holds: reserved in full (TensorRT-LLM), or on average as it grows (vLLM,
+    SGLang). SGLang's admission also sets aside ``new_token_ratio`` of each running request's remaining output (0.7
+    decaying to 0.098 over 600 steps, ``new_token_ratio_tracker.py`` of sglang 0.5.23); that reserve only delays
+    admissions and is not modelled."""
     if replica.engine == "triton":
         return float(workload.input_tokens + workload.output_tokens)
     return workload.input_tokens + workload.output_tokens / 2
@@ -259,8 +299,11 @@ def max_batch(replica: Replica, workload: Workload) -> tuple[int, Capacity]:
     """Sequences running at once at saturation, and what caps them."""
     kv_seqs = int(replica.kv_capacity_tokens // resident_tokens(replica, workload))
     ratio = workload.input_tokens / workload.output_tokens
-    # Each step must carry batch x input/output prompt tokens besides the batch's decodes.
+    # Each step must carry batch x input/output prompt tokens besides the batch's decodes. SGLang's prompts run in
+    # steps of their own, so its chunk bounds a prefill step, not the batch.
     budget_seqs = int(replica.max_num_batched_tokens // (1 + ratio))
+    if replica.engine == "sglang":
+        budget_seqs = replica.max_num_seqs
     options: list[tuple[int, Capacity]] = [
         (kv_seqs, "kv-capacity"),
         (replica.max_num_seqs, "max-num-seqs"),
@@ -284,7 +327,7 @@ def saturation(replica: Replica, workload: Workload) -> Saturation:
         )
     prefill = batch * workload.input_tokens / workload.output_tokens
     mean_context = workload.input_tokens + workload.output_tokens / 2
-    step = step_time(replica, batch, prefill, mean_context, workload.input_tokens)
+    step = engine_step(replica, batch, prefill, mean_context, workload.input_tokens)
     tokens_per_second = batch / step.seconds
     return Saturation(
         batch=batch,
@@ -321,14 +364,16 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
     for _ in range(60):
         prefill_per_step = rate * workload.input_tokens * step.seconds
         concurrency = min(float(batch), max(1.0, rate * workload.output_tokens * step.seconds))
-        new = step_time(replica, concurrency, prefill_per_step, mean_context, workload.input_tokens)
+        new = engine_step(replica, concurrency, prefill_per_step, mean_context, workload.input_tokens)
         if abs(new.seconds - step.seconds) < 1e-9:
             step = new
             break
         step = new
-    chunk_tokens = float(min(workload.input_tokens, max(chunk - concurrency, 1.0)))
+    # A mixed step shares its budget with the decodes; SGLang's prefill step has the whole chunk to itself.
+    room = float(replica.max_num_batched_tokens) if replica.engine == "sglang" else max(chunk - concurrency, 1.0)
+    chunk_tokens = float(min(workload.input_tokens, room))
     prefill_steps = math.ceil(workload.input_tokens / chunk_tokens)
-    chunk_step = step_time(replica, concurrency, chunk_tokens, mean_context, workload.input_tokens)
+    chunk_step = engine_step(replica, concurrency, chunk_tokens, mean_context, workload.input_tokens)
     share_with_prefill = min(1.0, rate * step.seconds * prefill_steps)
     itl_p95 = chunk_step.seconds if share_with_prefill >= TAIL_SHARE else step.seconds
     prefill_s = prefill_steps * chunk_step.seconds

@@ -68,7 +68,7 @@ class Filters:
 
     accelerators: tuple[AcceleratorId, ...] = ()
     """Empty: every catalog accelerator."""
-    engines: tuple[Engine, ...] = ("vllm", "triton")
+    engines: tuple[Engine, ...] = ("vllm", "triton", "sglang")
     weights_dtypes: tuple[WeightsDtype, ...] = ("bf16",)
     capacity_type: CapacityType = "on_demand"
     max_gpus: int | None = None

@@ -128,6 +128,21 @@ def test_each_engine_gets_the_pool_its_flag_yields_and_the_platform_cap_holds() 
     assert perf_model.replica_from_sizing(sizing, LLAMA_70B, H100, "sglang").kv_capacity_tokens == 31_553
 
 
+def test_sglang_replica_takes_its_batch_and_chunk_from_its_own_flags() -> None:
+    """Batch = ``--max-running-requests``; step budget = ``--chunked-prefill-size`` (a whole number of 16-token
+    pages); with chunking off, SGLang's ``--max-prefill-tokens`` default bounds a prefill step."""
+    sized = _sized_70b_fp8_on_one_h100()
+    sglang = sized.sglang.model_copy(update={"max_running_requests": 9, "chunked_prefill_size": 2016})
+    sizing = sized.model_copy(update={"max_num_batched_tokens": 2000, "concurrency": 7, "sglang": sglang})
+    replica = perf_model.replica_from_sizing(sizing, LLAMA_70B, H100, "sglang")
+    assert (replica.max_num_seqs, replica.max_num_batched_tokens) == (9, 2016)
+    vllm = perf_model.replica_from_sizing(sizing, LLAMA_70B, H100, "vllm")
+    assert (vllm.max_num_seqs, vllm.max_num_batched_tokens) == (7, 2000)
+    unchunked = sizing.model_copy(update={"sglang": sglang.model_copy(update={"chunked_prefill_size": -1})})
+    replica = perf_model.replica_from_sizing(unchunked, LLAMA_70B, H100, "sglang")
+    assert replica.max_num_batched_tokens == perf_model.SGLANG_DEFAULT_MAX_PREFILL_TOKENS == 16384
+
+
 def test_the_memory_edge_is_where_the_weights_take_half_the_device_memory() -> None:
     sizing = _sized_70b_fp8_on_one_h100()
     one = perf_model.replica_from_sizing(sizing, LLAMA_70B, H100, "triton")

@@ -82,6 +82,34 @@ def test_saturation_is_capped_by_the_kv_cache_and_trtllm_reserves_whole_sequence
     assert (slots.batch, slots.capacity) == (8, "max-num-seqs")
 
 
+def test_sglang_runs_prompts_in_steps_of_their_own() -> None:
+    """SGLang (no ``--enable-mixed-chunk``): one decode step, plus prefill steps of what waits (at least one prompt,
+    at most a chunk), a share of one per decode step; vLLM runs both in one step."""
+    sglang = _replica(engine="sglang", max_num_batched_tokens=2048)
+    decode = perf_model.step_time(sglang, 64, 0, 1500, 1000)
+    # 100 waiting prompt tokens: one prefill step runs a whole 1000-token prompt, a tenth of it per decode step.
+    prompt = perf_model.step_time(sglang, 0, 1000, 1500, 1000)
+    step = perf_model.engine_step(sglang, 64, 100, 1500, 1000)
+    assert step.seconds == pytest.approx(decode.seconds + 0.1 * prompt.seconds, rel=1e-12)
+    # 5000 waiting tokens: steps of a full 2048-token chunk, 5000 / 2048 of one per decode step.
+    chunk = perf_model.step_time(sglang, 0, 2048, 1500, 1000)
+    step = perf_model.engine_step(sglang, 64, 5000, 1500, 1000)
+    assert step.seconds == pytest.approx(decode.seconds + 5000 / 2048 * chunk.seconds, rel=1e-12)
+    assert perf_model.engine_step(sglang, 64, 0, 1500, 1000) == decode
+    vllm = _replica(max_num_batched_tokens=2048)
+    assert perf_model.engine_step(vllm, 64, 100, 1500, 1000) == perf_model.step_time(vllm, 64, 100, 1500, 1000)
+
+
+def test_sglang_batch_is_its_running_requests_not_the_chunk() -> None:
+    """A prompt-heavy mix: vLLM's step must carry batch x (1 + input/output) tokens within its budget, SGLang's
+    chunk bounds only its prefill steps, so ``--max-running-requests`` caps its batch."""
+    mix = perf_model.Workload(input_tokens=4000, output_tokens=100)
+    vllm = perf_model.saturation(_replica(max_num_batched_tokens=2048, max_num_seqs=64), mix)
+    sglang = perf_model.saturation(_replica(engine="sglang", max_num_batched_tokens=2048, max_num_seqs=64), mix)
+    assert (vllm.batch, vllm.capacity) == (49, "token-budget")  # 2048 // 41
+    assert (sglang.batch, sglang.capacity) == (64, "max-num-seqs")  # the KV cache holds 400000 // 4050 = 98
+
+
 def test_latency_rises_with_the_rate_and_the_queue_diverges_at_saturation() -> None:
     replica = _replica(max_num_seqs=64)
     mix = perf_model.Workload(input_tokens=500, output_tokens=200)

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -283,11 +284,51 @@ def test_write_stack_names_the_limit_and_writes_nothing(tmp_path: Path, capsys: 
     assert stack_file.read_text(encoding="utf-8") == before
 
 
-def test_size_refuses_tensorrt_llm_on_a_tpu(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["size", "--model", "qwen2.5-7b", "--accelerator", "tpu-v5e", "--engine", "triton"]) == EXIT_INVALID
+@pytest.mark.parametrize(("engine", "product"), [("triton", "TensorRT-LLM"), ("sglang", "SGLang")])
+def test_size_refuses_a_gpu_only_engine_on_a_tpu(capsys: pytest.CaptureFixture[str], engine: str, product: str) -> None:
+    assert main(["size", "--model", "qwen2.5-7b", "--accelerator", "tpu-v5e", "--engine", engine]) == EXIT_INVALID
     assert capsys.readouterr().err.strip() == (
-        "inferplane size: --engine triton (TensorRT-LLM) serves NVIDIA GPUs, not tpu-v5e"
+        f"inferplane size: --engine {engine} ({product}) serves NVIDIA GPUs, not tpu-v5e"
     )
+
+
+def test_plan_searches_sglang_by_default_and_alone_with_engine_sglang(capsys: pytest.CaptureFixture[str]) -> None:
+    every = plan(_workload(), Filters(accelerators=("l40s-48gb",)))
+    assert {c.engine for c in every.candidates} == {"vllm", "triton", "sglang"}
+    code, out = _plan_json(
+        capsys, [*PLAN, "--accelerator", "l40s-48gb", "--engine", "sglang", "--top", "1000", "--json"]
+    )
+    assert code == EXIT_OK
+    assert [row["instance_type"] for row in out["candidates"]] == [
+        c.instance_type for c in every.candidates if c.engine == "sglang"
+    ]
+    assert {row["engine"] for row in out["candidates"]} == {"sglang"}
+
+
+def test_size_engine_sglang_predicts_with_sglang_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["size", "--model", "llama-3.1-8b", "--accelerator", "h100-80gb", "--json", "--engine", "sglang"]
+    assert main([*argv, "--input-tokens", "128", "--output-tokens", "128"]) == EXIT_OK
+    out = json.loads(capsys.readouterr().out)
+    flags = out["sglang"]
+    # The pool SGLang allocates at its --mem-fraction-static (weights and KV pool only), not vLLM's budget.
+    pool = int(get_accelerator("h100-80gb").memory_bytes * flags["mem_fraction_static"]) - out["weights_bytes"]
+    replica = perf_model.Replica(
+        model=get_model("llama-3.1-8b"),
+        accelerator=get_accelerator("h100-80gb"),
+        tensor_parallel_size=flags["tp_size"],
+        weights_dtype="bf16",
+        kv_cache_dtype="auto",
+        engine="sglang",
+        max_num_seqs=flags["max_running_requests"],
+        max_num_batched_tokens=flags["chunked_prefill_size"],
+        kv_capacity_tokens=pool // out["kv_cache_bytes_per_token"],
+    )
+    mix = perf_model.Workload(input_tokens=128, output_tokens=128)
+    expected = perf_model.saturation(replica, mix).output_tokens_per_second
+    assert out["max_output_tokens_per_second"] == pytest.approx(expected, abs=0.1)
+    assert out["single_stream_itl_ms"] == pytest.approx(perf_model.single_stream_itl_ms(replica, mix), abs=0.01)
+    vllm = perf_model.saturation(replace(replica, engine="vllm"), mix).output_tokens_per_second
+    assert out["max_output_tokens_per_second"] != pytest.approx(vllm, abs=0.1)
 
 
 @pytest.mark.parametrize(
