@@ -401,7 +401,7 @@ def cache_eval_command(args: argparse.Namespace, out: Console, err: Console) -> 
     except EmbedderFailedError as error:
         err.print(printable(f"inferplane cache eval: {error}"), markup=False, highlight=False)
         return EXIT_FAILED
-    at = point(scored, cache.semantic_similarity_threshold, cache.semantic_guards)
+    at = point(scored, cache.threshold, cache.semantic_guards)
     if args.json:
         out.print_json(json.dumps(as_json(cache, scored, at)))
     else:

@@ -117,6 +117,12 @@ def render_platform(console: Console, plan: PlatformSizing) -> None:
             _usd(p.hourly_usd_max),
         )
     console.print(pools)
+    if plan.embedder is not None:
+        e = plan.embedder
+        console.print(
+            f"semantic cache embedder: {e.model} served on the system nodes' CPUs, {e.replicas} pods x "
+            f"({e.cpus} CPU, {e.memory_bytes // 2**20} MiB), {e.dimensions} dimensions, start ~{e.start_seconds:.0f} s"
+        )
     console.print(
         f"{plan.environment}: {plan.total_gpus_max} accelerators at max scale, "
         f"{_usd(plan.hourly_usd_min)}/h at min, {_usd(plan.hourly_usd_max)}/h at max (on-demand)"

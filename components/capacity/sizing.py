@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferplane.components.capacity.embedder import EmbedderSizing, size_embedder
 from inferplane.components.catalog import (
     ACCELERATORS,
     Accelerator,
@@ -792,6 +793,9 @@ class PlatformSizing(BaseModel):
     hourly_usd_min: float | None
     hourly_usd_max: float | None
     problems: tuple[str, ...] = Field(description="Misfits and exceeded limits; empty when the plan is sound.")
+    embedder: EmbedderSizing | None = Field(
+        default=None, description="The semantic cache's served embedder, when the platform runs one."
+    )
 
     @property
     def ok(self) -> bool:
@@ -892,6 +896,7 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
         hourly_usd_min=cost_min,
         hourly_usd_max=cost_max,
         problems=tuple(problems),
+        embedder=size_embedder(spec.cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND),
     )
 
 

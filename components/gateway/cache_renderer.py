@@ -21,6 +21,7 @@ from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizi
 from inferplane.components.catalog.images import engine_image as catalog_engine_image
 from inferplane.components.catalog.images import image_reference
 from inferplane.components.catalog.instances import get_instance_type
+from inferplane.components.serving.naming import cache_embedder_url
 from inferplane.components.spec.platform_spec import CacheSpec, ModelDeploymentSpec, PlatformSpec
 from inferplane.processor.cache.config import (
     CacheConfig,
@@ -63,9 +64,18 @@ def usd_per_token(sizing: DeploymentSizing) -> float | None:
     return sizing.replica_hourly_usd / 3600 / per_second
 
 
-def embedder_config(cache: CacheSpec) -> EmbedderConfig:
-    """The processor's embedder settings from ``cache.embedder``."""
+def embedder_config(cache: CacheSpec, served_url: str | None = None) -> EmbedderConfig:
+    """The processor's embedder settings from ``cache.embedder``. A served model is called at its in-cluster
+    Service (:func:`components.serving.naming.cache_embedder_url`), or at ``served_url`` where a local run serves it."""
     embedder = cache.embedder
+    served = embedder.served_model
+    if served is not None:
+        return EndpointEmbedderConfig(
+            url=served_url or cache_embedder_url(),
+            model=served.name,
+            dimensions=served.dimensions,
+            timeout_ms=embedder.timeout_ms,
+        )
     if embedder.kind == "endpoint":
         assert embedder.url is not None and embedder.model is not None and embedder.dimensions is not None
         return EndpointEmbedderConfig(
@@ -77,9 +87,14 @@ def embedder_config(cache: CacheSpec) -> EmbedderConfig:
 
 
 def render_cache_config(
-    spec: PlatformSpec, sizing: PlatformSizing, models: Iterable[str] | None = None
+    spec: PlatformSpec,
+    sizing: PlatformSizing,
+    models: Iterable[str] | None = None,
+    *,
+    embedder_url: str | None = None,
 ) -> CacheConfig | None:
-    """The cache section for a gateway routing to ``models`` (default: all); ``None`` when the cache is off."""
+    """The cache section for a gateway routing to ``models`` (default: all); ``None`` when the cache is off.
+    ``embedder_url``: where a served embedder answers, when not at its in-cluster Service (a local run)."""
     cache = spec.cache
     if not cache.enabled:
         return None
@@ -95,7 +110,7 @@ def render_cache_config(
     return CacheConfig(
         enabled=True,
         semantic=cache.semantic,
-        threshold=cache.semantic_similarity_threshold,
+        threshold=cache.threshold,
         guards=cache.semantic_guards,
         ttl_seconds=cache.ttl_seconds,
         max_entry_bytes=cache.max_entry_bytes,
@@ -104,7 +119,7 @@ def render_cache_config(
         nondeterministic_opt_in=cache.allow_nondeterministic_opt_in,
         tenant_isolation=cache.tenant_isolation,
         shared_tiers=tuple(t.name for t in spec.gateway.tiers if t.share_cache_across_tenants),
-        embedder=embedder_config(cache),
+        embedder=embedder_config(cache, embedder_url),
         timeout_ms=cache.lookup_timeout_ms,
         models=entries,
     )

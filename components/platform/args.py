@@ -320,27 +320,33 @@ class CacheEngine(StrEnum):
 
 
 class CacheEmbedderKind(StrEnum):
-    """One of: wordllama, endpoint."""
+    """One of: wordllama, endpoint, served."""
 
     WORDLLAMA = "wordllama"
     """``wordllama``."""
     ENDPOINT = "endpoint"
     """``endpoint``."""
+    SERVED = "served"
+    """``served``."""
 
 
 class CacheEmbedderArgs(TypedDict):
     """What turns prompts into vectors for the semantic cache."""
 
     kind: NotRequired[CacheEmbedderKind]
-    """``wordllama``: in the processor, static embeddings the image ships (no network, ~20 us); ``endpoint``: an OpenAI-compatible ``/v1/embeddings`` service."""
+    """``wordllama``: in the processor, static embeddings the image ships (no network, ~20 us); ``endpoint``: an OpenAI-compatible ``/v1/embeddings`` service you run; ``served``: a sentence-embedding model from the catalog that the platform deploys beside the gateway (vLLM's pooling runner on the system nodes' CPUs), reachable from the gateway only."""
     url: NotRequired[str]
     """Base URL of the endpoint's OpenAI API (``http://embed.ml:8000/v1``); endpoint only."""
     model: NotRequired[str]
-    """``model`` of the embeddings requests."""
+    """``endpoint``: the ``model`` of the embeddings requests; ``served``: the catalog's embedding model (``all-minilm-l6-v2``)."""
     dimensions: NotRequired[int]
-    """Vector length: 64, 128 or 256 for wordllama (default 256)."""
+    """Vector length: 64, 128 or 256 for wordllama (default 256); the endpoint's; a served model's comes from the catalog."""
     timeout_ms: NotRequired[int]
     """Per-request timeout of the endpoint."""
+    replicas: NotRequired[int]
+    """Served embedder pods (two by default: one can be drained at a time)."""
+    cpus: NotRequired[int]
+    """CPU cores per served embedder pod, also its OpenMP threads: one embeds a short prompt in a few milliseconds and a pod serves requests in batches."""
 
 
 class CacheEvictionPolicy(StrEnum):
@@ -376,7 +382,7 @@ class CacheArgs(TypedDict):
     semantic: NotRequired[bool]
     """Also serve near-duplicate prompts by embedding similarity."""
     semantic_similarity_threshold: NotRequired[float]
-    """Cosine similarity."""
+    """Least cosine similarity of a semantic hit. Default: a served model's measured threshold from the catalog, 0.95 for the other embedders (``inferplane cache eval`` measures one)."""
     ttl_seconds: NotRequired[int]
     """Entry lifetime."""
     embedder: NotRequired[CacheEmbedderArgs]

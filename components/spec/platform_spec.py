@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from inferplane.components.catalog import INSTANCE_TYPES, MODELS, ModelArchitecture, get_accelerator
 from inferplane.components.catalog.accelerators import AcceleratorId
+from inferplane.components.catalog.embedders import EMBEDDING_MODELS, EmbeddingModel
 from inferplane.components.catalog.images import DIGEST_PATTERN, ImageName
 from inferplane.components.catalog.instances import tpu_topology_chips
 from inferplane.components.catalog.models import HF_REPO_PATTERN, MAX_CONTEXT_TOKENS
@@ -360,24 +361,52 @@ CacheEvictionPolicy = Literal[
 """``maxmemory-policy`` values the cache may use (``noeviction`` would turn a full cache into failed writes)."""
 
 
+STATIC_EMBEDDER_THRESHOLD = 0.95
+"""Default least similarity of a semantic hit for the static and endpoint embedders: static word vectors cannot see
+word order, so the guards carry the safety, and a margin above the 0.81 from which ``inferplane cache eval`` finds no
+false hit on the shipped set with every guard on keeps it safe on prompts the set lacks. A served catalog model brings
+its own measured threshold (:data:`components.catalog.embedders.EMBEDDING_MODELS`)."""
+
+
 class CacheEmbedderSpec(_Spec):
     """What turns prompts into vectors for the semantic cache."""
 
-    kind: Literal["wordllama", "endpoint"] = Field(
+    kind: Literal["wordllama", "endpoint", "served"] = Field(
         default="wordllama",
         description="``wordllama``: in the processor, static embeddings the image ships (no network, ~20 us); "
-        "``endpoint``: an OpenAI-compatible ``/v1/embeddings`` service.",
+        "``endpoint``: an OpenAI-compatible ``/v1/embeddings`` service you run; ``served``: a sentence-embedding "
+        "model from the catalog that the platform deploys beside the gateway (vLLM's pooling runner on the system "
+        "nodes' CPUs), reachable from the gateway only.",
     )
     url: str | None = Field(
         default=None,
         pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="Base URL of the endpoint's OpenAI API (``http://embed.ml:8000/v1``); endpoint only.",
     )
-    model: str | None = Field(default=None, min_length=1, description="``model`` of the embeddings requests.")
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        description="``endpoint``: the ``model`` of the embeddings requests; ``served``: the catalog's embedding "
+        "model (``all-minilm-l6-v2``).",
+    )
     dimensions: int | None = Field(
-        default=None, ge=2, le=32768, description="Vector length: 64, 128 or 256 for wordllama (default 256)."
+        default=None,
+        ge=2,
+        le=32768,
+        description="Vector length: 64, 128 or 256 for wordllama (default 256); the endpoint's; a served model's "
+        "comes from the catalog.",
     )
     timeout_ms: int = Field(default=50, ge=1, le=5000, description="Per-request timeout of the endpoint.")
+    replicas: int = Field(
+        default=2, ge=1, le=16, description="Served embedder pods (two by default: one can be drained at a time)."
+    )
+    cpus: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="CPU cores per served embedder pod, also its OpenMP threads: one embeds a short prompt in a "
+        "few milliseconds and a pod serves requests in batches.",
+    )
 
     @model_validator(mode="after")
     def _kind(self) -> CacheEmbedderSpec:
@@ -385,12 +414,28 @@ class CacheEmbedderSpec(_Spec):
             missing = [f for f in ("url", "model", "dimensions") if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"an endpoint embedder needs {', '.join(missing)}")
+        elif self.kind == "served":
+            if self.model is None:
+                raise ValueError(f"a served embedder needs model, one of: {', '.join(sorted(EMBEDDING_MODELS))}")
+            if self.model not in EMBEDDING_MODELS:
+                known = ", ".join(sorted(EMBEDDING_MODELS))
+                raise ValueError(f"model {self.model!r} is not a catalog embedding model; known: {known}")
+            if self.url is not None:
+                raise ValueError("a served embedder's url is its in-cluster Service; set kind 'endpoint' for your own")
+            served = EMBEDDING_MODELS[self.model]
+            if self.dimensions not in (None, served.dimensions):
+                raise ValueError(f"{self.model} embeds in {served.dimensions} dimensions, not {self.dimensions}")
         else:
             if self.url is not None or self.model is not None:
-                raise ValueError("url and model apply to kind 'endpoint' only")
+                raise ValueError("url and model apply to kinds 'endpoint' and 'served' only")
             if self.dimensions not in (None, 64, 128, 256):
                 raise ValueError(f"wordllama's bundled model has 64, 128 or 256 dimensions, not {self.dimensions}")
         return self
+
+    @property
+    def served_model(self) -> EmbeddingModel | None:
+        """The catalog model the platform serves, for kind ``served``."""
+        return EMBEDDING_MODELS[self.model] if self.kind == "served" and self.model is not None else None
 
 
 class CacheSpec(_Spec):
@@ -403,7 +448,13 @@ class CacheSpec(_Spec):
     )
     replicas: int = Field(default=2, ge=1, le=6, description="Cache nodes (primary plus replicas).")
     semantic: bool = Field(default=True, description="Also serve near-duplicate prompts by embedding similarity.")
-    semantic_similarity_threshold: float = Field(default=0.95, gt=0.5, le=1.0, description="Cosine similarity.")
+    semantic_similarity_threshold: float | None = Field(
+        default=None,
+        gt=0.5,
+        le=1.0,
+        description="Least cosine similarity of a semantic hit. Default: a served model's measured threshold from "
+        "the catalog, 0.95 for the other embedders (``inferplane cache eval`` measures one).",
+    )
     ttl_seconds: int = Field(default=3600, ge=1, description="Entry lifetime.")
     embedder: CacheEmbedderSpec = Field(default_factory=CacheEmbedderSpec, description="Semantic cache embedder.")
     semantic_guards: bool = Field(
@@ -429,6 +480,14 @@ class CacheSpec(_Spec):
     lookup_timeout_ms: int = Field(
         default=50, ge=1, le=1000, description="Bound on one cache lookup; past it the request goes on uncached."
     )
+
+    @property
+    def threshold(self) -> float:
+        """The similarity a semantic hit needs: the stack's, else the served model's measured one, else 0.95."""
+        if self.semantic_similarity_threshold is not None:
+            return self.semantic_similarity_threshold
+        served = self.embedder.served_model
+        return served.threshold if served is not None else STATIC_EMBEDDER_THRESHOLD
 
 
 class RateLimitSpec(_Spec):

@@ -9,16 +9,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inferplane.components.capacity.embedder import EmbedderSizing, size_embedder
 from inferplane.components.capacity.sizing import (
     GIB,
     MAX_GPU_MEMORY_UTILIZATION,
     RUNTIME_RESERVE_BYTES_PER_GPU,
+    WEIGHTS_FETCH_BYTES_PER_SECOND,
     SizingRequest,
     kv_cache_bytes_per_token,
     size,
+    size_platform,
     weights_bytes,
 )
 from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
+from inferplane.components.spec.platform_spec import CacheSpec
+from tests.serving_support import stack_spec
 
 LLAMA_70B = get_model("llama-3.3-70b")
 H100 = get_accelerator("h100-80gb")
@@ -271,3 +276,32 @@ def test_chosen_tensor_parallel_divides_the_node_and_the_heads(request: SizingRe
 
 def test_gib_constant() -> None:
     assert GIB == 1024**3
+
+
+def test_the_served_embedder_is_sized_from_its_measured_footprint_and_only_when_served() -> None:
+    served = CacheSpec(embedder={"kind": "served", "model": "all-minilm-l6-v2", "replicas": 3, "cpus": 2})
+    sizing = size_embedder(served, fetch_bytes_per_second=1e9)
+    assert sizing == EmbedderSizing(
+        model="all-minilm-l6-v2",
+        hf_repo="sentence-transformers/all-MiniLM-L6-v2",
+        dimensions=384,
+        replicas=3,
+        cpus=2,
+        memory_bytes=2560 * 1024**2,  # 1999 MiB measured x 1.25 = 2498.75 MiB, up to a 256 MiB step
+        max_model_len=256,
+        weights_bytes=22_713_728 * 4,
+        start_seconds=53.1,  # 53 s measured + 0.09 s for 91 MB at 1 GB/s
+        timeout_ms=50,
+    )
+    assert size_embedder(CacheSpec(), fetch_bytes_per_second=1e9) is None  # wordllama runs in the processor
+    endpoint = {"kind": "endpoint", "url": "http://e:8000/v1", "model": "e5", "dimensions": 1024}
+    assert size_embedder(CacheSpec(embedder=endpoint), fetch_bytes_per_second=1e9) is None
+    for off in ({"enabled": False}, {"semantic": False}):
+        assert size_embedder(served.model_copy(update=off), fetch_bytes_per_second=1e9) is None
+
+
+def test_the_plan_carries_the_embedder_of_the_stack_that_serves_one() -> None:
+    assert size_platform(stack_spec("prod")).embedder == size_embedder(
+        stack_spec("prod").cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND
+    )
+    assert size_platform(stack_spec("dev")).embedder is None

@@ -24,10 +24,19 @@ def test_every_shipped_stack_renders_a_valid_cache_config(stack: str) -> None:
     assert config is not None
     assert CacheConfig.model_validate_json(config.model_dump_json()) == config
     assert set(config.models) == {d.name for d in spec.models}
-    assert config.threshold == spec.cache.semantic_similarity_threshold
     assert config.ttl_seconds == spec.cache.ttl_seconds
     assert config.timeout_ms == spec.cache.lookup_timeout_ms
-    assert config.embedder == WordLlamaEmbedderConfig(dimensions=256)
+    if stack == "prod":  # the served sentence model at its measured threshold (docs/caching.md)
+        assert config.threshold == spec.cache.threshold == 0.89
+        assert config.embedder == EndpointEmbedderConfig(
+            url="http://cache-embedder.inference.svc.cluster.local:8000/v1",
+            model="all-minilm-l6-v2",
+            dimensions=384,
+            timeout_ms=50,
+        )
+    else:
+        assert config.threshold == spec.cache.threshold == 0.95
+        assert config.embedder == WordLlamaEmbedderConfig(dimensions=256)
     for deployment in sizing.deployments:
         cost = config.models[deployment.name].usd_per_token
         assert cost == usd_per_token(deployment)
@@ -74,3 +83,15 @@ def test_disabled_cache_renders_nothing_and_an_endpoint_embedder_is_passed_on() 
     assert config.embedder == EndpointEmbedderConfig(
         url="http://embed:8000/v1", model="bge-small", dimensions=384, timeout_ms=50
     )
+
+
+def test_a_served_embedder_is_called_at_its_service_or_where_a_local_run_serves_it() -> None:
+    spec = spec_of("prod")
+    local = render_cache_config(spec, size_platform(spec), embedder_url="http://127.0.0.1:18000/v1")
+    assert local is not None and local.embedder == EndpointEmbedderConfig(
+        url="http://127.0.0.1:18000/v1", model="all-minilm-l6-v2", dimensions=384, timeout_ms=50
+    )
+    # The stack's own threshold wins over the catalog's.
+    raw = spec.cache.model_dump() | {"semantic_similarity_threshold": 0.93}
+    stricter = spec.model_copy(update={"cache": type(spec.cache).model_validate(raw)})
+    assert (config := render_cache_config(stricter, size_platform(stricter))) is not None and config.threshold == 0.93

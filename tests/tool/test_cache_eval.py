@@ -46,8 +46,8 @@ def test_the_default_threshold_has_no_false_hit_and_each_guard_but_time_is_what_
     shipped: list[Scored],
 ) -> None:
     spec = CacheSpec()
-    guarded = point(shipped, spec.semantic_similarity_threshold, guards=True)
-    bare = point(shipped, spec.semantic_similarity_threshold, guards=False)
+    guarded = point(shipped, spec.threshold, guards=True)
+    bare = point(shipped, spec.threshold, guards=False)
     assert (guarded.false_hits, guarded.precision) == (0, 1.0)
     assert guarded.recall >= 0.45  # static embeddings: voice and politeness move them (see docs/caching.md)
     assert bare.false_hits >= 80
@@ -55,10 +55,10 @@ def test_the_default_threshold_has_no_false_hit_and_each_guard_but_time_is_what_
     # dog?") score 1.0, and only the order guard stops them.
     swaps = [s for s in shipped if s.pair.kind == "direction" and s.similarity > 0.999 and s.refused_by == ("order",)]
     assert len(swaps) >= 8
-    without = {g.left_out: g.at.false_hits for g in by_guard(shipped, spec.semantic_similarity_threshold)}
+    without = {g.left_out: g.at.false_hits for g in by_guard(shipped, spec.threshold)}
     assert without[None] == 0 and without["all"] == bare.false_hits
     assert {name for name in names() if without[name] > 0} == set(names()) - {"time"}
-    leaks = {c.kind: c.bare.false_hits for c in by_class(shipped, spec.semantic_similarity_threshold, True)}
+    leaks = {c.kind: c.bare.false_hits for c in by_class(shipped, spec.threshold, True)}
     assert leaks["entity"] == 0 and min(v for k, v in leaks.items() if k in NEAR_MISS_CLASSES and k != "entity") > 0
 
 

@@ -98,6 +98,16 @@ def test_size_every_shipped_stack(capsys: pytest.CaptureFixture[str], stack: str
     assert out["environment"] == stack
     assert out["problems"] == []
     assert all(d["result"]["fits"] for d in out["deployments"])
+    # Only prod serves the semantic cache's embedder (the others embed in the processor).
+    assert (out["embedder"] or {}).get("model") == ("all-minilm-l6-v2" if stack == "prod" else None)
+
+
+def test_the_table_names_the_served_embedder(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["size", "--stack", "prod", "--project-dir", str(PROJECT_DIR)]) == EXIT_OK
+    assert (
+        "semantic cache embedder: all-minilm-l6-v2 served on the system nodes' CPUs, 2 pods x (1 CPU, 2560 MiB), "
+        "384 dimensions, start ~53 s"
+    ) in " ".join(capsys.readouterr().out.split())
 
 
 def _project(tmp_path: Path, platform_edit: Any) -> Path:
