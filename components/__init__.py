@@ -113,6 +113,10 @@ if TYPE_CHECKING:
     )
     from inferplane.components.platform import Platform
     from inferplane.components.platform.args import PlatformArgs
+    from inferplane.components.serving.embedder_service import (
+        EmbedderService,
+        EmbedderServiceArgs,
+    )
     from inferplane.components.serving.model_server import HF_TOKEN_SECRET_KEY
     from inferplane.components.serving.network_policy import (
         ServingNetworkPolicy,
@@ -209,6 +213,8 @@ _EXPORTS: dict[str, str] = {
     "VllmServiceArgs": "serving.vllm_service",
     "TritonTrtLlmService": "serving.triton_service",
     "TritonTrtLlmServiceArgs": "serving.triton_service",
+    "EmbedderService": "serving.embedder_service",
+    "EmbedderServiceArgs": "serving.embedder_service",
     "SglangService": "serving.sglang_service",
     "SglangServiceArgs": "serving.sglang_service",
     "MonitoringStack": "observability.monitoring",
@@ -239,6 +245,7 @@ COMPONENT_TYPES: dict[str, str] = {
     "QueueDepthAutoscaler": "inferplane:index:QueueDepthAutoscaler",
     "VllmService": "inferplane:index:VllmService",
     "TritonTrtLlmService": "inferplane:index:TritonTrtLlmService",
+    "EmbedderService": "inferplane:index:EmbedderService",
     "SglangService": "inferplane:index:SglangService",
     "MonitoringStack": "inferplane:index:MonitoringStack",
     "ServingRules": "inferplane:index:ServingRules",
@@ -266,6 +273,8 @@ __all__ = [
     "DeploymentSizing",
     "EksCluster",
     "EksClusterArgs",
+    "EmbedderService",
+    "EmbedderServiceArgs",
     "Gateway",
     "GatewayArgs",
     "GatewaySpec",

@@ -17,6 +17,7 @@ from tests.import_graph import PROJECT_DIR
 
 PINNED_TYPE_TOKENS = (
     "inferplane:index:EksCluster",
+    "inferplane:index:EmbedderService",
     "inferplane:index:Gateway",
     "inferplane:index:GkeCluster",
     "inferplane:index:GpuNodeGroup",
@@ -37,8 +38,9 @@ PINNED_TYPE_TOKENS = (
     "inferplane:index:TritonTrtLlmService",
     "inferplane:index:VllmService",
 )
-"""Every component type token as released (0.1.0 and 0.2.0; ``SglangService`` added after 0.4.0). A rename edits this
-list deliberately and keeps the old token as a ``pulumi.Alias(type_=...)`` on the component (docs/public-api.md)."""
+"""Every component type token as released (0.1.0 and 0.2.0; ``SglangService`` added after 0.4.0, ``EmbedderService``
+after 0.5.0). A rename edits this list deliberately and keeps the old token as a ``pulumi.Alias(type_=...)`` on the
+component (docs/public-api.md)."""
 
 
 def _registered_tokens() -> dict[str, str]:

@@ -35,9 +35,12 @@ recommended label (kubernetes.io/docs/concepts/overview/working-with-objects/com
 NAME_LABEL = "app.kubernetes.io/name"
 """The workload's name (the spec's ``models[].name`` for a model server)."""
 
-ComponentRole = Literal["model-server", "gateway", "cache", "monitoring", "system"]
+ComponentRole = Literal["model-server", "gateway", "cache", "cache-embedder", "monitoring", "system"]
 MODEL_SERVER: ComponentRole = "model-server"
 GATEWAY: ComponentRole = "gateway"
+CACHE_EMBEDDER: ComponentRole = "cache-embedder"
+"""The semantic cache's served embedder (``components.serving.embedder_service``): a model server for the gateway's
+own use, labelled apart so that serving's policies (GPUs, engine flags, autoscaling) do not apply to it."""
 ENGINE_BUILD = "engine-build"
 """:data:`COMPONENT_LABEL` of Triton's engine-build Job pods (they fetch checkpoints like a model server)."""
 

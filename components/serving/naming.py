@@ -46,6 +46,17 @@ SGLANG_HEALTH_PATH = "/health"
 CLUSTER_DOMAIN = "cluster.local"
 """The clusters' DNS domain (the EKS and GKE default)."""
 
+CACHE_EMBEDDER_SERVICE = "cache-embedder"
+"""The served embedder's Service in the serving namespace: one per cluster whose gateway has the response cache."""
+
+CACHE_EMBEDDER_PORT = VLLM_PORT
+"""The served embedder is vLLM (pooling runner): the OpenAI API, ``/health`` and ``/metrics`` on vLLM's port."""
+
+
+def cache_embedder_url(namespace: str = SERVING_NAMESPACE) -> str:
+    """Base URL of the served embedder's OpenAI API, as the processor calls it (``.../v1/embeddings``)."""
+    return f"http://{CACHE_EMBEDDER_SERVICE}.{namespace}.svc.{CLUSTER_DOMAIN}:{CACHE_EMBEDDER_PORT}/v1"
+
 
 def model_service_name(deployment: str) -> str:
     """The Service of a model deployment: named after the deployment (the served model name)."""

@@ -117,6 +117,30 @@ def dns_egress_rule() -> k8s.networking.v1.NetworkPolicyEgressRuleArgs:
     )
 
 
+def gateway_peer() -> k8s.networking.v1.NetworkPolicyPeerArgs:
+    """The gateway's pods (:data:`annotations.GATEWAY_POD_LABELS`) in a platform namespace: who may call a server."""
+    return k8s.networking.v1.NetworkPolicyPeerArgs(
+        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=PLATFORM_NAMESPACE_LABELS),
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=GATEWAY_POD_LABELS),
+    )
+
+
+def prometheus_peer(monitoring_namespace: str) -> k8s.networking.v1.NetworkPolicyPeerArgs:
+    """The Prometheus pods of the monitoring namespace: who may scrape a server's metrics."""
+    return k8s.networking.v1.NetworkPolicyPeerArgs(
+        namespace_selector=_namespace(monitoring_namespace),
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=PROMETHEUS_POD_LABELS),
+    )
+
+
+def https_egress_rule() -> k8s.networking.v1.NetworkPolicyEgressRuleArgs:
+    """HTTPS to anywhere: how weights arrive (S3 through the VPC endpoint, or the Hugging Face hub)."""
+    return k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+        to=[k8s.networking.v1.NetworkPolicyPeerArgs(ip_block=k8s.networking.v1.IPBlockArgs(cidr="0.0.0.0/0"))],
+        ports=_ports([HTTPS_PORT], "TCP"),
+    )
+
+
 def _check(args: ServingNetworkPolicyArgs) -> list[pulumi.errors.InputPropertyErrorDetails]:
     errors: list[pulumi.errors.InputPropertyErrorDetails] = []
     for field_name, ports in (("api_ports", args.api_ports), ("metrics_ports", args.metrics_ports)):
@@ -178,23 +202,9 @@ def _model_server_ingress_spec(args: ServingNetworkPolicyArgs) -> k8s.networking
         pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: MODEL_SERVER}),
         policy_types=["Ingress"],
         ingress=[
+            k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[gateway_peer()], ports=_ports(args.api_ports, "TCP")),
             k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                from_=[
-                    k8s.networking.v1.NetworkPolicyPeerArgs(
-                        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=PLATFORM_NAMESPACE_LABELS),
-                        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=GATEWAY_POD_LABELS),
-                    )
-                ],
-                ports=_ports(args.api_ports, "TCP"),
-            ),
-            k8s.networking.v1.NetworkPolicyIngressRuleArgs(
-                from_=[
-                    k8s.networking.v1.NetworkPolicyPeerArgs(
-                        namespace_selector=_namespace(args.monitoring_namespace),
-                        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=PROMETHEUS_POD_LABELS),
-                    )
-                ],
-                ports=_ports(args.metrics_ports, "TCP"),
+                from_=[prometheus_peer(args.monitoring_namespace)], ports=_ports(args.metrics_ports, "TCP")
             ),
         ],
     )
@@ -203,12 +213,7 @@ def _model_server_ingress_spec(args: ServingNetworkPolicyArgs) -> k8s.networking
 def _model_loading_egress_spec(args: ServingNetworkPolicyArgs) -> k8s.networking.v1.NetworkPolicySpecArgs:
     """Model servers and engine builds may fetch weights over HTTPS and, on EKS, ask the Pod Identity agent for the
     model cache's credentials."""
-    egress = [
-        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-            to=[k8s.networking.v1.NetworkPolicyPeerArgs(ip_block=k8s.networking.v1.IPBlockArgs(cidr="0.0.0.0/0"))],
-            ports=_ports([HTTPS_PORT], "TCP"),
-        )
-    ]
+    egress = [https_egress_rule()]
     if args.pod_identity:
         egress.append(
             k8s.networking.v1.NetworkPolicyEgressRuleArgs(
