@@ -12,7 +12,9 @@ Envoy reads (ECDS), the tokenizer links, the processor's metric files and the lo
 process it started (SIGTERM, then SIGKILL after :data:`STOP_SECONDS`) and removes that directory; each child also
 gets SIGTERM from the kernel should this command itself be killed (Linux ``PR_SET_PDEATHSIG``), as the processor's
 own workers do. A model without ``--upstream`` points at a local port held closed for the run, so it answers as a
-model with no ready replica does: held for its cold start when it scales to zero, then 503.
+model with no ready replica does: held for its cold start when it scales to zero, then 503. A stack whose semantic
+cache embeds with a served model (``cache.embedder.kind: served``) calls it where ``--embedder-url`` says; without
+one, semantic lookups are skipped (the served embedder runs in the cluster only) and a note says so.
 
 Exit codes: 0 after Ctrl-C/SIGTERM (or ``--check`` passing); 1 the stack's plan is refused or Envoy refuses the
 rendered config (``--check``); 2 bad input (unknown stack, model or cluster, a malformed URL, a port in use), named;
@@ -147,6 +149,9 @@ class RunPlan(BaseModel):
     cluster: gc.Cluster = Field(description="The serving cluster whose gateway runs.")
     upstreams: Mapping[str, tuple[Upstream, ...]] = Field(description="Per model, its servers (may be empty).")
     redis_url: str | None = Field(description="``--redis``, or None for a local Redis.")
+    embedder_url: str | None = Field(
+        default=None, description="``--embedder-url``: where the stack's served embedder answers on this machine."
+    )
     envoy: Path = Field(description="The Envoy binary.")
     envoy_version: str = Field(description="Its release, from ``envoy --version``.")
     tokenizer_roots: tuple[Path, ...] = Field(description="Where tokenizer files are looked up, in order.")
@@ -241,6 +246,20 @@ def check_redis_url(text: str) -> str:
     if problem is not None:
         raise GatewayRunError(f"--redis: {problem}")
     return text
+
+
+def check_embedder_url(text: str, spec: PlatformSpec, display_file: str) -> str:
+    """``--embedder-url``: an ``http(s)://HOST[:PORT]/...`` base of an OpenAI API, for a stack whose semantic cache
+    embeds with a served model (nothing else would call it)."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise GatewayRunError(f"--embedder-url {text}: give the OpenAI base URL, e.g. http://127.0.0.1:8001/v1")
+    if spec.cache.embedder.served_model is None or not (spec.cache.enabled and spec.cache.semantic):
+        raise GatewayRunError(
+            f"--embedder-url: {display_file}: cache.embedder is not a served model with semantic caching on, "
+            "so the gateway calls no embedder"
+        )
+    return text.rstrip("/")
 
 
 def redis_address(url: str) -> tuple[str, int]:
@@ -425,6 +444,9 @@ def plan_run(args: argparse.Namespace, environ: Mapping[str, str]) -> RunPlan:
             f"{stack.display_file}: gateway.tenants: authentication is required but no tenant would get a key"
         )
     redis_url = check_redis_url(args.redis) if args.redis is not None else None
+    embedder_url = None
+    if args.embedder_url is not None:
+        embedder_url = check_embedder_url(args.embedder_url, spec, stack.display_file)
     roots: list[Path] = []
     if args.tokenizers is not None:
         given = Path(args.tokenizers).expanduser()
@@ -442,6 +464,7 @@ def plan_run(args: argparse.Namespace, environ: Mapping[str, str]) -> RunPlan:
         cluster=cluster,
         upstreams=upstreams,
         redis_url=redis_url,
+        embedder_url=embedder_url,
         envoy=envoy,
         envoy_version=envoy_version(envoy),
         tokenizer_roots=tuple(roots),
@@ -526,6 +549,7 @@ def render_local(plan: RunPlan, ports: LocalPorts, directory: Path) -> gc.Render
         api_keys_dir=str(directory / "api-keys"),
         tokenizers_dir=str(directory / "tokenizers"),
         id_suffix="-local",
+        embedder_url=plan.embedder_url,
     )
     return gc.render_gateway(plan.spec, plan.sizing, plan.cluster, addresses)
 
@@ -778,6 +802,13 @@ def notes(plan: RunPlan, tokenizers: Mapping[str, Path | None]) -> list[str]:
             )
     if plan.envoy_version.split(".")[:2] != gc.ENVOY_VERSION.split(".")[:2]:
         found.append(f"Envoy {plan.envoy_version} found; the gateway is rendered for Envoy {gc.ENVOY_VERSION}")
+    cache = plan.spec.cache
+    served = cache.embedder.served_model
+    if served is not None and cache.enabled and cache.semantic and plan.embedder_url is None and plan.cluster == "eks":
+        found.append(
+            f"no --embedder-url: the stack embeds with the served {served.name}, which runs in the cluster only; "
+            "semantic lookups are skipped (counted as embed errors), exact ones still answer"
+        )
     return found
 
 
@@ -932,6 +963,12 @@ def add_gateway_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="a server of the model (http://HOST:PORT); repeat for replicas; a model without one answers 503",
     )
     run.add_argument("--redis", metavar="URL", help="use this Redis (redis://HOST:PORT/DB) instead of a local one")
+    run.add_argument(
+        "--embedder-url",
+        metavar="URL",
+        help="where the stack's served embedder answers here (http://HOST:PORT/v1), e.g. `vllm serve "
+        "sentence-transformers/all-MiniLM-L6-v2 --runner pooling --port 8001`",
+    )
     run.add_argument(
         "--port", type=_port, default=DEFAULT_PORT, help=f"the API port on {LISTEN_HOST} (default {DEFAULT_PORT})"
     )

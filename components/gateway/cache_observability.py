@@ -42,8 +42,9 @@ def hit_ratio(pods: str) -> str:
 
 
 def cache_rule_group(name: str, pods: str) -> RuleGroup:
-    """Recording rule for the hit ratio and the two alerts, for the gateway whose pods ``pods`` selects."""
+    """Recording rule for the hit ratio and the three alerts, for the gateway whose pods ``pods`` selects."""
     errors = f'sum(rate({cm.LOOKUP_SECONDS}_count{{{pods},result="error"}}[5m]))'
+    embed_errors = f'sum(rate({cm.ERRORS}{{{pods},operation="embed"}}[5m]))'
     return RuleGroup(
         name=f"inferplane:gateway-cache:{name}",
         rules=(
@@ -69,6 +70,18 @@ def cache_rule_group(name: str, pods: str) -> RuleGroup:
                     "summary": "{{ $value | humanizePercentage }} of cache lookups fail",
                     "description": "Lookups time out or fail while the cache answers health checks: the cache is "
                     "overloaded or far away. Each failure skips the cache for a back-off period.",
+                },
+            ),
+            AlertingRule(
+                alert="InferplaneGatewayCacheEmbedderFailing",
+                expr=f"({embed_errors}) / ({_lookups(pods)}) > {ERROR_RATIO_ALERT}",
+                for_=ERROR_RATIO_FOR,
+                labels={"severity": "warning"},
+                annotations={
+                    "summary": "{{ $value | humanizePercentage }} of cacheable requests get no embedding",
+                    "description": "The semantic cache's embedder times out or fails, so those requests skip the "
+                    "semantic lookup (exact hits still answer, clients see no error) and near-duplicates reach the "
+                    "models. Check the embedder's pods (cache-embedder) or raise cache.embedder.timeout_ms.",
                 },
             ),
         ),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -38,6 +39,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from inferplane.components.aws.redis_cache import REDIS_PORT
+from inferplane.components.capacity.embedder import EmbedderSizing
 from inferplane.components.gateway.observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
 from inferplane.components.gateway.renderer import (
     REDIS_URL_KEY,
@@ -48,6 +50,7 @@ from inferplane.components.gateway.renderer import (
 from inferplane.components.observability.dashboards import DASHBOARD_SIDECAR_LABELS
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving.annotations import (
+    CACHE_EMBEDDER,
     COMPONENT_LABEL,
     GATEWAY,
     GATEWAY_ROUTING,
@@ -58,6 +61,8 @@ from inferplane.components.serving.annotations import (
     gateway_annotations,
     gateway_routing_annotation,
 )
+from inferplane.components.serving.embedder_service import EmbedderService, EmbedderServiceArgs
+from inferplane.components.serving.naming import CACHE_EMBEDDER_PORT, cache_embedder_url
 from inferplane.components.serving.network_policy import dns_egress_rule
 from inferplane.components.spec.input_errors import InputErrors, raise_input_errors
 from inferplane.components.spec.platform_spec import Environment, RoutingSpec
@@ -186,6 +191,12 @@ class GatewayArgs:
     """Per routed model, its series and replica price: the dashboard's cost per 1,000 tokens."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Extra labels (the stack's tags) on every object."""
+    embedder: EmbedderSizing | None = None
+    """The semantic cache's served embedder (``PlatformSizing.embedder``), deployed as the child
+    :class:`~components.serving.embedder_service.EmbedderService` beside the gateway; the rendered processor config
+    must call it (:func:`components.serving.naming.cache_embedder_url`)."""
+    embedder_image_digest: str | None = None
+    """Pinned digest of the embedder's ``vllm-cpu`` image (the stack's ``image_digests``)."""
 
 
 def service_account_name(name: str) -> str:
@@ -246,11 +257,13 @@ def validate(name: str, args: GatewayArgs) -> InputErrors:
         errors.append(("node_selector", "the gateway runs on the system nodes: give their label"))
     if args.rendered.auth_required and not args.rendered.tenants:
         errors.append(("rendered.tenants", "authentication is required but no tenant would get a key"))
+    config_ok = False
     try:
         config = ProcessorConfig.model_validate_json(args.rendered.processor_json)
     except ValueError as exc:
         errors.append(("rendered.processor_json", f"not a valid ProcessorConfig: {exc}"))
     else:
+        config_ok = True
         if args.redis_ca_certificates is not None and config.redis_ca_file is None:
             errors.append(("redis_ca_certificates", "the processor config names no redis_ca_file to trust them"))
         if args.redis_url is not None and config.redis_ca_file is not None and args.redis_ca_certificates is None:
@@ -261,7 +274,28 @@ def validate(name: str, args: GatewayArgs) -> InputErrors:
         errors.append(("hf_token_secret_name", "tokenizers come from one place: the model cache or the Hub"))
     if not 0 < args.redis_port < 65536:
         errors.append(("redis_port", f"{args.redis_port} is not a TCP port"))
+    if args.embedder is not None and config_ok:
+        errors += _embedder_errors(args.embedder, config)
     return errors
+
+
+def _embedder_errors(embedder: EmbedderSizing, config: ProcessorConfig) -> InputErrors:
+    """A served embedder is only of use when the processor calls it, for the same model and vector length."""
+    cache = config.cache
+    if cache is None or not cache.semantic:
+        return [("embedder", "the rendered processor config has no semantic cache to embed for")]
+    called = cache.embedder
+    if called.kind != "endpoint" or called.url != cache_embedder_url() or called.model != embedder.model:
+        where = called.url if called.kind == "endpoint" else called.kind
+        return [("embedder", f"the processor embeds with {where}, not the served {embedder.model}")]
+    if called.dimensions != embedder.dimensions:
+        return [
+            (
+                "embedder",
+                f"the processor expects {called.dimensions} dimensions, {embedder.model} has {embedder.dimensions}",
+            )
+        ]
+    return []
 
 
 class Gateway(pulumi.ComponentResource):
@@ -306,6 +340,7 @@ class Gateway(pulumi.ComponentResource):
             name, args=args, rendered=args.rendered, config=config, selector=selector, labels=labels, opts=child
         )
         _rules_and_dashboard(name, args, config, labels, child)
+        _embedder(name, args, child)
         self.endpoint = pulumi.Output.concat("http://", self.service.metadata.name, ".", args.namespace, ".svc:80")
         self.register_outputs(
             {
@@ -828,13 +863,33 @@ def _network_policy(
     )
 
 
+def _embedder(name: str, args: GatewayArgs, opts: pulumi.ResourceOptions) -> EmbedderService | None:
+    """The semantic cache's served embedder beside the gateway, when the stack asks for one."""
+    if args.embedder is None:
+        return None
+    return EmbedderService(
+        f"{name}-embedder",
+        EmbedderServiceArgs(
+            sizing=args.embedder,
+            namespace=args.namespace,
+            node_selector=args.node_selector,
+            environment=args.environment,
+            scrape_interval_seconds=args.scrape_interval_seconds,
+            monitoring_namespace=args.monitoring_namespace,
+            image_digest=args.embedder_image_digest,
+            labels=args.labels,
+        ),
+        opts=opts,
+    )
+
+
 def _tcp_ports(*numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
     return [k8s.networking.v1.NetworkPolicyPortArgs(port=n, protocol="TCP") for n in numbers]
 
 
 def _egress(args: GatewayArgs, config: ProcessorConfig) -> list[k8s.networking.v1.NetworkPolicyEgressRuleArgs]:
     """Where the gateway pods may connect (see :func:`_network_policy`): the model servers' API ports, DNS, and
-    Redis and HTTPS where used."""
+    Redis, HTTPS and the semantic cache's embedder where used."""
     upstream_ports = sorted({int(e.rpartition(":")[2]) for m in config.models for e in m.endpoints})
     egress = [
         k8s.networking.v1.NetworkPolicyEgressRuleArgs(
@@ -851,4 +906,23 @@ def _egress(args: GatewayArgs, config: ProcessorConfig) -> list[k8s.networking.v
         egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(args.redis_port)))
     if args.model_cache_uri is not None or args.hf_token_secret_name is not None:
         egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(443)))
+    embedder = config.cache.embedder if config.cache is not None and config.cache.semantic else None
+    if embedder is not None and embedder.kind == "endpoint":
+        if embedder.url == cache_embedder_url():
+            # The platform's served embedder: its pods only.
+            to = [
+                k8s.networking.v1.NetworkPolicyPeerArgs(
+                    pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: CACHE_EMBEDDER})
+                )
+            ]
+            egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=to, ports=_tcp_ports(CACHE_EMBEDDER_PORT)))
+        else:
+            # An embedder the stack runs elsewhere, named by URL only: its port, wherever it is.
+            egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(_url_port(embedder.url))))
     return egress
+
+
+def _url_port(url: str) -> int:
+    """The TCP port of an ``http(s)://`` URL: its own, else the scheme's."""
+    parsed = urllib.parse.urlsplit(url)
+    return parsed.port or (443 if parsed.scheme == "https" else 80)

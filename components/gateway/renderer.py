@@ -175,6 +175,11 @@ class GatewayAddresses(BaseModel):
     api_keys_dir: str = Field(default=API_KEYS_DIR, description="Directory of the API-key file.")
     tokenizers_dir: str = Field(default=TOKENIZERS_DIR, description="Root of the tokenizer files.")
     id_suffix: str = Field(default="", description="Appended to the Envoy node id (tests run several replicas).")
+    embedder_url: str | None = Field(
+        default=None,
+        description="Base URL of the served embedder's OpenAI API, replacing its in-cluster Service (a local run "
+        "serves it itself).",
+    )
 
 
 class RenderedGateway(BaseModel):
@@ -414,7 +419,7 @@ def processor_config(
         anonymous = _tenant(TenantSpec(name=ANONYMOUS_TENANT, tiers=tuple(sorted(tier_names))), spec, tuple(tier_names))
     return ProcessorConfig(
         workers=gateway.processor_workers,
-        cache=render_cache_config(spec, sizing, (d.name for d, _ in placed))
+        cache=render_cache_config(spec, sizing, (d.name for d, _ in placed), embedder_url=addresses.embedder_url)
         if cluster in RESPONSE_CACHE_CLUSTERS
         else None,
         grpc_port=addresses.processor_port,

@@ -25,7 +25,7 @@ from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.gateway.component import Gateway, GatewayArgs, service_account_name
 from inferplane.components.gateway.observability import ModelCost
-from inferplane.components.gateway.renderer import render_gateway, serving_clusters
+from inferplane.components.gateway.renderer import RESPONSE_CACHE_CLUSTERS, render_gateway, serving_clusters
 from inferplane.components.observability.metrics import ModelSeries
 from inferplane.components.serving.naming import SERVING_NAMESPACE
 from inferplane.components.spec.platform_spec import PlatformSpec
@@ -130,6 +130,9 @@ def build_gateways(
                 dashboard=spec.observability.grafana,
                 model_costs=costs,
                 labels=kubernetes_labels(spec.tags),
+                # The served embedder runs beside the gateway that has the response cache.
+                embedder=plan.embedder if cluster in RESPONSE_CACHE_CLUSTERS else None,
+                embedder_image_digest=spec.image_digests.get("vllm-cpu"),
             ),
             opts=pulumi.ResourceOptions(parent=parent, providers=[inputs.provider], depends_on=list(inputs.after)),
         )

@@ -77,6 +77,30 @@ def test_error_ratio_fires_above_five_percent_of_lookups(tmp_path: Path) -> None
     passes(run_rule_tests([GROUP], tests, tmp_path))
 
 
+def test_embedder_failures_fire_above_five_percent_of_cacheable_requests(tmp_path: Path) -> None:
+    def lookups(failures_per_minute: int) -> list[dict[str, str]]:
+        return [
+            series(cm.HITS, POD_A, "0+60x30", model="m", kind="exact"),
+            series(cm.MISSES, POD_A, "0+40x30", model="m"),
+            series(cm.ERRORS, POD_A, f"0+{failures_per_minute}x30", operation="embed", error="timeout"),
+            # Redis failures are the other alert's, not this one's.
+            series(cm.ERRORS, POD_A, "0+30x30", operation="lookup", error="timeout"),
+        ]
+
+    tests = [
+        case(
+            "InferplaneGatewayCacheEmbedderFailing",
+            lookups(10),
+            "25m",
+            [{}],
+            "10% of cacheable requests get no embedding",
+        ),
+        case("InferplaneGatewayCacheEmbedderFailing", lookups(10), "8m", []),  # not yet for 10 minutes
+        case("InferplaneGatewayCacheEmbedderFailing", lookups(2), "25m", []),
+    ]
+    passes(run_rule_tests([GROUP], tests, tmp_path))
+
+
 def test_hit_ratio_is_recorded(tmp_path: Path) -> None:
     test = {
         "interval": "1m",
@@ -142,7 +166,11 @@ def test_the_prod_plan_deploys_the_cache_rules_and_panels_beside_the_gateways() 
     evaluation = evaluate_shipped_stack("prod")
     groups = evaluation.named("gateway-rules").inputs["spec"]["groups"]
     alerts = {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
-    assert {"InferplaneGatewayCacheUnreachable", "InferplaneGatewayCacheErrors"} <= alerts
+    assert {
+        "InferplaneGatewayCacheUnreachable",
+        "InferplaneGatewayCacheErrors",
+        "InferplaneGatewayCacheEmbedderFailing",
+    } <= alerts
     [document] = evaluation.named("gateway-dashboard").inputs["data"].values()
     titles = [p["title"] for p in json.loads(document)["panels"]]
     assert [t for t in titles if t.startswith("Cache") or t == "Saved by the cache"] == [
@@ -153,4 +181,6 @@ def test_the_prod_plan_deploys_the_cache_rules_and_panels_beside_the_gateways() 
     ]
     [processor_json] = [v for k, v in config_map.inputs["data"].items() if k.endswith(".json")]
     cache = json.loads(processor_json)["cache"]
-    assert (cache["threshold"], cache["tenant_isolation"], cache["guards"]) == (0.95, True, True)
+    # prod embeds with the served sentence model, at its catalog threshold
+    assert (cache["threshold"], cache["tenant_isolation"], cache["guards"]) == (0.89, True, True)
+    assert cache["embedder"]["url"] == "http://cache-embedder.inference.svc.cluster.local:8000/v1"

@@ -362,16 +362,60 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
         },
         {"ports": [{"port": 6379, "protocol": "TCP"}]},
         {"ports": [{"port": 443, "protocol": "TCP"}]},
+        # prod embeds prompts with the served embedder: its pods, on its port
+        {
+            "to": [{"podSelector": {"matchLabels": {COMPONENT_LABEL: "cache-embedder"}}}],
+            "ports": [{"port": 8000, "protocol": "TCP"}],
+        },
     ]
     # Without Redis or a model cache (the GKE cluster), neither port opens.
     bare = _evaluate(_args(rendered, redis_url=None, model_cache_uri=None)).named("gateway-netpol").inputs["spec"]
-    assert bare["egress"] == policy["egress"][:2]
+    assert bare["egress"] == [*policy["egress"][:2], policy["egress"][-1]]
     # The ports are the replicas' own (each endpoint's), once each: two vLLM replicas on 8100, Triton on 9100.
     spec = stack_spec("prod")
     replicas = {"llama-70b": (("10.0.0.5", 8100), ("10.0.0.6", 8100)), "llama-8b": (("10.0.0.7", 9100),)}
     moved = render_gateway(spec, size_platform(spec), "eks", GatewayAddresses(upstreams=replicas))
     egress = _evaluate(_args(moved)).named("gateway-netpol").inputs["spec"]["egress"]
     assert egress[0]["ports"] == [{"port": 8100, "protocol": "TCP"}, {"port": 9100, "protocol": "TCP"}]
+
+
+def test_the_served_embedder_is_the_gateways_child_and_an_outside_one_is_reached_by_its_port() -> None:
+    spec = stack_spec("prod")
+    plan = size_platform(spec)
+    assert plan.embedder is not None
+    evaluation = _evaluate(_args(_rendered("prod"), embedder=plan.embedder, embedder_image_digest="sha256:" + "c" * 64))
+    gateway = evaluation.named("gateway")
+    embedder = evaluation.named("gateway-embedder")
+    assert (embedder.type, embedder.parent) == ("inferplane:index:EmbedderService", gateway.urn)
+    deployment = evaluation.named("gateway-embedder-deployment")
+    assert _container(deployment, "embedder")["image"] == "vllm/vllm-openai-cpu:v0.32.0@sha256:" + "c" * 64
+    assert _pod(deployment)["nodeSelector"] == {"inferplane.io/role": "system"}
+    # A stack that runs its own embedder: the gateway may reach its port, anywhere.
+    raw = spec.cache.model_dump() | {
+        "embedder": {"kind": "endpoint", "url": "https://embed.example:8443/v1", "model": "e5", "dimensions": 1024}
+    }
+    outside = spec.model_copy(update={"cache": type(spec.cache).model_validate(raw)})
+    rendered = render_gateway(outside, size_platform(outside), "eks")
+    egress = _evaluate(_args(rendered)).named("gateway-netpol").inputs["spec"]["egress"]
+    assert egress[-1] == {"ports": [{"port": 8443, "protocol": "TCP"}]}
+
+
+def test_a_served_embedder_the_processor_does_not_call_is_refused() -> None:
+    spec = stack_spec("prod")
+    served = size_platform(spec).embedder
+    assert served is not None
+    static = spec.model_copy(update={"cache": spec.cache.model_copy(update={"embedder": type(spec.cache.embedder)()})})
+    rendered = render_gateway(static, size_platform(static), "eks")
+    with pytest.raises(
+        pulumi.InputPropertiesError, match=r"embedder: the processor embeds with wordllama, not the served"
+    ):
+        _evaluate(_args(rendered, embedder=served))
+    narrower = served.model_copy(update={"dimensions": 768})
+    with pytest.raises(pulumi.InputPropertiesError, match=r"embedder: the processor expects 384 dimensions"):
+        _evaluate(_args(_rendered("prod"), embedder=narrower))
+    off = spec.model_copy(update={"cache": spec.cache.model_copy(update={"semantic": False})})
+    with pytest.raises(pulumi.InputPropertiesError, match=r"embedder: the rendered processor config has no semantic"):
+        _evaluate(_args(render_gateway(off, size_platform(off), "eks"), embedder=served))
 
 
 KUBE_DNS_ONLY = [

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from inferplane.components.gateway import renderer as gc
+from inferplane.processor.cache.config import EndpointEmbedderConfig
 from inferplane.processor.config import ProcessorConfig
 from inferplane.tool import gateway_run as gr
 from inferplane.tool.cli import main
@@ -284,6 +285,18 @@ BAD_INPUTS = [
         "inferplane gateway run: --redis: the port is not a number from 1 to 65535",
     ),
     ("empty upstream", ["--stack", "dev", "--upstream", ""], "inferplane gateway run: --upstream is empty"),
+    (
+        "embedder url without a served embedder",
+        ["--stack", "dev", "--embedder-url", "http://127.0.0.1:8001/v1"],
+        "inferplane gateway run: --embedder-url: stacks/Pulumi.dev.yaml: cache.embedder is not a served model with "
+        "semantic caching on, so the gateway calls no embedder",
+    ),
+    (
+        "embedder url scheme",
+        ["--stack", "prod", "--embedder-url", "127.0.0.1:8001"],
+        "inferplane gateway run: --embedder-url 127.0.0.1:8001: give the OpenAI base URL, e.g. "
+        "http://127.0.0.1:8001/v1",
+    ),
     ("port zero", ["--stack", "dev", "--port", "0"], "argument --port: '0' is not within 1 and 65535"),
     (
         "tokenizers not a directory",
@@ -513,13 +526,16 @@ def test_the_hub_cache_is_hf_hub_cache_then_hf_home() -> None:
 PORTS = gr.LocalPorts(api=8080, stats=20001, admin=20002, processor=20003, processor_metrics=20005, closed=20009)
 
 
-def _plan(tmp_path: Path, stack: str, upstreams: list[str], fake_envoy: Path) -> gr.RunPlan:
+def _plan(
+    tmp_path: Path, stack: str, upstreams: list[str], fake_envoy: Path, embedder_url: str | None = None
+) -> gr.RunPlan:
     args = Namespace(
         project_dir=str(PROJECT_DIR),
         stack=stack,
         cluster=None,
         upstream=upstreams,
         redis=None,
+        embedder_url=embedder_url,
         tokenizers=None,
         envoy=str(fake_envoy),
         check=True,
@@ -586,6 +602,22 @@ def test_notes_name_missing_servers_and_tokenizers(tmp_path: Path, fake_envoy: P
     assert gr.notes(plan.model_copy(update={"upstreams": {"llama-8b": ()}, "envoy_version": "1.39.1"}), {}) == [
         "no --upstream for model llama-8b: it answers as a model with no ready replica",
         "Envoy 1.39.1 found; the gateway is rendered for Envoy 1.40.0",
+    ]
+
+
+def test_a_served_embedder_is_called_where_the_run_says_or_its_lookups_are_skipped_with_a_note(
+    tmp_path: Path, fake_envoy: Path
+) -> None:
+    plan = _plan(tmp_path, "prod", [], fake_envoy, embedder_url="http://127.0.0.1:8001/v1/")
+    cache = ProcessorConfig.model_validate_json(gr.render_local(plan, PORTS, tmp_path).processor_json).cache
+    assert cache is not None and cache.embedder == EndpointEmbedderConfig(
+        url="http://127.0.0.1:8001/v1", model="all-minilm-l6-v2", dimensions=384, timeout_ms=50
+    )
+    assert not [n for n in gr.notes(plan, {}) if "embedder" in n]
+    without = _plan(tmp_path, "prod", [], fake_envoy)
+    assert [n for n in gr.notes(without, {}) if "embedder" in n] == [
+        "no --embedder-url: the stack embeds with the served all-minilm-l6-v2, which runs in the cluster only; "
+        "semantic lookups are skipped (counted as embed errors), exact ones still answer"
     ]
 
 
