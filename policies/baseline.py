@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from inferplane.components.serving.annotations import COMPONENT_LABEL, ENGINE_BUILD, MODEL_SERVER
+from inferplane.components.serving.annotations import CACHE_EMBEDDER, COMPONENT_LABEL, ENGINE_BUILD, MODEL_SERVER
 from inferplane.components.spec.scheduling import TPU_RESOURCE
 from inferplane.policies.base import (
     UNKNOWN,
@@ -232,7 +232,7 @@ def namespace_default_deny(resources: list[Resource], config: Config, report: St
         if _is_default_deny(policy) or not known(policy.get("spec")):
             denied.add(namespace or "default")
     for server in of_type(resources, *WORKLOADS):
-        if object_labels(server).get(COMPONENT_LABEL) != MODEL_SERVER:
+        if object_labels(server).get(COMPONENT_LABEL) not in (MODEL_SERVER, CACHE_EMBEDDER):
             continue
         namespace = server.get("metadata", "namespace")
         if namespace is UNKNOWN:
@@ -286,15 +286,15 @@ def subnetwork_flow_logs(resource: Resource, config: Config, report: Report) -> 
         report("logConfig is not set: the subnet has no flow logs")
 
 
-_HARDENED_COMPONENTS = [MODEL_SERVER, ENGINE_BUILD]
+_HARDENED_COMPONENTS = [MODEL_SERVER, ENGINE_BUILD, CACHE_EMBEDDER]
 
 
 @resource_policy(
     name="kubernetes-workload-require-restricted-container",
     description=(
-        "Model-server and engine-build containers run with a read-only root filesystem, every capability dropped, "
-        "the RuntimeDefault seccomp profile and a high non-root uid. TPU pods are the documented exception to the "
-        "uid (the TPU image runs as root)."
+        "Model-server, engine-build and cache-embedder containers run with a read-only root filesystem, every "
+        "capability dropped, the RuntimeDefault seccomp profile and a high non-root uid. TPU pods are the documented "
+        "exception to the uid (the TPU image runs as root)."
     ),
     severity=Severity.HIGH,
     enforcement=EnforcementLevel.MANDATORY,

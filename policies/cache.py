@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from inferplane.components.catalog.embedders import EMBEDDING_MODELS
 from inferplane.policies.base import (
     AnyPolicy,
     Config,
@@ -88,7 +89,17 @@ def cache_tenant_isolation(resource: Resource, config: Config, report: Report) -
         "minThreshold": {
             "type": "number",
             "default": 0.9,
-            "description": "Least cosine similarity a semantic hit may use.",
+            "description": "Least cosine similarity a semantic hit may use (the static embedder, an endpoint the "
+            "stack runs elsewhere).",
+        },
+        "minThresholdByEmbedder": {
+            "type": "object",
+            "additionalProperties": {"type": "number"},
+            "default": {name: model.threshold for name, model in sorted(EMBEDDING_MODELS.items())},
+            "description": "Per sentence-embedding model (the ``model`` the processor asks the endpoint for), the "
+            "least similarity instead of minThreshold. Default: each catalog model's threshold measured by "
+            "`inferplane cache eval` (no false hit on the labelled set with the guards on); a sentence model's "
+            "similarities are lower than static word vectors' for the same pairs, so one number cannot serve both.",
         },
         "requireGuards": {"type": "boolean", "default": True, "description": "Refuse semantic caching without guards."},
     },
@@ -98,8 +109,12 @@ def cache_semantic_threshold(resource: Resource, config: Config, report: Report)
     for key, cache in cache_configs(resource):
         if not (cache.enabled and cache.semantic):
             continue
-        if cache.threshold < config["minThreshold"]:
-            report(f"{key}: semantic threshold {cache.threshold} is below {config['minThreshold']}")
+        embedder = cache.embedder
+        by_model: dict[str, float] = config["minThresholdByEmbedder"]
+        named = embedder.model if embedder.kind == "endpoint" and embedder.model in by_model else None
+        least = by_model[named] if named is not None else config["minThreshold"]
+        if cache.threshold < least:
+            report(f"{key}: semantic threshold {cache.threshold} is below {least}" + (f" ({named})" if named else ""))
         if config["requireGuards"] and not cache.guards:
             report(f"{key}: semantic guards are off")
 

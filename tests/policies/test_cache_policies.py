@@ -48,3 +48,29 @@ def test_other_config_maps_are_not_read_as_cache_settings() -> None:
         }
     )
     assert list(cache_configs(resource)) == []
+
+
+def _served(threshold: float, model: str = "all-minilm-l6-v2") -> Resource:
+    embedder = {"kind": "endpoint", "url": "http://e:8000/v1", "model": model, "dimensions": 384}
+    return config_map(**{"processor.json": processor(threshold=threshold, embedder=embedder)})
+
+
+def test_a_sentence_model_is_held_to_its_own_measured_threshold() -> None:
+    prod = {"minThreshold": 0.95, "requireGuards": True}
+    # The catalog's measured 0.89 for all-minilm-l6-v2, not the static embedder's 0.95.
+    assert cache_semantic_threshold.check(_served(0.89), prod) == []
+    assert cache_semantic_threshold.check(_served(0.88), prod) == [
+        "processor.json: semantic threshold 0.88 is below 0.89 (all-minilm-l6-v2)"
+    ]
+    # An endpoint model the catalog has not measured, and the static embedder, fall back to minThreshold.
+    assert cache_semantic_threshold.check(_served(0.89, model="bge-small"), prod) == [
+        "processor.json: semantic threshold 0.89 is below 0.95"
+    ]
+    assert cache_semantic_threshold.check(config_map(**{"p.json": processor(threshold=0.89)}), prod) == [
+        "p.json: semantic threshold 0.89 is below 0.95"
+    ]
+    # A stack's policy config may hold a model to more than its catalog figure.
+    stricter = {**prod, "minThresholdByEmbedder": {"all-minilm-l6-v2": 0.92}}
+    assert cache_semantic_threshold.check(_served(0.9), stricter) == [
+        "processor.json: semantic threshold 0.9 is below 0.92 (all-minilm-l6-v2)"
+    ]
