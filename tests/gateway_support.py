@@ -26,8 +26,10 @@ from typing import Any
 
 import pytest
 
+from inferplane.components.capacity.embedder import EmbedderSizing
 from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.gateway import renderer as gc
+from inferplane.components.serving.embedder_service import EMBEDDER_COMMAND, embedder_args, embedder_env
 from inferplane.components.spec.platform_spec import PlatformSpec
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
@@ -221,6 +223,18 @@ def embedder_model_dir() -> Path:
     return EMBEDDER_DIR
 
 
+def start_vllm_embedder(procs: Procs, name: str, sizing: EmbedderSizing) -> int:
+    """vLLM's OpenAI server on CPU serving the catalog's embedding model exactly as ``EmbedderService`` runs it (its
+    argument list and environment; the weights from the offline copy, loopback, a free port); does not wait (see
+    :func:`wait_vllm`); returns its port."""
+    port = free_port()
+    args = embedder_args(sizing, model=str(embedder_model_dir()), host="127.0.0.1", port=port)
+    # Not the completions servers' VLLM_CPU_KVCACHE_SPACE: it would override the embedder's own KV cache size.
+    env = {k: v for k, v in _VLLM_ENV.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
+    procs.start(name, [str(vllm_binary()), *EMBEDDER_COMMAND[1:], *args], {**env, **embedder_env(sizing)})
+    return port
+
+
 VLLM_PORT_RETRIES = 2
 """vLLM binds its port only once the model is loaded (tens of seconds on CPU), so another test's server may take the
 port meanwhile: a server that exits with "Address already in use" is started again on another port."""
@@ -286,9 +300,14 @@ class Gateway:
 
 
 def gateway_addresses(
-    upstreams: Mapping[str, Sequence[tuple[str, int]]], keys_dir: Path, tokenizers_dir: Path, suffix: str
+    upstreams: Mapping[str, Sequence[tuple[str, int]]],
+    keys_dir: Path,
+    tokenizers_dir: Path,
+    suffix: str,
+    embedder_url: str | None = None,
 ) -> Any:
-    """Loopback addresses and free ports for one replica; ``upstreams`` lists each model's replicas."""
+    """Loopback addresses and free ports for one replica; ``upstreams`` lists each model's replicas,
+    ``embedder_url`` where the served embedder answers."""
     return gc.GatewayAddresses(
         listener_host="127.0.0.1",
         listener_port=free_port(),
@@ -300,6 +319,7 @@ def gateway_addresses(
         api_keys_dir=str(keys_dir),
         tokenizers_dir=str(tokenizers_dir),
         id_suffix=suffix,
+        embedder_url=embedder_url,
     )
 
 

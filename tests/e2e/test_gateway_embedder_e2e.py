@@ -1,0 +1,271 @@
+"""The gateway's semantic cache with the served embedder, end to end with real parts: Envoy 1.40 running the rendered
+bootstrap, the real processor, Redis 8.2 with RediSearch, a vLLM 0.32 CPU server answering completions (the tiny
+dummy-weight Llama) and another serving the catalog's sentence-embedding model (all-MiniLM-L6-v2) with exactly the
+argument list and environment ``EmbedderService`` deploys (``vllm serve ... --runner pooling``), which the processor
+calls over ``/v1/embeddings``; driven by the official ``openai`` client.
+
+First the embedder itself: the pooling runner's vectors, and the catalog's threshold measured on the shipped labelled
+set as ``inferplane cache eval`` does (no false hit, recall at least 0.85). Then the gateway: the stack asks for the
+served embedder as prod does (``cache.embedder: {kind: served, model: all-minilm-l6-v2}``, the catalog's threshold by
+default; a local run names where it answers, as ``inferplane gateway run --embedder-url`` does); paraphrases static
+embeddings miss are answered from the cache, and near misses the sentence model scores above the threshold still
+reach the model (a guard refuses them). Last, the embedder is stopped: semantic lookups are lost, nothing else. One
+vLLM embedder serves the whole module (its start is the slow part); the tests run in file order on one worker (xdist
+group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import openai
+import pytest
+
+from inferplane.components.capacity.embedder import EmbedderSizing
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.catalog.embedders import get_embedding_model
+from inferplane.components.gateway import renderer as gc
+from inferplane.components.spec.platform_spec import CacheSpec
+from inferplane.processor.cache import metrics as cm
+from inferplane.processor.cache.config import EndpointEmbedderConfig
+from inferplane.processor.cache.embedders import EndpointEmbedder
+from inferplane.processor.cache.guards import names
+from inferplane.processor.config import ProcessorConfig
+from inferplane.tool.cache_eval import Scored, by_class, by_guard, load_pairs, point, score
+from inferplane.tool.cli import main
+from tests.gateway_support import (
+    Gateway,
+    Procs,
+    gateway_addresses,
+    scrape,
+    start_gateway,
+    start_redis,
+    start_vllm,
+    start_vllm_embedder,
+    wait_vllm,
+)
+from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gateway-embedder-e2e")]
+
+EMBEDDER = get_embedding_model("all-minilm-l6-v2")
+TENANT = "team-a"
+EMBED_TIMEOUT_MS = 2000
+"""Generous, as the other E2E's lookup bound: on a loaded 2-core test machine a CPU embedding can take longer than
+production's 50 ms, and a timeout would turn the semantic lookups under test into misses."""
+
+
+@dataclass
+class Served:
+    """What the tests talk to."""
+
+    procs: Procs
+    gateway: Gateway
+    key: str
+    embedder_url: str
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.gateway.base_url, api_key=self.key, max_retries=0)
+
+    def completions(self) -> int:
+        """Completion requests the model's vLLM has received (its access log)."""
+        return self.procs.log("vllm-alpha").count('"POST /v1/chat/completions')
+
+    def embeddings(self) -> int:
+        """Embedding requests the embedder's vLLM has received."""
+        return self.procs.log("embedder").count('"POST /v1/embeddings')
+
+
+SERVED = {"kind": "served", "model": EMBEDDER.name, "timeout_ms": EMBED_TIMEOUT_MS}
+"""What the stack asks for: the catalog's model, served by the platform."""
+
+
+def _spec(cache: dict[str, Any]) -> Any:
+    return tiny_platform(
+        [{"name": "alpha", "routing_tier": "standard"}],
+        {"replicas": 1, "tenants": [{"name": TENANT, "tiers": ["standard"]}]},
+        cache=cache,
+    )
+
+
+def _embedder_sizing() -> EmbedderSizing:
+    sizing = size_platform(_spec({"embedder": SERVED, "lookup_timeout_ms": 500})).embedder
+    assert sizing is not None
+    return sizing
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    directory = tmp_path_factory.mktemp("gateway-embedder-e2e")
+    procs = Procs(directory)
+    tokenizers = directory / "tokenizers"
+    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
+    key = secrets.token_urlsafe(32)
+    keys_dir = directory / "keys"
+    keys_dir.mkdir()
+    (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({TENANT: key}))
+    try:
+        embedder_port = start_vllm_embedder(procs, "embedder", _embedder_sizing())
+        # The engine as sizing sets it (the cache section does not change sizing).
+        engine = size_platform(_spec({})).deployments[0].result.vllm
+        vllm_port = start_vllm(
+            procs,
+            "vllm-alpha",
+            model_dir,
+            ["alpha"],
+            max_model_len=engine.max_model_len,
+            max_num_seqs=engine.max_num_seqs,
+        )
+        redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
+        embedder_port = wait_vllm(procs, "embedder", embedder_port)
+        vllm_port = wait_vllm(procs, "vllm-alpha", vllm_port)
+        embedder_url = f"http://127.0.0.1:{embedder_port}/v1"
+        spec = _spec({"embedder": SERVED, "lookup_timeout_ms": 500})
+        upstreams = {"alpha": [("127.0.0.1", vllm_port)]}
+        addresses = gateway_addresses(upstreams, keys_dir, tokenizers, "-emb", embedder_url=embedder_url)
+        gateway = start_gateway(
+            procs, "gw", spec=spec, plan=size_platform(spec), addresses=addresses, redis_url=redis_url
+        )
+        yield Served(procs, gateway, key, embedder_url)
+    finally:
+        procs.stop_all()
+
+
+# --- the embedder on its own ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def measured(served: Served) -> list[Scored]:
+    _, pairs = load_pairs(None)
+    embedder = {"kind": "endpoint", "url": served.embedder_url, "model": EMBEDDER.name, "dimensions": 384}
+    return score(pairs, CacheSpec(embedder=embedder))
+
+
+def test_the_pooling_runner_answers_unit_vectors_of_the_catalog_dimensions(served: Served) -> None:
+    config = EndpointEmbedderConfig(
+        url=served.embedder_url, model=EMBEDDER.name, dimensions=EMBEDDER.dimensions, timeout_ms=5000
+    )
+
+    async def embed() -> list[npt.NDArray[np.float32]]:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            return await EndpointEmbedder(config, client=client).embed(["Did the dog bite the man?", "Hello"])
+
+    assert [v.shape for v in asyncio.run(embed())] == [(384,), (384,)]
+    raw = httpx.post(f"{served.embedder_url}/embeddings", json={"model": EMBEDDER.name, "input": ["Hello"]}).json()
+    assert len(raw["data"][0]["embedding"]) == 384
+    assert abs(float(np.linalg.norm(raw["data"][0]["embedding"])) - 1.0) < 1e-3  # sentence-transformers' Normalize
+
+
+def test_the_catalog_threshold_has_no_false_hit_and_recall_of_at_least_085(measured: list[Scored]) -> None:
+    at = point(measured, EMBEDDER.threshold, guards=True)
+    assert (at.false_hits, at.precision) == (0, 1.0)
+    assert at.recall >= 0.85
+    assert point(measured, EMBEDDER.threshold - 0.02, guards=True).false_hits > 0  # about the lowest such threshold
+    # A sentence model still reads roles, numbers and units poorly: without guards near misses of every class but
+    # entities pass, and each guard, left out alone, lets some through.
+    bare = {c.kind: c.bare.false_hits for c in by_class(measured, EMBEDDER.threshold, True)}
+    assert all(bare[kind] > 0 for kind in ("number", "unit", "negation", "direction", "time", "comparison"))
+    without = {g.left_out: g.at.false_hits for g in by_guard(measured, EMBEDDER.threshold)}
+    assert all(without[name] > 0 for name in names())
+
+
+def test_wordllama_at_the_same_recall_is_not_as_safe(measured: list[Scored]) -> None:
+    _, pairs = load_pairs(None)
+    static = score(pairs, CacheSpec())
+    served = point(measured, EMBEDDER.threshold, guards=True)
+    # The highest wordllama threshold reaching the served model's recall lets near misses through.
+    reaching = max(t / 100 for t in range(50, 100) if point(static, t / 100, True).recall >= served.recall)
+    assert point(static, reaching, True).false_hits > 0
+
+
+def test_cache_eval_measures_the_served_embedder(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    option = f"endpoint,url={served.embedder_url},model={EMBEDDER.name},dimensions={EMBEDDER.dimensions}"
+    assert main(["cache", "eval", "--embedder", option, "--threshold", str(EMBEDDER.threshold), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["embedder"] == f"endpoint {served.embedder_url}" and result["false_hits"] == 0
+    assert result["recall"] >= 0.85
+
+
+# --- through the gateway ----------------------------------------------------------------------------------------------
+
+
+def _ask(served: Served, prompt: str) -> tuple[str, str, str]:
+    """(x-inferplane-cache, its kind, the answer) of a deterministic chat request."""
+    response = served.client().chat.completions.with_raw_response.create(
+        model="alpha", messages=[{"role": "user", "content": prompt}], max_tokens=8, temperature=0
+    )
+    answer = response.parse().choices[0].message.content or ""
+    return response.headers.get("x-inferplane-cache", ""), response.headers.get("x-inferplane-cache-kind", ""), answer
+
+
+def _errors(served: Served) -> dict[str, float]:
+    return {k: v for k, v in scrape(served.gateway.metrics_url).items() if k.startswith(cm.ERRORS) and v}
+
+
+def test_the_processor_is_configured_with_the_served_embedder(served: Served) -> None:
+    cache = ProcessorConfig.model_validate_json(served.gateway.rendered.processor_json).cache
+    assert cache is not None and cache.threshold == EMBEDDER.threshold and cache.guards  # the catalog's, by default
+    assert cache.embedder == EndpointEmbedderConfig(
+        url=served.embedder_url, model=EMBEDDER.name, dimensions=384, timeout_ms=EMBED_TIMEOUT_MS
+    )
+
+
+@pytest.mark.parametrize(
+    ("asked", "paraphrase"),
+    [
+        # wordllama scores these 0.71 and 0.76 (both misses at any safe threshold); MiniLM 0.96 and 0.97.
+        ("Explain what a mortgage is.", "I was wondering if you could explain what a mortgage is."),
+        ("Did the system cancel my booking?", "Was my booking canceled by the system?"),
+    ],
+)
+def test_a_paraphrase_is_answered_from_the_cache_without_the_model(served: Served, asked: str, paraphrase: str) -> None:
+    first = _ask(served, asked)
+    assert first[0] == "miss", _errors(served)
+    time.sleep(0.5)  # the processor stores in the background, after the answer went out
+    completions, embeddings = served.completions(), served.embeddings()
+    assert _ask(served, paraphrase) == ("hit", "semantic", first[2]), _errors(served)
+    assert served.completions() == completions  # the model never saw it
+    assert served.embeddings() == embeddings + 1  # the embedder did
+
+
+def test_a_near_miss_the_embedder_cannot_tell_apart_still_reaches_the_model(served: Served) -> None:
+    # MiniLM scores the role swap 0.988 (above the threshold); the order guard refuses the match.
+    first = _ask(served, "Did the dog bite the man?")
+    assert first[0] == "miss", _errors(served)
+    time.sleep(0.5)
+    completions = served.completions()
+    near_miss = _ask(served, "Did the man bite the dog?")
+    assert near_miss[0] == "miss" and served.completions() == completions + 1
+    assert _ask(served, "Did the dog bite the man?")[:2] == ("hit", "exact")
+
+
+def _metric_total(served: Served, name: str, **labels: Any) -> float:
+    total = 0.0
+    for sample, value in scrape(served.gateway.metrics_url).items():
+        metric, _, rest = sample.partition("{")
+        if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            total += value
+    return total
+
+
+def test_an_embedder_that_is_down_costs_semantic_hits_only(served: Served) -> None:
+    """Last: it stops the embedder. The exact lookup still answers, the failure is counted, nothing fails."""
+    asked = "Describe the water cycle."
+    first = _ask(served, asked)
+    time.sleep(0.5)
+    served.procs.stop("embedder")
+    assert _ask(served, asked)[:2] == ("hit", "exact")
+    completions = served.completions()
+    assert _ask(served, "Please describe the water cycle.")[0] == "miss"  # 0.98 with MiniLM, but no vector now
+    assert served.completions() == completions + 1 and first[0] == "miss"
+    assert _metric_total(served, cm.ERRORS, operation="embed") >= 2
+    assert _metric_total(served, cm.UP) == 1
