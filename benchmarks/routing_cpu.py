@@ -39,16 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from inferplane.processor.config import (
     DESTINATION_ENDPOINT_KEY,
     LB_METADATA_NAMESPACE,
-    LoadSeries,
-    MetricSelector,
     ModelConfig,
     ProcessorConfig,
-    RoutingConfig,
     TenantConfig,
     TierConfig,
 )
 from inferplane.processor.endpoints import Endpoint
 from inferplane.processor.ext_proc import Processor
+from tests.gateway_support import model_config, routing_config, vllm_load
 from tests.redis_server import redis_server
 
 REPLICAS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000")
@@ -59,32 +57,15 @@ WARMUP = 200
 ROUNDS = 5
 
 
-def model_config() -> ModelConfig:
+def bench_model() -> ModelConfig:
     """One vLLM model as sizing renders it on a GPU: 16-token blocks, the load bound on, the spec's default weight."""
-    return ModelConfig(
-        name="m",
-        tier="standard",
-        engine="vllm",
-        endpoints=REPLICAS,
-        max_model_len=4096,
+    return model_config(
+        "m",
+        REPLICAS,
         max_num_seqs=64,
         fallback_share=4,
-        routing=RoutingConfig(
-            policy="prefix_aware",
-            overlap_weight=8.0,
-            load_bound=True,
-            block_tokens=16,
-            index_blocks=65_536,
-            load=LoadSeries(
-                running=MetricSelector(name="vllm:num_requests_running"),
-                waiting=MetricSelector(name="vllm:num_requests_waiting"),
-            ),
-        ),
         queue_max=8,
-        queue_timeout_seconds=1.0,
-        scale_to_zero=False,
-        cold_start_hold_seconds=60.0,
-        tokenizer_path=None,
+        routing=routing_config(overlap_weight=8.0, index_blocks=65_536, load=vllm_load(kv_usage=False)),
     )
 
 
@@ -97,7 +78,7 @@ def prompts(count: int, seed: int = 20) -> list[list[int]]:
 
 async def measure(port: int, count: int) -> list[float]:
     """Microseconds of CPU per request, one figure per round."""
-    model = model_config()
+    model = bench_model()
     config = ProcessorConfig(
         grpc_port=1,
         metrics_port=2,

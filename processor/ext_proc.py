@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,10 +297,14 @@ class Processor:
         self.tables: dict[str, EndpointTable] = {}
         self.routers: dict[str, Router] = {}
         self._waiting_ready: dict[str, int] = {}
+        self._update_gauges: dict[str, Callable[[], None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         for model in config.models:
+            self._update_gauges[model.name] = self._gauges(model.name)
             self.gates[model.name] = ModelGate(
-                config.worker_share(model.queue_max, worker), model.queue_timeout_seconds, self._gauges(model.name)
+                config.worker_share(model.queue_max, worker),
+                model.queue_timeout_seconds,
+                self._update_gauges[model.name],
             )
             self.tables[model.name] = EndpointTable(model, self._table_changed)
             routing = model.routing
@@ -352,7 +356,8 @@ class Processor:
     def _redis_error(self) -> None:
         self.metrics.errors.labels("redis").inc()
 
-    def _gauges(self, model: str) -> Any:
+    def _gauges(self, model: str) -> Callable[[], None]:
+        """The update of ``model``'s pending and in-flight gauges, made once per model (``_update_gauges``)."""
         pending, inflight = self.metrics.pending.labels(model), self.metrics.inflight.labels(model)
 
         def update() -> None:  # twice a request: the labelled children are looked up once, here
@@ -689,7 +694,7 @@ class Processor:
             self.metrics.prefix_tokens.labels(model.name, "matched").inc(ranking.overlaps[address] * block_tokens)
         overlap = ranking.overlaps.get(address, 0)
         placement = Placement(model.name, endpoint, taken, router.picked(endpoint, hashes, prompt, overlap))
-        self._gauges(model.name)()
+        self._update_gauges[model.name]()
         return placement
 
     def _unplace(self, placement: Placement) -> None:
@@ -697,7 +702,7 @@ class Processor:
         Router.finished(placement.endpoint, placement.blocks)
         self.slots.release(placement.model, placement.slot)
         self.gates[placement.model].released()
-        self._gauges(placement.model)()
+        self._update_gauges[placement.model]()
 
     def _unreserve(self, stream: _Stream, tenant: TenantConfig) -> None:
         """Give the request's prompt-token reservation back to the tenant's budget."""
@@ -708,12 +713,12 @@ class Processor:
     async def _wait_ready(self, model: ModelConfig, table: EndpointTable) -> None:
         """Hold a request for a model scaled to zero until a replica is ready (the pending gauge wakes it), or 503."""
         self._waiting_ready[model.name] += 1
-        self._gauges(model.name)()
+        self._update_gauges[model.name]()
         try:
             ready = await table.wait_ready(model.cold_start_hold_seconds)
         finally:
             self._waiting_ready[model.name] -= 1
-            self._gauges(model.name)()
+            self._update_gauges[model.name]()
         if not ready:
             self.metrics.routed(model.name, "no_endpoint").inc()
             raise RejectError(

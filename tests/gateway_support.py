@@ -31,6 +31,7 @@ from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.serving.embedder_service import EMBEDDER_COMMAND, embedder_args, embedder_env
 from inferplane.components.spec.platform_spec import PlatformSpec
+from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, RoutingConfig
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
 from tests.redis_server import search_module
@@ -39,6 +40,49 @@ VLLM_VENV = PROJECT_DIR / ".ci" / "cache" / "vllm-venv"
 VLLM_READY_MARKER = VLLM_VENV / ".inferplane-vllm-ready"
 VLLM_START_TIMEOUT_SECONDS = 420.0
 """About 35 s on an idle 2-core machine; minutes when the cores are shared."""
+
+
+def vllm_load(*, kv_usage: bool = True) -> LoadSeries:
+    """vLLM's load series as the renderer configures them; ``kv_usage=False`` leaves the KV-cache share out."""
+    return LoadSeries(
+        running=MetricSelector(name="vllm:num_requests_running"),
+        waiting=MetricSelector(name="vllm:num_requests_waiting"),
+        kv_usage=MetricSelector(name="vllm:kv_cache_usage_perc") if kv_usage else None,
+    )
+
+
+def routing_config(**overrides: Any) -> RoutingConfig:
+    """A processor's routing as the tests and benchmarks configure it: prefix-aware over vLLM's load series, the load
+    bound on, 16-token blocks; ``overrides`` replace fields."""
+    fields: dict[str, Any] = {
+        "policy": "prefix_aware",
+        "overlap_weight": 1.0,
+        "load_bound": True,
+        "block_tokens": 16,
+        "index_blocks": 1024,
+        "load": vllm_load(),
+    }
+    return RoutingConfig.model_validate({**fields, **overrides})
+
+
+def model_config(name: str, endpoints: Sequence[str], **overrides: Any) -> ModelConfig:
+    """A vLLM model of the ``standard`` tier as the processor sees it, with :func:`routing_config`'s routing;
+    ``overrides`` replace fields."""
+    fields: dict[str, Any] = {
+        "name": name,
+        "tier": "standard",
+        "engine": "vllm",
+        "endpoints": tuple(endpoints),
+        "max_model_len": 4096,
+        "max_num_seqs": 4,
+        "fallback_share": 1,
+        "queue_max": 4,
+        "queue_timeout_seconds": 1.0,
+        "scale_to_zero": False,
+        "cold_start_hold_seconds": 60.0,
+        "routing": routing_config(),
+    }
+    return ModelConfig.model_validate({**fields, **overrides})
 
 
 _LISTEN_PORTS = range(20000, 32000)

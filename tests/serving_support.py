@@ -31,6 +31,51 @@ def spec_from(raw: Mapping[str, Any], region: str = "us-east-1") -> PlatformSpec
     return parse_platform(raw, region)
 
 
+AWQ_8B_ON_L4: dict[str, Any] = {
+    "name": "llama-8b-awq",
+    "model": "llama-3.1-8b",
+    "pool": "l4",
+    "weights_dtype": "int4",
+    "weights_repo": "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4",
+    "max_context": 16384,
+    "concurrency": 16,
+    "prefix_caching": False,
+}
+"""Llama 3.1 8B with AWQ int4 weights on four L4s, without prefix caching (each engine's test adds its engine and
+speculation)."""
+
+FP8_70B_ON_H100: dict[str, Any] = {
+    "name": "llama-70b-fp8",
+    "model": "llama-3.3-70b",
+    "pool": "h100",
+    "weights_dtype": "fp8",
+    "kv_cache_dtype": "fp8",
+    "max_context": 65536,
+    "concurrency": 32,
+}
+"""Llama 3.3 70B with fp8 weights and KV cache on H100s (each engine's test adds its engine and speculation)."""
+
+
+def l4_and_h100_platform(*models: Mapping[str, Any]) -> dict[str, Any]:
+    """A raw staging platform with an L4 pool (g6.12xlarge) and an H100 pool (p5.48xlarge) serving ``models``: the
+    engines' tests' own deployments, beside the shipped stacks."""
+    return {
+        "environment": "staging",
+        "zones": ["us-east-1a", "us-east-1b"],
+        "cluster": {"endpoint_access": "public_and_private", "public_access_cidrs": ["198.51.100.0/24"]},
+        "pools": [
+            {"name": "l4", "accelerator": "l4-24gb", "instance_type": "g6.12xlarge"},
+            {"name": "h100", "accelerator": "h100-80gb", "instance_type": "p5.48xlarge"},
+        ],
+        "models": [dict(model) for model in models],
+        "limits": {
+            "max_total_gpus": 32,
+            "max_hourly_cost_usd": 200,
+            "allowed_accelerators": ["l4-24gb", "h100-80gb"],
+        },
+    }
+
+
 def evaluate_servers(spec: PlatformSpec, *, model_cache: str | None = MODEL_CACHE, stack: str = "test") -> Evaluation:
     """Run :func:`build_model_servers` for ``spec`` with an EKS and a GKE provider."""
     plan = size_platform(spec)

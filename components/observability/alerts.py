@@ -181,38 +181,44 @@ def _recording_rules(s: ModelSeries) -> list[RecordingRule]:
 
 def _latency_alerts(inputs: ModelAlertInputs) -> list[AlertingRule]:
     """TTFT p95 above its objective, and ITL p95 above its objective where the engine reports ITL (vLLM, SGLang)."""
-    s = inputs.series
-    selector = _model_selector(s)
-    ttft_slo = inputs.slo.ttft_p95_ms / 1000
+    s, slo = inputs.series, inputs.slo
     alerts = [
-        AlertingRule(
-            alert="InferplaneTtftP95AboveSlo",
-            expr=f"{record_name('ttft_seconds', 'p95')}{{{selector}}} > {ttft_slo:g}",
-            for_=SLO_ALERT_FOR,
-            labels=_alert_labels(s),
-            annotations={
-                "summary": f"{s.name}: time to first token p95 above its {inputs.slo.ttft_p95_ms} ms objective",
-                "description": "TTFT p95 over 5m has been above the objective for 10m. Requests queue or prefill "
-                "is starved: check queue depth, replicas and KV-cache usage.",
-            },
+        _p95_above_objective(
+            s,
+            "InferplaneTtftP95AboveSlo",
+            quantity="ttft_seconds",
+            summary=f"time to first token p95 above its {slo.ttft_p95_ms} ms objective",
+            objective_ms=slo.ttft_p95_ms,
+            description="TTFT p95 over 5m has been above the objective for 10m. Requests queue or prefill is "
+            "starved: check queue depth, replicas and KV-cache usage.",
         )
     ]
     if s.itl_quantile(0.95) is not None:
-        itl_slo = inputs.slo.itl_p95_ms / 1000
         alerts.append(
-            AlertingRule(
-                alert="InferplaneItlP95AboveSlo",
-                expr=f"{record_name('itl_seconds', 'p95')}{{{selector}}} > {itl_slo:g}",
-                for_=SLO_ALERT_FOR,
-                labels=_alert_labels(s),
-                annotations={
-                    "summary": f"{s.name}: inter-token latency p95 above its {inputs.slo.itl_p95_ms} ms objective",
-                    "description": "ITL p95 over 5m has been above the objective for 10m: the batch is too large "
-                    "for the hardware or long prefills stall decodes.",
-                },
+            _p95_above_objective(
+                s,
+                "InferplaneItlP95AboveSlo",
+                quantity="itl_seconds",
+                summary=f"inter-token latency p95 above its {slo.itl_p95_ms} ms objective",
+                objective_ms=slo.itl_p95_ms,
+                description="ITL p95 over 5m has been above the objective for 10m: the batch is too large for the "
+                "hardware or long prefills stall decodes.",
             )
         )
     return alerts
+
+
+def _p95_above_objective(
+    s: ModelSeries, alert: str, *, quantity: str, summary: str, objective_ms: int, description: str
+) -> AlertingRule:
+    """A latency alert: the recorded p95 of ``quantity`` (seconds) above its objective for :data:`SLO_ALERT_FOR`."""
+    return AlertingRule(
+        alert=alert,
+        expr=f"{record_name(quantity, 'p95')}{{{_model_selector(s)}}} > {objective_ms / 1000:g}",
+        for_=SLO_ALERT_FOR,
+        labels=_alert_labels(s),
+        annotations={"summary": f"{s.name}: {summary}", "description": description},
+    )
 
 
 def _saturation_alerts(s: ModelSeries) -> list[AlertingRule]:

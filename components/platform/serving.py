@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -26,7 +27,7 @@ from inferplane.components.serving.network_policy import ServingNetworkPolicy, S
 from inferplane.components.serving.sglang_service import SglangService, SglangServiceArgs
 from inferplane.components.serving.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
 from inferplane.components.serving.vllm_service import VllmService, VllmServiceArgs
-from inferplane.components.spec.platform_spec import ModelDeploymentSpec, PlatformSpec
+from inferplane.components.spec.platform_spec import Environment, ModelDeploymentSpec, PlatformSpec
 from inferplane.components.spec.tags import kubernetes_labels
 
 HF_TOKEN_SECRET = "hf-token"
@@ -49,6 +50,19 @@ OpenAI frontend serves both the API and ``/metrics``, as SGLang's server does; T
 port-forward only."""
 
 ModelServer = VllmService | TritonTrtLlmService | SglangService
+
+
+class _CommonServerArgs(TypedDict):
+    """The fields every engine's ``...ServiceArgs`` takes, filled the same way for each (``**`` into the args)."""
+
+    deployment: ModelDeploymentSpec
+    sizing: DeploymentSizing
+    environment: Environment
+    namespace: pulumi.Input[str]
+    hf_token_secret_name: pulumi.Input[str]
+    scrape_interval_seconds: int
+    labels: Mapping[str, str]
+    image_digests: Mapping[str, str]
 
 
 @dataclass
@@ -148,58 +162,32 @@ def _model_server(
         parent=parent, providers=[cluster.provider], depends_on=[cluster.namespace, cluster.secret]
     )
     cloud = get_instance_type(sizing.instance_type).cloud
-    pool = spec.pool(sizing.pool)
-    digests = spec.image_digests_for(deployment, engine_image(deployment.engine, tpu=cloud == "gcp"))
-    if deployment.engine == "vllm":
-        return VllmService(
-            deployment.name,
-            VllmServiceArgs(
-                deployment=deployment,
-                sizing=sizing,
-                environment=spec.environment,
-                namespace=cluster.namespace.metadata.name,
-                hf_token_secret_name=cluster.secret.metadata.name,
-                tpu_topology=pool.tpu_topology,
-                model_cache_uri=model_cache_uri if cloud == "aws" else None,
-                scrape_interval_seconds=spec.observability.scrape_interval_seconds,
-                labels=tags,
-                image_digests=digests,
-                served_model_aliases=fallback_aliases(spec, deployment.name),
-            ),
-            opts,
-        )
-    if deployment.engine == "sglang":
-        return SglangService(
-            deployment.name,
-            SglangServiceArgs(
-                deployment=deployment,
-                sizing=sizing,
-                environment=spec.environment,
-                namespace=cluster.namespace.metadata.name,
-                hf_token_secret_name=cluster.secret.metadata.name,
-                model_cache_uri=model_cache_uri,
-                scrape_interval_seconds=spec.observability.scrape_interval_seconds,
-                labels=tags,
-                image_digests=digests,
-            ),
-            opts,
-        )
-    return TritonTrtLlmService(
-        deployment.name,
-        TritonTrtLlmServiceArgs(
-            deployment=deployment,
-            sizing=sizing,
-            environment=spec.environment,
-            namespace=cluster.namespace.metadata.name,
-            hf_token_secret_name=cluster.secret.metadata.name,
-            model_cache_uri=model_cache_uri,
-            scrape_interval_seconds=spec.observability.scrape_interval_seconds,
-            labels=tags,
-            image_digests=digests,
-            served_model_aliases=fallback_aliases(spec, deployment.name),
-        ),
-        opts,
+    common = _CommonServerArgs(
+        deployment=deployment,
+        sizing=sizing,
+        environment=spec.environment,
+        namespace=cluster.namespace.metadata.name,
+        hf_token_secret_name=cluster.secret.metadata.name,
+        scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+        labels=tags,
+        image_digests=spec.image_digests_for(deployment, engine_image(deployment.engine, tpu=cloud == "gcp")),
     )
+    aliases = fallback_aliases(spec, deployment.name)
+    if deployment.engine == "vllm":
+        # TPU pools on GKE read the hub: the S3 cache is reached through EKS Pod Identity.
+        cache = model_cache_uri if cloud == "aws" else None
+        vllm = VllmServiceArgs(
+            **common,
+            tpu_topology=spec.pool(sizing.pool).tpu_topology,
+            model_cache_uri=cache,
+            served_model_aliases=aliases,
+        )
+        return VllmService(deployment.name, vllm, opts)
+    if deployment.engine == "sglang":
+        # SGLang answers to one name and ignores the request's (its module docstring): no aliases.
+        return SglangService(deployment.name, SglangServiceArgs(**common, model_cache_uri=model_cache_uri), opts)
+    triton = TritonTrtLlmServiceArgs(**common, model_cache_uri=model_cache_uri, served_model_aliases=aliases)
+    return TritonTrtLlmService(deployment.name, triton, opts)
 
 
 def _network_policy(cluster: _ServingCluster, tags: Mapping[str, str], *, parent: pulumi.Resource | None) -> None:

@@ -1,8 +1,12 @@
 """What every model server shares: placement, fitted resources, probes from sizing, pod security, weights cache.
 
-``VllmService``, ``TritonTrtLlmService`` and ``SglangService`` build their pods from these pieces, so the engines
-agree on how a replica lands on its pool, how much of the node it may take, how long it may take to start and how it
-is locked down. Nothing here recomputes an engine setting: those come from :mod:`components.capacity.sizing`.
+``VllmService``, ``TritonTrtLlmService`` and ``SglangService`` are built here, each engine supplying only what is its
+own (:class:`ServerProcess`: image, command, arguments, ports, health path; Triton also its model repository and engine
+build): :meth:`ModelServer._serve` makes the Deployment, the Services, the PodDisruptionBudget and the PodMonitor,
+:func:`server_container` the server container, :func:`checkpoint_server_pod` the whole pod of an engine that loads a
+Hugging Face checkpoint itself. So the engines agree on how a replica lands on its pool, how much of the node it may
+take, how long it may take to start and how it is locked down. Nothing here recomputes an engine setting: those come
+from :mod:`components.capacity.sizing`.
 
 Model weights (decision, see README "Model servers"): an S3 model bucket, synced by an init container onto the
 node's local NVMe (the instance store backs the kubelet's ephemeral storage, so an ``emptyDir`` lives on it), is
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -108,6 +112,24 @@ at most 16 GiB, is what NVIDIA's and vLLM's container guides pass as ``--shm-siz
 WEIGHTS_DISK_FACTOR = 1.15
 SCRATCH_DISK_BYTES = 20 * GIB
 """The weights ``emptyDir`` holds the checkpoint plus tokenizer and config files; scratch covers caches and logs."""
+
+
+@dataclass(frozen=True)
+class ModelServerArgs:
+    """What every engine's ``...ServiceArgs`` starts with: the deployment, its sizing, where its objects go and the
+    Secret holding the Hugging Face token. Each engine's args add their own fields after these."""
+
+    deployment: ModelDeploymentSpec
+    """The model deployment from the platform spec (served model name, speculative decoding, replicas)."""
+    sizing: DeploymentSizing
+    """Sizing's verdict for this deployment: every engine setting, the pool, cold-start estimates."""
+    environment: Environment
+    """``prod`` spreads replicas over zones."""
+    namespace: pulumi.Input[str]
+    """Namespace of every object (the composition creates it)."""
+    hf_token_secret_name: pulumi.Input[str]
+    """Kubernetes Secret holding the Hugging Face token under :data:`HF_TOKEN_SECRET_KEY` (read where the hub is:
+    the weights without a model cache, Triton's engine build)."""
 
 
 def ceil_to(value: float, step: int) -> int:
@@ -345,6 +367,91 @@ def user_env() -> k8s.core.v1.EnvVarArgs:
     return k8s.core.v1.EnvVarArgs(name="USER", value=RUN_AS_USER_NAME)
 
 
+def engine_env(*engine: k8s.core.v1.EnvVarArgs) -> list[k8s.core.v1.EnvVarArgs]:
+    """Every engine container's environment: a writable ``$HOME``, ``USER`` for the uid, the hub's cache on the
+    models disk; then the engine's own ``engine`` variables."""
+    return [
+        k8s.core.v1.EnvVarArgs(name="HOME", value=HOME_MOUNT),
+        user_env(),
+        k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{MODELS_MOUNT}/.hf"),
+        *engine,
+    ]
+
+
+def engine_mounts(*engine: k8s.core.v1.VolumeMountArgs) -> list[k8s.core.v1.VolumeMountArgs]:
+    """Where every engine container sees the models disk and the volumes of :func:`scratch_volumes`; then the
+    engine's own ``engine`` mounts."""
+    return [
+        k8s.core.v1.VolumeMountArgs(name="models", mount_path=MODELS_MOUNT),
+        k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
+        k8s.core.v1.VolumeMountArgs(name="home", mount_path=HOME_MOUNT),
+        k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        *engine,
+    ]
+
+
+def scratch_volumes(resources: FittedResources) -> list[k8s.core.v1.VolumeArgs]:
+    """``/dev/shm``, ``$HOME`` and ``/tmp`` of an engine container (the models disk is sized by its pod)."""
+    return [
+        memory_volume("dshm", resources.shm_bytes),
+        disk_volume("home", 10 * GIB),
+        disk_volume("tmp", 2 * GIB),
+    ]
+
+
+@dataclass(frozen=True)
+class ServerProcess:
+    """An engine's server as only the engine knows it; :func:`server_container` adds what every server shares."""
+
+    name: str
+    """Container name (the engine's: ``vllm``, ``sglang``, ``triton``)."""
+    image: str
+    """Image reference, pinned by the stack's digest when it has one."""
+    command: tuple[str, ...]
+    """The server's entry point."""
+    args: tuple[str, ...]
+    """Its arguments, every engine setting from sizing."""
+    ports: tuple[tuple[str, int], ...]
+    """Named TCP ports; the first is the OpenAI API: probed, published to the gateway (:func:`endpoints_service`)
+    and scraped for ``/metrics`` (every engine serves its metrics there)."""
+    health_path: str
+    """What the startup, readiness and liveness probes get on the API port."""
+    env: tuple[k8s.core.v1.EnvVarArgs, ...] = ()
+    """The engine's own variables, after those of :func:`engine_env`."""
+    mounts: tuple[k8s.core.v1.VolumeMountArgs, ...] = ()
+    """The engine's own mounts, after those of :func:`engine_mounts`."""
+
+
+def server_container(
+    process: ServerProcess,
+    resources: k8s.core.v1.ResourceRequirementsArgs,
+    engine_start_seconds: float,
+    *,
+    non_root: bool,
+) -> k8s.core.v1.ContainerArgs:
+    """The server container of ``process``: probes from sizing's start estimate, the ``preStop`` sleep, the shared
+    environment and volumes, locked down by :func:`container_security`."""
+    startup, readiness, liveness = probes(process.health_path, process.ports[0][0], engine_start_seconds)
+    return k8s.core.v1.ContainerArgs(
+        name=process.name,
+        image=process.image,
+        command=list(process.command),
+        args=list(process.args),
+        ports=[
+            k8s.core.v1.ContainerPortArgs(name=port_name, container_port=port, protocol="TCP")
+            for port_name, port in process.ports
+        ],
+        env=engine_env(*process.env),
+        resources=resources,
+        startup_probe=startup,
+        readiness_probe=readiness,
+        liveness_probe=liveness,
+        lifecycle=pre_stop_sleep(),
+        volume_mounts=engine_mounts(*process.mounts),
+        security_context=container_security(non_root=non_root),
+    )
+
+
 def hf_token_volume(secret_name: pulumi.Input[str]) -> k8s.core.v1.VolumeArgs:
     """The Hugging Face token Secret as a volume holding one file, ``token``, readable by owner and group only (the
     pod's ``fsGroup``)."""
@@ -404,6 +511,50 @@ def weights_source(
     # Offline: a missing file must fail the pod, not silently pull the checkpoint from the hub.
     offline = k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")
     return Weights(model=model, env=(offline,), init_containers=(fetch,), mounts=(), volumes=())
+
+
+def checkpoint_server_pod(
+    args: ModelServerArgs,
+    account: k8s.core.v1.ServiceAccount,
+    placement: Placement,
+    selector: Mapping[str, str],
+    process: Callable[[str, int], ServerProcess],
+    *,
+    tensor_parallel_size: int,
+    model_cache_uri: pulumi.Input[str] | None,
+    image_digests: Mapping[str, str],
+    non_root: bool,
+) -> k8s.core.v1.PodSpecArgs:
+    """The pod of an engine that loads a Hugging Face checkpoint itself (vLLM, SGLang): the weights' sync when they
+    come from the cache (:func:`weights_source`), the engine's ``process(model, drain)`` (``model``: its model
+    argument, ``drain``: the seconds in-flight requests get, :func:`drain_seconds`), its volumes."""
+    sizing = args.sizing
+    resources = fit_resources(placement, tensor_parallel_size, sizing.result.weights_bytes)
+    drain = drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
+    weights = weights_source(
+        args.deployment,
+        hf_token_secret_name=args.hf_token_secret_name,
+        model_cache_uri=model_cache_uri,
+        image_digests=image_digests,
+    )
+    server = process(weights.model, drain)
+    server = replace(server, env=(*server.env, *weights.env), mounts=(*server.mounts, *weights.mounts))
+    requirements = resources.requirements(accelerator_resources(placement, sizing))
+    return server_pod(
+        account,
+        placement,
+        selector,
+        args.environment,
+        drain,
+        non_root=non_root,
+        init_containers=list(weights.init_containers) or None,
+        containers=[server_container(server, requirements, sizing.result.engine_start_seconds, non_root=non_root)],
+        volumes=[
+            disk_volume("models", resources.weights_volume_bytes),
+            *scratch_volumes(resources),
+            *weights.volumes,
+        ],
+    )
 
 
 def pod_monitor(
@@ -636,6 +787,52 @@ class ModelServer(pulumi.ComponentResource):
     service_name: pulumi.Output[str]
     service_account_name: pulumi.Output[str]
 
+    def _serve(
+        self,
+        name: str,
+        args: ModelServerArgs,
+        account: k8s.core.v1.ServiceAccount,
+        pod: k8s.core.v1.PodSpecArgs,
+        *,
+        selector: Mapping[str, str],
+        labels: Mapping[str, str],
+        ports: Sequence[tuple[str, int]],
+        scrape_interval_seconds: int,
+        depends_on: list[pulumi.Resource] | None = None,
+    ) -> None:
+        """The server around its engine's ``pod``: the Deployment (after ``depends_on``), the ClusterIP Service on
+        every one of ``ports`` (the pod's named ports; the first is the OpenAI API), then :meth:`_finish`; the last
+        thing a server's constructor does."""
+        spec = args.deployment
+        child = pulumi.ResourceOptions(parent=self)
+        deployment = server_deployment(
+            f"{name}-deployment",
+            spec,
+            args.sizing,
+            pod,
+            namespace=args.namespace,
+            selector=selector,
+            labels=labels,
+            parent=self,
+            depends_on=depends_on,
+        )
+        service = server_service(
+            f"{name}-service", spec.name, ports, namespace=args.namespace, selector=selector, labels=labels, opts=child
+        )
+        self._finish(
+            name,
+            deployment=deployment,
+            service=service,
+            account=account,
+            spec=spec,
+            selector=selector,
+            labels=labels,
+            api_port=ports[0],
+            metrics_port=ports[0][0],
+            scrape_interval_seconds=scrape_interval_seconds,
+            opts=child,
+        )
+
     def _finish(
         self,
         name: str,
@@ -651,8 +848,8 @@ class ModelServer(pulumi.ComponentResource):
         scrape_interval_seconds: int,
         opts: pulumi.ResourceOptions,
     ) -> None:
-        """The children both engines share (the headless Service on the OpenAI ``api_port``, a PDB when replicas can
-        exceed one, the PodMonitor), then the outputs; the last thing a server's constructor does."""
+        """The children every engine's server has after its Deployment and Service (the headless Service on the
+        OpenAI ``api_port``, a PDB when replicas can exceed one, the PodMonitor), then the outputs."""
         namespace = deployment.metadata.namespace
         endpoints_service(
             f"{name}-endpoints",

@@ -19,13 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from inferplane.components.capacity.sizing import DeploymentSizing, SglangSettings
+from inferplane.components.capacity.sizing import SglangSettings
 from inferplane.components.catalog.images import image_reference
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving.naming import SGLANG_HEALTH_PATH, SGLANG_PORT
-from inferplane.components.spec.platform_spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
+from inferplane.components.spec.platform_spec import SpeculativeDecodingSpec
 
 SGLANG_COMMAND = ("python3", "-m", "sglang.launch_server")
 """SGLang's server entry point (``sglang/launch_server.py``), as its docs and the image run it."""
@@ -117,20 +116,15 @@ def sglang_args(
     return args
 
 
-@dataclass(frozen=True)
-class SglangServiceArgs:
-    """Inputs of :class:`SglangService`: the validated deployment, its sizing and where it gets weights and secrets."""
+PORTS = (("http", SGLANG_PORT),)
+"""The server's one port: the OpenAI API and ``/metrics``."""
 
-    deployment: ModelDeploymentSpec
-    """The model deployment from the platform spec (served model name, speculative decoding, replicas)."""
-    sizing: DeploymentSizing
-    """Sizing's verdict for this deployment: every server setting, the pool, cold-start estimates."""
-    environment: Environment
-    """``prod`` spreads replicas over zones."""
-    namespace: pulumi.Input[str]
-    """Namespace of every object (the composition creates it)."""
-    hf_token_secret_name: pulumi.Input[str]
-    """Kubernetes Secret holding the Hugging Face token under :data:`model_server.HF_TOKEN_SECRET_KEY`."""
+
+@dataclass(frozen=True)
+class SglangServiceArgs(ms.ModelServerArgs):
+    """Inputs of :class:`SglangService`: the validated deployment, its sizing and where it gets weights and secrets
+    (the first five fields, :class:`model_server.ModelServerArgs`), then SGLang's own."""
+
     model_cache_uri: pulumi.Input[str] | None = None
     """``s3://bucket/prefix/`` holding the checkpoint (``ModelCache.uri``); ``None`` falls back to the Hugging Face
     hub. The pods read it as the ServiceAccount ``service_account_name``, which the cache binds to its role."""
@@ -159,120 +153,53 @@ class SglangService(ms.ModelServer):
     def __init__(self, name: str, args: SglangServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         _validate(args)  # before registering anything: bad input declares nothing
         super().__init__("inferplane:index:SglangService", name, None, opts)
-        deployment = args.deployment
-        placement = ms.Placement.of(args.sizing, None)
-        selector, labels = ms.labels_for(deployment.name, args.labels)
-        child = pulumi.ResourceOptions(parent=self)
-
-        account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, labels, child)
-        server = ms.server_deployment(
-            f"{name}-deployment",
-            deployment,
-            args.sizing,
-            _server_pod(args, placement, selector, account),
-            namespace=args.namespace,
-            selector=selector,
-            labels=labels,
-            parent=self,
+        selector, labels = ms.labels_for(args.deployment.name, args.labels)
+        account = ms.service_account(
+            f"{name}-sa", args.deployment.name, args.namespace, labels, pulumi.ResourceOptions(parent=self)
         )
-        service = ms.server_service(
-            f"{name}-service",
-            deployment.name,
-            [("http", SGLANG_PORT)],
-            namespace=args.namespace,
-            selector=selector,
-            labels=labels,
-            opts=child,
+        pod = ms.checkpoint_server_pod(
+            args,
+            account,
+            ms.Placement.of(args.sizing, None),
+            selector,
+            lambda model, _drain: _server_process(args, model),
+            tensor_parallel_size=args.sizing.result.sglang.tp_size,
+            model_cache_uri=args.model_cache_uri,
+            image_digests=args.image_digests,
+            non_root=True,
         )
-        self._finish(
+        self._serve(
             name,
-            deployment=server,
-            service=service,
-            account=account,
-            spec=deployment,
+            args,
+            account,
+            pod,
             selector=selector,
             labels=labels,
-            api_port=("http", SGLANG_PORT),
-            metrics_port="http",
+            ports=PORTS,
             scrape_interval_seconds=args.scrape_interval_seconds,
-            opts=child,
         )
 
 
-def _server_pod(
-    args: SglangServiceArgs,
-    placement: ms.Placement,
-    selector: Mapping[str, str],
-    account: k8s.core.v1.ServiceAccount,
-) -> k8s.core.v1.PodSpecArgs:
-    """The pod: the weights' sync when they come from the cache, the server, its volumes."""
-    sizing = args.sizing
-    resources = ms.fit_resources(placement, sizing.result.sglang.tp_size, sizing.result.weights_bytes)
-    drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
-    weights = ms.weights_source(
-        args.deployment,
-        hf_token_secret_name=args.hf_token_secret_name,
-        model_cache_uri=args.model_cache_uri,
-        image_digests=args.image_digests,
-    )
-    return ms.server_pod(
-        account,
-        placement,
-        selector,
-        args.environment,
-        drain,
-        non_root=True,
-        init_containers=list(weights.init_containers) or None,
-        containers=[_server_container(args, placement, resources, weights)],
-        volumes=[
-            ms.disk_volume("models", resources.weights_volume_bytes),
-            ms.memory_volume("dshm", resources.shm_bytes),
-            ms.disk_volume("home", 10 * ms.GIB),
-            ms.disk_volume("tmp", 2 * ms.GIB),
-            *weights.volumes,
-        ],
-    )
-
-
-def _server_container(
-    args: SglangServiceArgs, placement: ms.Placement, resources: ms.FittedResources, weights: ms.Weights
-) -> k8s.core.v1.ContainerArgs:
-    """``sglang.launch_server`` with every flag from sizing and its probes.
+def _server_process(args: SglangServiceArgs, model: str) -> ms.ServerProcess:
+    """``sglang.launch_server`` with every flag from sizing.
 
     SGLang has no drain flag of its own: the pod's grace period (:func:`model_server.server_pod`) gives in-flight
     requests one full generation after the ``preStop`` sleep."""
-    deployment, sizing = args.deployment, args.sizing
-    startup, readiness, liveness = ms.probes(SGLANG_HEALTH_PATH, "http", sizing.result.engine_start_seconds)
-    return k8s.core.v1.ContainerArgs(
+    deployment = args.deployment
+    return ms.ServerProcess(
         name="sglang",
         image=image_reference("sglang", args.image_digests),
-        command=list(SGLANG_COMMAND),
-        args=sglang_args(
-            sizing.result.sglang,
-            model=weights.model,
-            served_model_name=deployment.name,
-            speculative=deployment.speculative_decoding,
+        command=SGLANG_COMMAND,
+        args=tuple(
+            sglang_args(
+                args.sizing.result.sglang,
+                model=model,
+                served_model_name=deployment.name,
+                speculative=deployment.speculative_decoding,
+            )
         ),
-        ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=SGLANG_PORT, protocol="TCP")],
-        env=[
-            k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
-            ms.user_env(),
-            k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
-            *weights.env,
-        ],
-        resources=resources.requirements(ms.accelerator_resources(placement, sizing)),
-        startup_probe=startup,
-        readiness_probe=readiness,
-        liveness_probe=liveness,
-        lifecycle=ms.pre_stop_sleep(),
-        volume_mounts=[
-            k8s.core.v1.VolumeMountArgs(name="models", mount_path=ms.MODELS_MOUNT),
-            k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
-            k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
-            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-            *weights.mounts,
-        ],
-        security_context=ms.container_security(non_root=True),
+        ports=PORTS,
+        health_path=SGLANG_HEALTH_PATH,
     )
 
 

@@ -40,7 +40,6 @@ from inferplane.components.serving.naming import (
     TRITON_HTTP_PORT,
     TRITON_OPENAI_PORT,
 )
-from inferplane.components.spec.platform_spec import Environment, ModelDeploymentSpec
 
 TRITON_IMAGE = image_reference("triton-trtllm")
 """NGC Triton with the TensorRT-LLM backend (catalog ``triton-trtllm``: 26.05, TensorRT-LLM 1.2.1). The image
@@ -199,20 +198,16 @@ def assemble_repository_script(models: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class TritonTrtLlmServiceArgs:
-    """Inputs of :class:`TritonTrtLlmService`."""
+PORTS = (("openai", TRITON_OPENAI_PORT), ("http", TRITON_HTTP_PORT), ("grpc", TRITON_GRPC_PORT))
+"""The OpenAI frontend (the API and ``/metrics``), then KServe v2 HTTP and gRPC."""
 
-    deployment: ModelDeploymentSpec
-    """The model deployment from the platform spec."""
-    sizing: DeploymentSizing
-    """Sizing's verdict: TensorRT-LLM build and runtime settings, pool, cold-start estimates."""
-    environment: Environment
-    """``prod`` spreads replicas over zones."""
-    namespace: pulumi.Input[str]
-    """Namespace of every object."""
-    hf_token_secret_name: pulumi.Input[str]
-    """Kubernetes Secret with the Hugging Face token (the build Job's calibration data comes from the hub)."""
+
+@dataclass(frozen=True)
+class TritonTrtLlmServiceArgs(ms.ModelServerArgs):
+    """Inputs of :class:`TritonTrtLlmService`: the first five fields are :class:`model_server.ModelServerArgs`
+    (sizing's verdict carries the TensorRT-LLM build and runtime settings; the build Job's calibration data comes from
+    the hub with the token), then Triton's own."""
+
     model_cache_uri: pulumi.Input[str] | None
     """``s3://bucket/prefix/`` holding checkpoints and built engines (``ModelCache.uri``); required (engines are built
     once, not per pod). The engine-build Job writes under ``engines/`` as ``service_account_name``, so the cache must
@@ -242,47 +237,23 @@ class TritonTrtLlmService(ms.ModelServer):
     def __init__(self, name: str, args: TritonTrtLlmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         _validate(args)  # before registering anything: bad input declares nothing
         super().__init__("inferplane:index:TritonTrtLlmService", name, None, opts)
-        deployment = args.deployment
         layout = _Layout.of(args)
         child = pulumi.ResourceOptions(parent=self)
 
-        account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, layout.labels, child)
+        account = ms.service_account(f"{name}-sa", args.deployment.name, args.namespace, layout.labels, child)
         repository, models = _model_repository(name, args, layout, child)
         build_job = self._engine_build(name, args, layout, account)
-        pod = _server_pod(args, layout, account, repository, models)
-        server = ms.server_deployment(
-            f"{name}-deployment",
-            deployment,
-            args.sizing,
-            pod,
-            namespace=args.namespace,
+        self._serve(
+            name,
+            args,
+            account,
+            _server_pod(args, layout, account, repository, models),
             selector=layout.selector,
             labels=layout.labels,
-            parent=self,
+            ports=PORTS,
+            scrape_interval_seconds=args.scrape_interval_seconds,
             # The engine must exist in the cache before a replica fetches it.
             depends_on=[build_job],
-        )
-        service = ms.server_service(
-            f"{name}-service",
-            deployment.name,
-            [("openai", TRITON_OPENAI_PORT), ("http", TRITON_HTTP_PORT), ("grpc", TRITON_GRPC_PORT)],
-            namespace=args.namespace,
-            selector=layout.selector,
-            labels=layout.labels,
-            opts=child,
-        )
-        self._finish(
-            name,
-            deployment=server,
-            service=service,
-            account=account,
-            spec=deployment,
-            selector=layout.selector,
-            labels=layout.labels,
-            api_port=("openai", TRITON_OPENAI_PORT),
-            metrics_port="openai",
-            scrape_interval_seconds=args.scrape_interval_seconds,
-            opts=child,
         )
 
     def _engine_build(
@@ -371,36 +342,12 @@ def _model_repository(
     return repository, tuple(configs)
 
 
-def _engine_env(trtllm: TrtLlmSettings) -> list[k8s.core.v1.EnvVarArgs]:
-    """The environment of both engine containers (the build and the server): a writable home, the hub's cache."""
-    env = [
-        k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
-        ms.user_env(),
-        k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
-    ]
+def _orchestrator_env(trtllm: TrtLlmSettings) -> tuple[k8s.core.v1.EnvVarArgs, ...]:
+    """What both engine containers (the build and the server) add to :func:`model_server.engine_env`."""
     if trtllm.tensor_parallel > 1:
         # Orchestrator mode: one tritonserver process spawns a worker per rank (no mpirun in the pod).
-        env.append(k8s.core.v1.EnvVarArgs(name="TRTLLM_ORCHESTRATOR", value="1"))
-    return env
-
-
-def _engine_mounts() -> list[k8s.core.v1.VolumeMountArgs]:
-    """Where both engine containers see the models disk and the scratch volumes of :func:`_scratch_volumes`."""
-    return [
-        k8s.core.v1.VolumeMountArgs(name="models", mount_path=ms.MODELS_MOUNT),
-        k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
-        k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
-        k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-    ]
-
-
-def _scratch_volumes(resources: ms.FittedResources) -> list[k8s.core.v1.VolumeArgs]:
-    """``/dev/shm``, ``$HOME`` and ``/tmp``, the same in the build Job and the server pods."""
-    return [
-        ms.memory_volume("dshm", resources.shm_bytes),
-        ms.disk_volume("home", 10 * ms.GIB),
-        ms.disk_volume("tmp", 2 * ms.GIB),
-    ]
+        return (k8s.core.v1.EnvVarArgs(name="TRTLLM_ORCHESTRATOR", value="1"),)
+    return ()
 
 
 def _build_pod(
@@ -430,9 +377,9 @@ def _build_pod(
                 name="build-engine",
                 image=layout.engine_image,
                 command=["/bin/sh", "-c", build_script],
-                env=[*_engine_env(sizing.result.trtllm), token_env],
+                env=ms.engine_env(*_orchestrator_env(sizing.result.trtllm), token_env),
                 resources=layout.resources.requirements(layout.accelerators),
-                volume_mounts=[*_engine_mounts(), token_mount],
+                volume_mounts=ms.engine_mounts(token_mount),
                 security_context=ms.container_security(non_root=True),
             ),
         ],
@@ -440,7 +387,7 @@ def _build_pod(
         volumes=[
             # Checkpoint, quantized checkpoint and engine side by side.
             ms.disk_volume("models", layout.resources.weights_volume_bytes * 3),
-            *_scratch_volumes(layout.resources),
+            *ms.scratch_volumes(layout.resources),
             ms.hf_token_volume(args.hf_token_secret_name),
         ],
     )
@@ -476,10 +423,17 @@ def _server_pod(
             ),
             _assemble_container(layout.engine_image, models),
         ],
-        containers=[_server_container(sizing, layout, drain)],
+        containers=[
+            ms.server_container(
+                _server_process(sizing, layout, drain),
+                layout.resources.requirements(layout.accelerators),
+                sizing.result.engine_start_seconds,
+                non_root=True,
+            )
+        ],
         volumes=[
             ms.disk_volume("models", layout.resources.weights_volume_bytes),
-            *_scratch_volumes(layout.resources),
+            *ms.scratch_volumes(layout.resources),
             k8s.core.v1.VolumeArgs(name="repository", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="1Gi")),
             k8s.core.v1.VolumeArgs(
                 name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=repository.metadata.name)
@@ -505,30 +459,20 @@ def _assemble_container(image: str, models: tuple[str, ...]) -> k8s.core.v1.Cont
     )
 
 
-def _server_container(sizing: DeploymentSizing, layout: _Layout, drain: int) -> k8s.core.v1.ContainerArgs:
+def _server_process(sizing: DeploymentSizing, layout: _Layout, drain: int) -> ms.ServerProcess:
     """Triton behind its OpenAI frontend (:func:`frontend_launcher`), with KServe HTTP and gRPC beside it."""
-    # The frontend's readiness is the in-process server's: every model loaded (strict readiness).
-    startup, readiness, liveness = ms.probes(TRITON_HEALTH_PATH, "openai", sizing.result.engine_start_seconds)
-    return k8s.core.v1.ContainerArgs(
+    return ms.ServerProcess(
         name="triton",
         image=layout.engine_image,
         # In-flight requests finish before the server exits on SIGTERM (uvicorn drains its connections first).
-        command=["python3", "-c", frontend_launcher(drain)],
-        args=frontend_args(TOKENIZER_DIR),
-        ports=[
-            k8s.core.v1.ContainerPortArgs(name="openai", container_port=TRITON_OPENAI_PORT, protocol="TCP"),
-            k8s.core.v1.ContainerPortArgs(name="http", container_port=TRITON_HTTP_PORT, protocol="TCP"),
-            k8s.core.v1.ContainerPortArgs(name="grpc", container_port=TRITON_GRPC_PORT, protocol="TCP"),
-        ],
+        command=("python3", "-c", frontend_launcher(drain)),
+        args=tuple(frontend_args(TOKENIZER_DIR)),
+        ports=PORTS,
+        # The frontend's readiness is the in-process server's: every model loaded (strict readiness).
+        health_path=TRITON_HEALTH_PATH,
         # Offline: the tokenizer is a local folder; a missing file must fail the pod, not reach for the hub.
-        env=[*_engine_env(sizing.result.trtllm), k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")],
-        resources=layout.resources.requirements(layout.accelerators),
-        startup_probe=startup,
-        readiness_probe=readiness,
-        liveness_probe=liveness,
-        lifecycle=ms.pre_stop_sleep(),
-        volume_mounts=[*_engine_mounts(), k8s.core.v1.VolumeMountArgs(name="repository", mount_path=REPOSITORY_MOUNT)],
-        security_context=ms.container_security(non_root=True),
+        env=(*_orchestrator_env(sizing.result.trtllm), k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")),
+        mounts=(k8s.core.v1.VolumeMountArgs(name="repository", mount_path=REPOSITORY_MOUNT),),
     )
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from inferplane.components.capacity.sizing import DeploymentSizing, VllmSettings
+from inferplane.components.capacity.sizing import VllmSettings
 from inferplane.components.catalog.images import engine_image, image_reference
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving.naming import VLLM_HEALTH_PATH, VLLM_PORT
-from inferplane.components.spec.platform_spec import Environment, ModelDeploymentSpec, SpeculativeDecodingSpec
+from inferplane.components.spec.platform_spec import SpeculativeDecodingSpec
 
 VLLM_IMAGE = image_reference("vllm")
 """Docker Hub ``vllm/vllm-openai`` at ``catalog.images.VLLM_VERSION`` (catalog ``vllm``), unpinned; a stack's
@@ -104,20 +104,15 @@ def vllm_args(
     return args
 
 
-@dataclass(frozen=True)
-class VllmServiceArgs:
-    """Inputs of :class:`VllmService`: the validated deployment, its sizing and where it gets weights and secrets."""
+PORTS = (("http", VLLM_PORT),)
+"""The server's one port: the OpenAI API and ``/metrics``."""
 
-    deployment: ModelDeploymentSpec
-    """The model deployment from the platform spec (served model name, speculative decoding, replicas)."""
-    sizing: DeploymentSizing
-    """Sizing's verdict for this deployment: every engine setting, the pool, cold-start estimates."""
-    environment: Environment
-    """``prod`` spreads replicas over zones."""
-    namespace: pulumi.Input[str]
-    """Namespace of every object (the composition creates it)."""
-    hf_token_secret_name: pulumi.Input[str]
-    """Kubernetes Secret holding the Hugging Face token under :data:`model_server.HF_TOKEN_SECRET_KEY`."""
+
+@dataclass(frozen=True)
+class VllmServiceArgs(ms.ModelServerArgs):
+    """Inputs of :class:`VllmService`: the validated deployment, its sizing and where it gets weights and secrets
+    (the first five fields, :class:`model_server.ModelServerArgs`), then vLLM's own."""
+
     tpu_topology: str | None = None
     """The TPU pool's slice topology (``2x2``); TPU pools only."""
     model_cache_uri: pulumi.Input[str] | None = None
@@ -153,122 +148,55 @@ class VllmService(ms.ModelServer):
     def __init__(self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         _validate(args)  # before registering anything: bad input declares nothing
         super().__init__("inferplane:index:VllmService", name, None, opts)
-        deployment = args.deployment
         placement = ms.Placement.of(args.sizing, args.tpu_topology)
-        selector, labels = ms.labels_for(deployment.name, args.labels)
-        child = pulumi.ResourceOptions(parent=self)
-
-        account = ms.service_account(f"{name}-sa", deployment.name, args.namespace, labels, child)
-        pod = _server_pod(args, placement, selector, account)
-        server = ms.server_deployment(
-            f"{name}-deployment",
-            deployment,
-            args.sizing,
-            pod,
-            namespace=args.namespace,
-            selector=selector,
-            labels=labels,
-            parent=self,
+        selector, labels = ms.labels_for(args.deployment.name, args.labels)
+        account = ms.service_account(
+            f"{name}-sa", args.deployment.name, args.namespace, labels, pulumi.ResourceOptions(parent=self)
         )
-        service = ms.server_service(
-            f"{name}-service",
-            deployment.name,
-            [("http", VLLM_PORT)],
-            namespace=args.namespace,
-            selector=selector,
-            labels=labels,
-            opts=child,
+        pod = ms.checkpoint_server_pod(
+            args,
+            account,
+            placement,
+            selector,
+            lambda model, drain: _server_process(args, placement, model, drain),
+            tensor_parallel_size=args.sizing.result.vllm.tensor_parallel_size,
+            model_cache_uri=args.model_cache_uri,
+            image_digests=args.image_digests,
+            non_root=not placement.is_tpu,
         )
-        self._finish(
+        self._serve(
             name,
-            deployment=server,
-            service=service,
-            account=account,
-            spec=deployment,
+            args,
+            account,
+            pod,
             selector=selector,
             labels=labels,
-            api_port=("http", VLLM_PORT),
-            metrics_port="http",
+            ports=PORTS,
             scrape_interval_seconds=args.scrape_interval_seconds,
-            opts=child,
         )
 
 
-def _server_pod(
-    args: VllmServiceArgs,
-    placement: ms.Placement,
-    selector: Mapping[str, str],
-    account: k8s.core.v1.ServiceAccount,
-) -> k8s.core.v1.PodSpecArgs:
-    """The pod: the weights' sync when they come from the cache, the engine, its volumes."""
-    sizing = args.sizing
-    resources = ms.fit_resources(placement, sizing.result.vllm.tensor_parallel_size, sizing.result.weights_bytes)
-    drain = ms.drain_seconds(sizing.result.context, sizing.result.decode_step_ms)
-    weights = ms.weights_source(
-        args.deployment,
-        hf_token_secret_name=args.hf_token_secret_name,
-        model_cache_uri=args.model_cache_uri,
-        image_digests=args.image_digests,
-    )
-    return ms.server_pod(
-        account,
-        placement,
-        selector,
-        args.environment,
-        drain,
-        non_root=not placement.is_tpu,
-        init_containers=list(weights.init_containers) or None,
-        containers=[_server_container(args, placement, resources, weights, drain)],
-        volumes=[
-            ms.disk_volume("models", resources.weights_volume_bytes),
-            ms.memory_volume("dshm", resources.shm_bytes),
-            ms.disk_volume("home", 10 * ms.GIB),
-            ms.disk_volume("tmp", 2 * ms.GIB),
-            *weights.volumes,
-        ],
-    )
-
-
-def _server_container(
-    args: VllmServiceArgs, placement: ms.Placement, resources: ms.FittedResources, weights: ms.Weights, drain: int
-) -> k8s.core.v1.ContainerArgs:
-    """``vllm serve`` with every flag from sizing, its probes, and a drain as long as one full generation."""
-    deployment, sizing = args.deployment, args.sizing
-    startup, readiness, liveness = ms.probes(HEALTH_PATH, "http", sizing.result.engine_start_seconds)
-    return k8s.core.v1.ContainerArgs(
+def _server_process(args: VllmServiceArgs, placement: ms.Placement, model: str, drain: int) -> ms.ServerProcess:
+    """``vllm serve`` with every flag from sizing, and a drain as long as one full generation."""
+    deployment = args.deployment
+    return ms.ServerProcess(
         name="vllm",
         image=image_reference(engine_image("vllm", tpu=placement.is_tpu), args.image_digests),
-        command=list(VLLM_COMMAND),
-        args=vllm_args(
-            sizing.result.vllm,
-            model=weights.model,
-            served_model_name=deployment.name,
-            speculative=deployment.speculative_decoding,
-            shutdown_timeout_seconds=drain,
-            aliases=args.served_model_aliases,
-            tpu=placement.is_tpu,
+        command=VLLM_COMMAND,
+        args=tuple(
+            vllm_args(
+                args.sizing.result.vllm,
+                model=model,
+                served_model_name=deployment.name,
+                speculative=deployment.speculative_decoding,
+                shutdown_timeout_seconds=drain,
+                aliases=args.served_model_aliases,
+                tpu=placement.is_tpu,
+            )
         ),
-        ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=VLLM_PORT, protocol="TCP")],
-        env=[
-            k8s.core.v1.EnvVarArgs(name="HOME", value=ms.HOME_MOUNT),
-            ms.user_env(),
-            k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{ms.MODELS_MOUNT}/.hf"),
-            k8s.core.v1.EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
-            *weights.env,
-        ],
-        resources=resources.requirements(ms.accelerator_resources(placement, sizing)),
-        startup_probe=startup,
-        readiness_probe=readiness,
-        liveness_probe=liveness,
-        lifecycle=ms.pre_stop_sleep(),
-        volume_mounts=[
-            k8s.core.v1.VolumeMountArgs(name="models", mount_path=ms.MODELS_MOUNT),
-            k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
-            k8s.core.v1.VolumeMountArgs(name="home", mount_path=ms.HOME_MOUNT),
-            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-            *weights.mounts,
-        ],
-        security_context=ms.container_security(non_root=not placement.is_tpu),
+        ports=PORTS,
+        health_path=HEALTH_PATH,
+        env=(k8s.core.v1.EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),),
     )
 
 

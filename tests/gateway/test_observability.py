@@ -23,15 +23,13 @@ from inferplane.components.observability.keda import autoscaling_policy, scaled_
 from inferplane.components.observability.metrics import VLLM_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES, ModelSeries
 from inferplane.processor import metrics as gm
 from inferplane.processor.config import (
-    LoadSeries,
-    MetricSelector,
     ModelConfig,
     ProcessorConfig,
-    RoutingConfig,
     TenantConfig,
     TierConfig,
 )
 from tests.crds import errors as crd_errors
+from tests.gateway_support import model_config, routing_config
 from tests.observability.test_alerts import fired
 from tests.promtool import check_expressions, check_rules, run_rule_tests
 from tests.serving_support import stack_spec
@@ -41,20 +39,6 @@ POD_A = "gateway-6c9f8d7b5-abcde"
 POD_B = "gateway-6c9f8d7b5-fghij"
 TOTAL = "envoy_http_downstream_rq_total"
 OTHER = "gateway-gke-7d8e9f6c4-klmno"  # another gateway's pod: never counted
-
-
-ROUTING = RoutingConfig(
-    policy="prefix_aware",
-    overlap_weight=1.0,
-    load_bound=True,
-    block_tokens=16,
-    index_blocks=8192,
-    load=LoadSeries(
-        running=MetricSelector(name="vllm:num_requests_running"),
-        waiting=MetricSelector(name="vllm:num_requests_waiting"),
-        kv_usage=MetricSelector(name="vllm:kv_cache_usage_perc"),
-    ),
-)
 
 
 def _model(
@@ -67,11 +51,11 @@ def _model(
 ) -> ModelConfig:
     """A model as the renderer would configure it (the routing settings matter only to the processor)."""
     port = 8000 if engine == "vllm" else 9000
-    return ModelConfig(
-        name=name,
+    return model_config(
+        name,
+        (f"{name}.inference.svc.cluster.local:{port}",),
         tier=tier,
         engine=engine,
-        endpoints=(f"{name}.inference.svc.cluster.local:{port}",),
         max_model_len=32768,
         max_num_seqs=24,
         fallback_share=6,
@@ -79,7 +63,7 @@ def _model(
         queue_timeout_seconds=timeout,
         scale_to_zero=scale_to_zero,
         cold_start_hold_seconds=330.0,
-        routing=ROUTING,
+        routing=routing_config(index_blocks=8192),
     )
 
 

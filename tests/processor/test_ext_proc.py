@@ -20,16 +20,13 @@ from redis.asyncio import Redis
 from inferplane.processor import metrics as gm
 from inferplane.processor.admission import ModelGate
 from inferplane.processor.config import (
-    LoadSeries,
-    MetricSelector,
     ModelConfig,
     ProcessorConfig,
-    RoutingConfig,
     TenantConfig,
     TierConfig,
 )
 from inferplane.processor.ext_proc import Processor
-from tests.gateway_support import free_port
+from tests.gateway_support import free_port, model_config, routing_config, vllm_load
 from tests.tiny_model import build_tokenizer, words
 
 OVERHEAD = 8
@@ -42,36 +39,15 @@ def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-ROUTING = RoutingConfig(
-    policy="prefix_aware",
-    overlap_weight=1.0,
-    load_bound=True,
-    block_tokens=16,
-    index_blocks=1024,
-    load=LoadSeries(
-        running=MetricSelector(name="vllm:num_requests_running"),
-        waiting=MetricSelector(name="vllm:num_requests_waiting"),
-    ),
-)
-
-
 def _model(name: str, tokenizer: str | None, **overrides: Any) -> ModelConfig:
     fields: dict[str, Any] = {
-        "name": name,
-        "tier": "standard",
-        "engine": "vllm",
-        "endpoints": (f"127.0.0.1:{free_port()}",),
         "max_model_len": 1024,
-        "max_num_seqs": 4,
         "fallback_share": 4,
-        "routing": ROUTING,
         "queue_max": 2,
-        "queue_timeout_seconds": 1.0,
-        "scale_to_zero": False,
-        "cold_start_hold_seconds": 60.0,
         "tokenizer_path": tokenizer,
+        "routing": routing_config(load=vllm_load(kv_usage=False)),
     }
-    return ModelConfig(**{**fields, **overrides})
+    return model_config(name, (f"127.0.0.1:{free_port()}",), **{**fields, **overrides})
 
 
 def _config(tokenizer: str | None, *models: ModelConfig, **tenant: Any) -> ProcessorConfig:

@@ -17,51 +17,20 @@ from redis.asyncio import Redis
 
 from inferplane.processor import endpoints
 from inferplane.processor.admission import ModelGate
-from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, RoutingConfig
+from inferplane.processor.config import MetricSelector, ModelConfig
 from inferplane.processor.endpoints import Endpoint, EndpointTable, parse_samples
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, home_block, rendezvous, token_blocks
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
-from tests.gateway_support import free_port
+from tests.gateway_support import free_port, model_config, routing_config
 from tests.redis_server import RedisServer, redis_server
 
 BLOCK = 16
-VLLM_LOAD = LoadSeries(
-    running=MetricSelector(name="vllm:num_requests_running"),
-    waiting=MetricSelector(name="vllm:num_requests_waiting"),
-    kv_usage=MetricSelector(name="vllm:kv_cache_usage_perc"),
-)
-
-
-def _routing(**overrides: object) -> RoutingConfig:
-    fields: dict[str, object] = {
-        "policy": "prefix_aware",
-        "overlap_weight": 1.0,
-        "load_bound": True,
-        "block_tokens": BLOCK,
-        "index_blocks": 64,
-        "scrape_interval_seconds": 0.1,
-        "dns_refresh_seconds": 0.1,
-        "load": VLLM_LOAD,
-    }
-    return RoutingConfig.model_validate({**fields, **overrides})
 
 
 def _model(*endpoints: str) -> ModelConfig:
-    return ModelConfig(
-        name="m",
-        tier="standard",
-        engine="vllm",
-        endpoints=endpoints,
-        max_model_len=4096,
-        max_num_seqs=2,
-        fallback_share=1,
-        queue_max=4,
-        queue_timeout_seconds=1.0,
-        scale_to_zero=False,
-        cold_start_hold_seconds=5.0,
-        routing=_routing(),
-    )
+    routing = routing_config(block_tokens=BLOCK, index_blocks=64, scrape_interval_seconds=0.1, dns_refresh_seconds=0.1)
+    return model_config("m", endpoints, max_num_seqs=2, cold_start_hold_seconds=5.0, routing=routing)
 
 
 # -- block hashes ---------------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Any
 
 import pulumi
 import pytest
@@ -15,69 +14,50 @@ from inferplane.components.serving.sglang_service import SglangService, SglangSe
 from inferplane.components.spec.platform_spec import SpeculativeDecodingSpec
 from inferplane.tool.mockengine import PlatformMocks, evaluate
 from tests.references import sglang_dir, vllm_cpu_python
-from tests.serving_support import container, evaluate_servers, spec_from, stack_spec
+from tests.serving_support import (
+    AWQ_8B_ON_L4,
+    FP8_70B_ON_H100,
+    container,
+    evaluate_servers,
+    l4_and_h100_platform,
+    spec_from,
+    stack_spec,
+)
 from tests.sglang_cli import SglangParser
 
-CUSTOM: dict[str, Any] = {
-    "environment": "staging",
-    "zones": ["us-east-1a", "us-east-1b"],
-    "cluster": {"endpoint_access": "public_and_private", "public_access_cidrs": ["198.51.100.0/24"]},
-    "pools": [
-        {"name": "l4", "accelerator": "l4-24gb", "instance_type": "g6.12xlarge"},
-        {"name": "h100", "accelerator": "h100-80gb", "instance_type": "p5.48xlarge"},
-    ],
-    "models": [
-        {
-            "name": "qwen-agent",
-            "model": "qwen2.5-7b",
-            "engine": "sglang",
-            "pool": "h100",
-            "max_context": 32768,
-            "concurrency": 64,
-            "prefix_heavy": True,
-            "kv_cache_dtype": "fp8",
-            "max_replicas": 2,
-            "speculative_decoding": {
-                "method": "eagle3",
-                "draft_model": "Tengyunw/qwen2.5-7b-instruct-eagle3",
-                "num_speculative_tokens": 3,
-            },
+CUSTOM = l4_and_h100_platform(
+    {
+        "name": "qwen-agent",
+        "model": "qwen2.5-7b",
+        "engine": "sglang",
+        "pool": "h100",
+        "max_context": 32768,
+        "concurrency": 64,
+        "prefix_heavy": True,
+        "kv_cache_dtype": "fp8",
+        "max_replicas": 2,
+        "speculative_decoding": {
+            "method": "eagle3",
+            "draft_model": "Tengyunw/qwen2.5-7b-instruct-eagle3",
+            "num_speculative_tokens": 3,
         },
-        {
-            "name": "llama-8b-awq",
-            "model": "llama-3.1-8b",
-            "engine": "sglang",
-            "pool": "l4",
-            "weights_dtype": "int4",
-            "weights_repo": "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4",
-            "max_context": 16384,
-            "concurrency": 16,
-            "prefix_caching": False,
-            "chunked_prefill": False,
-            "speculative_decoding": {"method": "ngram", "num_speculative_tokens": 4},
-        },
-        {
-            "name": "llama-70b-fp8",
-            "model": "llama-3.3-70b",
-            "engine": "sglang",
-            "pool": "h100",
-            "weights_dtype": "fp8",
-            "kv_cache_dtype": "fp8",
-            "max_context": 65536,
-            "concurrency": 32,
-            "speculative_decoding": {
-                "method": "draft_model",
-                "draft_model": "meta-llama/Llama-3.2-1B-Instruct",
-                "num_speculative_tokens": 4,
-            },
-        },
-    ],
-    "limits": {
-        "max_total_gpus": 32,
-        "max_hourly_cost_usd": 200,
-        "allowed_accelerators": ["l4-24gb", "h100-80gb"],
     },
-}
+    {
+        **AWQ_8B_ON_L4,
+        "engine": "sglang",
+        "chunked_prefill": False,
+        "speculative_decoding": {"method": "ngram", "num_speculative_tokens": 4},
+    },
+    {
+        **FP8_70B_ON_H100,
+        "engine": "sglang",
+        "speculative_decoding": {
+            "method": "draft_model",
+            "draft_model": "meta-llama/Llama-3.2-1B-Instruct",
+            "num_speculative_tokens": 4,
+        },
+    },
+)
 """Prefix-heavy traffic with EAGLE-3, AWQ without prefix cache or chunking with n-gram speculation, fp8 weights and KV
 cache with a separate draft model."""
 

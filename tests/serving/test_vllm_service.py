@@ -25,50 +25,31 @@ from inferplane.components.spec.platform_spec import PlatformSpec, SpeculativeDe
 from inferplane.tool.mockengine import PlatformMocks, evaluate
 from tests import vllm_cli
 from tests.references import vllm_definitions
-from tests.serving_support import container, evaluate_servers, spec_from, stack_spec
+from tests.serving_support import (
+    AWQ_8B_ON_L4,
+    FP8_70B_ON_H100,
+    container,
+    evaluate_servers,
+    l4_and_h100_platform,
+    spec_from,
+    stack_spec,
+)
 
-CUSTOM: dict[str, Any] = {
-    "environment": "staging",
-    "zones": ["us-east-1a", "us-east-1b"],
-    "cluster": {"endpoint_access": "public_and_private", "public_access_cidrs": ["198.51.100.0/24"]},
-    "pools": [
-        {"name": "l4", "accelerator": "l4-24gb", "instance_type": "g6.12xlarge"},
-        {"name": "h100", "accelerator": "h100-80gb", "instance_type": "p5.48xlarge"},
-    ],
-    "models": [
-        {
-            "name": "llama-8b-awq",
-            "model": "llama-3.1-8b",
-            "pool": "l4",
-            "weights_dtype": "int4",
-            "weights_repo": "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4",
-            "max_context": 16384,
-            "concurrency": 16,
-            "prefix_caching": False,
-            "speculative_decoding": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
-        },
-        {
-            "name": "llama-70b-fp8",
-            "model": "llama-3.3-70b",
-            "pool": "h100",
-            "weights_dtype": "fp8",
-            "kv_cache_dtype": "fp8",
-            "max_context": 65536,
-            "concurrency": 32,
-            "max_replicas": 2,
-            "speculative_decoding": {
-                "method": "eagle3",
-                "draft_model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
-                "num_speculative_tokens": 3,
-            },
-        },
-    ],
-    "limits": {
-        "max_total_gpus": 32,
-        "max_hourly_cost_usd": 200,
-        "allowed_accelerators": ["l4-24gb", "h100-80gb"],
+CUSTOM = l4_and_h100_platform(
+    {
+        **AWQ_8B_ON_L4,
+        "speculative_decoding": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
     },
-}
+    {
+        **FP8_70B_ON_H100,
+        "max_replicas": 2,
+        "speculative_decoding": {
+            "method": "eagle3",
+            "draft_model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+            "num_speculative_tokens": 3,
+        },
+    },
+)
 """fp8 and AWQ weights, with and without prefix caching, n-gram and EAGLE-3 speculation."""
 
 
