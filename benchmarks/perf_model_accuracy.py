@@ -1,7 +1,8 @@
 """The performance model against published results: one line per row of tests/data/published_benchmarks.csv.
 
-Prints each published figure, the prediction and the signed error, then per metric the median absolute error
-and the worst ratio (the goal: median within 25%, nothing off by more than 2x). ``--markdown`` prints a table.
+Prints each published figure, the prediction and the signed error, then per engine and metric the median absolute
+error and the worst ratio (the goal: median within 25%, nothing off by more than 2x; each engine's rows are
+summarised apart, so a handful of SGLang rows is not hidden among TensorRT-LLM's). ``--markdown`` prints a table.
 The rows near the memory edge (weights at least half the replica's device memory, where how each engine sizes
 its KV pool decides the batch) are listed after the others, with their weights' share, and summarised apart.
 
@@ -30,14 +31,15 @@ def _label(c: Comparison) -> str:
         if r.metric == "output_tokens_per_second"
         else f"mean ITL ms @ {r.requests_per_second:g} rps"
     )
-    return f"{r.model} | {r.accelerator} x{r.gpus} | {r.weights_dtype} | {r.input_tokens}/{r.output_tokens} | {what}"
+    mix = f"{r.input_tokens}/{r.output_tokens}"
+    return f"{r.engine} | {r.model} | {r.accelerator} x{r.gpus} | {r.weights_dtype} | {mix} | {what}"
 
 
 def _print_rows(comparisons: list[Comparison], *, markdown: bool, edge: bool) -> None:
     if markdown:
         share = " weights' share |" if edge else ""
-        print(f"| model | GPUs | precision | ISL/OSL | figure |{share} published | predicted | error |")
-        print(f"|---|---|---|---|---|{'---:|' if edge else ''}---:|---:|---:|")
+        print(f"| engine | model | GPUs | precision | ISL/OSL | figure |{share} published | predicted | error |")
+        print(f"|---|---|---|---|---|---|{'---:|' if edge else ''}---:|---:|---:|")
     labels = [_label(c) for c in comparisons]
     if edge:
         labels = [
@@ -76,11 +78,12 @@ def main() -> None:
     share = f"{perf_model.MEMORY_EDGE_WEIGHTS_SHARE:.0%}"
     print(f"\nNear the memory edge (weights at least {share} of the replica's device memory):\n")
     _print_rows(edge, markdown=args.markdown, edge=True)
-    print()
-    for metric in METRICS:
-        print(_summary(comparisons, metric, "all"))
-        print(_summary(rest, metric, "away from the memory edge"))
-        print(_summary(edge, metric, "near the memory edge"))
+    for engine in sorted({c.row.engine for c in comparisons}):
+        print(f"\n{engine}:")
+        for metric in METRICS:
+            print(_summary([c for c in comparisons if c.row.engine == engine], metric, "all"))
+            print(_summary([c for c in rest if c.row.engine == engine], metric, "away from the memory edge"))
+            print(_summary([c for c in edge if c.row.engine == engine], metric, "near the memory edge"))
 
 
 if __name__ == "__main__":
