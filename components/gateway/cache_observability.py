@@ -61,30 +61,36 @@ def cache_rule_group(name: str, pods: str) -> RuleGroup:
                     "the AUTH token Secret.",
                 },
             ),
-            AlertingRule(
-                alert="InferplaneGatewayCacheErrors",
-                expr=f"({errors}) / ({_lookups(pods)}) > {ERROR_RATIO_ALERT}",
-                for_=ERROR_RATIO_FOR,
-                labels={"severity": "warning"},
-                annotations={
-                    "summary": "{{ $value | humanizePercentage }} of cache lookups fail",
-                    "description": "Lookups time out or fail while the cache answers health checks: the cache is "
-                    "overloaded or far away. Each failure skips the cache for a back-off period.",
-                },
+            _share_of_lookups_alert(
+                "InferplaneGatewayCacheErrors",
+                errors,
+                pods,
+                summary="{{ $value | humanizePercentage }} of cache lookups fail",
+                description="Lookups time out or fail while the cache answers health checks: the cache is "
+                "overloaded or far away. Each failure skips the cache for a back-off period.",
             ),
-            AlertingRule(
-                alert="InferplaneGatewayCacheEmbedderFailing",
-                expr=f"({embed_errors}) / ({_lookups(pods)}) > {ERROR_RATIO_ALERT}",
-                for_=ERROR_RATIO_FOR,
-                labels={"severity": "warning"},
-                annotations={
-                    "summary": "{{ $value | humanizePercentage }} of cacheable requests get no embedding",
-                    "description": "The semantic cache's embedder times out or fails, so those requests skip the "
-                    "semantic lookup (exact hits still answer, clients see no error) and near-duplicates reach the "
-                    "models. Check the embedder's pods (cache-embedder) or raise cache.embedder.timeout_ms.",
-                },
+            _share_of_lookups_alert(
+                "InferplaneGatewayCacheEmbedderFailing",
+                embed_errors,
+                pods,
+                summary="{{ $value | humanizePercentage }} of cacheable requests get no embedding",
+                description="The semantic cache's embedder times out or fails, so those requests skip the semantic "
+                "lookup (exact hits still answer, clients see no error) and near-duplicates reach the models. Check "
+                "the embedder's pods (cache-embedder) or raise cache.embedder.timeout_ms.",
             ),
         ),
+    )
+
+
+def _share_of_lookups_alert(alert: str, failures: str, pods: str, *, summary: str, description: str) -> AlertingRule:
+    """Fires when ``failures`` per second exceed :data:`ERROR_RATIO_ALERT` of the cacheable requests for
+    :data:`ERROR_RATIO_FOR`."""
+    return AlertingRule(
+        alert=alert,
+        expr=f"({failures}) / ({_lookups(pods)}) > {ERROR_RATIO_ALERT}",
+        for_=ERROR_RATIO_FOR,
+        labels={"severity": "warning"},
+        annotations={"summary": summary, "description": description},
     )
 
 
