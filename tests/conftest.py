@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from pulumi.runtime.settings import reset_options
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -15,6 +17,27 @@ CRD_DIR = SHARED_DIR / "schemas" / "crds"
 
 # set_mocks is process-global and Pulumi has no unset: start every worker from a clean runtime.
 reset_options()
+
+LOADGROUP_BROKEN_FROM_PYTEST = Version("9.2")
+"""pytest 9.2 keeps node ids structured, so the ``@group`` suffix pytest-xdist (3.8 and before) writes to
+``item._nodeid`` is lost and ``--dist loadgroup`` hands grouped tests out one by one (pytest-dev/pytest-xdist#1386)."""
+LOADGROUP_LAST_BROKEN_XDIST = Version("3.8.0")
+"""The newest pytest-xdist known to lose the groups on pytest 9.2 (a fix is proposed: pytest-dev/pytest-xdist#1388)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse ``--dist loadgroup`` where it would silently not group: the e2e modules would start their servers on
+    every worker and run their destructive tests (a killed replica, Ctrl-C) before the rest."""
+    if config.getoption("dist", "no") != "loadgroup" or hasattr(config, "workerinput"):
+        return
+    if Version(version("pytest")) >= LOADGROUP_BROKEN_FROM_PYTEST and (
+        Version(version("pytest-xdist")) <= LOADGROUP_LAST_BROKEN_XDIST
+    ):
+        raise pytest.UsageError(
+            f"pytest {version('pytest')} with pytest-xdist {version('pytest-xdist')} ignores xdist_group under "
+            "--dist loadgroup (pytest-dev/pytest-xdist#1386): install the test extra, which keeps pytest below 9.2 "
+            "(pip install -e '.[test]')"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -35,6 +35,7 @@ ITL p95 = a step that carries a full prefill chunk when at least 5% of steps car
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -107,12 +108,67 @@ class Replica:
     kv_capacity_tokens: int
     """Tokens the KV pool holds (whole replica)."""
 
-    @property
+    @functools.cached_property
     def kv_bytes_per_token(self) -> int:
         """KV cache per token of the replica, with heads replicated when TP exceeds the KV heads."""
         element = kv_element_bytes(self.model, self.kv_cache_dtype, self.weights_dtype)
         replication = max(self.model.kv_heads, self.tensor_parallel_size) / self.model.kv_heads
         return int(kv_cache_bytes_per_token(self.model, element) * replication)
+
+    @functools.cached_property
+    def step_terms(self) -> StepTerms:
+        """What every :func:`step_time` of this replica shares, worked out once (the planner's bisections call it
+        hundreds of thousands of times; the fields are frozen, so the terms never go stale)."""
+        return StepTerms.of(self)
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """The parts of a step's roofline that depend only on the replica, each computed exactly as :func:`step_time`
+    combines them (same operands, same order), so hoisting them changes no result."""
+
+    weights_bytes: int
+    """All weights, read once per step by a dense model."""
+    expert_bytes: float
+    """One expert of every layer (0 for a dense model)."""
+    shared_bytes: float
+    """A mixture of experts' weights outside its experts (0 for a dense model, which reads ``weights_bytes``)."""
+    bandwidth: float
+    """Bytes/s the replica reads at: TP x HBM bandwidth x efficiency."""
+    gemm_flops_per_second: float
+    """One chip's peak dense FLOP/s for the compute dtype x efficiency (a step divides its FLOPs by TP)."""
+    attention_flops_per_second: float
+    """One chip's peak dense 16-bit FLOP/s x efficiency: attention's rate (a step divides its FLOPs by TP)."""
+    attention_flops_per_token_context: float
+    """``4 x layers x heads x head dim``: attention FLOPs per token per token of context."""
+    allreduce_share: float
+    """``2 (TP - 1) / TP``: a ring all-reduce's bytes per rank over the message."""
+    interconnect_bytes_per_second: float
+    """One direction of the chip's link x efficiency."""
+    overhead_seconds: float
+    """Kernel launches and tails of every layer, per step."""
+
+    @classmethod
+    def of(cls, replica: Replica) -> StepTerms:
+        """The terms of ``replica``."""
+        model, acc, tp = replica.model, replica.accelerator, replica.tensor_parallel_size
+        total = weights_bytes(model, replica.weights_dtype)
+        expert_bytes = shared = 0.0
+        if model.experts is not None and model.experts_per_token is not None:
+            expert_bytes = model.expert_parameters * (total / model.parameters)
+            shared = total - model.experts * expert_bytes
+        return cls(
+            weights_bytes=total,
+            expert_bytes=expert_bytes,
+            shared_bytes=shared,
+            bandwidth=tp * acc.memory_bandwidth_gbps * 1e9 * MEMORY_BANDWIDTH_EFFICIENCY,
+            gemm_flops_per_second=_peak_flops(replica) * COMPUTE_EFFICIENCY,
+            attention_flops_per_second=acc.bf16_dense_tflops * 1e12 * COMPUTE_EFFICIENCY,
+            attention_flops_per_token_context=float(4 * model.layers * model.attention_heads * model.head_dim),
+            allreduce_share=2 * (tp - 1) / tp,
+            interconnect_bytes_per_second=acc.interconnect_gbps / 2 * 1e9 * INTERCONNECT_EFFICIENCY,
+            overhead_seconds=model.layers * KERNEL_OVERHEAD_SECONDS_PER_LAYER,
+        )
 
 
 def kv_pool_bytes(sizing: SizingResult, accelerator: Accelerator, engine: Engine) -> int:
@@ -223,15 +279,12 @@ def _peak_flops(replica: Replica) -> float:
 def _weights_read_bytes(replica: Replica, tokens: float) -> float:
     """Weight bytes one step reads: all of a dense model; shared layers plus the routed experts of a MoE."""
     model = replica.model
-    total = weights_bytes(model, replica.weights_dtype)
+    terms = replica.step_terms
     if model.experts is None or model.experts_per_token is None:
-        return float(total)
-    per_parameter = total / model.parameters
-    expert_bytes = model.expert_parameters * per_parameter
-    shared = total - model.experts * expert_bytes
+        return float(terms.weights_bytes)
     # Each token picks k of E experts; the chance an expert is untouched by n tokens is (1 - k/E)^n.
     touched = model.experts * (1 - (1 - model.experts_per_token / model.experts) ** max(tokens, 1.0))
-    return float(shared + touched * expert_bytes)
+    return float(terms.shared_bytes + touched * terms.expert_bytes)
 
 
 def step_time(
@@ -239,30 +292,31 @@ def step_time(
 ) -> Step:
     """Duration of one step running ``decode_seqs`` decodes and ``prefill_tokens`` prompt tokens."""
     model = replica.model
-    acc = replica.accelerator
+    terms = replica.step_terms
     tp = replica.tensor_parallel_size
     tokens = decode_seqs + prefill_tokens
-    bandwidth = tp * acc.memory_bandwidth_gbps * 1e9 * MEMORY_BANDWIDTH_EFFICIENCY
     # The GEMMs: weights once per step, 2 FLOPs per active parameter per token.
-    weights_s = _weights_read_bytes(replica, tokens) / bandwidth
-    linear_s = tokens * 2 * model.decode_parameters / tp / (_peak_flops(replica) * COMPUTE_EFFICIENCY)
+    weights_s = _weights_read_bytes(replica, tokens) / terms.bandwidth
+    linear_s = tokens * 2 * model.decode_parameters / tp / terms.gemm_flops_per_second
     # Attention, a separate kernel: reads every decoding sequence's KV cache; computes in 16 bits.
-    kv_s = decode_seqs * mean_context * replica.kv_bytes_per_token / bandwidth
-    attention_flops = float(4 * model.layers * model.attention_heads * model.head_dim)
+    kv_s = decode_seqs * mean_context * replica.kv_bytes_per_token / terms.bandwidth
+    attention_flops = terms.attention_flops_per_token_context
     attention_flops *= decode_seqs * mean_context + prefill_tokens * input_tokens / 2
-    attention_s = attention_flops / tp / (acc.bf16_dense_tflops * 1e12 * COMPUTE_EFFICIENCY)
+    attention_s = attention_flops / tp / terms.attention_flops_per_second
     comm_s = 0.0
     if tp > 1:
         message = max(tokens, 1.0) * model.hidden_size * 2  # 16-bit activations
-        per_rank = 2 * (tp - 1) / tp * message
-        one_way = acc.interconnect_gbps / 2 * 1e9 * INTERCONNECT_EFFICIENCY
-        comm_s = 2 * model.layers * (per_rank / one_way + ALLREDUCE_LATENCY_SECONDS)
-    overhead_s = model.layers * KERNEL_OVERHEAD_SECONDS_PER_LAYER
+        per_rank = terms.allreduce_share * message
+        comm_s = 2 * model.layers * (per_rank / terms.interconnect_bytes_per_second + ALLREDUCE_LATENCY_SECONDS)
     memory_s = weights_s + kv_s
     compute_s = linear_s + attention_s
-    seconds = max(weights_s, linear_s) + max(kv_s, attention_s) + comm_s + overhead_s
-    parts: dict[Limit, float] = {"bandwidth": memory_s, "compute": compute_s, "interconnect": comm_s}
-    limit = max(parts, key=lambda key: parts[key])
+    seconds = max(weights_s, linear_s) + max(kv_s, attention_s) + comm_s + terms.overhead_seconds
+    # The largest part names the limit; a tie goes to the earlier of bandwidth, compute, interconnect.
+    limit: Limit = "bandwidth"
+    if compute_s > memory_s:
+        limit = "compute"
+    if comm_s > max(memory_s, compute_s):
+        limit = "interconnect"
     return Step(seconds=seconds, limit=limit)
 
 
