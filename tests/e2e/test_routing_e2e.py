@@ -214,12 +214,18 @@ def test_a_full_replica_spills_and_none_ever_holds_more_than_max_num_seqs(platfo
     every one."""
     seqs = platform.max_num_seqs
     peaks = dict.fromkeys(REPLICAS, 0.0)
+    samples = dict.fromkeys(REPLICAS, 0)
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
             for replica in REPLICAS:
-                peaks[replica] = max(peaks[replica], platform.running(replica))
+                try:
+                    running = platform.running(replica)
+                except OSError:  # a scrape that times out on a busy machine is a sample lost, not the watch
+                    continue
+                peaks[replica] = max(peaks[replica], running)
+                samples[replica] += 1
             time.sleep(0.02)
 
     def one(index: int) -> None:
@@ -239,6 +245,7 @@ def test_a_full_replica_spills_and_none_ever_holds_more_than_max_num_seqs(platfo
     finally:
         done.set()
         watcher.join()
+    assert min(samples.values()) >= 20, samples  # the watch saw the whole run, so the peaks mean something
     assert max(peaks.values()) <= seqs, peaks
     assert sum(1 for p in peaks.values() if p > 0) >= 2, peaks
     spills = sum(_metric(platform.gateways[g], gm.ROUTING_DECISIONS_TOTAL, reason="load_spill") for g in "ab")
