@@ -21,11 +21,14 @@ vllm/entrypoints/serve/dev/cache/api_router.py; every reset is checked to answer
   the token blocks against the events. The replicas run with events and render on for every path (one start for all
   paths), which costs the other paths a few ZMQ messages;
 * (c'), only with ``--paths``: (c) with ``gateway.routing.overlap_weight`` 1 (NVIDIA Dynamo's default) instead of
-  the spec's 8 (a diagnostic).
+  the spec's 8 (a diagnostic);
+* (g), only with ``--paths``: (c) with ``routing.prefill_seconds_per_block`` 0, so a request whose prefix's replica
+  is full spills at once instead of being held for it (a diagnostic: the routing before holding).
 
 For (b) and (c) the processor config's ``routing.block_tokens`` and ``routing.index_blocks`` are patched to the CPU
-engines' real 128-token blocks and :data:`POOL_BLOCKS` pool: sizing renders them for the tiny model on an L4 (16-token
-blocks, hundreds of thousands of them), which is not what these replicas run.
+engines' real 128-token blocks and :data:`POOL_BLOCKS` pool, and ``routing.prefill_seconds_per_block`` to what the
+calibration measured a prefix block's prefill to take: sizing renders them for the tiny model on an L4 (16-token
+blocks, hundreds of thousands of them, prefilled in microseconds), which is not what these replicas run.
 
 Model and KV pool: the tokenizer and vocabulary of ``tests/tiny_model.py`` with a larger dummy-weight Llama
 (:data:`BENCH_LAYERS`), so that prefilling a group's 1,024-token prefix costs at least 10x reusing it (measured and
@@ -139,6 +142,7 @@ PATH_LABELS = {
     "b'": "(b') Envoy LEAST_REQUEST, no pick",
     "c": "(c) inferplane prefix_aware",
     "c'": "(c') prefix_aware, overlap_weight 1",
+    "g": "(g) prefix_aware, spilling at once",
     "d": "(d) vllm-router cache_aware",
     "e": "(e) ring hash, no load bound",
     "f": "(f) vllm-router kv_aware",
@@ -148,6 +152,8 @@ DEFAULT_PATHS = "a,b,b',c,d,e,f"
 DIAGNOSTIC_OVERLAP_WEIGHT = 1.0
 """(c'), only when asked for (``--paths``): the spec's ``gateway.routing.overlap_weight`` lowered from its default 8 to
 NVIDIA Dynamo's default, to tell the weighting apart from the rest of the router."""
+PREFIX_BLOCKS = 8
+"""The shared prefix's full blocks (:data:`PREFIX_WORDS`)."""
 
 
 # --- workload --------------------------------------------------------------------------------------------------------
@@ -349,6 +355,9 @@ class Setup:
     redis_url: str
     keys_dir: Path
     tokenizers: Path
+    prefill_seconds_per_block: float = 0.0
+    """What a replica saves per prefix block it holds (the calibration's prefill, cold less warm, over the prefix's
+    blocks): what (c) holds a request for the replica with its prefix, per block another lacks."""
 
     def urls(self) -> list[str]:
         """The replicas' base URLs."""
@@ -713,14 +722,22 @@ def start_old_gateway(setup: Setup) -> Target:
 
 
 def start_current_gateway(
-    setup: Setup, key: str, policy: str, *, blind: bool = False, overlap_weight: float | None = None
+    setup: Setup,
+    key: str,
+    policy: str,
+    *,
+    blind: bool = False,
+    overlap_weight: float | None = None,
+    hold: bool = True,
 ) -> Target:
-    """(b), (b') and (c): the current renderer over the three replicas; the processor's blocks set to the engines'."""
+    """(b), (b'), (c) and (g): the current renderer over the three replicas; the processor's blocks and prefill time
+    set to the engines' (``hold`` False: a request spills at once when its prefix's replica is full)."""
 
     def patch(config: dict[str, Any]) -> None:
         for model in config["models"]:
             model["routing"]["block_tokens"] = BLOCK_TOKENS
             model["routing"]["index_blocks"] = POOL_BLOCKS
+            model["routing"]["prefill_seconds_per_block"] = setup.prefill_seconds_per_block if hold else 0.0
             if blind:
                 model["metrics_path"] = "/no-such-metrics"  # no replica ever reads as ready: no pick
 
@@ -786,6 +803,7 @@ STARTERS: dict[str, Callable[[Setup], Target]] = {
     "b'": lambda s: start_current_gateway(s, "b'", "least_request", blind=True),
     "c": lambda s: start_current_gateway(s, "c", "prefix_aware"),
     "c'": lambda s: start_current_gateway(s, "c'", "prefix_aware", overlap_weight=DIAGNOSTIC_OVERLAP_WEIGHT),
+    "g": lambda s: start_current_gateway(s, "g", "prefix_aware", hold=False),
     "d": lambda s: start_router(s, "d", "cache_aware"),
     "e": start_ring_hash,
     "f": lambda s: start_router(s, "f", "kv_aware"),
@@ -1027,6 +1045,7 @@ def main() -> None:
     try:
         setup = start_setup(procs, directory)
         calibration = calibrate(setup)
+        setup.prefill_seconds_per_block = max(0.0, calibration.prefill_cold - calibration.prefill_warm) / PREFIX_BLOCKS
         results = run_all(setup, keys, workloads)
         print_report(setup, calibration, args, results, ideals, seconds=time.monotonic() - began)
     finally:
@@ -1060,6 +1079,8 @@ def print_report(
     print(f"  {len(REPLICAS) * POOL_BLOCKS} ({'PASS' if fits else 'FAIL'}: more than one holds, less than three)")
     print(f"workloads: {count} requests each, Poisson {args.rate}/s, seed {args.seed}, {OUTPUT_TOKENS} output tokens;")
     print(f"  the engines' prompt tokens equal the ideal's count: {cal.counted}")
+    held_ms = setup.prefill_seconds_per_block * 1000
+    print(f"  (c) holds a request for its prefix's replica up to {held_ms:.0f} ms per block another lacks")
     print(f"ideal hit rate: shared prefixes {ideals[WORKLOADS[0]]:.1%}, no shared prefix {ideals[WORKLOADS[1]]:.1%}")
     print("  (prompt tokens in 128-token blocks an earlier request computed; each group's first request misses)")
     print(f"paths ran in this order, caches emptied before each run; whole run {seconds / 60:.1f} min\n")

@@ -77,6 +77,12 @@ class RoutingConfig(_Config):
         "``overlap_score_weight``): cost = overlap_weight x prefill blocks + decode blocks.",
     )
     load_bound: bool = Field(description="Never pick a replica running its ``max_num_seqs`` (off: affinity wins).")
+    prefill_seconds_per_block: float = Field(
+        ge=0,
+        description="What one replica takes to prefill one block of a prompt, from sizing. A request whose best "
+        "replica is full waits for it at most as long as the prefill another replica would repeat (the blocks it "
+        "lacks x this), then spills; 0 spills at once.",
+    )
     block_tokens: int = Field(gt=0, description="Tokens per prefix block: the engine's KV-cache block size.")
     index_blocks: int = Field(
         gt=0, description="Blocks the prefix index remembers per replica (the replica's KV pool, in blocks)."

@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.asyncio import Redis
 
 from inferplane.processor import metrics as m
-from inferplane.processor.admission import ModelGate
+from inferplane.processor.admission import Hold, ModelGate
 from inferplane.processor.budgets import SharedBudgets, Verdict
 from inferplane.processor.cache.metrics import CacheMetrics
 from inferplane.processor.cache.stage import CacheStage, Pending
@@ -655,7 +655,10 @@ class Processor:
                     self.metrics.routed(model.name, "fallback").inc()
                     return
                 await self._wait_ready(model, table)
-            placement = await self.gates[model.name].admit(lambda: self._place(model, hashes, prompt))
+            gate = self.gates[model.name]
+            placement = await gate.hold_for(lambda hold: self._place(model, hashes, prompt, hold))
+            if placement is None:
+                placement = await gate.admit(lambda: self._place(model, hashes, prompt))
             if placement is None:
                 raise RejectError(
                     429,
@@ -672,14 +675,26 @@ class Processor:
         finally:
             self.metrics.queued(model.name).observe(time.monotonic() - started)
 
-    async def _place(self, model: ModelConfig, hashes: list[int], prompt: int) -> Placement | None:
-        """One try: rank the ready replicas and take a slot on the first with room (None: every one is full)."""
+    async def _place(
+        self, model: ModelConfig, hashes: list[int], prompt: int, hold: Hold | None = None
+    ) -> Placement | None:
+        """One try: rank the ready replicas and take a slot on the first with room (None: every one is full).
+
+        A request on ``hold`` for its prefix accepts only the replicas that lack no more blocks than the router's
+        first choice, plus as many as it has waited prefill times of a block: ski rental, so holding costs at most
+        the prefill it saves, and the request never does worse than twice the better of waiting and spilling."""
         router = self.routers[model.name]
         ranking = router.rank(self.tables[model.name].ready(), hashes, prompt)
         bounded = model.routing.load_bound
+        ranked = [e.address for e in ranking.ranked]
+        if hold is not None and bounded and ranking.overlaps:
+            first = ranking.overlaps[ranked[0]]
+            per_block = model.routing.prefill_seconds_per_block
+            hold.patience = (first - min(ranking.overlaps.values())) * per_block
+            ranked = [a for a in ranked if (first - ranking.overlaps[a]) * per_block <= hold.waited]
         taken = await self.slots.acquire(
             model.name,
-            [e.address for e in ranking.ranked],
+            ranked,
             model.max_num_seqs if bounded else UNBOUNDED_SLOTS,
             model.fallback_share if bounded else UNBOUNDED_SLOTS,
         )

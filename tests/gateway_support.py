@@ -58,6 +58,7 @@ def routing_config(**overrides: Any) -> RoutingConfig:
         "policy": "prefix_aware",
         "overlap_weight": 1.0,
         "load_bound": True,
+        "prefill_seconds_per_block": 0.0,
         "block_tokens": 16,
         "index_blocks": 1024,
         "load": vllm_load(),

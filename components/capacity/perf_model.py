@@ -320,6 +320,14 @@ def step_time(
     return Step(seconds=seconds, limit=limit)
 
 
+def prefill_seconds_per_token(replica: Replica) -> float:
+    """What the replica takes per prompt token when a step runs a whole step budget of one prompt and nothing else:
+    the price of a prefix block the replica lacks, against which the gateway weighs waiting for the replica that
+    holds it (``RoutingConfig.prefill_seconds_per_block``)."""
+    budget = replica.max_num_batched_tokens
+    return step_time(replica, 0, budget, 0, budget).seconds / budget
+
+
 def engine_step(
     replica: Replica, decode_seqs: float, prefill_tokens: float, mean_context: float, input_tokens: int
 ) -> Step:

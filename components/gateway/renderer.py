@@ -36,7 +36,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
+from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway.cache_renderer import render_cache_config
 from inferplane.components.observability.metrics import (
     SGLANG_QUEUE_REQUESTS,
@@ -291,14 +293,24 @@ LOAD_SERIES: dict[str, LoadSeries] = {
 :mod:`components.observability.metrics`; vLLM on TPU reports vLLM's series)."""
 
 
+def prefill_seconds_per_block(deployment: ModelDeploymentSpec, sizing: DeploymentSizing) -> float:
+    """What one replica as sized takes to prefill one KV block of a prompt (the performance model's compute-bound
+    prefill): the most a request waits for the replica holding its prefix, per block another replica lacks."""
+    result = sizing.result
+    accelerator = get_accelerator(result.accelerator)
+    replica = perf_model.replica_from_sizing(result, deployment.architecture_resolved, accelerator, sizing.engine)
+    return perf_model.prefill_seconds_per_token(replica) * kv_block_tokens(sizing)
+
+
 def routing_config(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: DeploymentSizing) -> RoutingConfig:
     """The processor's routing for one model: the spec's ``gateway.routing`` (per tier, per model) and sizing's
-    blocks."""
+    blocks and prefill time."""
     routing = routing_of(spec, deployment)
     return RoutingConfig(
         policy=routing.policy,
         overlap_weight=routing.overlap_weight,
         load_bound=routing.load_bound,
+        prefill_seconds_per_block=prefill_seconds_per_block(deployment, sizing),
         block_tokens=kv_block_tokens(sizing),
         index_blocks=kv_pool_blocks(sizing),
         load=LOAD_SERIES[deployment.engine],

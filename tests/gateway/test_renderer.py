@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.serving.naming import model_endpoints_host
 from inferplane.components.spec.platform_spec import PlatformSpec, SpecError, parse_platform
@@ -397,6 +398,16 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
         assert model.routing.block_tokens == block
         assert model.routing.index_blocks == result.kv_pool_bytes // (result.kv_cache_bytes_per_token * block)
         assert model.routing.load == {"vllm": VLLM_LOAD, "triton": TRTLLM_LOAD}[deployment.engine]
+        # A held request waits at most the prefill it saves: a block's prefill is compute-bound, at least its GEMM
+        # FLOPs at the accelerators' peak (one GPU's BF16 or FP8, x TP) and within 4x of that (50% efficiency,
+        # attention, all-reduces, kernel overheads).
+        accelerator = get_accelerator(result.accelerator)
+        peak = accelerator.bf16_dense_tflops if result.weights_dtype == "bf16" else accelerator.fp8_dense_tflops
+        assert peak is not None
+        flops_floor = (
+            2 * deployment.architecture_resolved.parameters * block / (result.tensor_parallel_size * peak * 1e12)
+        )
+        assert flops_floor < model.routing.prefill_seconds_per_block < 4 * flops_floor
         # prod sets no routing: the spec's defaults (the measured overlap weight 8, the load bound on)
         assert (model.routing.policy, model.routing.overlap_weight, model.routing.load_bound) == (
             "prefix_aware",

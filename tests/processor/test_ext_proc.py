@@ -342,6 +342,43 @@ def test_a_second_replica_doubles_the_cap_and_takes_the_spill(tokenizer_file: st
     asyncio.run(run())
 
 
+async def _second_of_a_prefix(per_block: float, tokenizer: str, free_after: float) -> tuple[str, str, float]:
+    """Two replicas of one slot each; a request holds its prefix's replica while a second one sharing the prefix
+    arrives, and the first ends ``free_after`` seconds later (never, if infinite): where each went, and how long the
+    second took to be placed. The spec's default weight, 8, ranks the prefix's replica first though it is busy."""
+    routing = routing_config(load=vllm_load(kv_usage=False), overlap_weight=8.0, prefill_seconds_per_block=per_block)
+    model = _model("short", tokenizer, max_num_seqs=1, fallback_share=1, queue_max=0, routing=routing)
+    processor = _processor(_config(tokenizer, model))
+    _ready(processor, "short", "127.0.0.1:1", "127.0.0.1:2")
+    prefix = words(200)
+    holder, first = await _request(processor, _chat(f"{prefix} first"))
+    if free_after != float("inf"):
+        asyncio.get_running_loop().call_later(free_after, lambda: asyncio.ensure_future(holder.close()))
+    started = asyncio.get_running_loop().time()
+    _, second = await _request(processor, _chat(f"{prefix} second"))
+    return str(_picked(first)), str(_picked(second)), asyncio.get_running_loop().time() - started
+
+
+def test_a_request_is_held_for_its_prefixs_replica_while_that_costs_less_than_its_prefill(
+    tokenizer_file: str,
+) -> None:
+    """The 200-word prefix is 12+ blocks: at 0.1 s a block the second request may wait over a second for the first's
+    replica, which frees after 0.1 s, so it goes there; spilled, it would have recomputed the prefix."""
+    first, second, _ = asyncio.run(_second_of_a_prefix(0.1, tokenizer_file, free_after=0.1))
+    assert second == first
+
+
+def test_a_request_spills_at_once_when_holding_is_off(tokenizer_file: str) -> None:
+    first, second, took = asyncio.run(_second_of_a_prefix(0.0, tokenizer_file, free_after=0.1))
+    assert second != first and took < 0.1
+
+
+def test_a_held_request_spills_once_it_has_waited_its_prefixs_prefill(tokenizer_file: str) -> None:
+    """At 5 ms a block the 12+ blocks are worth at least 60 ms of waiting, and the first replica never frees."""
+    first, second, took = asyncio.run(_second_of_a_prefix(0.005, tokenizer_file, free_after=float("inf")))
+    assert second != first and took >= 0.06
+
+
 def test_without_a_ready_replica_envoy_balances_and_falls_back(tokenizer_file: str) -> None:
     async def run() -> None:
         processor = _processor(_config(tokenizer_file))  # the model's one address answers nothing: not ready

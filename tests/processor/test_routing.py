@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from redis.asyncio import Redis
 
 from inferplane.processor import endpoints
-from inferplane.processor.admission import ModelGate
+from inferplane.processor.admission import Hold, ModelGate
 from inferplane.processor.config import MetricSelector, ModelConfig
 from inferplane.processor.endpoints import Endpoint, EndpointTable, parse_samples
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, home_block, rendezvous, token_blocks
@@ -394,6 +394,30 @@ def test_the_queue_serves_in_order_and_times_out() -> None:
         gate.released()
         assert await first == "s1" and not second.done()
         assert await second is None  # nothing freed within its 0.5 s
+
+    asyncio.run(run())
+
+
+def test_a_held_request_takes_a_released_slot_and_never_jumps_the_queue() -> None:
+    async def run() -> None:
+        gate = ModelGate(queue_max=2, queue_timeout=0.5, on_change=lambda: None)
+        free: list[str] = []
+
+        async def attempt(hold: Hold) -> str | None:
+            hold.patience = 5.0
+            return free.pop(0) if free else None
+
+        held = asyncio.ensure_future(gate.hold_for(attempt))
+        await asyncio.sleep(0.01)
+        free.append("s1")
+        gate.released()
+        assert await asyncio.wait_for(held, 0.05) == "s1"  # woken by the release, not by the 50 ms retry
+        queued = asyncio.ensure_future(gate.admit(lambda: attempt(Hold(0.0))))
+        await asyncio.sleep(0.01)
+        assert await asyncio.wait_for(gate.hold_for(attempt), 0.01) is None  # someone queues: no holding
+        free.append("s2")
+        gate.released()
+        assert await queued == "s2"
 
     asyncio.run(run())
 
