@@ -259,6 +259,12 @@ class Latency:
 
     requests_per_second: float
     concurrency: float
+    """Sequences decoding at once (Little's law over the output: rate x output x ITL), what a step's batch is."""
+    in_service: float
+    """Requests holding a batch slot, in prefill or decoding (Little's law over the whole service: rate x (prefill
+    + output x ITL)); the whole batch past the rate the replica sustains. A request whose prompt is still being
+    prefilled is already running (it counts against vLLM's ``--max-num-seqs``), so this, not :attr:`concurrency`, is
+    the batch a rate needs: with long prompts and short outputs it is several times more."""
     ttft_mean_ms: float
     ttft_p95_ms: float
     itl_mean_ms: float
@@ -446,6 +452,7 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
         return Latency(
             requests_per_second=rate,
             concurrency=float(batch),
+            in_service=float(batch),
             ttft_mean_ms=math.inf,
             ttft_p95_ms=math.inf,
             itl_mean_ms=step.seconds * 1000,
@@ -460,6 +467,7 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
     return Latency(
         requests_per_second=rate,
         concurrency=concurrency,
+        in_service=offered,
         ttft_mean_ms=(wait_mean + prefill_s) * 1000,
         ttft_p95_ms=(wait_p95 + prefill_s) * 1000,
         itl_mean_ms=step.seconds * 1000,

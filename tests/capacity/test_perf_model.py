@@ -148,6 +148,22 @@ def test_latency_rises_with_the_rate_and_the_queue_diverges_at_saturation() -> N
     assert not beyond.stable and math.isinf(beyond.ttft_p95_ms)
 
 
+def test_requests_in_service_count_the_prefill_as_well_as_the_decode() -> None:
+    """Little's law over the whole service: a long prompt holds its slot while it is prefilled, so the requests in
+    service exceed the decoding ones by the rate x the prefill time; overloaded, they are the whole batch."""
+    replica = _replica(model="qwen2.5-7b", accelerator="l40s-48gb", max_num_seqs=8, max_num_batched_tokens=2048)
+    mix = perf_model.Workload(input_tokens=30000, output_tokens=100)
+    rate = 0.01  # light: the queue wait is negligible, so the mean TTFT is the prefill
+    light = perf_model.at_rate(replica, mix, rate)
+    service_s = (light.ttft_mean_ms + mix.output_tokens * light.itl_mean_ms) / 1000
+    assert light.in_service == pytest.approx(rate * service_s, rel=1e-6)
+    assert light.in_service > 2 * rate * mix.output_tokens * light.itl_mean_ms / 1000
+    overload = perf_model.at_rate(replica, mix, 10.0)
+    batch, capacity = perf_model.max_batch(replica, mix)
+    assert (batch, capacity) == (6, "token-budget")  # 2048 // (1 + 300)
+    assert not overload.stable and overload.in_service == overload.concurrency == batch
+
+
 def test_tensor_parallelism_pays_for_its_all_reduces() -> None:
     mix = perf_model.Workload(input_tokens=100, output_tokens=100)
     one = perf_model.single_stream_itl_ms(_replica("llama-3.3-70b", "h200-141gb"), mix)

@@ -171,6 +171,36 @@ def test_peak_rate_sets_max_replicas_and_the_batch_sets_the_keda_threshold() -> 
     assert target_waiting_per_replica(first.max_num_seqs) == max(1, first.max_num_seqs // 4)
 
 
+def test_the_batch_holds_the_requests_being_prefilled() -> None:
+    """Long prompts, short outputs: most of a request's time in service is its prefill, during which it holds a
+    batch slot. Capping the batch at the decoding requests alone left vLLM 2 slots and 0.21 request/s per replica
+    (25 replicas), where 3 slots serve 0.28 (18)."""
+    qwen = get_model("qwen2.5-7b")
+    workload = _workload(
+        model=qwen,
+        model_label="qwen2.5-7b",
+        input_tokens=30000,
+        output_tokens=100,
+        requests_per_second=5.0,
+        peak_requests_per_second=5.0,
+        ttft_p95_ms=30000.0,
+        itl_p95_ms=300.0,
+    )
+    first = plan(workload, Filters(accelerators=("l40s-48gb",), engines=("vllm",))).candidates[0]
+    assert (first.instance_type, first.max_num_seqs, first.replicas) == ("g6e.xlarge", 3, 18)
+    assert first.replica_capacity_rps == pytest.approx(0.28, abs=0.005)
+    config = next(
+        c
+        for c, _ in configurations(workload, Filters(accelerators=("l40s-48gb",), engines=("vllm",)))
+        if c.tensor_parallel_size == 1
+    )
+    evaluation = evaluate(workload, config)
+    assert isinstance(evaluation, Evaluation)
+    mix = perf_model.Workload(input_tokens=30000, output_tokens=100)
+    operating = perf_model.at_rate(evaluation.replica, mix, evaluation.capacity_rps)
+    assert math.ceil(operating.concurrency) < first.max_num_seqs == math.ceil(operating.in_service)
+
+
 def _plan_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, dict[str, Any]]:
     code = main(argv)
     return code, json.loads(capsys.readouterr().out)
