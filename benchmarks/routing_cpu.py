@@ -108,7 +108,7 @@ async def measure(port: int, count: int) -> list[float]:
                 assert placement is not None
                 answer = pb.ProcessingResponse()  # the pick, as Processor._forward adds it to its answer
                 answer.dynamic_metadata.update(
-                    {LB_METADATA_NAMESPACE: {DESTINATION_ENDPOINT_KEY: placement.endpoint.address}}
+                    {LB_METADATA_NAMESPACE: {DESTINATION_ENDPOINT_KEY: placement.destination()}}
                 )
                 processor._unplace(placement)
             rounds.append((time.process_time() - started) / count * 1e6)

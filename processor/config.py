@@ -30,10 +30,11 @@ response's ``x-inferplane-cache`` (response headers do not pass through the proc
 
 LB_METADATA_NAMESPACE = "envoy.lb"
 DESTINATION_ENDPOINT_KEY = "x-gateway-destination-endpoint"
-"""Where the processor puts its pick (``ip:port``) as dynamic metadata, and Envoy's ``override_host`` load-balancing
-policy reads it: the names of the Gateway API Inference Extension's endpoint-picker protocol (GIE
-``docs/proposals/004-endpoint-picker-protocol``). Envoy takes it from metadata only, never from a client's header of
-that name (the gateway removes one), and falls back to least-request for a host it does not know."""
+"""Where the processor puts its pick (``ip:port``, then the replicas a retry may take, comma-separated) as dynamic
+metadata, and Envoy's ``override_host`` load-balancing policy reads it: the names of the Gateway API Inference
+Extension's endpoint-picker protocol (GIE ``docs/proposals/004-endpoint-picker-protocol``). Envoy takes it from
+metadata only, never from a client's header of that name (the gateway removes one), skips a host it does not know,
+and falls back to least-request when none is left."""
 
 
 def header_attribute(name: str) -> str:

@@ -68,6 +68,10 @@ MAX_ACCOUNTED_BODY_BYTES = 8 * 1024 * 1024
 KV_RETRY_AFTER_SECONDS = 1
 UNBOUNDED_SLOTS = 1 << 30
 """The per-replica cap with ``load_bound`` off: slots are still counted, never refused."""
+MAX_ALTERNATES = 3
+"""Replicas listed after the pick for Envoy's retries. A route retries a request once on its own model (a tier's
+further retries go to its fallback models, where none of these hosts exist); the others cover listed hosts Envoy's
+DNS view does not hold yet, which it skips. The list stays short: it rides on every request."""
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
@@ -127,6 +131,17 @@ class Placement:
     endpoint: Endpoint
     slot: Slot
     blocks: int
+    alternates: tuple[str, ...] = ()
+    """The next ready replicas in the router's order, where Envoy sends a retry (see :meth:`destination`)."""
+
+    def destination(self) -> str:
+        """The override_host metadata value: the pick, then its alternates, comma-separated (the endpoint-picker
+        protocol's fallback list, GIE ``docs/proposals/004-endpoint-picker-protocol``). Envoy takes the next listed
+        host it knows on each attempt, and the least-request fallback only when the list is used up; a retry after
+        a pick that died (still ready here until a scrape fails) thus goes to another replica for sure. Without the
+        list the retry was least-request's with ``previous_hosts`` rejecting the dead host, a best effort of four
+        draws that returns the last draw anyway, and least-request favours a dead host (it holds no requests)."""
+        return ",".join((self.endpoint.address, *self.alternates))
 
 
 def _header(key: str, value: str) -> Any:
@@ -708,7 +723,8 @@ class Processor:
             self.metrics.prefix_tokens.labels(model.name, "queried").inc(len(hashes) * block_tokens)
             self.metrics.prefix_tokens.labels(model.name, "matched").inc(ranking.overlaps[address] * block_tokens)
         overlap = ranking.overlaps.get(address, 0)
-        placement = Placement(model.name, endpoint, taken, router.picked(endpoint, hashes, prompt, overlap))
+        alternates = tuple(e.address for e in ranking.ranked if e.address != address)[:MAX_ALTERNATES]
+        placement = Placement(model.name, endpoint, taken, router.picked(endpoint, hashes, prompt, overlap), alternates)
         self._update_gauges[model.name]()
         return placement
 
@@ -760,9 +776,10 @@ class Processor:
             common.header_mutation.set_headers.append(_header("content-length", str(len(payload))))
         response = pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
         if stream.placement is not None:
-            # The pick, for Envoy's override_host load balancing (a host it does not know: least-request instead).
+            # The pick and where a retry goes, for Envoy's override_host load balancing (hosts it does not know are
+            # skipped; none left: least-request instead).
             response.dynamic_metadata.update(
-                {LB_METADATA_NAMESPACE: {DESTINATION_ENDPOINT_KEY: stream.placement.endpoint.address}}
+                {LB_METADATA_NAMESPACE: {DESTINATION_ENDPOINT_KEY: stream.placement.destination()}}
             )
         return response
 

@@ -194,7 +194,7 @@ class GatewayArgs:
     embedder: EmbedderSizing | None = None
     """The semantic cache's served embedder (``PlatformSizing.embedder``), deployed as the child
     :class:`~components.serving.embedder_service.EmbedderService` beside the gateway; the rendered processor config
-    must call it (:func:`components.serving.naming.cache_embedder_url`)."""
+    must call it in the gateway's namespace (:func:`components.serving.naming.cache_embedder_url`)."""
     embedder_image_digest: str | None = None
     """Pinned digest of the embedder's ``vllm-cpu`` image (the stack's ``image_digests``)."""
 
@@ -275,17 +275,33 @@ def validate(name: str, args: GatewayArgs) -> InputErrors:
     if not 0 < args.redis_port < 65536:
         errors.append(("redis_port", f"{args.redis_port} is not a TCP port"))
     if args.embedder is not None and config_ok:
-        errors += _embedder_errors(args.embedder, config)
+        errors += _embedder_errors(args.embedder, config, args.namespace)
     return errors
 
 
-def _embedder_errors(embedder: EmbedderSizing, config: ProcessorConfig) -> InputErrors:
-    """A served embedder is only of use when the processor calls it, for the same model and vector length."""
+def _served_embedder_url(namespace: pulumi.Input[str]) -> str | None:
+    """Where the served embedder of a gateway in ``namespace`` answers (it is deployed beside the gateway); None
+    when the namespace is only known at deployment."""
+    return cache_embedder_url(namespace) if isinstance(namespace, str) else None
+
+
+def _embedder_errors(embedder: EmbedderSizing, config: ProcessorConfig, namespace: pulumi.Input[str]) -> InputErrors:
+    """A served embedder is only of use when the processor calls it, in the gateway's namespace, for the same model
+    and vector length."""
     cache = config.cache
     if cache is None or not cache.semantic:
         return [("embedder", "the rendered processor config has no semantic cache to embed for")]
+    served_url = _served_embedder_url(namespace)
+    if served_url is None:
+        return [
+            (
+                "namespace",
+                "a gateway with a served embedder needs its namespace as a string: the processor "
+                "config names the embedder's URL in it",
+            )
+        ]
     called = cache.embedder
-    if called.kind != "endpoint" or called.url != cache_embedder_url() or called.model != embedder.model:
+    if called.kind != "endpoint" or called.url != served_url or called.model != embedder.model:
         where = called.url if called.kind == "endpoint" else called.kind
         return [("embedder", f"the processor embeds with {where}, not the served {embedder.model}")]
     if called.dimensions != embedder.dimensions:
@@ -908,8 +924,8 @@ def _egress(args: GatewayArgs, config: ProcessorConfig) -> list[k8s.networking.v
         egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(443)))
     embedder = config.cache.embedder if config.cache is not None and config.cache.semantic else None
     if embedder is not None and embedder.kind == "endpoint":
-        if embedder.url == cache_embedder_url():
-            # The platform's served embedder: its pods only.
+        if embedder.url == _served_embedder_url(args.namespace):
+            # The served embedder beside the gateway: its pods only (in the gateway's namespace, the policy's own).
             to = [
                 k8s.networking.v1.NetworkPolicyPeerArgs(
                     pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={COMPONENT_LABEL: CACHE_EMBEDDER})

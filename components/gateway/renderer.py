@@ -499,9 +499,10 @@ def _route_cluster_name(model: str) -> str:
 def _override_host_policy() -> dict[str, Any]:
     """Envoy applies the processor's pick (``envoy.lb`` dynamic metadata, the endpoint-picker protocol's key) when it
     names a host of the cluster; no pick, or a host Envoy does not know (the processor's DNS view ran ahead or
-    behind), falls back to least-request over the replicas, never to an error. Retries use the fallback too (one
-    pick per request). Only metadata is read: a client's ``x-gateway-destination-endpoint`` header cannot choose a
-    pod (and the listener removes it anyway)."""
+    behind), falls back to least-request over the replicas, never to an error. The processor lists further replicas
+    after its pick, and each try of a request takes the next listed host Envoy knows (so a retry after a pick that
+    died goes to the processor's next choice); the fallback chooses once the list is used up. Only metadata is read:
+    a client's ``x-gateway-destination-endpoint`` header cannot choose a pod (and the listener removes it anyway)."""
     return {
         "policies": [
             {
@@ -621,7 +622,8 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
                 "base_interval": _duration(RETRY_BACKOFF_MS[0] / 1000),
                 "max_interval": _duration(RETRY_BACKOFF_MS[1] / 1000),
             },
-            # A retry never goes back to the replica that just failed (a killed pod stays in DNS for a while).
+            # A retry follows the processor's list of replicas (override_host); once that is used up, least-request
+            # redraws up to 3 times a host this request already tried (a killed pod stays in DNS for a while).
             "retry_host_predicate": [
                 {
                     "name": "envoy.retry_host_predicates.previous_hosts",
@@ -737,7 +739,8 @@ def _local_reply_config() -> dict[str, Any]:
 
 
 def _access_log() -> list[dict[str, Any]]:
-    """One JSON line per request, never the prompt or the completion."""
+    """One JSON line per request, never the prompt or the completion. The replica that answered and the number of
+    attempts show where a retry went (a pick that died: two attempts, the second on another replica)."""
     fields = {
         "time": "%START_TIME%",
         "method": "%REQ(:METHOD)%",
@@ -747,6 +750,8 @@ def _access_log() -> list[dict[str, Any]]:
         "details": "%RESPONSE_CODE_DETAILS%",
         "duration_ms": "%DURATION%",
         "upstream": "%UPSTREAM_CLUSTER%",
+        "upstream_host": "%UPSTREAM_HOST%",
+        "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
         "tenant": f"%REQ({TENANT_HEADER})%",
         "model": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:model)%",
         "bytes_received": "%BYTES_RECEIVED%",

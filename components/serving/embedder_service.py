@@ -25,9 +25,9 @@ from inferplane.components.serving.annotations import CACHE_EMBEDDER, COMPONENT_
 from inferplane.components.serving.naming import (
     CACHE_EMBEDDER_PORT,
     CACHE_EMBEDDER_SERVICE,
-    CLUSTER_DOMAIN,
     MONITORING_NAMESPACE,
     VLLM_HEALTH_PATH,
+    cache_embedder_url,
 )
 from inferplane.components.serving.network_policy import gateway_peer, https_egress_rule, prometheus_peer
 from inferplane.components.spec.platform_spec import Environment
@@ -115,7 +115,8 @@ class EmbedderService(pulumi.ComponentResource):
 
     service_name: pulumi.Output[str]
     url: pulumi.Output[str]
-    """``http://<service>.<namespace>.svc.cluster.local:<port>/v1``: the processor's ``cache.embedder.url``."""
+    """``http://<service>.<namespace>.svc.cluster.local:<port>/v1`` (:func:`naming.cache_embedder_url` of the
+    namespace): the processor's ``cache.embedder.url``."""
 
     def __init__(self, name: str, args: EmbedderServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         _validate(args)  # before registering anything: bad input declares nothing
@@ -138,8 +139,10 @@ class EmbedderService(pulumi.ComponentResource):
         _availability_and_monitoring(name, args, selector, labels, child)
         _network_policy(name, args, selector, labels, child)
         self.service_name = service.metadata.name
-        self.url = pulumi.Output.format(
-            "http://{0}.{1}.svc.{2}:{3}/v1", service.metadata.name, args.namespace, CLUSTER_DOMAIN, CACHE_EMBEDDER_PORT
+        # One builder of the URL, the one the gateway checks its processor config against; it resolves once the
+        # Service is registered (the Service is named CACHE_EMBEDDER_SERVICE, as the URL says).
+        self.url = pulumi.Output.all(service.metadata.name, args.namespace).apply(
+            lambda values: cache_embedder_url(values[1])
         )
         self.register_outputs({"serviceName": self.service_name, "url": self.url})
 

@@ -58,6 +58,7 @@ from inferplane.components.serving.annotations import (
     parse_gateway_annotations,
 )
 from inferplane.components.serving.model_server import HF_TOKEN_DIR
+from inferplane.components.serving.naming import cache_embedder_url
 from inferplane.components.spec.platform_spec import RoutingTierSpec
 from inferplane.processor.config import ProcessorConfig, TenantConfig
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Evaluation, PlatformMocks, Registration, evaluate
@@ -398,6 +399,45 @@ def test_the_served_embedder_is_the_gateways_child_and_an_outside_one_is_reached
     rendered = render_gateway(outside, size_platform(outside), "eks")
     egress = _evaluate(_args(rendered)).named("gateway-netpol").inputs["spec"]["egress"]
     assert egress[-1] == {"ports": [{"port": 8443, "protocol": "TCP"}]}
+
+
+def test_a_served_embedder_is_called_in_the_gateways_own_namespace() -> None:
+    spec = stack_spec("prod")
+    served = size_platform(spec).embedder
+    assert served is not None
+    elsewhere = GatewayAddresses(embedder_url=cache_embedder_url("tenant-b"))
+    rendered = render_gateway(spec, size_platform(spec), "eks", elsewhere)
+    evaluation = _evaluate(_args(rendered, namespace="tenant-b", embedder=served))
+    assert evaluation.named("gateway-embedder-service").inputs["metadata"]["namespace"] == "tenant-b"
+    policy = evaluation.named("gateway-netpol").inputs
+    # The embedder's pods in the policy's own namespace, tenant-b, where the processor calls them.
+    assert policy["metadata"]["namespace"] == "tenant-b"
+    assert policy["spec"]["egress"][-1] == {
+        "to": [{"podSelector": {"matchLabels": {COMPONENT_LABEL: "cache-embedder"}}}],
+        "ports": [{"port": 8000, "protocol": "TCP"}],
+    }
+    # The default namespace's embedder called from tenant-b: not the one beside this gateway.
+    with pytest.raises(
+        pulumi.InputPropertiesError,
+        match=r"embedder: the processor embeds with http://cache-embedder\.inference\.svc\.cluster\.local:8000/v1, "
+        "not the served all-minilm-l6-v2",
+    ):
+        _evaluate(_args(_rendered("prod"), namespace="tenant-b", embedder=served))
+    # Without a served embedder here, the inference namespace's is an outside one: its port only, not these pods.
+    outside = _evaluate(_args(_rendered("prod"), namespace="tenant-b")).named("gateway-netpol").inputs["spec"]
+    assert outside["egress"][-1] == {"ports": [{"port": 8000, "protocol": "TCP"}]}
+
+
+def test_a_served_embedder_needs_the_namespace_known_at_preview() -> None:
+    spec = stack_spec("prod")
+    served = size_platform(spec).embedder
+
+    def program() -> None:
+        unknown = pulumi.Output.from_input("tenant-b")
+        Gateway("gateway", _args(_rendered("prod"), namespace=unknown, embedder=served))
+
+    with pytest.raises(pulumi.InputPropertiesError, match=r"namespace: a gateway with a served embedder needs its"):
+        evaluate(program, mocks=PlatformMocks("us-east-1"))
 
 
 def test_a_served_embedder_the_processor_does_not_call_is_refused() -> None:

@@ -25,7 +25,7 @@ from inferplane.processor.config import (
     TenantConfig,
     TierConfig,
 )
-from inferplane.processor.ext_proc import Processor
+from inferplane.processor.ext_proc import MAX_ALTERNATES, Processor
 from tests.gateway_support import free_port, model_config, routing_config, vllm_load
 from tests.tiny_model import build_tokenizer, words
 
@@ -292,13 +292,18 @@ def _ready(processor: Processor, model: str, *addresses: str) -> None:
         table.endpoints[address].ready = True
 
 
-def _picked(response: Any) -> str | None:
-    """The replica the processor told Envoy to use (the override_host metadata), if any."""
+def _destinations(response: Any) -> list[str]:
+    """The replicas the processor told Envoy to use (the override_host metadata), the pick first; none: no pick."""
     metadata = response.dynamic_metadata
     if "envoy.lb" not in metadata.fields:
-        return None
-    picked: str = metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"].string_value
-    return picked
+        return []
+    listed: str = metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"].string_value
+    return listed.split(",")
+
+
+def _picked(response: Any) -> str | None:
+    """The replica the processor told Envoy to use first, if any."""
+    return next(iter(_destinations(response)), None)
 
 
 def test_kv_gate_queues_briefly_then_refuses(tokenizer_file: str) -> None:
@@ -377,6 +382,29 @@ def test_a_held_request_spills_once_it_has_waited_its_prefixs_prefill(tokenizer_
     """At 5 ms a block the 12+ blocks are worth at least 60 ms of waiting, and the first replica never frees."""
     first, second, took = asyncio.run(_second_of_a_prefix(0.005, tokenizer_file, free_after=float("inf")))
     assert second != first and took >= 0.06
+
+
+def test_a_retry_goes_to_the_next_ready_replicas_in_the_routers_order(tokenizer_file: str) -> None:
+    """The pick, then the next ready replicas, cheapest first, at most MAX_ALTERNATES: a retry after a pick that
+    died goes to one of them, never to least-request's draw (which favours the dead host, holding nothing)."""
+
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file, _model("short", tokenizer_file, max_num_seqs=64)))
+        addresses = [f"127.0.0.1:{port}" for port in range(1, 7)]
+        _ready(processor, "short", *addresses)
+        table = processor.tables["short"]
+        for load, address in enumerate(addresses):
+            table.endpoints[address].running = 10.0 * load  # a clear order: :1 cheapest, :6 dearest
+        table.endpoints["127.0.0.1:3"].ready = False  # a replica whose last scrape failed is never listed
+        _, response = await _request(processor, _chat("w1"))
+        assert MAX_ALTERNATES == 3
+        assert _destinations(response) == ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4", "127.0.0.1:5"]
+        for address in addresses[1:]:
+            table.endpoints[address].ready = False
+        _, alone = await _request(processor, _chat("w2"))
+        assert _destinations(alone) == ["127.0.0.1:1"]  # the only ready replica: nothing to list after it
+
+    asyncio.run(run())
 
 
 def test_without_a_ready_replica_envoy_balances_and_falls_back(tokenizer_file: str) -> None:
