@@ -572,9 +572,12 @@ def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[st
                 }
             ]
         }
+        # A replica answering 502/503/504 (or refusing connections) three times in a row is ejected; Envoy only
+        # detects, never ejects, on gateway failures unless their enforcing share is set (it defaults to 0).
         cluster["outlier_detection"] = {
             "consecutive_5xx": 5,
             "consecutive_gateway_failure": 3,
+            "enforcing_consecutive_gateway_failure": 100,
             "interval": "5s",
             "base_ejection_time": "15s",
             "max_ejection_percent": 100,

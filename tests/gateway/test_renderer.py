@@ -226,6 +226,7 @@ def test_each_model_cluster_resolves_its_replicas_and_takes_the_processors_pick(
         "outlier_detection": {
             "consecutive_5xx": 5,
             "consecutive_gateway_failure": 3,
+            "enforcing_consecutive_gateway_failure": 100,
             "interval": "5s",
             "base_ejection_time": "15s",
             "max_ejection_percent": 100,

@@ -171,7 +171,7 @@ def test_a_dead_picks_retry_goes_to_the_next_listed_replica(tmp_path: Path, live
     cluster = f'envoy_cluster_name="model-{MODEL}"'
     assert stats[f"envoy_cluster_upstream_cx_connect_fail{{{cluster}}}"] == REQUESTS + 1
     assert stats[f"envoy_cluster_upstream_rq_retry{{{cluster}}}"] == REQUESTS + 1
-    # Outlier detection ejected the dead replica after 5 failures, and override_host tried it first all the same:
+    # Outlier detection ejected the dead replica after 3 gateway failures, and override_host tried it first anyway:
     # the listed pick is taken whatever its health, so only the list keeps the retry off it.
     assert stats[f"envoy_cluster_outlier_detection_ejections_active{{{cluster}}}"] == 1
     assert stats[f"envoy_cluster_membership_healthy{{{cluster}}}"] == 1
