@@ -100,6 +100,34 @@ def sizing_table(plan: PlatformSizing) -> Table:
     return table
 
 
+def system_nodes_table(plan: PlatformSizing) -> Table:
+    """Each cluster's system nodes: per node after its DaemonSets, and what the pods request at floor and ceiling."""
+    table = Table(title="System nodes", title_justify="left")
+    for column in ("cluster", "instance", "nodes min", "nodes max", "per node (after DaemonSets)", "floor", "ceiling"):
+        table.add_column(column)
+    for verdict in plan.system_nodes:
+        free = verdict.free
+        requested = [
+            (
+                sum(count * p.cpu_millicores for count, p in pods),
+                sum(count * p.memory_mib for count, p in pods),
+            )
+            for pods in (
+                [(p.min_replicas, p) for p in verdict.pods],
+                [(p.max_replicas, p) for p in verdict.pods],
+            )
+        ]
+        table.add_row(
+            verdict.cluster,
+            verdict.instance_type,
+            str(verdict.min_nodes),
+            str(verdict.max_nodes),
+            f"{free.cpu_millicores / 1000:g} CPU, {free.memory_mib / 1024:.1f} GiB",
+            *(f"{cpu / 1000:g} CPU, {mib / 1024:.1f} GiB" for cpu, mib in requested),
+        )
+    return table
+
+
 def render_platform(console: Console, plan: PlatformSizing) -> None:
     """Sizing table, pool table, totals and problems."""
     console.print(sizing_table(plan))
@@ -117,6 +145,8 @@ def render_platform(console: Console, plan: PlatformSizing) -> None:
             _usd(p.hourly_usd_max),
         )
     console.print(pools)
+    if plan.system_nodes:
+        console.print(system_nodes_table(plan))
     if plan.embedder is not None:
         e = plan.embedder
         console.print(

@@ -35,11 +35,14 @@ import pulumi_kubernetes as k8s
 
 from inferplane.components.aws import kms_policy
 from inferplane.components.aws.iam import managed_policy_arn, service_trust_policy
+from inferplane.components.capacity.system_nodes import EKS_SYSTEM_SCALE_OUT
 from inferplane.components.catalog.eks import ADDON_VERSIONS, AddonName
+from inferplane.components.catalog.system_nodes import DEFAULT_EKS_SYSTEM_INSTANCE_TYPE
 from inferplane.components.spec.input_errors import raise_input_errors
 from inferplane.components.spec.platform_spec import (
     ALL_CONTROL_PLANE_LOGS,
     LOG_RETENTION_VALUES,
+    MAX_SYSTEM_NODES,
     ControlPlaneLog,
     EndpointAccess,
     Environment,
@@ -94,10 +97,11 @@ class EksClusterArgs:
     """Control-plane log types; must include all of :data:`REQUIRED_LOG_TYPES`."""
     log_retention_days: int = 365
     """Retention of ``/aws/eks/<cluster>/cluster``; one of :data:`LOG_RETENTION_VALUES`."""
-    system_instance_type: str = "m7i.large"
+    system_instance_type: str = DEFAULT_EKS_SYSTEM_INSTANCE_TYPE
     """Instance type of the system node group (controllers, gateway, monitoring)."""
     system_nodes: int = 2
-    """Nodes the system group keeps (its maximum is twice that)."""
+    """Nodes the system group keeps (its maximum is :data:`~components.capacity.system_nodes.EKS_SYSTEM_SCALE_OUT`
+    times that, which sizing checks the gateway's ceiling against)."""
     tags: Mapping[str, str] = field(default_factory=dict)
     """Added to every taggable child."""
 
@@ -129,8 +133,8 @@ def _check(args: EksClusterArgs) -> list[tuple[str, str]]:
         errors.append(("log_types", f"control-plane logs must include {', '.join(missing)}"))
     if len(args.subnet_ids) < 2:
         errors.append(("subnet_ids", f"EKS needs subnets in at least 2 zones, got {len(args.subnet_ids)}"))
-    if not 1 <= args.system_nodes <= 10:
-        errors.append(("system_nodes", f"between 1 and 10, got {args.system_nodes}"))
+    if not 1 <= args.system_nodes <= MAX_SYSTEM_NODES:
+        errors.append(("system_nodes", f"between 1 and {MAX_SYSTEM_NODES}, got {args.system_nodes}"))
     if args.log_retention_days not in LOG_RETENTION_VALUES:
         allowed = ", ".join(str(days) for days in sorted(LOG_RETENTION_VALUES))
         errors.append(("log_retention_days", f"{args.log_retention_days} is not a CloudWatch retention ({allowed})"))
@@ -579,7 +583,9 @@ class EksCluster(pulumi.ComponentResource):
             capacity_type="ON_DEMAND",
             instance_types=[args.system_instance_type],
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                min_size=args.system_nodes, desired_size=args.system_nodes, max_size=2 * args.system_nodes
+                min_size=args.system_nodes,
+                desired_size=args.system_nodes,
+                max_size=EKS_SYSTEM_SCALE_OUT * args.system_nodes,
             ),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=launch_template.id, version=launch_template.latest_version.apply(str)

@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity.embedder import EmbedderSizing, size_embedder
+from inferplane.components.capacity.system_nodes import SystemNodesSizing, size_system_nodes
 from inferplane.components.catalog import (
     ACCELERATORS,
     Accelerator,
@@ -796,6 +797,10 @@ class PlatformSizing(BaseModel):
     embedder: EmbedderSizing | None = Field(
         default=None, description="The semantic cache's served embedder, when the platform runs one."
     )
+    system_nodes: tuple[SystemNodesSizing, ...] = Field(
+        default=(),
+        description="Each cluster's system nodes against the gateway, the embedder and the add-ons placed there.",
+    )
 
     @property
     def ok(self) -> bool:
@@ -879,7 +884,8 @@ def _limit_breaches(spec: PlatformSpec) -> list[str]:
 
 
 def size_platform(spec: PlatformSpec) -> PlatformSizing:
-    """Size every deployment, then the pools they land on, then check the environment's limits."""
+    """Size every deployment, then the pools they land on, then check the environment's limits and that the system
+    nodes hold what the platform puts there."""
     deployments = [_size_deployment(spec, deployment) for deployment in spec.models]
     problems = _misfits(deployments)
     pools = [_size_pool(spec, pool, deployments) for pool in spec.pools]
@@ -888,6 +894,9 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
     cost_max = _sum_or_none([p.hourly_usd_max for p in pools])
     problems += _total_breaches(spec, pools, total_gpus=total_gpus, cost_max=cost_max)
     problems += _limit_breaches(spec)
+    embedder = size_embedder(spec.cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND)
+    system_nodes = size_system_nodes(spec, embedder)
+    problems += [problem for verdict in system_nodes for problem in verdict.problems]
     return PlatformSizing(
         environment=spec.environment,
         deployments=tuple(deployments),
@@ -896,7 +905,8 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
         hourly_usd_min=cost_min,
         hourly_usd_max=cost_max,
         problems=tuple(problems),
-        embedder=size_embedder(spec.cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND),
+        embedder=embedder,
+        system_nodes=system_nodes,
     )
 
 

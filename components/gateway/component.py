@@ -40,10 +40,19 @@ import pulumi_random as random
 
 from inferplane.components.aws.redis_cache import REDIS_PORT
 from inferplane.components.capacity.embedder import EmbedderSizing
+from inferplane.components.capacity.system_nodes import (
+    ENVOY_CPU_MILLICORES,
+    ENVOY_MEMORY_MIB,
+    PROCESSOR_CPU_MILLICORES_PER_WORKER,
+    PROCESSOR_MEMORY_MIB_PER_WORKER,
+    SCALE_OUT_FACTOR,
+    TOKENIZER_FETCH_CPU_MILLICORES,
+    TOKENIZER_FETCH_MEMORY_LIMIT_MIB,
+    TOKENIZER_FETCH_MEMORY_MIB,
+)
 from inferplane.components.gateway.observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
 from inferplane.components.gateway.renderer import (
     REDIS_URL_KEY,
-    SCALE_OUT_FACTOR,
     RenderedGateway,
     render_api_key_file,
 )
@@ -84,29 +93,32 @@ ENVOY_CONCURRENCY = 2
 a 16-core node would start 16 workers against a 2-CPU request; two workers sustained ~7,400 requests/s with auth,
 limits and model routing on 2 cores (``../shared/reference/gateway-facts.md``), far above one replica's share."""
 
-ENVOY_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
-    requests={"cpu": "1", "memory": "512Mi"}, limits={"memory": "512Mi"}
-)
-"""Envoy: one CPU for two workers (CPU not capped: no CFS throttling of a latency-critical proxy). Memory covers
-the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by default) for
-about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline."""
 
-PROCESSOR_MEMORY_MIB_PER_WORKER = 768
-"""One processor worker's memory: the Python runtime, gRPC and one Hugging Face tokenizer per model (tens of MiB
-each)."""
+def cpu_quantity(millicores: int) -> str:
+    """A Kubernetes CPU quantity: whole cores as ``2``, the rest as ``250m``."""
+    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+
+
+ENVOY_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
+    requests={"cpu": cpu_quantity(ENVOY_CPU_MILLICORES), "memory": f"{ENVOY_MEMORY_MIB}Mi"},
+    limits={"memory": f"{ENVOY_MEMORY_MIB}Mi"},
+)
+"""Envoy's container, from sizing's figures (:mod:`components.capacity.system_nodes`), which also checks that the
+system nodes hold them."""
 
 
 def processor_resources(workers: int) -> k8s.core.v1.ResourceRequirementsArgs:
-    """The processor container: a CPU per worker (one asyncio loop each, ~0.5 ms of CPU a request measured, so
-    ~1,900 requests/s a worker; CPU not capped) and each worker's memory."""
+    """The processor container: a CPU per worker and each worker's memory (sizing's figures; CPU not capped)."""
     memory = f"{PROCESSOR_MEMORY_MIB_PER_WORKER * workers}Mi"
     return k8s.core.v1.ResourceRequirementsArgs(
-        requests={"cpu": str(workers), "memory": memory}, limits={"memory": memory}
+        requests={"cpu": cpu_quantity(PROCESSOR_CPU_MILLICORES_PER_WORKER * workers), "memory": memory},
+        limits={"memory": memory},
     )
 
 
 FETCH_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
-    requests={"cpu": "250m", "memory": "256Mi"}, limits={"memory": "512Mi"}
+    requests={"cpu": cpu_quantity(TOKENIZER_FETCH_CPU_MILLICORES), "memory": f"{TOKENIZER_FETCH_MEMORY_MIB}Mi"},
+    limits={"memory": f"{TOKENIZER_FETCH_MEMORY_LIMIT_MIB}Mi"},
 )
 """The init container that copies the models' tokenizer files from the S3 model cache or the Hugging Face Hub."""
 

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
+from inferplane.components.capacity.system_nodes import SCALE_OUT_FACTOR
 from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway.cache_renderer import render_cache_config
 from inferplane.components.observability.metrics import (
@@ -52,6 +53,7 @@ from inferplane.components.observability.metrics import (
 )
 from inferplane.components.serving.naming import model_endpoints_host, model_service_port
 from inferplane.components.spec.platform_spec import (
+    RESPONSE_CACHE_CLUSTERS,
     ModelDeploymentSpec,
     PlatformSpec,
     ServingCluster,
@@ -121,9 +123,6 @@ REDIS_CA_PATHS: dict[Cluster, str | None] = {"eks": None, "gke": f"{REDIS_CA_DIR
 """The processor's ``redis_ca_file`` per cluster. EKS: None, ElastiCache's server certificate chains to Amazon's
 public roots in the image's trust store and names the endpoint's DNS name. GKE: Memorystore for Redis signs with a
 CA of its own per instance (:class:`~inferplane.components.gcp.memorystore.MemorystoreRedis`)."""
-RESPONSE_CACHE_CLUSTERS: tuple[Cluster, ...] = ("eks",)
-"""Clusters whose Redis-protocol store serves the response cache: it needs ``FT.CREATE``/``FT.SEARCH`` vector search
-(ElastiCache for Valkey 8.2). The GKE gateway's Memorystore for Redis holds budgets only (README, "The gateway")."""
 TENANT_HEADER = "x-inferplane-tenant"
 """Request header with the authenticated tenant, set by Envoy's api_key_auth (the client cannot forge it)."""
 UPSTREAM_HEADER = "x-inferplane-upstream"
@@ -146,9 +145,6 @@ API_KEY_FILTER = "inferplane.api_key_auth"
 ANONYMOUS_TENANT = "anonymous"
 """Tenant name the processor uses when authentication is off."""
 
-SCALE_OUT_FACTOR = 4
-"""The gateway autoscaler's ceiling is this many times ``gateway.replicas`` (within the environment's replica ceiling);
-the processor's fallback share of each replica assumes that many gateway pods at most."""
 PROCESSOR_CLUSTER = "inferplane-processor"
 ADMIN_CLUSTER = "envoy-admin"
 CONNECT_TIMEOUT_SECONDS = 2.0

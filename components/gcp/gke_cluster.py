@@ -51,6 +51,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from inferplane.components.capacity.system_nodes import gke_system_pool_nodes
+from inferplane.components.catalog.system_nodes import DEFAULT_GKE_SYSTEM_MACHINE_TYPE
 from inferplane.components.spec.gcp_labels import label_problems
 from inferplane.components.spec.input_errors import InputErrors, raise_input_errors
 from inferplane.components.spec.platform_spec import Environment
@@ -183,8 +185,8 @@ class GkeClusterArgs:
     """Secondary range for pod IPs."""
     service_cidr: str = "10.20.0.0/20"
     """Secondary range for ClusterIP services."""
-    system_machine_type: str = "e2-standard-4"
-    """Machine type of the system node pool (cluster add-ons)."""
+    system_machine_type: str = DEFAULT_GKE_SYSTEM_MACHINE_TYPE
+    """Machine type of the system node pool (cluster add-ons and the GKE gateway; ``gcp.system_machine_type``)."""
     load_balancer_health_checks: bool = True
     """Let Google's load-balancer health checks reach the nodes' NodePort range (a LoadBalancer Service, such as the
     gateway's internal load balancer in staging and prod, needs it)."""
@@ -305,7 +307,7 @@ class GkeCluster(pulumi.ComponentResource):
         self.key_ring, self.secrets_key, key_grant = self._secrets_encryption(name, args, labels, prod)
         self.node_service_account_email, node_grants = self._node_identity(name, args)
         self.cluster = self._cluster(name, args, labels, prod, depends_on=[key_grant, *node_grants])
-        self.system_pool = self._system_pool(name, args, labels, prod)
+        self.system_pool = self._system_pool(name, args, labels)
         self.kubeconfig, self.provider = self._kubernetes(name)
 
         self.register_outputs(
@@ -456,10 +458,10 @@ class GkeCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=prod),
         )
 
-    def _system_pool(
-        self, name: str, args: GkeClusterArgs, labels: Mapping[str, str], prod: bool
-    ) -> gcp.container.NodePool:
-        """The small autoscaled node pool where cluster add-ons run (TPU nodes are tainted against them)."""
+    def _system_pool(self, name: str, args: GkeClusterArgs, labels: Mapping[str, str]) -> gcp.container.NodePool:
+        """The autoscaled node pool where cluster add-ons and the gateway run (TPU nodes are tainted against them),
+        between :func:`~components.capacity.system_nodes.gke_system_pool_nodes` nodes, as sizing checks."""
+        min_nodes, max_nodes = gke_system_pool_nodes(args.environment)
         return gcp.container.NodePool(
             f"{name}-system",
             project=args.project,
@@ -467,7 +469,7 @@ class GkeCluster(pulumi.ComponentResource):
             cluster=self.cluster.name,
             initial_node_count=1,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=3 if prod else 1, total_max_node_count=6 if prod else 3
+                total_min_node_count=min_nodes, total_max_node_count=max_nodes
             ),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=node_config(

@@ -48,9 +48,9 @@ class ClusterArgs(TypedDict):
     admin_principals: NotRequired[list[str]]
     """IAM role or user ARNs that may assume the cluster-admin role. Empty: only the principal that deploys the stack (its role or user) is trusted; never the whole account."""
     system_instance_type: NotRequired[str]
-    """Instance type of the system node group."""
+    """Instance type of the system node group, from the catalog's system node types (m7i, m6i, m5; large to 4xlarge). It carries the gateway, the served embedder and the cluster's add-ons: sizing refuses a type whose nodes cannot hold them."""
     system_nodes: NotRequired[int]
-    """Nodes in the system node group (controllers)."""
+    """Nodes the system node group keeps; the cluster autoscaler may grow it to twice that. Sizing refuses a count whose nodes cannot hold the gateway at its floor (minimum) and its ceiling (maximum)."""
 
 
 class AcceleratorId(StrEnum):
@@ -520,7 +520,7 @@ class LimitsArgs(TypedDict):
 
 
 class GcpArgs(TypedDict):
-    """Where GKE TPU pools live (only when a pool uses a GKE machine type)."""
+    """Where GKE TPU pools live (only when a pool uses a GKE machine type), and the GKE system pool's machine type."""
 
     project: str
     """GCP project id."""
@@ -528,6 +528,8 @@ class GcpArgs(TypedDict):
     """GCP region, e.g. ``us-west4``."""
     zone: str
     """Zone of the TPU node pools."""
+    system_machine_type: NotRequired[str]
+    """Machine type of the GKE system node pool (e2-standard or n2-standard, 2 to 16 vCPUs): the GKE gateway and the cluster's add-ons run there, and sizing refuses a type whose nodes cannot hold them."""
 
 
 class PlatformArgs(TypedDict):

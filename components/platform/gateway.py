@@ -25,10 +25,10 @@ from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.catalog import get_instance_type
 from inferplane.components.gateway.component import Gateway, GatewayArgs, service_account_name
 from inferplane.components.gateway.observability import ModelCost
-from inferplane.components.gateway.renderer import RESPONSE_CACHE_CLUSTERS, render_gateway, serving_clusters
+from inferplane.components.gateway.renderer import render_gateway, serving_clusters
 from inferplane.components.observability.metrics import ModelSeries
 from inferplane.components.serving.naming import SERVING_NAMESPACE
-from inferplane.components.spec.platform_spec import PlatformSpec
+from inferplane.components.spec.platform_spec import RESPONSE_CACHE_CLUSTERS, PlatformSpec
 from inferplane.components.spec.tags import kubernetes_labels
 
 GATEWAY_NAME = "gateway"

@@ -71,6 +71,7 @@ def build_gke_foundation(
             environment=spec.environment,
             private_endpoint=spec.cluster.endpoint_access == "private",
             master_authorized_cidrs=spec.cluster.public_access_cidrs,
+            system_machine_type=spec.gcp.system_machine_type,
             labels=labels,
         ),
         opts=pulumi.ResourceOptions(parent=parent, providers=[provider]),

@@ -27,6 +27,12 @@ from inferplane.components.catalog.embedders import EMBEDDING_MODELS, EmbeddingM
 from inferplane.components.catalog.images import DIGEST_PATTERN, ImageName
 from inferplane.components.catalog.instances import tpu_topology_chips
 from inferplane.components.catalog.models import HF_REPO_PATTERN, MAX_CONTEXT_TOKENS
+from inferplane.components.catalog.system_nodes import (
+    DEFAULT_EKS_SYSTEM_INSTANCE_TYPE,
+    DEFAULT_GKE_SYSTEM_MACHINE_TYPE,
+    SYSTEM_NODE_TYPES,
+    SystemCloud,
+)
 from inferplane.components.spec.gcp_labels import to_gcp_labels
 from inferplane.components.spec.tags import aws_tag_problems, label_problems
 
@@ -74,6 +80,8 @@ MAX_CONCURRENCY = 4096
 """Most concurrent sequences per replica, for the spec and ``inferplane size --concurrency`` alike."""
 MAX_GPUS_PER_REPLICA = 64
 """Most accelerators one replica may span (tensor parallelism stays within a node; none has more)."""
+MAX_SYSTEM_NODES = 10
+"""Most nodes ``cluster.system_nodes`` may keep."""
 MAX_POOL_NODES = 1000
 """Most nodes a pool may keep at minimum (an EKS managed node group holds at most 1000 nodes per group quota)."""
 
@@ -135,11 +143,19 @@ class ClusterSpec(_Spec):
         "deploys the stack (its role or user) is trusted; never the whole account.",
     )
     system_instance_type: str = Field(
-        default="m7i.large",
+        default=DEFAULT_EKS_SYSTEM_INSTANCE_TYPE,
         pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
-        description="Instance type of the system node group.",
+        description="Instance type of the system node group, from the catalog's system node types (m7i, m6i, m5; "
+        "large to 4xlarge). It carries the gateway, the served embedder and the cluster's add-ons: sizing refuses a "
+        "type whose nodes cannot hold them.",
     )
-    system_nodes: int = Field(default=2, ge=1, le=10, description="Nodes in the system node group (controllers).")
+    system_nodes: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_SYSTEM_NODES,
+        description="Nodes the system node group keeps; the cluster autoscaler may grow it to twice that. Sizing "
+        "refuses a count whose nodes cannot hold the gateway at its floor (minimum) and its ceiling (maximum).",
+    )
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -604,11 +620,17 @@ class LimitsSpec(_Spec):
 
 
 class GcpSpec(_Spec):
-    """Where GKE TPU pools live (only when a pool uses a GKE machine type)."""
+    """Where GKE TPU pools live (only when a pool uses a GKE machine type), and the GKE system pool's machine type."""
 
     project: str = Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id.")
     region: str = Field(pattern=r"^[a-z]+-[a-z]+\d$", description="GCP region, e.g. ``us-west4``.")
     zone: str = Field(pattern=r"^[a-z]+-[a-z]+\d-[a-z]$", description="Zone of the TPU node pools.")
+    system_machine_type: str = Field(
+        default=DEFAULT_GKE_SYSTEM_MACHINE_TYPE,
+        pattern=r"^[a-z][a-z0-9]*-[a-z0-9-]+$",
+        description="Machine type of the GKE system node pool (e2-standard or n2-standard, 2 to 16 vCPUs): the GKE "
+        "gateway and the cluster's add-ons run there, and sizing refuses a type whose nodes cannot hold them.",
+    )
 
 
 class PlatformSpec(_Spec):
@@ -739,12 +761,28 @@ def check_platform(spec: PlatformSpec) -> list[SpecIssue]:
     if spec.environment == "prod" and len(spec.zones) < 3:
         add(SpecIssue("zones", f"prod spreads over at least 3 zones, got {len(spec.zones)}"))
     _check_cluster_security(spec, add)
+    _check_system_nodes(spec, add)
 
     _check_pools(spec, add)
     _check_models(spec, add)
     _check_gateway(spec, add)
     _check_surface(spec, add)
     return issues
+
+
+def _check_system_node_type(path: str, name: str, cloud: SystemCloud, add: Any) -> None:
+    """``name`` must be one of the catalog's system node types of ``cloud``; the error lists them."""
+    row = SYSTEM_NODE_TYPES.get(name)
+    if row is None or row.cloud != cloud:
+        known = ", ".join(sorted(n for n, r in SYSTEM_NODE_TYPES.items() if r.cloud == cloud))
+        where = "an EKS system node" if cloud == "aws" else "a GKE system pool"
+        add(SpecIssue(path, f"{name!r} is not {where} type of the catalog; known: {known}"))
+
+
+def _check_system_nodes(spec: PlatformSpec, add: Any) -> None:
+    _check_system_node_type("cluster.system_instance_type", spec.cluster.system_instance_type, "aws", add)
+    if spec.gcp is not None:
+        _check_system_node_type("gcp.system_machine_type", spec.gcp.system_machine_type, "gcp", add)
 
 
 def _check_cluster_security(spec: PlatformSpec, add: Any) -> None:
@@ -951,6 +989,12 @@ def _check_sglang(deployment: ModelDeploymentSpec, at: str, add: Any) -> None:
 ServingCluster = Literal["eks", "gke"]
 """The Kubernetes cluster a model runs on: EKS for EC2 pools, GKE for GKE TPU pools. Nothing joins their networks
 (the platform builds no VPN or interconnect), so each cluster's gateway reaches only the models on its own cluster."""
+
+
+RESPONSE_CACHE_CLUSTERS: tuple[ServingCluster, ...] = ("eks",)
+"""Clusters whose Redis-protocol store serves the response cache (and whose gateway has the served embedder beside
+it): it needs ``FT.CREATE``/``FT.SEARCH`` vector search (ElastiCache for Valkey 8.2). The GKE gateway's Memorystore
+for Redis holds budgets only (README, "The gateway")."""
 
 
 def _cluster_of_cloud(cloud: str) -> ServingCluster:

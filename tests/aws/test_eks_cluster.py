@@ -194,7 +194,7 @@ def test_cluster_children_and_their_inputs() -> None:
 
     system = next(r for r in children if r.type == "aws:eks/nodeGroup:NodeGroup").inputs
     assert system["amiType"] == "AL2023_x86_64_STANDARD"
-    assert system["instanceTypes"] == ["m7i.large"]
+    assert system["instanceTypes"] == ["m7i.2xlarge"]
     assert system["scalingConfig"] == {"minSize": 2, "desiredSize": 2, "maxSize": 4}
     assert system["labels"] == {"inferplane.io/role": "system"}
     assert system["nodeRoleArn"] == f"{ACCOUNT_ROLE}/eks-node-role"

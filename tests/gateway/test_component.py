@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.capacity.system_nodes import SCALE_OUT_FACTOR
 from inferplane.components.gateway.component import (
     AWS_INTERNAL_LB_ANNOTATIONS,
     CONFIG_CHECKSUM_ANNOTATION,
@@ -37,7 +38,6 @@ from inferplane.components.gateway.renderer import (
     REDIS_CA_FILE,
     REDIS_URL_DIR,
     REDIS_URL_KEY,
-    SCALE_OUT_FACTOR,
     TOKENIZERS_DIR,
     GatewayAddresses,
     RenderedGateway,

@@ -168,7 +168,7 @@ def test_cluster_children_and_inputs_outside_prod() -> None:
     assert system["autoscaling"] == {"totalMinNodeCount": 1, "totalMaxNodeCount": 3}
     assert system["cluster"] == result.named("gke-cluster").outputs["name"]
     assert system["nodeConfig"] == {
-        "machineType": "e2-standard-4",
+        "machineType": "e2-standard-8",
         "serviceAccount": "gke-nodes@inferplane-test.iam.gserviceaccount.com",
         "oauthScopes": [CLOUD_PLATFORM_SCOPE],
         "workloadMetadataConfig": {"mode": "GKE_METADATA"},

@@ -110,6 +110,20 @@ def test_the_table_names_the_served_embedder(capsys: pytest.CaptureFixture[str])
     ) in " ".join(capsys.readouterr().out.split())
 
 
+def test_the_table_shows_each_clusters_system_nodes_at_floor_and_ceiling(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["size", "--stack", "staging", "--project-dir", str(PROJECT_DIR)]) == EXIT_OK
+    out = capsys.readouterr().out
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in out.splitlines()
+        if "│ eks " in line or "│ gke " in line
+    ]
+    assert rows == [
+        ["eks", "m7i.2xlarge", "2", "4", "7.755 CPU, 28.5 GiB", "4.6 CPU, 3.3 GiB", "16.6 CPU, 10.8 GiB"],
+        ["gke", "e2-standard-8", "1", "3", "7.91 CPU, 25.9 GiB", "4.3 CPU, 2.8 GiB", "16.3 CPU, 10.3 GiB"],
+    ]
+
+
 def _project(tmp_path: Path, platform_edit: Any) -> Path:
     shutil.copy(PROJECT_DIR / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     (tmp_path / "stacks").mkdir()
