@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
 
 from inferplane.components.aws.eks_cluster import EksCluster, EksClusterArgs
 from inferplane.components.capacity.sizing import PoolSizing
@@ -52,3 +57,15 @@ def pool_sizing(name: str = "gpu", instance_type: str = "g6e.xlarge", **changes:
     }
     values.update(changes)
     return PoolSizing(**values)
+
+
+def described_instance_types(names: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """What EC2's ``DescribeInstanceTypes`` answers for ``names`` (moto's copy of the API's data, no credentials),
+    by instance type: the upstream truth the catalog rows are checked against. A generator, for module fixtures."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        with mock_aws():
+            ec2 = boto3.client("ec2", region_name=REGION)
+            pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=list(names))
+            yield {it["InstanceType"]: it for page in pages for it in page["InstanceTypes"]}

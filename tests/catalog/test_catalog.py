@@ -5,26 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from inferplane.components.capacity.sizing import kv_cache_bytes_per_token
 from inferplane.components.catalog import ACCELERATORS, INSTANCE_TYPES, MODELS, PRICES, hourly_price, instances_for
 from inferplane.components.catalog.instances import tpu_topology_chips
+from tests.aws_fixtures import described_instance_types
 
 AWS_TYPES = sorted(name for name, row in INSTANCE_TYPES.items() if row.cloud == "aws")
 
 
 @pytest.fixture(scope="module")
 def described() -> Iterator[dict[str, Any]]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        with mock_aws():
-            ec2 = boto3.client("ec2", region_name="us-east-1")
-            pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=AWS_TYPES)
-            yield {it["InstanceType"]: it for page in pages for it in page["InstanceTypes"]}
+    yield from described_instance_types(AWS_TYPES)
 
 
 @pytest.mark.parametrize("name", AWS_TYPES)

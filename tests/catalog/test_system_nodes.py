@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from inferplane.components.catalog.system_nodes import (
     CLUSTER_ADDON_PODS,
@@ -19,19 +17,14 @@ from inferplane.components.catalog.system_nodes import (
     get_system_node_type,
     system_node_types,
 )
+from tests.aws_fixtures import described_instance_types
 
 EC2_TYPES = sorted(name for name, row in SYSTEM_NODE_TYPES.items() if row.cloud == "aws")
 
 
 @pytest.fixture(scope="module")
 def described() -> Iterator[dict[str, Any]]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        with mock_aws():
-            ec2 = boto3.client("ec2", region_name="us-east-1")
-            pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=EC2_TYPES)
-            yield {it["InstanceType"]: it for page in pages for it in page["InstanceTypes"]}
+    yield from described_instance_types(EC2_TYPES)
 
 
 @pytest.mark.parametrize("name", EC2_TYPES)
