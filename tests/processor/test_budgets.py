@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from inferplane.processor import budgets as b
+from inferplane.processor.ext_proc import connect_redis
 from tests.gateway_support import free_port
 
 EXAMPLES = itertools.count()
@@ -135,7 +136,7 @@ def test_two_replicas_never_admit_beyond_the_budget(
 def test_redis_down_fails_every_waiting_request_open_after_one_attempt() -> None:
     async def run() -> None:
         errors: list[int] = []
-        redis = Redis(port=free_port(), socket_connect_timeout=0.2)  # nothing listens there
+        redis = connect_redis(f"redis://127.0.0.1:{free_port()}/0", 0.2)  # nothing listens there, as deployed
         budgets = _budgets(redis, "down:", Clock(), errors)
         verdicts = await asyncio.gather(*(budgets.admit("tenant", 10, 1000, 5) for _ in range(10)))
         assert all(v.retry_after is None and not v.redis_ok for v, _ in verdicts)

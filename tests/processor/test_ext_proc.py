@@ -25,7 +25,7 @@ from inferplane.processor.config import (
     TenantConfig,
     TierConfig,
 )
-from inferplane.processor.ext_proc import MAX_ALTERNATES, Processor
+from inferplane.processor.ext_proc import MAX_ALTERNATES, Processor, connect_redis
 from tests.gateway_support import free_port, model_config, routing_config, vllm_load
 from tests.tiny_model import build_tokenizer, words
 
@@ -108,7 +108,7 @@ class Stream:
 
 
 def _processor(config: ProcessorConfig, redis_port: int | None = None) -> Processor:
-    redis = Redis(port=redis_port, socket_timeout=0.5) if redis_port else None
+    redis = connect_redis(f"redis://127.0.0.1:{redis_port}/0", 0.5) if redis_port else None
     return Processor(config, redis, CollectorRegistry())
 
 

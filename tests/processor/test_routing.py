@@ -19,6 +19,7 @@ from inferplane.processor import endpoints
 from inferplane.processor.admission import Hold, ModelGate
 from inferplane.processor.config import MetricSelector, ModelConfig
 from inferplane.processor.endpoints import Endpoint, EndpointTable, parse_samples
+from inferplane.processor.ext_proc import connect_redis
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, home_block, rendezvous, token_blocks
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
@@ -304,7 +305,7 @@ def test_a_processor_back_after_its_lease_lapsed_writes_back_what_it_holds(redis
 def test_without_redis_each_processor_keeps_to_its_share() -> None:
     async def run() -> None:
         failures: list[str] = []
-        redis = Redis(port=free_port(), socket_timeout=0.2, socket_connect_timeout=0.2)
+        redis = connect_redis(f"redis://127.0.0.1:{free_port()}/0", 0.2)  # as deployed
         store = SlotStore(redis, "x:", failures.append)
         assert [await store.acquire("m", ["a:1", "b:1"], 8, 1) for _ in range(2)] == [None, None]  # maybe a blip
         first = await store.acquire("m", ["a:1", "b:1"], 8, 1)  # three failures in a row: down, the share
