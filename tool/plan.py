@@ -34,7 +34,9 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.table import Table
 from ruamel.yaml import YAML
+from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from inferplane.components.capacity import perf_model
@@ -64,7 +66,7 @@ from inferplane.components.spec.platform_spec import (
 )
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.files import os_reason
-from inferplane.tool.stackfile import Stack, find_project_dir, load_stack, printable
+from inferplane.tool.stackfile import Stack, StackFileError, find_project_dir, load_stack, parse_yaml, printable
 
 MAX_REQUESTS_PER_SECOND = 100_000.0
 """``--requests-per-second`` and ``--peak-requests-per-second`` at most. Generous: at this rate an 8B model at 500
@@ -477,14 +479,15 @@ def _save(stack: Stack, edit: _Edit, err: Console) -> int:
 
 
 def _reread(text: str) -> Any:
-    """The platform block of ``text`` as the stack reader (PyYAML) sees it; None when it has none.
+    """The platform block of ``text`` as the stack reader sees it; None when it has none.
 
     PyYAML reads the stack and ruamel.yaml edits it: two YAML implementations (1.1 and 1.2), so what the editor
-    wrote is read back the reader's way before it replaces the file.
+    wrote is read back the reader's way before it replaces the file: with the stack reader's own loader, not
+    ``yaml.safe_load``, which reads a date (``created: 2026-01-31``) as a ``date`` where the reader keeps its text.
     """
     try:
-        return yaml.safe_load(text)["config"][PLATFORM_KEY]
-    except (yaml.YAMLError, LookupError, TypeError):
+        return parse_yaml(text, "the edited stack file")["config"][PLATFORM_KEY]
+    except (StackFileError, LookupError, TypeError):
         return None
 
 
@@ -503,10 +506,35 @@ def _yaml_scalar(value: Any) -> Any:
     return value
 
 
+class _AsWritten(str):
+    """A plain scalar YAML resolves as a timestamp (``created: 2026-01-31``), kept as the text the user wrote: the
+    stack reader keeps that text too (Pulumi config has no dates), where ruamel.yaml's own timestamp would write
+    ``2001-12-14t21:59:43.10-05:00`` back as ``2001-12-14T21:59:43.100000-05:00``."""
+
+    __slots__ = ()
+
+
+class _EditConstructor(RoundTripConstructor):
+    def construct_yaml_timestamp(self, node: Any, values: Any = None) -> Any:
+        return _AsWritten(node.value)
+
+
+class _EditRepresenter(RoundTripRepresenter):
+    def represent_as_written(self, data: _AsWritten) -> Any:
+        # Tagged timestamp, so the serializer finds the tag implicit and writes the text plain, unquoted.
+        return self.represent_scalar("tag:yaml.org,2002:timestamp", str(data))
+
+
+_EditConstructor.add_constructor("tag:yaml.org,2002:timestamp", _EditConstructor.construct_yaml_timestamp)
+_EditRepresenter.add_representer(_AsWritten, _EditRepresenter.represent_as_written)
+
+
 def _edited(source: str, pool: dict[str, Any] | None, deployment: dict[str, Any]) -> str:
-    """``source`` (the stack file's text, as read) with ``pool`` (unless None) and ``deployment`` added, comments
-    and tags (``!!set``, ``!!binary``) kept."""
+    """``source`` (the stack file's text, as read) with ``pool`` (unless None) and ``deployment`` added, comments,
+    tags (``!!set``, ``!!binary``) and dates as written kept."""
     editor = YAML()
+    editor.Constructor = _EditConstructor
+    editor.Representer = _EditRepresenter
     editor.preserve_quotes = True
     editor.width = 4096
     editor.indent(mapping=2, sequence=4, offset=2)

@@ -280,11 +280,12 @@ _StackLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
 
 
 def _read_yaml(path: Path, display: str) -> Any:
-    return _parse_yaml(_read_text(path, display), display)
+    return parse_yaml(_read_text(path, display), display)
 
 
-def _parse_yaml(text: str, display: str) -> Any:
-    """``text`` of the file ``display`` names, parsed the strict way (:class:`_StackLoader`)."""
+def parse_yaml(text: str, display: str) -> Any:
+    """``text`` of the file ``display`` names, parsed the strict way (:class:`_StackLoader`): as every command reads
+    a stack file (``plan --write-stack`` reads its edit back with it)."""
     deep = flow_nesting_line(text)
     if deep is not None:
         raise StackFileError(display, f"not valid YAML: nested deeper than {MAX_NESTING} levels (line {deep})")
@@ -365,7 +366,7 @@ def read_stack_config(project: ProjectFile | Path, stack: str) -> StackConfig:
             f"--stack: a stack name is 1 to 100 letters, digits, '-', '_' or '.' ({len(stack)} characters given)",
         )
     text = _read_text(path, display)
-    document = _parse_yaml(text, display)
+    document = parse_yaml(text, display)
     if document is None:
         document = {}
     if not isinstance(document, dict):

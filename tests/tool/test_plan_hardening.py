@@ -278,6 +278,35 @@ def test_yaml_tags_without_a_json_form_get_one_verdict_everywhere(
     assert stack_file.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        "created: 2026-01-31",  # PyYAML's safe_load reads a date: the read-back once differed from the stack's text
+        "at: 2026-01-31 10:00:00",
+        "iso: 2001-12-14t21:59:43.10-05:00",  # ruamel.yaml's own timestamp writes 2001-12-14T21:59:43.100000-05:00
+    ],
+)
+def test_a_date_in_the_tags_is_written_back_as_the_user_wrote_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], written: str
+) -> None:
+    """``size`` and ``preview`` keep a timestamp-looking value as its text (Pulumi config has no dates); ``plan
+    --write-stack`` takes the same stack and leaves that line byte for byte."""
+    project = _project(tmp_path)
+    stack_file = project / "stacks" / "Pulumi.dev.yaml"
+    line = f"      {written}\n"
+    team = "      team: ml-platform\n"
+    stack_file.write_text(stack_file.read_text().replace(team, team + line))
+    assert _run(["size", "--stack", "dev", "--project-dir", str(project)], capsys)[0] == EXIT_OK
+    code, _, err = _run(_write(project, "dev", "--name", "chat"), capsys)
+    assert (code, err) == (EXIT_OK, "")
+    text = stack_file.read_text()
+    assert line in text
+    key, value = written.split(": ", 1)
+    assert _platform(project, "dev")["models"][-1]["name"] == "chat"
+    assert plan_module._reread(text)["tags"][key] == value
+    assert _run(["size", "--stack", "dev", "--project-dir", str(project)], capsys)[0] == EXIT_OK
+
+
 # --- the stack file is replaced by rename ----------------------------------------------------------------------
 
 
