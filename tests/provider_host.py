@@ -135,6 +135,7 @@ class ProviderProcess:
     monitor: _Monitor
     monitor_address: str
     output: list[str]
+    process: subprocess.Popen[str]
 
     @property
     def registrations(self) -> list[Registration]:
@@ -181,6 +182,7 @@ def provider_process(plugin_dir: Path, *, project: str, stack: str, region: str)
             monitor=monitor,
             monitor_address=f"127.0.0.1:{monitor_port}",
             output=output,
+            process=process,
         )
     finally:
         if channel is not None:

@@ -17,6 +17,7 @@ it (``ComponentInitError``) and only its text would.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -76,4 +77,8 @@ def main() -> None:
     # The SDK's server reads sys.argv again, leniently (parse_known_args): it would take --tracing's endpoint for the
     # engine's address. It gets the address alone.
     sys.argv[1:] = [address]
+    # The engine stops a plugin with SIGINT (then SIGKILL after 5 s) and the SDK's server stops on KeyboardInterrupt,
+    # which Python raises only where SIGINT was not ignored at start: a provider launched from a background job
+    # inherits it ignored and was killed 5 s later. See policies/__main__.py, which does the same.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     serve(InferplaneProvider(), [address])

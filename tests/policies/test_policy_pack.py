@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,18 @@ def found(report: PolicyReport) -> list[tuple[str, str, str]]:
 
 
 # --- the pack as a whole --------------------------------------------------------------------------------------
+
+
+def test_the_pack_stops_on_the_engines_sigint_even_when_started_with_it_ignored() -> None:
+    """A pack launched from a background job inherits SIGINT ignored; the engine's SIGINT must still stop it (exit 0),
+    not leave it to the SIGKILL 5 s later (-9)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with PolicyPackProcess.start(stack="prod") as running:
+            process = running.process
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert process.returncode == 0, running.output
 
 
 def test_pack_answers_get_analyzer_info_with_every_policy(pack: PolicyPackProcess) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -182,6 +183,18 @@ def test_schema_path_renames_every_segment() -> None:
 def provider() -> Iterator[ProviderProcess]:
     with provider_process(PROJECT_DIR, project="inferplane", stack="dev", region="us-east-1") as process:
         yield process
+
+
+def test_the_provider_stops_on_the_engines_sigint_even_when_started_with_it_ignored() -> None:
+    """A plugin launched from a background job inherits SIGINT ignored; the engine's SIGINT must still stop it (exit
+    0), not leave it to the SIGKILL 5 s later (-9)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with provider_process(PROJECT_DIR, project="inferplane", stack="dev", region="us-east-1") as running:
+            process = running.process
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert process.returncode == 0, "".join(running.output)
 
 
 def test_the_provider_answers_get_schema_with_the_inferred_schema(
