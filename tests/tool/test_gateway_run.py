@@ -395,6 +395,16 @@ def test_envoy_is_found_by_flag_variable_path_project_then_user_cache(tmp_path: 
     assert gr.find_envoy(None, env, tmp_path / "other") == in_cache
 
 
+def test_make_preview_installs_the_envoy_the_command_finds() -> None:
+    """The tour (issue 36): ``make preview`` then ``inferplane gateway run --stack dev --check`` on a fresh clone.
+    ``preview`` depends on the Makefile's ``$(ENVOY)``, which is the project path :func:`gr.find_envoy` looks at."""
+    makefile = (PROJECT_DIR / "Makefile").read_text()
+    variables = dict(re.findall(r"^(\w+) :?= (.*)$", makefile, re.MULTILINE))
+    assert Path(variables["ENVOY"].replace("$(ENVOY_DIR)", variables["ENVOY_DIR"])) == gr.ENVOY_PROJECT_BINARY
+    preview = re.search(r"^preview:(.*)$", makefile, re.MULTILINE)
+    assert preview is not None and "$(ENVOY)" in preview.group(1).split()
+
+
 def test_missing_envoy_says_how_to_install_it_and_exits_3(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     with pytest.raises(gr.GatewayRunError) as error:
