@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any
 
 from inferplane.components.capacity.sizing import DeploymentSizing, size_platform
+from inferplane.components.capacity.system_nodes import EKS_SYSTEM_SCALE_OUT
 from inferplane.components.gateway.renderer import REDIS_URL_ENV
 from inferplane.components.serving.annotations import (
     COMPONENT_LABEL,
@@ -26,6 +27,7 @@ from inferplane.components.serving.annotations import (
     gateway_annotations,
     serving_annotations,
 )
+from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.components.spec.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
 from inferplane.policies.resource_types import T
 from inferplane.tool.mockengine import SECRET_PLACEHOLDER, Registration
@@ -70,10 +72,28 @@ def registration(
 
 
 @cache
+def prod_spec() -> PlatformSpec:
+    """The prod stack's platform, as every command reads it."""
+    return load_stack(find_project_dir(), STACK).platform
+
+
+@cache
 def prod_llama() -> DeploymentSizing:
     """Sizing of the prod stack's llama-70b deployment (vLLM on p5.48xlarge)."""
-    spec = load_stack(find_project_dir(), STACK).platform
-    return next(d for d in size_platform(spec).deployments if d.name == "llama-70b")
+    return next(d for d in size_platform(prod_spec()).deployments if d.name == "llama-70b")
+
+
+def system_node_group() -> dict[str, Any]:
+    """The EKS system node group's inputs as ``EksCluster`` writes them for the prod stack: its type and node count
+    from the stack (``cluster.system_instance_type``, ``cluster.system_nodes``), growing to ``EKS_SYSTEM_SCALE_OUT``
+    times that."""
+    cluster = prod_spec().cluster
+    nodes = cluster.system_nodes
+    return {
+        "instanceTypes": [cluster.system_instance_type],
+        "scalingConfig": {"minSize": nodes, "desiredSize": nodes, "maxSize": EKS_SYSTEM_SCALE_OUT * nodes},
+        "tags": TAGS,
+    }
 
 
 def vllm_args(sizing: DeploymentSizing) -> list[str]:
@@ -244,15 +264,7 @@ def happy_plan() -> list[Registration]:
             },
             depends=(lt.urn,),
         ),
-        registration(
-            T.EKS_NODE_GROUP,
-            "system",
-            {
-                "instanceTypes": ["m7i.large"],
-                "scalingConfig": {"minSize": 2, "desiredSize": 2, "maxSize": 3},
-                "tags": TAGS,
-            },
-        ),
+        registration(T.EKS_NODE_GROUP, "system", system_node_group()),
         registration(
             T.SECURITY_GROUP,
             "gateway-lb",
