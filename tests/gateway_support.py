@@ -15,6 +15,7 @@ import random
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -416,22 +417,27 @@ HOLD_TIMEOUT_S = 20.0
 
 
 class Relay:
-    """A TCP relay on a port of its own to a real server, switched on and off: a replica coming up (scale from zero).
+    """A TCP relay on a port of its own to a real server, switched on and off: a replica coming up (scale from zero),
+    or a test's own way to a shared fleet server that it can kill (:meth:`kill`) without killing the server.
 
     Closed, nothing listens on the port (connections are refused, as to a Service without endpoints); open, it
     forwards bytes both ways to the target.
     """
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, *, opened: bool = False) -> None:
         self.port = free_port()
         self.target_port = target_port
         self._server: socket.socket | None = None
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
         self._released = threading.Event()
         self._released.set()
         self._hold_armed = False
         self.holding = threading.Event()
         """Set while the relay withholds the rest of a response after its first server-sent event."""
         self.hold_timed_out = False
+        if opened:
+            self.open()
 
     @property
     def is_open(self) -> bool:
@@ -466,6 +472,18 @@ class Relay:
             self._server.close()
             self._server = None
 
+    def kill(self) -> None:
+        """What a killed server looks like from outside: nothing listens any more (connections are refused) and every
+        connection open through the relay is reset."""
+        self.close()
+        with self._lock:
+            connections, self._connections = self._connections, set()
+        for sock in connections:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, not FIN
+            with contextlib.suppress(OSError):
+                sock.close()
+
     def _accept(self, server: socket.socket) -> None:
         while True:
             try:
@@ -477,6 +495,12 @@ class Relay:
             except OSError:  # the server behind is down (a test killed it): refuse this connection, as it would
                 client.close()
                 continue
+            with self._lock:
+                if self._server is not server:  # killed meanwhile
+                    client.close()
+                    upstream.close()
+                    return
+                self._connections.update((client, upstream))
             threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
 
@@ -500,3 +524,5 @@ class Relay:
             for sock in (source, sink):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._connections.difference_update((source, sink))

@@ -1,19 +1,20 @@
 """The gateway end to end with real parts: Envoy 1.40 running the rendered bootstrap, the real processor, Redis 8.2
-and two vLLM 0.32 OpenAI servers on CPU (a tiny Llama with dummy weights), driven by the official ``openai`` client.
+and two vLLM 0.32 OpenAI servers on CPU (a tiny Llama with dummy weights) of the run's fleet (tests/fleet.py),
+driven by the official ``openai`` client.
 
 Topology: tier ``standard`` = ``alpha`` with fallback ``beta``; tier ``batch`` = ``gamma``, which scales to zero.
 vLLM "alpha" serves the names ``alpha`` and ``gamma``; vLLM "beta" serves ``beta`` and ``alpha`` (a fallback server
-must accept the primary's name). Two gateway replicas (A and B) share the Redis. ``gamma``'s address is a relay that
-refuses connections (no replica) until the test opens it to vLLM "alpha" (the replica coming up).
+must accept the primary's name). Two gateway replicas (A and B) share the module's Redis. ``alpha``'s address is
+the module's relay to vLLM "alpha", which the fallback test kills (the fleet's server lives on); ``gamma``'s is a
+relay that refuses connections (no replica) until the test opens it to vLLM "alpha" (the replica coming up).
 
-The tests run in file order on one worker (xdist group): the destructive ones (Redis, a vLLM, a processor
+The tests run in file order on one worker (xdist group): the destructive ones (Redis, the primary, a processor
 stopped) come last.
 """
 
 from __future__ import annotations
 
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -28,20 +29,11 @@ from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway import renderer as gc
 from inferplane.processor import metrics as gm
 from inferplane.processor.cache import metrics as cm
-from tests.gateway_support import (
-    Gateway,
-    Procs,
-    Relay,
-    gateway_addresses,
-    scrape,
-    start_gateway,
-    start_redis,
-    start_vllm,
-    wait_vllm,
-)
-from tests.tiny_model import ARCHITECTURE, tiny_platform, words, write_model
+from tests.fleet import Fleet, check_fits, tokenizers_dir
+from tests.gateway_support import Gateway, Procs, Relay, gateway_addresses, scrape, start_gateway, start_redis
+from tests.tiny_model import tiny_platform, words
 
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gateway-e2e")]
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
 CACHE_TTL_SECONDS = 8
 """Short, so the response cache's expiry is observable (``test_cache_entries_expire``)."""
@@ -84,7 +76,8 @@ class Platform:
     a: Gateway
     b: Gateway
     keys: dict[str, str]
-    vllm_ports: dict[str, int]
+    fleet: Fleet
+    primary: Relay
     relay: Relay
 
     def client(self, tenant: str, gateway: Gateway | None = None) -> openai.OpenAI:
@@ -93,40 +86,29 @@ class Platform:
 
     def vllm_posts(self, name: str) -> int:
         """Completion requests vLLM ``name`` has received (its access log)."""
-        return self.procs.log(name).count('"POST /v1/')
+        return self.fleet[name].posts()
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[Platform]:
     directory = tmp_path_factory.mktemp("gateway-e2e")
     procs = Procs(directory)
     spec = _spec()
     plan = size_platform(spec)
-    alpha = next(d for d in plan.deployments if d.name == "alpha").result.vllm
-    tokenizers = directory / "tokenizers"
-    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
+    for deployment in plan.deployments:
+        check_fits(deployment.result.vllm.max_model_len, deployment.result.vllm.max_num_seqs, deployment.name)
+    tokenizers = tokenizers_dir(fleet)
     keys = {tenant: secrets.token_urlsafe(32) for tenant in TENANTS}
     keys_dir = directory / "keys"
     keys_dir.mkdir()
     (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file(keys))
+    primary = Relay(fleet["vllm-alpha"].port, opened=True)
+    relay = Relay(fleet["vllm-alpha"].port)
     try:
-        ports = {
-            f"vllm-{server}": start_vllm(
-                procs,
-                f"vllm-{server}",
-                model_dir,
-                names,
-                max_model_len=alpha.max_model_len,
-                max_num_seqs=alpha.max_num_seqs,
-            )
-            for server, names in (("alpha", ["alpha", "gamma"]), ("beta", ["beta", "alpha"]))
-        }
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
-        ports = {name: wait_vllm(procs, name, port) for name, port in ports.items()}
-        relay = Relay(ports["vllm-alpha"])
         upstreams = {
-            "alpha": [("127.0.0.1", ports["vllm-alpha"])],
-            "beta": [("127.0.0.1", ports["vllm-beta"])],
+            "alpha": [("127.0.0.1", primary.port)],
+            "beta": [("127.0.0.1", fleet["vllm-beta"].port)],
             "gamma": [("127.0.0.1", relay.port)],
         }
         gateways = [
@@ -140,9 +122,11 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             )
             for name in ("gw-a", "gw-b")
         ]
-        yield Platform(procs, gateways[0], gateways[1], keys, ports, relay)
+        yield Platform(procs, gateways[0], gateways[1], keys, fleet, primary, relay)
     finally:
         procs.stop_all()
+        primary.close()
+        relay.close()
 
 
 def _metric(gateway: Gateway, name: str, **labels: str) -> float:
@@ -243,7 +227,7 @@ a hundred milliseconds of decoding even on a quiet machine, long enough to watch
 
 def _running(platform: Platform, server: str) -> float:
     """``vllm:num_requests_running`` of one vLLM server, from its own metrics."""
-    samples = scrape(f"http://127.0.0.1:{platform.vllm_ports[server]}/metrics")
+    samples = scrape(f"http://127.0.0.1:{platform.fleet[server].port}/metrics")
     return sum(v for k, v in samples.items() if k.startswith("vllm:num_requests_running"))
 
 
@@ -490,7 +474,7 @@ def test_redis_down_fails_open_and_envoys_own_limit_holds(platform: Platform) ->
 
 
 def test_fallback_when_the_primary_is_killed(platform: Platform) -> None:
-    platform.procs.stop("vllm-alpha", signal.SIGKILL)
+    platform.primary.kill()  # the primary's address refuses connections, as a killed server's does
     response = _chat(platform.client("team-a"), "alpha")
     assert response.parse().model == "beta"  # the fallback server answered, and says so
 

@@ -9,9 +9,9 @@ set as ``inferplane cache eval`` does (no false hit, recall at least 0.85). Then
 served embedder as prod does (``cache.embedder: {kind: served, model: all-minilm-l6-v2}``, the catalog's threshold by
 default; a local run names where it answers, as ``inferplane gateway run --embedder-url`` does); paraphrases static
 embeddings miss are answered from the cache, and near misses the sentence model scores above the threshold still
-reach the model (a guard refuses them). Last, the embedder is stopped: semantic lookups are lost, nothing else. One
-vLLM embedder serves the whole module (its start is the slow part); the tests run in file order on one worker (xdist
-group).
+reach the model (a guard refuses them). Last, the embedder goes down (the module's relay to it is killed; the fleet's
+embedder lives on): semantic lookups are lost, nothing else. Both vLLM servers are the run's fleet's (tests/fleet.py;
+their start is the slow part); the tests run in file order on one worker (xdist group).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from inferplane.components.capacity.embedder import EmbedderSizing
 from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.catalog.embedders import get_embedding_model
 from inferplane.components.gateway import renderer as gc
+from inferplane.components.serving.embedder_service import embedder_args
 from inferplane.components.spec.platform_spec import CacheSpec
 from inferplane.processor.cache import metrics as cm
 from inferplane.processor.cache.config import EndpointEmbedderConfig
@@ -42,20 +43,20 @@ from inferplane.processor.cache.guards import names
 from inferplane.processor.config import ProcessorConfig
 from inferplane.tool.cache_eval import Scored, by_class, by_guard, load_pairs, point, score
 from inferplane.tool.cli import main
+from tests.fleet import Fleet, check_fits, tokenizers_dir
 from tests.gateway_support import (
     Gateway,
     Procs,
+    Relay,
+    embedder_model_dir,
     gateway_addresses,
     scrape,
     start_gateway,
     start_redis,
-    start_vllm,
-    start_vllm_embedder,
-    wait_vllm,
 )
-from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
+from tests.tiny_model import tiny_platform
 
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gateway-embedder-e2e")]
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
 EMBEDDER = get_embedding_model("all-minilm-l6-v2")
 TENANT = "team-a"
@@ -72,17 +73,24 @@ class Served:
     gateway: Gateway
     key: str
     embedder_url: str
+    fleet: Fleet
+    embedder_relay: Relay
+
+    @property
+    def gateways_embedder_url(self) -> str:
+        """Where the gateway calls the embedder: the module's relay to it."""
+        return f"http://127.0.0.1:{self.embedder_relay.port}/v1"
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.gateway.base_url, api_key=self.key, max_retries=0)
 
     def completions(self) -> int:
         """Completion requests the model's vLLM has received (its access log)."""
-        return self.procs.log("vllm-alpha").count('"POST /v1/chat/completions')
+        return self.fleet["vllm-alpha"].posts("/v1/chat/completions")
 
     def embeddings(self) -> int:
         """Embedding requests the embedder's vLLM has received."""
-        return self.procs.log("embedder").count('"POST /v1/embeddings')
+        return self.fleet.embedder.posts("/v1/embeddings")
 
 
 SERVED = {"kind": "served", "model": EMBEDDER.name, "timeout_ms": EMBED_TIMEOUT_MS}
@@ -104,40 +112,35 @@ def _embedder_sizing() -> EmbedderSizing:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[Served]:
     directory = tmp_path_factory.mktemp("gateway-embedder-e2e")
     procs = Procs(directory)
-    tokenizers = directory / "tokenizers"
-    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
+    embedder = fleet.embedder
+    # The fleet's embedder runs exactly the argument list EmbedderService deploys for this module's stack.
+    wanted = embedder_args(_embedder_sizing(), model=str(embedder_model_dir()), host="127.0.0.1", port=embedder.port)
+    assert embedder.args[-len(wanted) :] == tuple(wanted)
+    # The engine as sizing sets it (the cache section does not change sizing).
+    engine = size_platform(_spec({})).deployments[0].result.vllm
+    check_fits(engine.max_model_len, engine.max_num_seqs, "alpha")
     key = secrets.token_urlsafe(32)
     keys_dir = directory / "keys"
     keys_dir.mkdir()
     (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({TENANT: key}))
+    relay = Relay(embedder.port, opened=True)  # the gateway's way to the embedder, which the last test kills
     try:
-        embedder_port = start_vllm_embedder(procs, "embedder", _embedder_sizing())
-        # The engine as sizing sets it (the cache section does not change sizing).
-        engine = size_platform(_spec({})).deployments[0].result.vllm
-        vllm_port = start_vllm(
-            procs,
-            "vllm-alpha",
-            model_dir,
-            ["alpha"],
-            max_model_len=engine.max_model_len,
-            max_num_seqs=engine.max_num_seqs,
-        )
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
-        embedder_port = wait_vllm(procs, "embedder", embedder_port)
-        vllm_port = wait_vllm(procs, "vllm-alpha", vllm_port)
-        embedder_url = f"http://127.0.0.1:{embedder_port}/v1"
         spec = _spec({"embedder": SERVED, "lookup_timeout_ms": 500})
-        upstreams = {"alpha": [("127.0.0.1", vllm_port)]}
-        addresses = gateway_addresses(upstreams, keys_dir, tokenizers, "-emb", embedder_url=embedder_url)
+        upstreams = {"alpha": [("127.0.0.1", fleet["vllm-alpha"].port)]}
+        addresses = gateway_addresses(
+            upstreams, keys_dir, tokenizers_dir(fleet), "-emb", embedder_url=f"http://127.0.0.1:{relay.port}/v1"
+        )  # the same URL as Served.gateways_embedder_url
         gateway = start_gateway(
             procs, "gw", spec=spec, plan=size_platform(spec), addresses=addresses, redis_url=redis_url
         )
-        yield Served(procs, gateway, key, embedder_url)
+        yield Served(procs, gateway, key, embedder.url, fleet, relay)
     finally:
         procs.stop_all()
+        relay.close()
 
 
 # --- the embedder on its own ------------------------------------------------------------------------------------------
@@ -215,7 +218,7 @@ def test_the_processor_is_configured_with_the_served_embedder(served: Served) ->
     cache = ProcessorConfig.model_validate_json(served.gateway.rendered.processor_json).cache
     assert cache is not None and cache.threshold == EMBEDDER.threshold and cache.guards  # the catalog's, by default
     assert cache.embedder == EndpointEmbedderConfig(
-        url=served.embedder_url, model=EMBEDDER.name, dimensions=384, timeout_ms=EMBED_TIMEOUT_MS
+        url=served.gateways_embedder_url, model=EMBEDDER.name, dimensions=384, timeout_ms=EMBED_TIMEOUT_MS
     )
 
 
@@ -262,7 +265,7 @@ def test_an_embedder_that_is_down_costs_semantic_hits_only(served: Served) -> No
     asked = "Describe the water cycle."
     first = _ask(served, asked)
     time.sleep(0.5)
-    served.procs.stop("embedder")
+    served.embedder_relay.kill()  # the embedder is down for the gateway
     assert _ask(served, asked)[:2] == ("hit", "exact")
     completions = served.completions()
     assert _ask(served, "Please describe the water cycle.")[0] == "miss"  # 0.98 with MiniLM, but no vector now

@@ -1,8 +1,9 @@
 """``inferplane gateway run`` end to end, as a user runs it: the command started as a subprocess in front of a real
-vLLM 0.32 server on CPU (the tiny Llama, dummy weights), its printed base URL and keys read from its output, and the
-official ``openai`` client driving it: a completion, a stream, 401, 429 at a tenant's request limit,
-``context_length_exceeded``; then Ctrl-C (SIGINT to its process group, as a terminal sends it) leaves no process of
-that group and no file in its temporary directory, while the vLLM it did not start keeps serving.
+vLLM 0.32 server on CPU (the tiny Llama, dummy weights; one of the run's fleet, tests/fleet.py), its printed base URL
+and keys read from its output, and the official ``openai`` client driving it: a completion, a stream, 401, 429 at a
+tenant's request limit, ``context_length_exceeded``; then Ctrl-C (SIGINT to its process group, as a terminal sends
+it) leaves no process of that group and no file in its temporary directory, while the vLLM it did not start keeps
+serving.
 
 The stack is written by the test into a temporary project: model ``tiny`` (tier ``standard``), tenants ``team-a``
 and ``rpm-tight`` (2 requests a minute). The tests run in file order on one worker (xdist group); Ctrl-C comes last.
@@ -25,11 +26,12 @@ from inferplane.components.gateway import renderer as gc
 from inferplane.tool.exitcodes import EXIT_OK
 from inferplane.tool.stackfile import load_stack
 from tests.envoy import envoy_binary
-from tests.gateway_support import Procs, free_port, start_vllm, wait_vllm
-from tests.tiny_model import ARCHITECTURE, words
+from tests.fleet import Fleet, FleetServer, check_fits
+from tests.gateway_support import free_port
+from tests.tiny_model import words
 from tests.tool.test_gateway_run import GatewayRun, tiny_stack, write_project, write_tokenizers
 
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gateway-e2e")]
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
 MODEL = "tiny"
 TIGHT_RPM = 2
@@ -40,8 +42,12 @@ class Running:
     """The command, the vLLM server behind it and its port."""
 
     gateway: GatewayRun
-    procs: Procs
-    vllm_port: int
+    server: FleetServer
+
+    @property
+    def vllm_port(self) -> int:
+        """The port of the vLLM server the command was pointed at."""
+        return self.server.port
 
     def client(self, tenant: str) -> openai.OpenAI:
         """The tenant's client with the key the command printed; no client retries (429 and 5xx must surface)."""
@@ -50,11 +56,11 @@ class Running:
 
     def vllm_posts(self) -> int:
         """Completion requests vLLM has received (its access log)."""
-        return self.procs.log("vllm").count('"POST /v1/')
+        return self.server.posts()
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+def running(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[Running]:
     directory = tmp_path_factory.mktemp("gateway-run-e2e")
     tenants = [
         {"name": "team-a", "tiers": ["standard"]},
@@ -63,24 +69,26 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     document = tiny_stack([{"name": MODEL, "routing_tier": "standard"}], {"tenants": tenants})
     project = write_project(directory / "project", "local", document)
     settings = size_platform(load_stack(project, "local").platform).deployments[0].result.vllm
+    check_fits(settings.max_model_len, settings.max_num_seqs, MODEL)
     tokenizers = write_tokenizers(directory / "tokenizers")
-    procs = Procs(directory)
+    server = fleet["vllm-tiny"]
     gateway: GatewayRun | None = None
     try:
-        model_dir = tokenizers / ARCHITECTURE["hf_repo"]
-        port = start_vllm(
-            procs, "vllm", model_dir, [MODEL], max_model_len=settings.max_model_len, max_num_seqs=settings.max_num_seqs
-        )
-        port = wait_vllm(procs, "vllm", port)
-        argv = ["--project-dir", str(project), "--stack", "local", "--upstream", f"{MODEL}=http://127.0.0.1:{port}"]
+        argv = [
+            "--project-dir",
+            str(project),
+            "--stack",
+            "local",
+            "--upstream",
+            f"{MODEL}=http://127.0.0.1:{server.port}",
+        ]
         argv += ["--tokenizers", str(tokenizers), "--port", str(free_port()), "--envoy", str(envoy_binary())]
         gateway = GatewayRun.start(argv, directory / "run")
         gateway.wait_ready()
-        yield Running(gateway, procs, port)
+        yield Running(gateway, server)
     finally:
         if gateway is not None:
             gateway.kill()
-        procs.stop_all()
 
 
 def _fresh_window() -> None:

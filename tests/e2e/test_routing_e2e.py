@@ -1,17 +1,18 @@
 """Routing to replicas end to end: Envoy 1.40 running the rendered bootstrap (override_host over the model's replicas),
-the real processor, Redis 8.2 and **three** vLLM 0.32 CPU replicas of one model, driven by the ``openai`` client.
+the real processor, Redis 8.2 and **three** vLLM 0.32 CPU replicas of one model (the run's fleet, tests/fleet.py),
+driven by the ``openai`` client.
 
 Gateways A and B are two replicas of the same gateway (shared Redis, each its own prefix index); gateway C is the
 same gateway with its processor unable to read any replica's metrics, so it never picks (Envoy's least-request
-fallback does). Which replica served a request is read from each vLLM's own access log and metrics.
+fallback does). Each replica's address is the module's relay to a fleet server, so the failover test kills a relay,
+not the shared server. Which replica served a request is read from each vLLM's own access log and metrics.
 
-The tests run in file order on one worker (xdist group): the destructive ones (a replica stopped, one killed) last.
+The tests run in file order on one worker (xdist group): the destructive ones (a replica paused, one killed) last.
 """
 
 from __future__ import annotations
 
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -26,22 +27,14 @@ from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.observability import metrics as engine_metrics
 from inferplane.processor import metrics as gm
-from tests.gateway_support import (
-    Gateway,
-    Procs,
-    gateway_addresses,
-    scrape,
-    start_gateway,
-    start_redis,
-    start_vllm,
-    wait_vllm,
-)
-from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
+from tests.fleet import ROUTING_REPLICAS, Fleet, check_fits, tokenizers_dir
+from tests.gateway_support import Gateway, Procs, Relay, gateway_addresses, scrape, start_gateway, start_redis
+from tests.tiny_model import tiny_platform
 
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gateway-e2e")]
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
 MODEL = "delta"
-REPLICAS = ("r0", "r1", "r2")
+REPLICAS = ROUTING_REPLICAS
 LONG_GENERATION_TOKENS = 600
 """Tokens a long request generates (``ignore_eos``): long enough on the tiny model that requests sent together all
 run together."""
@@ -66,7 +59,8 @@ class Platform:
     procs: Procs
     gateways: dict[str, Gateway]
     key: str
-    ports: dict[str, int]
+    fleet: Fleet
+    relays: dict[str, Relay]
     max_num_seqs: int
 
     def client(self, gateway: str = "a") -> openai.OpenAI:
@@ -75,44 +69,33 @@ class Platform:
 
     def posts(self) -> dict[str, int]:
         """Completion requests each replica has received so far (its access log)."""
-        return {r: self.procs.log(r).count('"POST /v1/') for r in REPLICAS if r in self.procs.procs}
+        return {r: self.fleet[r].posts() for r in REPLICAS}
 
     def running(self, replica: str) -> float:
         """``vllm:num_requests_running`` of one replica, from its own metrics."""
-        samples = scrape(f"http://127.0.0.1:{self.ports[replica]}/metrics")
+        samples = scrape(f"http://127.0.0.1:{self.fleet[replica].port}/metrics")
         return sum(v for k, v in samples.items() if k.partition("{")[0] == "vllm:num_requests_running")
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[Platform]:
     directory = tmp_path_factory.mktemp("routing-e2e")
     procs = Procs(directory)
     spec = _spec()
     plan = size_platform(spec)
     settings = plan.deployments[0].result.vllm
-    tokenizers = directory / "tokenizers"
-    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
+    # The engines could run twice what the gateway admits to each: an overshoot would show as running requests, not
+    # hide in the engine's own queue.
+    check_fits(settings.max_model_len, settings.max_num_seqs, MODEL)
+    tokenizers = tokenizers_dir(fleet)
     key = secrets.token_urlsafe(32)
     keys_dir = directory / "keys"
     keys_dir.mkdir()
     (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"team-a": key}))
+    relays = {r: Relay(fleet[r].port, opened=True) for r in REPLICAS}
     try:
-        # The engines could run twice what the gateway admits to each: an overshoot would show as running requests,
-        # not hide in the engine's own queue.
-        ports = {
-            r: start_vllm(
-                procs,
-                r,
-                model_dir,
-                [MODEL],
-                max_model_len=settings.max_model_len,
-                max_num_seqs=2 * settings.max_num_seqs,
-            )
-            for r in REPLICAS
-        }
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
-        ports = {replica: wait_vllm(procs, replica, port) for replica, port in ports.items()}
-        upstreams = {MODEL: [("127.0.0.1", ports[r]) for r in REPLICAS]}
+        upstreams = {MODEL: [("127.0.0.1", relays[r].port) for r in REPLICAS]}
 
         def blind(config: dict[str, Any]) -> None:
             for model in config["models"]:
@@ -130,9 +113,11 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             )
             for name in ("a", "b", "c")
         }
-        yield Platform(procs, gateways, key, ports, settings.max_num_seqs)
+        yield Platform(procs, gateways, key, fleet, relays, settings.max_num_seqs)
     finally:
         procs.stop_all()
+        for relay in relays.values():
+            relay.close()
 
 
 def _metric(gateway: Gateway, name: str, **labels: str) -> float:
@@ -188,7 +173,9 @@ def test_requests_sharing_a_prefix_stay_on_one_replica(platform: Platform) -> No
 def test_every_vllm_series_the_plans_and_the_router_read_is_exposed(platform: Platform) -> None:
     """The names in components/observability/metrics.py (alerts, dashboards, KEDA, the router's load and the
     prefix-cache hit rate) against a real vLLM 0.32 replica's exposition, after it served requests."""
-    exposed = {name.partition("{")[0] for name in scrape(f"http://127.0.0.1:{platform.ports['r0']}/metrics")}
+    exposed = {
+        name.partition("{")[0] for name in scrape(f"http://127.0.0.1:{platform.fleet[REPLICAS[0]].port}/metrics")
+    }
     wanted = {
         value
         for key, value in vars(engine_metrics).items()
@@ -260,22 +247,19 @@ def test_without_the_processors_pick_envoy_still_balances(platform: Platform) ->
 
 
 def test_the_cap_follows_replicas_going_and_coming(platform: Platform) -> None:
-    replica = platform.procs.procs["r2"]
-    replica.send_signal(signal.SIGSTOP)  # its server stops answering, as a pod failing readiness
-    try:
+    paused = REPLICAS[2]
+    with platform.fleet[paused].paused():  # its server stops answering, as a pod failing readiness
         _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
         _wait_metric(platform.gateways["a"], gm.ADMISSION_CAPACITY, 2 * platform.max_num_seqs, model=MODEL)
         served = _served_by(platform, lambda: [_ask(platform.client("a"), _prefix(20 + g), 1) for g in range(6)])
-        assert "r2" not in served and sum(served.values()) == 6
-    finally:
-        replica.send_signal(signal.SIGCONT)
+        assert paused not in served and sum(served.values()) == 6
     _wait_metric(platform.gateways["a"], gm.ADMISSION_CAPACITY, 3 * platform.max_num_seqs, model=MODEL)
 
 
 def test_a_killed_replicas_traffic_moves_to_the_others(platform: Platform) -> None:
     client = platform.client("a")
     home = next(iter(_served_by(platform, lambda: _ask(client, _prefix(4), 1))))
-    platform.procs.stop(home, signal.SIGKILL)
+    platform.relays[home].kill()  # its address refuses connections and drops the open ones, as a killed server's
     served = _served_by(platform, lambda: [_ask(client, _prefix(4), q) for q in range(2, 8)])
     assert home not in served and sum(served.values()) == 6  # no client error: Envoy retried the dead pick
     _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
