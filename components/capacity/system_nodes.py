@@ -394,7 +394,7 @@ def check_system_nodes(
     if too_big:
         larger = _larger_type(pods, node, nodes)
         asks = " or ".join(f"{p.name} pods ({_cpu(p.cpu_millicores)} and {_mem(p.memory_mib)} each)" for p in too_big)
-        fix = f"{type_key.rpartition('.')[2]} {larger}" if larger else "fewer gateway workers (no catalog type fits)"
+        fix = f"{type_key.rpartition('.')[2]} {larger}" if larger else _smaller_pods(too_big)
         problems.append(
             f"{PLATFORM_KEY}.{type_key}: {node.name} system nodes cannot run {asks}: {capacity}; fix: {fix}"
         )
@@ -413,6 +413,16 @@ def check_system_nodes(
         pods=tuple(pods),
         problems=tuple(problems),
     )
+
+
+POD_SIZE_KEYS: dict[str, str] = {"gateway": "gateway.processor_workers", "cache-embedder": "cache.embedder.cpus"}
+"""The stack key that sets the size of each of the platform's own system pods."""
+
+
+def _smaller_pods(too_big: Sequence[SystemPod]) -> str:
+    """The fix when no catalog node type holds a pod: smaller pods, named by the key that sizes them."""
+    keys = list(dict.fromkeys(POD_SIZE_KEYS[p.name] for p in too_big if p.name in POD_SIZE_KEYS))
+    return f"fewer {' and '.join(keys)} (no catalog type fits)" if keys else "no catalog type fits"
 
 
 def _fixes(

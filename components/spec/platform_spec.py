@@ -729,7 +729,8 @@ def parse_platform(raw: Mapping[str, Any], region: str) -> PlatformSpec:
     except ValidationError as exc:
         issues = []
         errors = exc.errors()
-        item_errors = {tuple(e["loc"][:-1]) for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}
+        # Every list holding a failed item, at any depth (``models`` for ``models[0].engine`` as for ``models[0]``).
+        item_errors = {tuple(e["loc"][:i]) for e in errors for i, part in enumerate(e["loc"]) if isinstance(part, int)}
         for err in errors:
             if err["type"] == "too_short" and tuple(err["loc"]) in item_errors:
                 continue  # the list is short only because its items failed, which are reported
