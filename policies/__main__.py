@@ -9,7 +9,6 @@ import signal
 import sys
 from pathlib import Path
 
-
 # The pack runs as a directory script (runpy), so put the repository root on the path for ``components``/``policies``
 # even where the project is not installed into the pack's virtualenv.
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))

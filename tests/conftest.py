@@ -14,6 +14,8 @@ from pulumi.runtime.settings import reset_options
 
 from tests import fleet as fleet_plugin
 
+pytest_plugins = ["tests.suite_report"]
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SHARED_DIR = PROJECT_DIR.parent / "shared"
 CRD_DIR = SHARED_DIR / "schemas" / "crds"
