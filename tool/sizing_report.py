@@ -147,6 +147,13 @@ def render_platform(console: Console, plan: PlatformSizing) -> None:
     console.print(pools)
     if plan.system_nodes:
         console.print(system_nodes_table(plan))
+    for m in plan.prometheus:
+        console.print(
+            f"prometheus ({m.cluster}): {m.replicas} pods x ({m.cpu_millicores / 1000:g} CPU, {m.memory_mib} MiB) on "
+            f"the system nodes, for about {m.series:,} series ({m.samples_per_second:,.0f} samples/s); "
+            f"{m.retention_days} days need {m.disk_gib:,.1f} GiB of the {m.retention_gib:,.1f} GiB it may fill "
+            f"({m.volume_gib} GiB volume)"
+        )
     if plan.embedder is not None:
         e = plan.embedder
         console.print(

@@ -29,7 +29,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity.embedder import EmbedderSizing, size_embedder
-from inferplane.components.capacity.system_nodes import SystemNodesSizing, size_system_nodes
+from inferplane.components.capacity.prometheus import (
+    PrometheusSizing,
+    cluster_series,
+    retention_problem,
+    size_prometheus,
+)
+from inferplane.components.capacity.system_nodes import (
+    SCALE_OUT_FACTOR,
+    SystemNodesSizing,
+    size_system_nodes,
+    system_node_counts,
+)
 from inferplane.components.catalog import (
     ACCELERATORS,
     Accelerator,
@@ -40,12 +51,15 @@ from inferplane.components.catalog import (
 )
 from inferplane.components.spec.platform_spec import (
     PLATFORM_KEY,
+    RESPONSE_CACHE_CLUSTERS,
     Engine,
     KvCacheDtype,
     ModelDeploymentSpec,
     PlatformSpec,
     PoolSpec,
+    ServingCluster,
     WeightsDtype,
+    serving_cluster,
 )
 
 GIB = 1024**3
@@ -797,6 +811,11 @@ class PlatformSizing(BaseModel):
     embedder: EmbedderSizing | None = Field(
         default=None, description="The semantic cache's served embedder, when the platform runs one."
     )
+    prometheus: tuple[PrometheusSizing, ...] = Field(
+        default=(),
+        description="Each serving cluster's Prometheus: the series it holds, its requests, the disk its retention "
+        "needs.",
+    )
     system_nodes: tuple[SystemNodesSizing, ...] = Field(
         default=(),
         description="Each cluster's system nodes against the gateway, the embedder and the add-ons placed there.",
@@ -895,7 +914,9 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
     problems += _total_breaches(spec, pools, total_gpus=total_gpus, cost_max=cost_max)
     problems += _limit_breaches(spec)
     embedder = size_embedder(spec.cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND)
-    system_nodes = size_system_nodes(spec, embedder)
+    prometheus = _size_prometheus(spec, deployments, pools, embedder)
+    problems += [p for p in (retention_problem(m, PLATFORM_KEY) for m in prometheus) if p is not None]
+    system_nodes = size_system_nodes(spec, embedder, prometheus)
     problems += [problem for verdict in system_nodes for problem in verdict.problems]
     return PlatformSizing(
         environment=spec.environment,
@@ -907,7 +928,39 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
         problems=tuple(problems),
         embedder=embedder,
         system_nodes=system_nodes,
+        prometheus=prometheus,
     )
+
+
+def _size_prometheus(
+    spec: PlatformSpec,
+    deployments: list[DeploymentSizing],
+    pools: list[PoolSizing],
+    embedder: EmbedderSizing | None,
+) -> tuple[PrometheusSizing, ...]:
+    """Each serving cluster's Prometheus (its monitoring stack runs where models are served), from what it scrapes at
+    the platform's ceiling: the model replicas, the pools' GPUs and nodes, the system nodes, the gateway's pods."""
+    cluster_of = {d.name: serving_cluster(spec, d) for d in spec.models}
+    sized: list[PrometheusSizing] = []
+    for cluster in dict.fromkeys(cluster_of[d.name] for d in deployments):
+        on_cluster = [p for p in pools if _pool_cluster(p) == cluster]
+        system_type, system_nodes = system_node_counts(spec, cluster)
+        nodes = [(p.max_nodes, get_instance_type(p.instance_type).vcpus) for p in on_cluster]
+        series = cluster_series(
+            model_replicas=sum(d.max_replicas for d in deployments if cluster_of[d.name] == cluster),
+            gpus=sum(p.max_nodes * p.accelerators_per_node for p in on_cluster if cluster == "eks"),
+            nodes=[*nodes, (system_nodes[1], system_type.vcpus)],
+            gateway_pods=spec.gateway.replicas * SCALE_OUT_FACTOR,
+            gateway_models=sum(1 for d in deployments if cluster_of[d.name] == cluster),
+            tenants=len(spec.gateway.tenants),
+            other_pods=embedder.replicas if embedder is not None and cluster in RESPONSE_CACHE_CLUSTERS else 0,
+        )
+        sized.append(size_prometheus(cluster, spec.observability, spec.environment, series))
+    return tuple(sized)
+
+
+def _pool_cluster(pool: PoolSizing) -> ServingCluster:
+    return "eks" if get_instance_type(pool.instance_type).cloud == "aws" else "gke"
 
 
 def _size_deployment(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> DeploymentSizing:

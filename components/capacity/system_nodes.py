@@ -46,6 +46,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity.embedder import MIB, EmbedderSizing
+from inferplane.components.capacity.prometheus import PrometheusSizing
 from inferplane.components.catalog.system_nodes import (
     SystemCloud,
     SystemNodeType,
@@ -194,8 +195,14 @@ def gateway_pod_requests(workers: int) -> tuple[int, int]:
     return max(cpu, TOKENIZER_FETCH_CPU_MILLICORES), max(memory, TOKENIZER_FETCH_MEMORY_MIB)
 
 
-def system_pods(spec: PlatformSpec, cluster: ServingCluster, embedder: EmbedderSizing | None) -> tuple[SystemPod, ...]:
-    """The pods that request resources on ``cluster``'s system nodes, the platform's own first."""
+def system_pods(
+    spec: PlatformSpec,
+    cluster: ServingCluster,
+    embedder: EmbedderSizing | None,
+    prometheus: PrometheusSizing | None = None,
+) -> tuple[SystemPod, ...]:
+    """The pods that request resources on ``cluster``'s system nodes, the platform's own first (``prometheus``: the
+    cluster's, as :mod:`.prometheus` sizes it; the monitoring stack deploys it with those requests)."""
     serving = any(serving_cluster(spec, m) == cluster for m in spec.models)
     pods: list[SystemPod] = []
     if serving:
@@ -220,6 +227,16 @@ def system_pods(spec: PlatformSpec, cluster: ServingCluster, embedder: EmbedderS
                     max_replicas=embedder.replicas,
                 )
             )
+    if prometheus is not None:
+        pods.append(
+            SystemPod(
+                name="prometheus",
+                cpu_millicores=prometheus.cpu_millicores,
+                memory_mib=prometheus.memory_mib,
+                min_replicas=prometheus.replicas,
+                max_replicas=prometheus.replicas,
+            )
+        )
     cloud: SystemCloud = "aws" if cluster == "eks" else "gcp"
     for addon in cluster_addon_pods(cloud):
         if addon.per_node or (addon.serving_only and not serving):
@@ -451,8 +468,21 @@ def _fewest_nodes(pods: Sequence[SystemPod], node: SystemNodeType) -> int | None
     return next((n for n in range(1, MAX_SYSTEM_NODES + 1) if _fits(pods, node, (n, EKS_SYSTEM_SCALE_OUT * n))), None)
 
 
-def size_system_nodes(spec: PlatformSpec, embedder: EmbedderSizing | None) -> tuple[SystemNodesSizing, ...]:
-    """The verdict for each cluster's system nodes: EKS always, GKE when a pool runs there."""
+def system_node_counts(spec: PlatformSpec, cluster: ServingCluster) -> tuple[SystemNodeType, tuple[int, int]]:
+    """``cluster``'s system node type and its (minimum, maximum) nodes."""
+    if cluster == "eks":
+        eks_nodes = (spec.cluster.system_nodes, EKS_SYSTEM_SCALE_OUT * spec.cluster.system_nodes)
+        return get_system_node_type(spec.cluster.system_instance_type), eks_nodes
+    assert spec.gcp is not None  # a GKE cluster exists only with a gcp section
+    return get_system_node_type(spec.gcp.system_machine_type), gke_system_pool_nodes(spec.environment)
+
+
+def size_system_nodes(
+    spec: PlatformSpec, embedder: EmbedderSizing | None, prometheus: Sequence[PrometheusSizing] = ()
+) -> tuple[SystemNodesSizing, ...]:
+    """The verdict for each cluster's system nodes: EKS always, GKE when a pool runs there (``prometheus``: each
+    cluster's Prometheus that runs there)."""
+    monitors = {p.cluster: p for p in prometheus}
     eks_nodes = (spec.cluster.system_nodes, EKS_SYSTEM_SCALE_OUT * spec.cluster.system_nodes)
     verdicts = [
         check_system_nodes(
@@ -460,7 +490,7 @@ def size_system_nodes(spec: PlatformSpec, embedder: EmbedderSizing | None) -> tu
             "cluster.system_instance_type",
             get_system_node_type(spec.cluster.system_instance_type),
             eks_nodes,
-            system_pods(spec, "eks", embedder),
+            system_pods(spec, "eks", embedder, monitors.get("eks")),
             nodes_key="cluster.system_nodes",
         )
     ]
@@ -471,7 +501,7 @@ def size_system_nodes(spec: PlatformSpec, embedder: EmbedderSizing | None) -> tu
                 "gcp.system_machine_type",
                 get_system_node_type(spec.gcp.system_machine_type),
                 gke_system_pool_nodes(spec.environment),
-                system_pods(spec, "gke", embedder),
+                system_pods(spec, "gke", embedder, monitors.get("gke")),
                 nodes_key=None,
             )
         )

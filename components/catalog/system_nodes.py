@@ -203,8 +203,10 @@ CLUSTER_ADDON_PODS: tuple[ClusterAddonPod, ...] = (
 )
 """Add-on pods on the system nodes that request CPU or memory. Left out because they request nothing (the scheduler
 counts them as zero, though they use memory): eks-pod-identity-agent (aws/eks-pod-identity-agent chart,
-``resources: {}``), the cluster autoscaler and every kube-prometheus-stack pod (Prometheus, Alertmanager, Grafana,
-the operator, kube-state-metrics, node-exporter: the charts' defaults are ``{}`` and ``chart_values`` sets none).
+``resources: {}``), the cluster autoscaler and the kube-prometheus-stack pods other than Prometheus (Alertmanager,
+Grafana, the operator, kube-state-metrics, node-exporter: the charts' defaults are ``{}`` and ``chart_values`` sets
+none). Prometheus itself requests what ``components.capacity.prometheus`` sizes from the series it holds, and the
+system-node check counts it there, not in this table.
 GKE's own system pods (kube-dns, fluentbit-gke, gke-metrics-agent, pdcsi-node, ...) are not listed: their requests
 vary by GKE version and are not documented as figures; the GKE check counts only what this platform adds there."""
 

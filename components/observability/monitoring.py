@@ -23,6 +23,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
+from inferplane.components.capacity.prometheus import RETENTION_SIZE_SHARE, PrometheusSizing, prometheus_replicas
 from inferplane.components.observability.metrics import DCGM_METRICS_PORT, DCGM_SELECTOR_LABELS
 from inferplane.components.serving.annotations import SCRAPE_LABELS
 from inferplane.components.serving.naming import MONITORING_NAMESPACE
@@ -37,10 +38,6 @@ FULLNAME = "kube-prometheus"
 """``fullnameOverride``: fixes the Services' names (``<fullname>-prometheus``); the chart truncates it at 26."""
 PROMETHEUS_PORT = 9090
 
-RETENTION_SIZE_SHARE = 0.85
-"""Prometheus deletes old blocks once the TSDB reaches this share of the volume, before the volume fills (the WAL
-and compaction need headroom; a full volume stops ingestion)."""
-
 Environment = Literal["dev", "staging", "prod"]
 
 
@@ -49,10 +46,18 @@ def prometheus_url(namespace: str) -> str:
     return f"http://{FULLNAME}-prometheus.{namespace}.svc.cluster.local:{PROMETHEUS_PORT}"
 
 
-def chart_values(observability: ObservabilitySpec, environment: Environment) -> dict[str, Any]:
-    """kube-prometheus-stack values for one environment."""
+def chart_values(
+    observability: ObservabilitySpec, environment: Environment, prometheus: PrometheusSizing | None = None
+) -> dict[str, Any]:
+    """kube-prometheus-stack values for one environment; ``prometheus``: the cluster's sizing, whose requests each
+    Prometheus replica gets (the chart's default requests nothing, so the scheduler counted it as zero on the system
+    nodes it shares with the gateway). No limit: the requests are estimates, and an OOM-killed Prometheus loses its
+    head block's last hours; the system-node check counts the requests."""
     selector = {"matchLabels": dict(SCRAPE_LABELS)}
-    replicas = 2 if environment == "prod" else 1
+    replicas = prometheus_replicas(environment)
+    resources: dict[str, Any] = {}
+    if prometheus is not None:
+        resources = {"requests": {"cpu": f"{prometheus.cpu_millicores}m", "memory": f"{prometheus.memory_mib}Mi"}}
     return {
         "fullnameOverride": FULLNAME,
         "commonLabels": dict(SCRAPE_LABELS),
@@ -63,6 +68,7 @@ def chart_values(observability: ObservabilitySpec, environment: Environment) -> 
                 "evaluationInterval": f"{observability.scrape_interval_seconds}s",
                 "retention": f"{observability.retention_days}d",
                 "retentionSize": f"{int(observability.storage_gib * RETENTION_SIZE_SHARE)}GiB",
+                "resources": resources,
                 "storageSpec": {
                     "volumeClaimTemplate": {
                         "spec": {
@@ -106,6 +112,8 @@ class MonitoringStackArgs:
     namespace: str = MONITORING_NAMESPACE
     labels: dict[str, str] = field(default_factory=dict)
     """Extra labels for the objects made here (the chart's own objects get ``commonLabels``)."""
+    prometheus: PrometheusSizing | None = None
+    """The cluster's Prometheus sizing (``PlatformSizing.prometheus``): its requests; None requests nothing."""
 
 
 class MonitoringStack(pulumi.ComponentResource):
@@ -129,7 +137,7 @@ class MonitoringStack(pulumi.ComponentResource):
                 namespace=args.namespace,
                 create_namespace=True,
                 atomic=True,
-                values=chart_values(args.observability, args.environment),
+                values=chart_values(args.observability, args.environment, args.prometheus),
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )

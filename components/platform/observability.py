@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from inferplane.components.capacity.prometheus import PrometheusSizing
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
 from inferplane.components.observability.alerts import ModelAlertInputs, ServingRules, ServingRulesArgs
 from inferplane.components.observability.dashboards import (
@@ -91,7 +92,10 @@ def build_observability(
     autoscalers: dict[str, QueueDepthAutoscaler] = {}
     # The primary cluster first, so its stack keeps the unprefixed names whatever else serves.
     for cluster in sorted({t.cluster for t in targets.values()}, key=lambda c: (c != PRIMARY_CLUSTER, c)):
-        clusters[cluster], scaled = _observe_cluster(spec, sizing, cluster, providers[cluster], targets, parent=parent)
+        prometheus = next((p for p in plan.prometheus if p.cluster == cluster), None)
+        clusters[cluster], scaled = _observe_cluster(
+            spec, sizing, cluster, providers[cluster], targets, prometheus=prometheus, parent=parent
+        )
         autoscalers.update(scaled)
     return Observability(clusters=clusters, autoscalers=autoscalers)
 
@@ -121,6 +125,7 @@ def _observe_cluster(
     provider: pulumi.ProviderResource | None,
     targets: Mapping[str, ServingTarget],
     *,
+    prometheus: PrometheusSizing | None = None,
     parent: pulumi.Resource | None,
 ) -> tuple[ClusterObservability, dict[str, QueueDepthAutoscaler]]:
     """One cluster's KEDA and monitoring, an autoscaler per model it serves, then its rules and dashboards."""
@@ -129,7 +134,7 @@ def _observe_cluster(
     keda = Keda(f"{prefix}keda", KedaArgs(), opts=opts)
     monitoring = MonitoringStack(
         f"{prefix}monitoring",
-        MonitoringStackArgs(observability=spec.observability, environment=spec.environment),
+        MonitoringStackArgs(observability=spec.observability, environment=spec.environment, prometheus=prometheus),
         opts=opts,
     )
     # The autoscalers, rules and dashboards are custom resources: their CRDs come with KEDA and the monitoring stack.

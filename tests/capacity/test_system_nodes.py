@@ -71,6 +71,7 @@ def test_prod_fits_its_system_nodes_and_counts_exactly_these_pods() -> None:
     assert [(p.name, p.cpu_millicores, p.memory_mib, p.min_replicas, p.max_replicas) for p in eks.pods] == [
         ("gateway", 3000, 2048, 3, 12),
         ("cache-embedder", 1000, 2560, 2, 2),
+        ("prometheus", 450, 1280, 2, 2),
         ("coredns", 100, 70, 2, 2),
         ("ebs-csi-controller", 50, 192, 2, 2),
         ("keda-operator", 100, 100, 1, 1),
@@ -88,7 +89,7 @@ def test_staging_checks_both_clusters_system_nodes() -> None:
     ]
     gke_pods = [p.name for p in plan.system_nodes[1].pods]
     # The embedder runs beside the EKS gateway only (the response cache lives there); the GKE gateway is alone.
-    assert gke_pods == ["gateway", "keda-operator", "keda-metrics-apiserver", "keda-admission-webhooks"]
+    assert gke_pods == ["gateway", "prometheus", "keda-operator", "keda-metrics-apiserver", "keda-admission-webhooks"]
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
@@ -120,9 +121,9 @@ def test_a_pod_larger_than_a_node_is_refused_with_a_type_that_fits() -> None:
 def test_pods_that_fit_one_node_but_not_the_groups_maximum_are_refused_with_counts_that_fit() -> None:
     plan = size_platform(_with_cluster(stack_spec("prod"), system_nodes=2))
     assert plan.problems == (
-        "inferplane:platform.cluster.system_nodes: at the ceiling (gateway x12, cache-embedder x2, coredns x2, "
-        "ebs-csi-controller x2, keda-operator x1, keda-metrics-apiserver x1, keda-admission-webhooks x1) the system "
-        "pods request 38.6 CPU and 29.8 GiB, more than 4 m7i.2xlarge nodes (the group's maximum) hold: one "
+        "inferplane:platform.cluster.system_nodes: at the ceiling (gateway x12, cache-embedder x2, prometheus x2, "
+        "coredns x2, ebs-csi-controller x2, keda-operator x1, keda-metrics-apiserver x1, keda-admission-webhooks x1) "
+        "the system pods request 39.4 CPU and 32.3 GiB, more than 4 m7i.2xlarge nodes (the group's maximum) hold: one "
         "m7i.2xlarge node allocates 7.91 CPU and 28.6 GiB, 7.755 CPU and 28.5 GiB after its DaemonSets (aws-node, "
         "kube-proxy, ebs-csi-node); left without a node: gateway x4; fix: system_nodes 3 or system_instance_type "
         "m7i.4xlarge",
@@ -148,8 +149,8 @@ def test_the_gke_pool_is_checked_against_its_fixed_node_counts() -> None:
     staging = stack_spec("staging")
     more = staging.model_copy(update={"gateway": staging.gateway.model_copy(update={"replicas": 3})})
     assert size_platform(more).problems == (
-        "inferplane:platform.gcp.system_machine_type: at the ceiling (gateway x12, keda-operator x1, "
-        "keda-metrics-apiserver x1, keda-admission-webhooks x1) the system pods request 24.3 CPU and 15.3 GiB, more "
+        "inferplane:platform.gcp.system_machine_type: at the ceiling (gateway x12, prometheus x1, keda-operator x1, "
+        "keda-metrics-apiserver x1, keda-admission-webhooks x1) the system pods request 24.65 CPU and 16.2 GiB, more "
         "than 3 e2-standard-8 nodes (the group's maximum) hold: one e2-standard-8 node allocates 7.91 CPU and "
         "25.9 GiB, 7.91 CPU and 25.9 GiB (no DaemonSet counted); left without a node: gateway x3; fix: "
         "system_machine_type e2-standard-16",

@@ -119,8 +119,8 @@ def test_the_table_shows_each_clusters_system_nodes_at_floor_and_ceiling(capsys:
         if "│ eks " in line or "│ gke " in line
     ]
     assert rows == [
-        ["eks", "m7i.2xlarge", "2", "4", "7.755 CPU, 28.5 GiB", "4.6 CPU, 3.3 GiB", "16.6 CPU, 10.8 GiB"],
-        ["gke", "e2-standard-8", "1", "3", "7.91 CPU, 25.9 GiB", "4.3 CPU, 2.8 GiB", "16.3 CPU, 10.3 GiB"],
+        ["eks", "m7i.2xlarge", "2", "4", "7.755 CPU, 28.5 GiB", "4.95 CPU, 4.3 GiB", "16.95 CPU, 11.8 GiB"],
+        ["gke", "e2-standard-8", "1", "3", "7.91 CPU, 25.9 GiB", "4.65 CPU, 3.7 GiB", "16.65 CPU, 11.2 GiB"],
     ]
 
 
@@ -188,3 +188,12 @@ def test_tpu_picks_the_smallest_host_that_fits(capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().err.strip() == "inferplane size: no tpu-v5e host has 2 chips (1, 4, 8)"
     assert main([*argv, "--weights-dtype", "fp8"]) == EXIT_INVALID
     assert capsys.readouterr().err.strip() == "inferplane size: tpu-v5e serves bf16 weights and KV cache"
+
+
+def test_size_prints_each_clusters_prometheus(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["size", "--stack", "prod", "--project-dir", str(PROJECT_DIR)]) == EXIT_OK
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "prometheus (eks): 2 pods x (0.45 CPU, 1280 MiB) on the system nodes, for about 113,520 series (7,568 "
+        "samples/s); 30 days need 36.5 GiB of the 170.0 GiB it may fill (200 GiB volume)"
+    ) in out
