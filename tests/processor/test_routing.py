@@ -5,6 +5,9 @@ text exposed by prometheus_client under vLLM's series names."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -524,3 +527,21 @@ def test_requests_sharing_a_prefix_count_its_blocks_once() -> None:
         assert (ranking.ranked[0], ranking.reason) == (first, "prefix_hit")
         router.picked(first, hashes, len(prompt), ranking.overlaps[first.address])
     assert first.inflight_blocks == 12 + 3 * 2  # 11 blocks and an output block, then 2 for each sharer
+
+
+def test_block_hashes_and_homes_agree_across_processes_without_a_tokenizer() -> None:
+    """Two workers (processes with different hash seeds) hash a prompt's text the same way and pick the same home, so
+    a pod's workers send a new prefix to one replica even without a tokenizer."""
+    code = (
+        "from inferplane.processor.prefix_index import byte_blocks, home_block, rendezvous\n"
+        "hashes = byte_blocks(['a shared system prompt ' * 40], 16, 256, 7)\n"
+        "print(hashes[-1], max(('10.0.0.1:8000', '10.0.0.2:8000', '10.0.0.3:8000'),"
+        " key=lambda r: rendezvous(home_block(hashes, 16), r)))\n"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, check=True
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(seen) == 1
