@@ -173,6 +173,13 @@ def write_tokenizers(directory: Path) -> Path:
 # --- in-process runs: nothing written, nothing started --------------------------------------------------------------
 
 
+@pytest.fixture
+def children_before() -> set[int]:
+    """This process's children before the test (the worker's own Redis, say): what a test must not leave is any
+    other."""
+    return _children()
+
+
 def _children() -> set[int]:
     """Processes whose parent is this one (``/proc/<pid>/stat``: the field after the command is the state, then the
     parent's pid)."""
@@ -313,7 +320,13 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize(("argv", "message"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
 def test_bad_input_exits_2_naming_it_and_leaves_nothing(
-    argv: list[str], message: str, fake_envoy: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    message: str,
+    *,
+    fake_envoy: Path,
+    private_tmp: Path,
+    children_before: set[int],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     if "--envoy" not in argv:
         argv = [*argv, "--envoy", str(fake_envoy)]
@@ -323,12 +336,16 @@ def test_bad_input_exits_2_naming_it_and_leaves_nothing(
     assert "Traceback" not in out + err
     assert out == ""
     assert os.listdir(private_tmp) == []
-    assert _children() == set()
+    assert _children() - children_before == set()
     assert not (fake_envoy.parent / "args").exists()  # Envoy was asked its version, never run
 
 
 def test_a_port_in_use_exits_2(
-    busy_port: int, fake_envoy: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str]
+    busy_port: int,
+    fake_envoy: Path,
+    private_tmp: Path,
+    children_before: set[int],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, err = run(["--stack", "dev", "--port", str(busy_port), "--envoy", str(fake_envoy)], capsys)
     assert (code, out) == (EXIT_INVALID, "")
@@ -337,7 +354,7 @@ def test_a_port_in_use_exits_2(
         "--port N\n"
     )
     assert os.listdir(private_tmp) == []
-    assert _children() == set()
+    assert _children() - children_before == set()
 
 
 def test_a_free_port_passes_the_same_check() -> None:
@@ -361,7 +378,11 @@ def test_a_redis_nothing_answers_exits_2(
 
 
 def test_an_envoy_that_dies_at_start_stops_everything_started(
-    tmp_path: Path, fake_envoy: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    fake_envoy: Path,
+    private_tmp: Path,
+    children_before: set[int],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Redis and the processor were running when Envoy failed: both are stopped and the run's directory is gone."""
     gr.local_redis_binaries()  # the test extra installs them
@@ -370,7 +391,7 @@ def test_an_envoy_that_dies_at_start_stops_everything_started(
     assert "inferplane gateway run: envoy exited with status 1 while starting; the end of its log:\n" in err
     assert "fake envoy refuses: -c " in err
     assert os.listdir(private_tmp) == []
-    assert _children() == set()
+    assert _children() - children_before == set()
     assert (fake_envoy.parent / "args").read_text().splitlines()[2:] == list(gr.ENVOY_ARGS)
 
 
