@@ -49,6 +49,11 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` that hands out the fleet's modules once the fleet is up (tests/fleet.py)."""
+    return fleet_plugin.scheduler(config, log) if config.getoption("dist", "no") == "loadgroup" else None
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the fleet as soon as the run knows it needs it, so its servers load while the unit tests run."""
     fleet_plugin.request(session)

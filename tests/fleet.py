@@ -276,6 +276,36 @@ def _write_atomically(path: Path, text: str) -> None:
     partial.replace(path)
 
 
+# --- when its tests run (the controller's scheduler) ----------------------------------------------------------
+
+FLEET_GROUP = "vllm-fleet"
+"""The xdist group of every module that uses the fleet: one worker runs them one after another, so no two tests read
+the same server's logs and load at once."""
+
+
+def fleet_settled() -> bool:
+    """Whether the fleet is up, or will never be (failed, skipped): its group may then be handed out."""
+    named = os.environ.get(FLEET_DIR_ENV)
+    if not named:
+        return True
+    return any((Path(named) / name).exists() for name in (READY_FILE, FAILED_FILE, SKIPPED_FILE))
+
+
+def scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's ``--dist loadgroup`` scheduler, holding the fleet's group back while the fleet loads: a worker
+    asking for work then gets the next other unit, so no worker sits waiting for vLLM while unit tests are left."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FleetAwareScheduling(LoadGroupScheduling):  # type: ignore[misc]  # pytest-xdist ships no types
+        def _assign_work_unit(self, node: object) -> None:
+            queue = self.workqueue
+            if next(iter(queue), None) == FLEET_GROUP and len(queue) > 1 and not fleet_settled():
+                queue.move_to_end(next(k for k in queue if k != FLEET_GROUP), last=False)  # the next unit first
+            super()._assign_work_unit(node)
+
+    return FleetAwareScheduling(config, log)
+
+
 # --- using it (a worker) ------------------------------------------------------------------------------------------
 
 FLEET_WAIT_SECONDS = 900.0
