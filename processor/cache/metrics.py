@@ -11,7 +11,7 @@ MISSES = "inferplane_gateway_cache_misses_total"
 BYPASSES = "inferplane_gateway_cache_bypasses_total"
 """Counter, labels ``model``, ``reason`` (``gateway.cache.request.BypassReason``): requests that skipped the cache."""
 ERRORS = "inferplane_gateway_cache_errors_total"
-"""Counter, labels ``operation`` (``lookup``, ``store``, ``index``, ``embed``), ``error`` (``timeout``,
+"""Counter, labels ``operation`` (``lookup``, ``store``, ``index``, ``embed``, ``embed_words``), ``error`` (``timeout``,
 ``connection``, ``response``): cache round trips that failed; the request itself went on."""
 LOOKUP_SECONDS = "inferplane_gateway_cache_lookup_seconds"
 """Histogram, label ``result`` (``hit``, ``miss``, ``error``): time the request spent in the cache lookup."""
@@ -19,6 +19,12 @@ TOKENS_SAVED = "inferplane_gateway_cache_tokens_saved_total"
 """Counter, label ``model``: prompt plus completion tokens of answers served from the cache."""
 USD_SAVED = "inferplane_gateway_cache_usd_saved_total"
 """Counter, label ``model``: completion tokens served from the cache times the model's serving cost per token."""
+SEMANTIC_REFUSALS = "inferplane_gateway_cache_semantic_refusals_total"
+"""Counter, label ``reason`` (``guard``, ``number``, ``tense``, ``too_different``, ``no_counterpart``,
+``embed_error``): cached prompts above the similarity threshold that were not served (a guard or the counterpart check
+refused them, or the differing words could not be embedded)."""
+WORD_EMBEDDINGS = "inferplane_gateway_cache_word_embeddings_total"
+"""Counter: words the counterpart check sent to the embedder (each word once per process; the check's cost)."""
 UP = "inferplane_gateway_cache_up"
 """Gauge: 1 while the last cache round trip (or health check) succeeded, 0 while the cache is unreachable."""
 
@@ -56,6 +62,15 @@ class CacheMetrics:
         )
         self.usd_saved = Counter(
             _name(USD_SAVED, "_total"), "Serving cost of tokens served from the cache.", ["model"], registry=registry
+        )
+        self.semantic_refusals = Counter(
+            _name(SEMANTIC_REFUSALS, "_total"),
+            "Cached prompts above the threshold not served.",
+            ["reason"],
+            registry=registry,
+        )
+        self.word_embeddings = Counter(
+            _name(WORD_EMBEDDINGS, "_total"), "Words embedded by the counterpart check.", registry=registry
         )
         self.up = Gauge(
             UP,

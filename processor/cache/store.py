@@ -43,6 +43,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig
+from inferplane.processor.cache.counterparts import WordVectors, decide, difference
 from inferplane.processor.cache.embedders import Embedder, EmbedderError, Vector, make_embedder
 from inferplane.processor.cache.guards import all_pass
 from inferplane.processor.cache.metrics import CacheMetrics
@@ -62,6 +63,9 @@ HitKind = Literal["exact", "semantic"]
 KNN_CANDIDATES = 3
 """Nearest neighbours read per semantic lookup: the first may fail a guard while the second passes."""
 MAX_BACKOFF_S = 60.0
+MAX_WORDS_PER_LOOKUP = 16
+"""Words (not cached yet) the counterpart check sends to the embedder for one lookup, at most: candidates whose words
+would pass it are refused (counted as ``too_different``), so the one extra call stays the size of a short batch."""
 SCORE_FIELD = b"__v_score"
 """The distance field RediSearch and valkey-search add to KNN results (``__<vector field>_score``)."""
 
@@ -149,6 +153,7 @@ class ResponseCache:
         if config.semantic:
             self.embedder = embedder if embedder is not None else make_embedder(config.embedder)
         self._clock = clock
+        self._words = WordVectors()
         self._skip_until = 0.0
         self._backoff = 0.0
         self._index_ready = False
@@ -256,14 +261,17 @@ class ResponseCache:
         started = time.perf_counter()
         result = Lookup(request)
         await self._embed(result)
+        candidates: list[tuple[float, dict[str, Any]]] = []
         try:
             async with asyncio.timeout(self._timeout):
-                await self._lookup(result)
+                candidates = await self._lookup(result)
         except (RedisError, OSError, TimeoutError) as error:
             self._failed("lookup", error)
             result.hit = None
             outcome = "error"
         else:
+            if result.hit is None and candidates:
+                await self._verify(result, candidates)
             outcome = "hit" if result.hit else "miss"
         result.seconds = time.perf_counter() - started
         self.metrics.lookup_seconds.labels(result=outcome).observe(result.seconds)
@@ -291,7 +299,9 @@ class ResponseCache:
             self.metrics.errors.labels(operation="embed", error="response").inc()
             result.extra["embed_error"] = str(error)
 
-    async def _lookup(self, result: Lookup) -> None:
+    async def _lookup(self, result: Lookup) -> list[tuple[float, dict[str, Any]]]:
+        """The exact hit (set on ``result``), else the cached entries above the threshold whose guards pass, best
+        first, for :meth:`_verify`."""
         request = result.request
         assert isinstance(request, Cacheable)
         pipe = self.client.pipeline(transaction=False)
@@ -315,27 +325,72 @@ class ResponseCache:
             raise exact
         if exact is not None:
             result.hit = Hit("exact", json.loads(exact)["answer"], 1.0)
-            return
+            return []
         if result.vector is None:
-            return
+            return []
         search = replies[1]
         if isinstance(search, ResponseError):
             self._index_ready = False  # e.g. flushed: recreated on the next store
             self.metrics.errors.labels(operation="lookup", error="response").inc()
-            return
+            return []
         candidates = [c for c in _knn(search) if c[1] >= self.config.threshold]
         if not candidates:
-            return
+            return []
         refs = [self.exact_prefix + key.removeprefix(self.doc_prefix) for key, _ in candidates]
         entries = await self.client.mget(refs)
+        passed: list[tuple[float, dict[str, Any]]] = []
         for (_, similarity), raw in zip(candidates, entries, strict=True):
             if raw is None:
                 continue
             entry = json.loads(raw)
-            if entry.get("text") is None or not all_pass(request.text or "", entry["text"], self.config.guards):
+            if entry.get("text") is None:
                 continue
+            if not all_pass(request.text or "", entry["text"], self.config.guards):
+                self.metrics.semantic_refusals.labels(reason="guard").inc()
+                continue
+            passed.append((similarity, entry))
+        return passed
+
+    async def _verify(self, result: Lookup, candidates: list[tuple[float, dict[str, Any]]]) -> None:
+        """Serve the first candidate whose differing words all have a counterpart (:mod:`.counterparts`). The words
+        not cached yet go to the embedder in one call, under the embedder's own bound and apart from Redis's: a slow
+        or down embedder costs this semantic hit (counted as ``errors_total{operation="embed_words"}``), never the
+        cache's health. With the guards off, the best candidate is served as it is."""
+        request = result.request
+        assert isinstance(request, Cacheable) and self.embedder is not None
+        if not self.config.guards:
+            similarity, entry = candidates[0]
             result.hit = Hit("semantic", entry["answer"], similarity)
             return
+        diffs = [difference(request.text or "", entry["text"]) for _, entry in candidates]
+        wanted: set[str] = set()
+        for at, diff in enumerate(diffs):  # the best candidates whose words fit one bounded call
+            if len(self._words.missing(wanted | diff.to_embed)) > MAX_WORDS_PER_LOOKUP:
+                self.metrics.semantic_refusals.labels(reason="too_different").inc(len(diffs) - at)
+                candidates, diffs = candidates[:at], diffs[:at]
+                break
+            wanted |= diff.to_embed
+        missing = self._words.missing(wanted)
+        vectors = self._words.get(wanted - set(missing))
+        if missing:
+            try:
+                async with asyncio.timeout(self._embed_timeout):
+                    embedded = await self.embedder.embed(missing)
+            except (TimeoutError, EmbedderError) as error:
+                kind = "timeout" if isinstance(error, TimeoutError) else "response"
+                self.metrics.errors.labels(operation="embed_words", error=kind).inc()
+                self.metrics.semantic_refusals.labels(reason="embed_error").inc(len(candidates))
+                result.extra["embed_error"] = str(error) or f"no word vectors within {self._embed_timeout} s"
+                return
+            self.metrics.word_embeddings.inc(len(missing))
+            self._words.add(missing, embedded)
+            vectors |= dict(zip(missing, embedded, strict=True))
+        for (similarity, entry), diff in zip(candidates, diffs, strict=True):
+            verdict = decide(diff, vectors, self.config.word_similarity, self.config.inflection_similarity)
+            if verdict.refused is None:
+                result.hit = Hit("semantic", entry["answer"], similarity)
+                return
+            self.metrics.semantic_refusals.labels(reason=verdict.refused).inc()
 
     def _count_hit(self, request: Cacheable, hit: Hit) -> None:
         self.metrics.hits.labels(model=request.model, kind=hit.kind).inc()

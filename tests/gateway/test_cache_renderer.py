@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from inferplane.components.capacity.sizing import size_platform
-from inferplane.components.gateway.cache_renderer import model_revision, render_cache_config, usd_per_token
-from inferplane.components.spec.platform_spec import PlatformSpec
+from inferplane.components.gateway.cache_renderer import (
+    UNMEASURED_WORD_BOUNDS,
+    model_revision,
+    render_cache_config,
+    usd_per_token,
+    word_bounds,
+)
+from inferplane.components.spec.platform_spec import CacheSpec, PlatformSpec
 from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig, WordLlamaEmbedderConfig
 from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
@@ -28,6 +34,7 @@ def test_every_shipped_stack_renders_a_valid_cache_config(stack: str) -> None:
     assert config.timeout_ms == spec.cache.lookup_timeout_ms
     if stack == "prod":  # the served sentence model at its measured threshold (docs/caching.md)
         assert config.threshold == spec.cache.threshold == 0.89
+        assert (config.word_similarity, config.inflection_similarity) == (0.9, 0.6)  # its measured word bounds
         assert config.embedder == EndpointEmbedderConfig(
             url="http://cache-embedder.inference.svc.cluster.local:8000/v1",
             model="all-minilm-l6-v2",
@@ -37,6 +44,7 @@ def test_every_shipped_stack_renders_a_valid_cache_config(stack: str) -> None:
     else:
         assert config.threshold == spec.cache.threshold == 0.95
         assert config.embedder == WordLlamaEmbedderConfig(dimensions=256)
+        assert (config.word_similarity, config.inflection_similarity) == (0.9, 0.3)  # wordllama's
     for deployment in sizing.deployments:
         cost = config.models[deployment.name].usd_per_token
         assert cost == usd_per_token(deployment)
@@ -95,3 +103,18 @@ def test_a_served_embedder_is_called_at_its_service_or_where_a_local_run_serves_
     raw = spec.cache.model_dump() | {"semantic_similarity_threshold": 0.93}
     stricter = spec.model_copy(update={"cache": type(spec.cache).model_validate(raw)})
     assert (config := render_cache_config(stricter, size_platform(stricter))) is not None and config.threshold == 0.93
+
+
+def test_the_counterpart_checks_bounds_are_the_embedders_measured_ones_or_strict() -> None:
+    served = {"kind": "endpoint", "url": "http://e:8000/v1", "model": "all-minilm-l6-v2", "dimensions": 384}
+    assert word_bounds(CacheSpec(embedder=served)) == {"word_similarity": 0.9, "inflection_similarity": 0.6}
+    other = {**served, "model": "e5-small"}
+    assert (
+        word_bounds(CacheSpec(embedder=other))
+        == UNMEASURED_WORD_BOUNDS
+        == {
+            "word_similarity": 1.0,
+            "inflection_similarity": 0.8,
+        }
+    )
+    assert word_bounds(CacheSpec()) == {}  # wordllama: the processor's defaults, measured on it
