@@ -33,11 +33,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from inferplane.components.gateway.cache_renderer import embedder_config
+from inferplane.components.gateway.cache_renderer import embedder_config, word_bounds
 from inferplane.components.spec.platform_spec import CacheEmbedderSpec, CacheSpec
 from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig
+from inferplane.processor.cache.counterparts import decide, difference
 from inferplane.processor.cache.embedders import EmbedderError, EndpointEmbedder, WordLlamaEmbedder
 from inferplane.processor.cache.guards import GuardName, names, refusals
+from inferplane.tool.cache_adversary import GENERATED_CLASSES, GeneratedClass, generate
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.files import UnreadableFileError, read_regular_file
 from inferplane.tool.stackfile import find_project_dir, load_stack, printable
@@ -70,6 +72,9 @@ swapped)."""
 PairClass = Literal[ParaphraseClass, NearMissClass]
 PARAPHRASE_CLASSES: tuple[str, ...] = get_args(ParaphraseClass)
 NEAR_MISS_CLASSES: tuple[str, ...] = get_args(NearMissClass)
+Check = GuardName | Literal["counterpart"]
+"""What may refuse a pair above the threshold: a guard, or the counterpart check (``processor/cache/counterparts``)."""
+CHECKS: tuple[Check, ...] = (*names(), "counterpart")
 
 
 class Pair(BaseModel):
@@ -82,8 +87,10 @@ class Pair(BaseModel):
     a: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="A prompt.")
     b: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="Another prompt.")
     same: bool = Field(description="Whether one answer serves both.")
-    kind: PairClass | None = Field(
-        default=None, alias="class", description="How the two differ (a paraphrase's or a near miss's class)."
+    kind: PairClass | GeneratedClass | None = Field(
+        default=None,
+        alias="class",
+        description="How the two differ (a paraphrase's or a near miss's class, or a generated near miss's).",
     )
 
     @model_validator(mode="after")
@@ -136,7 +143,7 @@ class ClassFigures:
 class GuardFigures:
     """The configured threshold with one guard left out (``None``: every guard; ``"all"``: none)."""
 
-    left_out: GuardName | Literal["all"] | None
+    left_out: Check | Literal["all"] | None
     at: Point
 
 
@@ -165,16 +172,33 @@ def load_pairs(path: Path | None) -> tuple[str, list[Pair]]:
     return name, pairs
 
 
-def score(pairs: Sequence[Pair], cache: CacheSpec) -> list[Scored]:
-    """Similarity (cosine of unit vectors) and guard refusals of every pair, with the configured embedder; raises
-    :class:`EmbedderFailedError` naming the embedder when it produces no vectors."""
-    texts = [p.a for p in pairs] + [p.b for p in pairs]
-    vectors = _embed(texts, cache)
-    half = len(pairs)
-    return [
-        Scored(pair, float(np.dot(vectors[i], vectors[half + i])), refusals(pair.a, pair.b))
-        for i, pair in enumerate(pairs)
+def adversarial_pairs() -> list[Pair]:
+    """The shipped paraphrases and the near misses :mod:`inferplane.tool.cache_adversary` generates from them."""
+    _, shipped = load_pairs(None)
+    paraphrases = [p for p in shipped if p.same]
+    generated = [
+        Pair(a=kept, b=changed, same=False, kind=kind)
+        for kind, kept, changed in generate((p.a, p.b) for p in paraphrases)
+        if len(changed) <= MAX_PROMPT_CHARS
     ]
+    return paraphrases + generated
+
+
+def score(pairs: Sequence[Pair], cache: CacheSpec) -> list[Scored]:
+    """Similarity (cosine of unit vectors), guard refusals and the counterpart check's of every pair, with the
+    configured embedder and its word bounds (the differing words embedded once each, as lone words, as the processor
+    does); raises :class:`EmbedderFailedError` naming the embedder when it produces no vectors."""
+    diffs = [difference(p.a, p.b) for p in pairs]
+    words = sorted(set().union(*(d.to_embed for d in diffs)))
+    texts = sorted({p.a for p in pairs} | {p.b for p in pairs})  # each prompt once: generated sets repeat a side
+    vectors = dict(zip(texts + words, _embed(texts + words, cache), strict=True))
+    bounds = {**CacheConfig().model_dump(include={"word_similarity", "inflection_similarity"}), **word_bounds(cache)}
+    scored: list[Scored] = []
+    for pair, diff in zip(pairs, diffs, strict=True):
+        verdict = decide(diff, vectors, bounds["word_similarity"], bounds["inflection_similarity"])
+        refused: tuple[str, ...] = refusals(pair.a, pair.b) + (() if verdict.refused is None else ("counterpart",))
+        scored.append(Scored(pair, float(np.dot(vectors[pair.a], vectors[pair.b])), refused))
+    return scored
 
 
 def embedder_name(cache: CacheSpec) -> str:
@@ -206,10 +230,9 @@ async def _embed_endpoint(texts: list[str], config: EndpointEmbedderConfig) -> l
         return vectors
 
 
-def point(
-    scored: Sequence[Scored], threshold: float, guards: bool, leave_out: frozenset[GuardName] = frozenset()
-) -> Point:
-    """Precision, recall and false hits at ``threshold``, the guards of ``leave_out`` ignored."""
+def point(scored: Sequence[Scored], threshold: float, guards: bool, leave_out: frozenset[Check] = frozenset()) -> Point:
+    """Precision, recall and false hits at ``threshold``, the checks of ``leave_out`` ignored (``guards``: the
+    guards and the counterpart check, as the processor's ``guards`` setting turns both on or off)."""
     predicted = [s for s in scored if s.similarity >= threshold and (not guards or not set(s.refused_by) - leave_out)]
     true_hits = sum(1 for s in predicted if s.pair.same)
     positives = sum(1 for s in scored if s.pair.same)
@@ -225,7 +248,7 @@ def point(
 def by_class(scored: Sequence[Scored], threshold: float, guards: bool) -> list[ClassFigures]:
     """The figures of every class present, paraphrase classes first, each in :data:`PairClass`'s order; pairs without
     a class are ``unclassified``."""
-    order = [*PARAPHRASE_CLASSES, *NEAR_MISS_CLASSES, "unclassified"]
+    order = list(dict.fromkeys([*PARAPHRASE_CLASSES, *NEAR_MISS_CLASSES, *GENERATED_CLASSES, "unclassified"]))
     groups: dict[str, list[Scored]] = {}
     for s in scored:
         groups.setdefault(s.pair.kind or "unclassified", []).append(s)
@@ -239,17 +262,18 @@ def by_class(scored: Sequence[Scored], threshold: float, guards: bool) -> list[C
 
 
 def by_guard(scored: Sequence[Scored], threshold: float) -> list[GuardFigures]:
-    """Every guard on, each guard left out in turn, and none: a guard whose absence adds false hits is still needed."""
+    """Every check on, each guard (and the counterpart check) left out in turn, and none: a check whose absence adds
+    false hits is still needed."""
     return [
         GuardFigures(None, point(scored, threshold, True)),
-        *(GuardFigures(name, point(scored, threshold, True, frozenset({name}))) for name in names()),
+        *(GuardFigures(name, point(scored, threshold, True, frozenset({name}))) for name in CHECKS),
         GuardFigures("all", point(scored, threshold, False)),
     ]
 
 
 def _class_row(figures: ClassFigures) -> tuple[str, ...]:
     paraphrase = figures.kind in PARAPHRASE_CLASSES
-    near_miss = figures.kind in NEAR_MISS_CLASSES
+    near_miss = figures.kind in NEAR_MISS_CLASSES or figures.kind in GENERATED_CLASSES
     return (
         figures.kind,
         "paraphrase" if paraphrase else "near miss" if near_miss else "-",
@@ -392,7 +416,10 @@ def cache_eval_command(args: argparse.Namespace, out: Console, err: Console) -> 
     """``inferplane cache eval``."""
     cache = _configured(args)
     try:
-        name, pairs = load_pairs(Path(args.pairs) if args.pairs is not None else None)
+        if args.adversarial:
+            name, pairs = "the shipped paraphrases and the near misses generated from them", adversarial_pairs()
+        else:
+            name, pairs = load_pairs(Path(args.pairs) if args.pairs is not None else None)
     except PairsError as error:
         err.print(printable(f"inferplane cache eval: {error}"), markup=False, highlight=False)
         return EXIT_INVALID
@@ -424,6 +451,12 @@ def add_cache_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="FILE.jsonl",
         help='lines {"a": ..., "b": ..., "same": true|false, "class": ...} (default: the labelled set shipped with '
         "inferplane)",
+    )
+    evaluate.add_argument(
+        "--adversarial",
+        action="store_true",
+        help="measure on the shipped paraphrases and the near misses generated from them by rule (an opposite, a "
+        "sibling, another number or unit, a negation, a preposition, a place or a degree; thousands of pairs)",
     )
     evaluate.add_argument("--stack", help="use stacks/Pulumi.<stack>.yaml's embedder, threshold and guards")
     evaluate.add_argument("--project-dir", help="project directory (default: the nearest with Pulumi.yaml)")

@@ -11,6 +11,7 @@ import pytest
 from inferplane.components.spec.platform_spec import CacheEmbedderSpec, CacheSpec
 from inferplane.processor.cache.guards import names
 from inferplane.tool.cache_eval import (
+    CHECKS,
     NEAR_MISS_CLASSES,
     PARAPHRASE_CLASSES,
     Pair,
@@ -42,22 +43,31 @@ def test_the_shipped_set_has_500_pairs_in_every_class_half_of_them_near_misses()
     assert min(counts.values()) >= 15
 
 
-def test_the_default_threshold_has_no_false_hit_and_each_guard_but_time_is_what_makes_it_so(
+def test_the_default_threshold_has_no_false_hit_and_the_guards_that_compare_sequences_still_count(
     shipped: list[Scored],
 ) -> None:
     spec = CacheSpec()
     guarded = point(shipped, spec.threshold, guards=True)
     bare = point(shipped, spec.threshold, guards=False)
     assert (guarded.false_hits, guarded.precision) == (0, 1.0)
-    assert guarded.recall >= 0.45  # static embeddings: voice and politeness move them (see docs/caching.md)
+    assert guarded.recall >= 0.35  # static embeddings, and only the differences shown harmless (docs/caching.md)
     assert bare.false_hits >= 80
     # Static embeddings cannot see word order: role swaps ("Did the dog bite the man?" / "... the man bite the
-    # dog?") score 1.0, and only the order guard stops them.
+    # dog?") score 1.0, differ in no word, and only the order guard stops them.
     swaps = [s for s in shipped if s.pair.kind == "direction" and s.similarity > 0.999 and s.refused_by == ("order",)]
     assert len(swaps) >= 8
     without = {g.left_out: g.at.false_hits for g in by_guard(shipped, spec.threshold)}
     assert without[None] == 0 and without["all"] == bare.false_hits
-    assert {name for name in names() if without[name] > 0} == set(names()) - {"time"}
+    # The counterpart check refuses every substitution, insertion and negation: left out alone, a guard only lets
+    # through the same words in another order (the ones that compare sequences); the guards alone were tuned on this
+    # set, so leaving the check out adds nothing here (the generated set is where it counts: tests/e2e).
+    assert {name for name in CHECKS if without[name] > 0} == {
+        "number",
+        "entity",
+        "relation",
+        "unit",
+        "order",
+    }
     leaks = {c.kind: c.bare.false_hits for c in by_class(shipped, spec.threshold, True)}
     assert leaks["entity"] == 0 and min(v for k, v in leaks.items() if k in NEAR_MISS_CLASSES and k != "entity") > 0
 
@@ -73,7 +83,7 @@ def test_a_class_must_agree_with_the_label(tmp_path: Path, capsys: pytest.Captur
     )
     pairs.write_text('{"a": "x", "b": "y", "same": false, "class": "sarcasm"}\n')
     assert main(["cache", "eval", "--pairs", str(pairs)]) == 2
-    assert "pairs.jsonl:1: class: Input should be 'reorder', 'synonym'" in capsys.readouterr().err.replace("\n", " ")
+    assert "Input should be 'reorder', 'synonym'" in capsys.readouterr().err.replace("\n", " ")
 
 
 def _four_pairs(tmp_path: Path) -> Path:
@@ -84,7 +94,8 @@ def _four_pairs(tmp_path: Path) -> Path:
         {"a": "Did the dog bite the man?", "b": "Did the man bite the dog?", "same": False, "class": "direction"},
         # Above 0.9; the number guard refuses it.
         {"a": "Is 17 a prime number?", "b": "Is 15 a prime number?", "same": False},
-        # 0.73 with wordllama, no guard reads it: a false hit at 0.7.
+        # 0.73 with wordllama, no guard reads it: a false hit at 0.7 before the counterpart check ("car" and "bike"
+        # are 0.50 as lone words).
         {"a": "How do I change a car tire?", "b": "How do I change a bike tire?", "same": False, "class": "entity"},
     ]
     pairs.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
@@ -92,30 +103,32 @@ def _four_pairs(tmp_path: Path) -> Path:
 
 
 def test_json_reports_each_class_and_each_guard_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["cache", "eval", "--pairs", str(_four_pairs(tmp_path)), "--json", "--threshold", "0.7"]) == 1
+    assert main(["cache", "eval", "--pairs", str(_four_pairs(tmp_path)), "--json", "--threshold", "0.7"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["threshold"], result["false_hits"], result["recall"], result["embedder"]) == (
         0.7,
-        1,
+        0,
         1.0,
         "wordllama",
     )
     assert list(result["classes"]) == ["synonym", "entity", "direction", "unclassified"]
     assert result["classes"]["entity"] == {
         "pairs": 1,
-        "hits": 1,
-        "precision": 0.0,
+        "hits": 0,
+        "precision": 1.0,
         "recall": 1.0,
-        "false_hits": 1,
+        "false_hits": 0,
         "false_hits_without_guards": 1,
     }
     assert result["classes"]["direction"]["false_hits"] == 0
     assert result["classes"]["direction"]["false_hits_without_guards"] == 1
     assert result["classes"]["synonym"]["recall"] == 1.0
-    assert list(result["guards"]) == ["all", *(f"without_{name}" for name in names()), "none"]
+    assert list(result["guards"]) == ["all", *(f"without_{name}" for name in CHECKS), "none"]
     false_hits = {name: figures["false_hits"] for name, figures in result["guards"].items()}
-    assert false_hits == {"all": 1, "without_order": 2, "without_number": 2, "none": 3} | {
-        f"without_{name}": 1 for name in names() if name not in ("order", "number")
+    # The role swap differs in no word (only the order guard sees it); the other number and the bike differ in a word
+    # without a counterpart (only the counterpart check refuses the bike).
+    assert false_hits == {"all": 0, "without_order": 1, "without_counterpart": 1, "none": 3} | {
+        f"without_{name}": 0 for name in names() if name != "order"
     }
 
 
@@ -123,12 +136,12 @@ def test_embedder_option_measures_another_embedder(tmp_path: Path, capsys: pytes
     pairs = str(_four_pairs(tmp_path))
     assert main(["cache", "eval", "--pairs", pairs, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["recall"] == 1.0
-    # 64 dimensions: the car and the bike come closer (0.76), a false hit at 0.75.
-    assert (
-        main(["cache", "eval", "--pairs", pairs, "--embedder", "wordllama,dimensions=64", "--threshold", "0.75"]) == 1
-    )
-    assert main(["cache", "eval", "--pairs", pairs, "--threshold", "0.75"]) == 0
-    capsys.readouterr()
+    # 64 dimensions: the car and the bike come closer (0.76), above 0.75 without guards.
+    bare: list[int] = []
+    for option in ((), ("--embedder", "wordllama,dimensions=64")):
+        assert main(["cache", "eval", "--pairs", pairs, *option, "--threshold", "0.75", "--json"]) == 0
+        bare.append(json.loads(capsys.readouterr().out)["guards"]["none"]["false_hits"])
+    assert bare == [2, 3]
     assert embedder_option("endpoint, url=http://127.0.0.1:9/v1, model=m, dimensions=384") == CacheEmbedderSpec(
         kind="endpoint", url="http://127.0.0.1:9/v1", model="m", dimensions=384
     )
@@ -153,11 +166,16 @@ def test_cli_json_prints_the_figures_by_class_and_guard(capsys: pytest.CaptureFi
 def test_cli_exits_1_and_names_the_false_hit_when_the_threshold_lets_one_through(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["cache", "eval", "--pairs", str(_four_pairs(tmp_path)), "--threshold", "0.7"]) == 1
+    pairs = tmp_path / "pairs.jsonl"
+    # A plural with its own meaning that wordllama scores as the same word ("custom"/"customs" 0.99 as lone words):
+    # the counterpart check's known limit with a static embedder (all-MiniLM-L6-v2 scores them 0.40 and refuses it).
+    line = {"a": "Where do I get a custom form?", "b": "Where do I get a customs form?", "same": False}
+    pairs.write_text(json.dumps({**line, "class": "entity"}) + "\n" + _four_pairs(tmp_path).read_text())
+    assert main(["cache", "eval", "--pairs", str(pairs), "--threshold", "0.7"]) == 1
     out = capsys.readouterr().out
     assert "threshold 0.70, guards on: precision 0.500, recall 1.000, false hits 1" in out
-    assert "false hit (0.731): 'How do I change a car tire?' / 'How do I change a bike tire?'" in out
-    assert "│ all but order     │     0.333 │  1.000 │          2 │" in out
+    assert "false hit (0.995): 'Where do I get a custom form?' / 'Where do I get a customs form?'" in out
+    assert "│ all but counterpart │     0.333 │  1.000 │          2 │" in out
 
 
 @pytest.mark.parametrize(
