@@ -49,9 +49,9 @@ import numpy as np
 import numpy.typing as npt
 
 Vector = npt.NDArray[np.float32]
-Refusal = Literal["number", "tense", "too_different", "no_counterpart"]
-"""Why the check refused a pair: another number, another tense, too many differing words, a word without a
-counterpart."""
+Refusal = Literal["number", "tense", "order", "too_different", "no_counterpart"]
+"""Why the check refused a pair: another number, another tense, the shared words in another order than one phrase
+moved, too many differing words, a word without a counterpart."""
 
 MAX_DIFFERING_WORDS = 12
 """Differing words (both sides together) past which a pair is refused without embedding: bounds one check's cost."""
@@ -320,14 +320,20 @@ def difference(a: str, b: str) -> Difference:
     sa, sb = _sequence(a), _sequence(b)
     ca, cb = Counter(w for w in sa if w not in IGNORED), Counter(w for w in sb if w not in IGNORED)
     ta, tb = _tense(sa), _tense(sb)
+    agent: str | None = None
     if ("by" in sa) != ("by" in sb) and _same_agent(sa, sb):
         ca.pop("by", None)
         cb.pop("by", None)
+        agent = _agent(sa if "by" in sa else sb)  # the active's subject: its place is the passive's to change
     for active, passive, counts in ((sa, sb, ca), (sb, sa, cb)):
-        agent = _dropped_agent(active, passive)
-        if agent is not None:
-            counts[agent] -= 1
+        dropped = _dropped_agent(active, passive)
+        if dropped is not None:
+            counts[dropped] -= 1
     da, db = ca - cb, cb - ca
+    ordered = ca & cb
+    if agent is not None:
+        ordered[agent] -= 1
+    moved = _one_phrase_moved(_order(sa, ordered), _order(sb, ordered))
     phrases = _acronyms(da, db, sb) + [(w, x) for x, w in _acronyms(db, da, sa)]
     da, db = +da, +db
     left, right = tuple(sorted(da.elements())), tuple(sorted(db.elements()))
@@ -336,11 +342,53 @@ def difference(a: str, b: str) -> Difference:
         refused = "number"
     elif ta and tb and ta != tb:
         refused = "tense"
+    elif not moved:
+        refused = "order"
     elif len(left) + len(right) > MAX_DIFFERING_WORDS:
         refused = "too_different"
     elif bool(left) != bool(right):
         refused = "no_counterpart"  # a word added or dropped: nothing on the other side can stand for it
     return Difference(left, right, refused, tuple(phrases))
+
+
+_COORDINATORS = frozenset({"or", "and"})
+MAX_ORDERED_WORDS = 60
+"""Shared words past which two prompts in another order are refused rather than compared (bounds the quadratic
+search of :func:`_one_phrase_moved`)."""
+
+
+def _order(sequence: list[str], shared: Counter[str]) -> list[str]:
+    """The words both prompts have, in this prompt's order (a repeated word numbered by its occurrence)."""
+    seen: Counter[str] = Counter()
+    out: list[str] = []
+    for word in sequence:
+        if word in IGNORED or seen[word] >= shared[word]:
+            continue
+        out.append(f"{word}#{seen[word]}")
+        seen[word] += 1
+    return out
+
+
+def _one_phrase_moved(a: list[str], b: list[str]) -> bool:
+    """Whether ``b`` is ``a``, or ``a`` with one run of words moved elsewhere ("In Python, how do I read a file?" /
+    "How do I read a file in Python?"), or two words joined by "or"/"and" that trade places. Two words that trade
+    places around others ("Did the dog bite the man?" / "Did the man bite the dog?", "from Boston to Denver" / "from
+    Denver to Boston") are no such move. A passive's agent, once shown to be the active's subject, is left out of both
+    (:func:`difference`): "Has the team fixed the bug?" / "Has the bug been fixed by the team?"."""
+    if a == b:
+        return True
+    if len(a) > MAX_ORDERED_WORDS:
+        return False
+    start = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    a, b = a[start:], b[start:]
+    if len(a) >= 3 and a[1].partition("#")[0] in _COORDINATORS and b[:3] == [a[2], a[1], a[0]] and b[3:] == a[3:]:
+        return True  # alternatives that trade places: "tea or coffee" / "coffee or tea"
+    for first in range(1, len(a)):  # a = X Y Z and b = Y X Z, X of ``first`` words
+        for second in range(1, len(a) - first + 1):
+            end = first + second
+            if b[:second] == a[first:end] and b[second:end] == a[:first] and b[end:] == a[end:]:
+                return True
+    return False
 
 
 def inflected(a: str, b: str) -> bool:

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from inferplane.processor.cache.config import CacheConfig, CachedModel
 from inferplane.processor.cache.counterparts import (
     MAX_DIFFERING_WORDS,
+    MAX_ORDERED_WORDS,
     Difference,
     Vector,
     Verdict,
@@ -67,6 +68,8 @@ def test_words_expand_contractions_split_possessives_and_read_numbers(text: str,
         ("What payment methods do you accept?", "Which payment methods do you accept?"),
         ("Who wrote Hamlet?", "By whom was Hamlet written?"),  # an irregular verb, the agent after "by"
         ("Has anyone reviewed my application?", "Has my application been reviewed?"),  # the passive drops "anyone"
+        ("Has the team fixed the login bug?", "Has the login bug been fixed by the team?"),  # subject = agent
+        ("Which is healthier, tea or coffee?", "Which is healthier, coffee or tea?"),  # alternatives trade places
     ],
 )
 def test_paraphrases_that_differ_in_grammar_only_leave_nothing_to_compare(a: str, b: str) -> None:
@@ -81,6 +84,10 @@ def test_paraphrases_that_differ_in_grammar_only_leave_nothing_to_compare(a: str
         ("Is 17 a prime number?", "Is 15 a prime number?", "number"),
         ("Give me three tips for better sleep.", "Give me five tips for better sleep.", "number"),
         ("Is the store open?", "Was the store open?", "tense"),
+        ("Did the dog bite the man?", "Did the man bite the dog?", "order"),  # the same words, roles turned around
+        ("Book a flight from Boston to Denver.", "Book a flight from Denver to Boston.", "order"),
+        ("Convert 20 pounds to kilograms.", "Convert 20 kilograms to pounds.", "order"),
+        ("Is Tokyo bigger than Osaka?", "Is Osaka bigger than Tokyo?", "order"),
         ("Cancel my subscription.", "Do not cancel my subscription.", "no_counterpart"),  # an added word
         ("Is it cold?", "Is it cold here?", "no_counterpart"),  # an adverb of place
         ("Is the water hot?", "Is the water very hot?", "no_counterpart"),  # a word of degree
@@ -101,6 +108,13 @@ def test_a_passive_whose_agent_is_not_the_actives_subject_keeps_by_which_has_no_
     assert decide(turned, vectors, 0.9, 0.6) == Verdict("no_counterpart", "by")
     same = difference("Did the system cancel my booking?", "Was my booking canceled by the system?")
     assert "by" not in same.right
+
+
+def test_a_long_prompt_in_another_order_is_refused_rather_than_searched() -> None:
+    many = [f"x{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(MAX_ORDERED_WORDS + 1)]
+    assert difference(" ".join(many), " ".join(many[1:] + many[:1])).refused == "order"
+    few = many[:MAX_ORDERED_WORDS]
+    assert difference(" ".join(few), " ".join(few[1:] + few[:1])).refused is None  # one word moved to the end
 
 
 def test_more_differing_words_than_the_bound_are_refused_unembedded() -> None:
