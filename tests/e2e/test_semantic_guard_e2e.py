@@ -148,7 +148,7 @@ def test_cache_eval_measures_the_served_model_with_its_catalog_word_bounds(
     assert main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     # The catalog's inflection bound (0.6) serves "canceled" for "cancel" (0.63); an unmeasured endpoint's (0.8) would
-    # not. The role swap differs in no word: the order guard's.
+    # not. The role swap differs in no word: the order guard and the check's own order both refuse it.
     assert (result["false_hits"], result["recall"]) == (0, 1.0)
     assert result["guards"]["without_counterpart"]["false_hits"] == 1
-    assert result["guards"]["without_order"]["false_hits"] == 1
+    assert result["guards"]["without_order"]["false_hits"] == 0 and result["guards"]["none"]["false_hits"] == 2
