@@ -602,7 +602,6 @@ class Processor:
         body = _json_object(raw)
         stream.model, stream.tier = self._resolve(_asked_model(body), tenant)
         prompt, ids, texts = self._count_prompt(stream.model, body)
-        clamped = body.get("max_completion_tokens" if "max_completion_tokens" in body else "max_tokens") is None
         stream.model = model = self._fit_context(body, stream.model, prompt, tenant)
         verdict, budget = await self.budgets.admit(
             tenant.name, tenant.requests_per_minute, tenant.tokens_per_minute, prompt
@@ -618,12 +617,6 @@ class Processor:
                 self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
                 return self.cache.reply(lookup)
             stream.cache_pending = self.cache.pending_for(lookup)
-        if not self.tables[model.name].ready() and not model.scale_to_zero:
-            # No replica of the model is ready: its tier's fallback, where Envoy would retry, takes it with a slot.
-            fallback = self._ready_fallback(model, tenant, body, clamped)
-            if fallback is not None:
-                stream.model = model = fallback[0]
-                prompt, ids, texts = fallback[1:]
         await self._take_slot(stream, model, tenant, self._hashes(model, ids, texts), prompt)
         self.metrics.request(model.name, stream.tier, tenant.name, "admitted").inc()
         return (
@@ -631,39 +624,6 @@ class Processor:
             if self.cache is None
             else self.cache.tag(self._forward(stream, body, model), stream.cache_lookup)
         )
-
-    def _ready_fallback(
-        self, model: ModelConfig, tenant: TenantConfig, body: dict[str, Any], clamped: bool
-    ) -> tuple[ModelConfig, int, list[int] | None, list[str]] | None:
-        """For a model with no ready replica: the first of its tiers' fallbacks (Envoy's retry order) that has a ready
-        replica, may serve the tenant and holds the request's context, with the prompt counted by its tokenizer
-        (``max_tokens`` clamped to its context where the processor set it); None when there is none.
-
-        Forwarded unpicked instead, the request reached the fallback by Envoy's retry and no slot counted it there
-        (nor on the primary, whose replicas the processor does not see ready), so the fallback's replicas could run
-        past their ``max_num_seqs``; and every request paid a failed try on the primary first."""
-        order = dict.fromkeys(
-            name
-            for tier in self.config.tiers
-            if model.name in tier.models
-            for name in tier.fallback
-            if name != model.name
-        )
-        # _fit_context wrote ``max_tokens`` where the client set no limit; else the client's limit stands.
-        key = "max_tokens" if clamped or "max_completion_tokens" not in body else "max_completion_tokens"
-        for name in order:
-            candidate = self.config.model(name)
-            if candidate is None or not self.tables[name].ready() or not self._allowed(tenant, name):
-                continue
-            prompt, ids, texts = self._count_prompt(candidate, body)
-            room = candidate.max_model_len - prompt
-            if room < 1 or (not clamped and body[key] > room):
-                continue
-            if clamped:
-                body[key] = min(body[key], room)
-            self.metrics.routed(model.name, "fallback").inc()
-            return candidate, prompt, ids, texts
-        return None
 
     def _count_prompt(self, model: ModelConfig, body: Mapping[str, Any]) -> tuple[int, list[int] | None, list[str]]:
         """The prompt's tokens with ``model``'s tokenizer (an estimate, counted as an error, without one), their ids
@@ -713,13 +673,10 @@ class Processor:
         try:
             table = self.tables[model.name]
             if not table.ready():
-                if not model.scale_to_zero and not table.endpoints:
-                    # Nothing resolves (Envoy's DNS has no host either): Envoy falls back to the tier's fallback or
-                    # answers 503; no replica of this model could be counted.
+                if not model.scale_to_zero:  # Envoy balances, retries and falls back to the tier's fallback
                     self.metrics.routed(model.name, "fallback").inc()
                     return
-                if model.scale_to_zero:
-                    await self._wait_ready(model, table)
+                await self._wait_ready(model, table)
             gate = self.gates[model.name]
             hold = Hold(time.monotonic())
             placement = await gate.hold_for(lambda h: self._place(model, hashes, prompt, h), hold)
@@ -750,12 +707,7 @@ class Processor:
         first choice, plus as many as it has waited prefill times of a block: ski rental, so holding costs at most
         the prefill it saves, and the request never does worse than twice the better of waiting and spilling."""
         router = self.routers[model.name]
-        table = self.tables[model.name]
-        # None ready (and no fallback ready) of a model that does not scale to zero: its resolved replicas, so that
-        # the cap counts the request on the one Envoy sends it to (unread, or dead and about to leave DNS; forwarded
-        # without a pick it ran uncounted, and Envoy's least-request drew among the same hosts).
-        ready = table.ready() or ([] if model.scale_to_zero else list(table.endpoints.values()))
-        ranking = router.rank(ready, hashes, prompt)
+        ranking = router.rank(self.tables[model.name].ready(), hashes, prompt)
         bounded = model.routing.load_bound
         ranked = [e.address for e in ranking.ranked]
         if hold is not None and bounded and ranking.overlaps:
@@ -770,7 +722,7 @@ class Processor:
             ranked,
             model.max_num_seqs if bounded else UNBOUNDED_SLOTS,
             model.fallback_share if bounded else UNBOUNDED_SLOTS,
-            {e.address: e.engine_active for e in ranking.ranked if e.ready},  # a lapsed processor's requests run on
+            {e.address: e.engine_active for e in ranking.ranked},  # a lapsed processor's requests still run
         )
         if taken is None:
             return None

@@ -26,7 +26,6 @@ from inferplane.processor.config import (
     TierConfig,
 )
 from inferplane.processor.ext_proc import MAX_ALTERNATES, Processor, connect_redis
-from inferplane.processor.tokens import prompt_texts
 from tests.gateway_support import free_port, model_config, routing_config, vllm_load
 from tests.tiny_model import build_tokenizer, words
 
@@ -414,64 +413,6 @@ def test_without_a_ready_replica_envoy_balances_and_falls_back(tokenizer_file: s
         _, response = await _request(processor, _chat("w1"))
         assert _forwarded(response)["model"] == "short" and _picked(response) is None
         assert processor.metrics.routing.labels("short", "fallback")._value.get() == 1
-
-    asyncio.run(run())
-
-
-def test_without_a_ready_replica_the_tiers_fallback_takes_the_request_with_a_slot(tokenizer_file: str) -> None:
-    """The primary has no ready replica (killed: its scrape is refused): the request goes to the tier's fallback,
-    where Envoy would retry it, on a slot of a ready fallback replica, so the fallback's cap counts it (unpicked,
-    Envoy's retry put it there uncounted, and a third request went past the fallback's one slot). A fallback whose
-    context cannot hold the request is passed over."""
-
-    async def run() -> None:
-        primary = _model("short", tokenizer_file, max_num_seqs=1, fallback_share=1, queue_max=0)
-        small = _model("small", tokenizer_file, max_model_len=16, max_num_seqs=1, fallback_share=1, queue_max=0)
-        spare = _model("spare", tokenizer_file, max_num_seqs=1, fallback_share=1, queue_max=0)
-        config = _config(tokenizer_file, primary, small, spare).model_copy(
-            update={"tiers": (TierConfig(name="standard", models=("short",), fallback=("small", "spare")),)}
-        )
-        processor = _processor(config)
-        processor.tables["short"].apply(set())  # nothing of the primary resolves
-        _ready(processor, "small", "127.0.0.1:8")
-        _ready(processor, "spare", "127.0.0.1:9")
-        holder, response = await _request(processor, _chat(words(30)))
-        forwarded = _forwarded(response)
-        assert (forwarded["model"], _destinations(response)) == ("spare", ["127.0.0.1:9"])  # "small" holds 16
-        assert forwarded["max_tokens"] == 1024 - processor.tokens.encode("spare", *_texts(words(30)))[0]
-        assert processor.metrics.inflight.labels("spare")._value.get() == 1
-        assert processor.metrics.routing.labels("short", "fallback")._value.get() == 1
-        _, refused = await _request(processor, _chat(words(30)))
-        assert _error(refused)["code"] == "capacity_exceeded"  # the fallback's one slot is taken
-        await holder.close()
-        _, again = await _request(processor, _chat(words(30), max_tokens=10))
-        assert (_forwarded(again)["model"], _forwarded(again)["max_tokens"]) == ("spare", 10)
-
-    asyncio.run(run())
-
-
-def _texts(content: str) -> tuple[list[str], int, int]:
-    """What ``TokenCounter.encode`` takes for one user message (after the model name)."""
-    texts, messages = prompt_texts(_chat(content))
-    return texts, messages, OVERHEAD
-
-
-def test_a_resolved_replica_that_is_not_ready_is_picked_and_counted(tokenizer_file: str) -> None:
-    """No replica is ready to the processor but the model's name resolves (a server without the engine's series,
-    or one killed and not yet out of DNS) and no fallback is ready: the request is placed on a resolved replica with
-    a slot (forwarded unpicked, it ran uncounted), so the cap holds there too."""
-
-    async def run() -> None:
-        model = _model("short", tokenizer_file, max_num_seqs=1, fallback_share=1, queue_max=0)
-        processor = _processor(_config(tokenizer_file, model))
-        processor.tables["short"].apply({"127.0.0.1:7"})  # resolved, never scraped: not ready
-        holder, response = await _request(processor, _chat("w1"))
-        assert _destinations(response) == ["127.0.0.1:7"]
-        _, refused = await _request(processor, _chat("w1"))
-        assert _error(refused)["code"] == "capacity_exceeded"
-        await holder.close()
-        _, again = await _request(processor, _chat("w1"))
-        assert _picked(again) == "127.0.0.1:7"
 
     asyncio.run(run())
 
