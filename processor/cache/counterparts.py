@@ -11,15 +11,19 @@ How two prompts are compared (:func:`difference`):
 1. Both are read as lower-case words; contractions are expanded ("what's" = "what is", "can't" = "can not", "I'd" =
    "I would"), a possessive is its own word ("employer's" = "employer" + "'s"), hyphenated words are split ("non-
    taxable" = "non" + "taxable") and number words are read as numbers ("three" = "3", "third" = "#3").
-2. Words of closed grammatical classes that do not decide an answer are dropped: the articles, the auxiliaries "do",
-   "be" and "have" in any form (their tense is kept and must agree: "Is the store open?" / "Was the store open?" is
-   refused), and politeness ("please", "kindly", "thanks", a greeting, and a request's
-   framing at the start: "Could you", "I was wondering if you could", "Would you mind", "tell me"). This list is
-   **fail-safe**: a word missing from it is compared as a content word, which costs a hit, never a wrong answer.
+2. Politeness and a request's framing are dropped where they open or close the prompt ("Could you tell me ...",
+   "..., please", "... thank you"); words of closed grammatical classes that do not decide an answer are dropped
+   anywhere: the articles and the auxiliaries "do", "be" and "have" in any form (their tense is kept and must agree:
+   "Is the store open?" / "Was the store open?" is refused). A few forms are read as one ("which"/"what",
+   "whom"/"who", "how can I"/"how do I", an irregular verb's past and participle), a passive's "by" is dropped when
+   its agent is the active's subject, and an indefinite subject when the other prompt is a passive without an agent.
+   These lists are **fail-safe**: a word missing from them is compared as a content word, which costs a hit, never a
+   wrong answer; none of them names a word that changes a meaning.
 3. What is left on each side, less what the other side also has (as multisets), are the differing words. A word holding
-   a digit (so any number) has no counterpart but itself: another number is always refused. More than
-   :data:`MAX_DIFFERING_WORDS` differing words is refused without asking the embedder (no paraphrase the cache should
-   serve changes that much, and it bounds the cost).
+   a digit (so any number) has no counterpart but itself: another number is always refused. The words both sides have
+   must keep their order, up to one run of words moved (or two alternatives trading places around "or"/"and"): a role
+   swap ("Did the man bite the dog?") is refused. More than :data:`MAX_DIFFERING_WORDS` differing words is refused
+   without asking the embedder (no paraphrase the cache should serve changes that much, and it bounds the cost).
 
 Then (:func:`decide`) every differing word on each side needs a counterpart among the other side's differing words:
 a word the embedder scores, as a lone word, at least ``word_similarity`` similar (near-synonyms), or an inflection of
@@ -33,8 +37,8 @@ near-synonym bound has to sit above them, and in practice it admits little beyon
 this check comes from reordering, politeness, contractions and inflections, not from synonyms.
 
 Cost: the words to embed are only the differing words of the candidates that passed the threshold and the guards,
-:data:`MAX_DIFFERING_WORDS` per candidate at most, sent in one embedder call, and cached per word
-(:class:`WordVectors`) so a word is embedded once per process.
+:data:`MAX_DIFFERING_WORDS` per candidate at most and ``MAX_WORDS_PER_LOOKUP`` in all (``store.py``), sent in one
+embedder call, and cached per word (:class:`WordVectors`) so a word is embedded once per process.
 """
 
 from __future__ import annotations
@@ -127,6 +131,7 @@ _BE = frozenset({"is", "are", "was", "were", "be", "been", "being", "am"})
 INDEFINITE_AGENTS = frozenset({"someone", "somebody", "anyone", "anybody", "they", "people", "you"})
 """Subjects a passive without "by" may leave out ("Did someone ...?" / "Was it ...?"; "Have you shipped my order?" /
 "Has my order been shipped?"): the passive names no other agent."""
+_POSSESSIVES = frozenset({"my", "your", "his", "her", "its", "our", "their"})
 _ACRONYM_JOINERS = frozenset({"of", "and", "for", "the", "a", "an"})
 _ASKERS = frozenset({"i", "we"})
 
@@ -244,9 +249,11 @@ def content(text: str) -> tuple[Counter[str], frozenset[str]]:
 
 
 def _subject(sequence: list[str]) -> str | None:
-    """The first word that is not grammar or politeness: an active question's subject ("Did the system cancel ..."
-    -> "system"; "Who wrote ..." -> "who")."""
-    return next((w for w in sequence if w not in IGNORED and w not in _ADVERBIAL_QUESTIONS), None)
+    """The first word that is not grammar, a possessive or a question word other than the subject: an active
+    question's subject ("Did the system cancel ..." -> "system"; "Who wrote ..." -> "who"; "Did my employer ..." ->
+    "employer")."""
+    skipped = IGNORED | _ADVERBIAL_QUESTIONS | _POSSESSIVES
+    return next((w for w in sequence if w not in skipped), None)
 
 
 def _passive(sequence: list[str]) -> bool:
@@ -298,7 +305,7 @@ def _agent(sequence: list[str]) -> str | None:
     """A passive's agent: the word after "by" (articles skipped), or the opening question word when "by" ends the
     question ("Who was it written by?")."""
     at = sequence.index("by")
-    after = [w for w in sequence[at + 1 :] if w not in ARTICLES]
+    after = [w for w in sequence[at + 1 :] if w not in ARTICLES and w not in _POSSESSIVES]
     if after:
         return after[0]
     return sequence[0] if sequence and sequence[0] in QUESTION_WORDS else None

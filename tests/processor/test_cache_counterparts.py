@@ -108,6 +108,10 @@ def test_a_passive_whose_agent_is_not_the_actives_subject_keeps_by_which_has_no_
     assert decide(turned, vectors, 0.9, 0.6) == Verdict("no_counterpart", "by")
     same = difference("Did the system cancel my booking?", "Was my booking canceled by the system?")
     assert "by" not in same.right
+    mine = difference("Did my manager approve the report?", "Was the report approved by my manager?")
+    assert (mine.left, mine.right, mine.refused) == (("approve",), ("approved",), None)  # the agent past "my"
+    swapped = difference("Did my manager approve the report?", "Was my manager approved by the report?")
+    assert "by" in swapped.right
 
 
 def test_a_long_prompt_in_another_order_is_refused_rather_than_searched() -> None:
