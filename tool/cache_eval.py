@@ -446,13 +446,14 @@ def add_cache_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    evaluate.add_argument(
+    which = evaluate.add_mutually_exclusive_group()
+    which.add_argument(
         "--pairs",
         metavar="FILE.jsonl",
         help='lines {"a": ..., "b": ..., "same": true|false, "class": ...} (default: the labelled set shipped with '
         "inferplane)",
     )
-    evaluate.add_argument(
+    which.add_argument(
         "--adversarial",
         action="store_true",
         help="measure on the shipped paraphrases and the near misses generated from them by rule (an opposite, a "

@@ -48,3 +48,9 @@ def test_cache_eval_adversarial_has_no_false_hit_where_the_guards_alone_had_hund
         assert result["false_hits"] == 0 and result["pairs"] >= 3000
         assert all(result["classes"][kind]["false_hits"] == 0 for kind in GENERATED_CLASSES)
         assert result["guards"]["without_counterpart"]["false_hits"] >= 250
+
+
+def test_adversarial_and_pairs_are_one_or_the_other(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["cache", "eval", "--adversarial", "--pairs", "x.jsonl"])
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
