@@ -61,6 +61,9 @@ MAX_DIFFERING_WORDS = 12
 """Differing words (both sides together) past which a pair is refused without embedding: bounds one check's cost."""
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_LETTER_A = re.compile(r"(?<=[^\s.!?:]\s)A\b(?!')")
+LETTER_A = "a0letter"
+"""What a capital "A" inside a sentence is read as (a token no word spells)."""
 
 ARTICLES = frozenset({"a", "an", "the"})
 PRESENT = frozenset({"do", "does", "is", "are", "am", "has", "have"})
@@ -160,6 +163,8 @@ INFLECTIONS = ("s", "es", "d", "ed", "ing", "n", "en")
 def words(text: str) -> list[str]:
     """The prompt as lower-case words, contractions expanded, possessives split, number words as numbers."""
     out: list[str] = []
+    # A capital "A" inside a sentence is a name ("column A"), not the article: kept apart from "a".
+    text = _LETTER_A.sub(LETTER_A, text)
     for token in _WORD.findall(text.lower().replace("\u2019", "'").replace("-", " ")):
         if token in _IRREGULAR_NEGATIVES:
             out.extend(_IRREGULAR_NEGATIVES[token])

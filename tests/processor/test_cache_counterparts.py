@@ -88,6 +88,7 @@ def test_paraphrases_that_differ_in_grammar_only_leave_nothing_to_compare(a: str
         ("Book a flight from Boston to Denver.", "Book a flight from Denver to Boston.", "order"),
         ("Convert 20 pounds to kilograms.", "Convert 20 kilograms to pounds.", "order"),
         ("Is Tokyo bigger than Osaka?", "Is Osaka bigger than Tokyo?", "order"),
+        ("Copy column A into column B.", "Copy column B into column A.", "order"),  # a capital "A" is no article
         ("Cancel my subscription.", "Do not cancel my subscription.", "no_counterpart"),  # an added word
         ("Is it cold?", "Is it cold here?", "no_counterpart"),  # an adverb of place
         ("Is the water hot?", "Is the water very hot?", "no_counterpart"),  # a word of degree
