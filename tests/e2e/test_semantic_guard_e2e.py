@@ -6,8 +6,8 @@ added).
 
 The goal (issue 36): no false hit on either set at the catalog's threshold, with the guards the processor runs and
 the counterpart check; the per-class figures are printed (``-s``) for the docs. Before the check, with the word-list
-guards alone, the generated set gets through in every class but the numbers. All embeddings are batched (64 prompts a
-request) and each prompt and word is embedded once.
+guards alone, the generated set gets through in every class but numbers and negations. All embeddings are batched
+(64 prompts a request) and each prompt and word is embedded once.
 """
 
 from __future__ import annotations
