@@ -53,14 +53,16 @@ import numpy as np
 import numpy.typing as npt
 
 Vector = npt.NDArray[np.float32]
-Refusal = Literal["number", "tense", "order", "too_different", "no_counterpart"]
-"""Why the check refused a pair: another number, another tense, the shared words in another order than one phrase
-moved, too many differing words, a word without a counterpart."""
+Refusal = Literal["number", "unread", "tense", "order", "too_different", "no_counterpart"]
+"""Why the check refused a pair: another number, a differing word outside the English alphabet (which the check does
+not vouch for), another tense, the shared words in another order than one phrase moved, too many differing words, a
+word without a counterpart."""
 
 MAX_DIFFERING_WORDS = 12
 """Differing words (both sides together) past which a pair is refused without embedding: bounds one check's cost."""
 
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+"""A word: letters and digits of any script (a run of ideographs, unspaced, is one word), and an apostrophe's part."""
 _LETTER_A = re.compile(r"(?<=[^\s.!?:]\s)A\b(?!')")
 LETTER_A = "a0letter"
 """What a capital "A" inside a sentence is read as (a token no word spells)."""
@@ -352,6 +354,8 @@ def difference(a: str, b: str) -> Difference:
     refused: Refusal | None = None
     if any(any(c.isdigit() for c in w) for w in (*left, *right)):
         refused = "number"
+    elif not all(w.isascii() for w in (*left, *right)):
+        refused = "unread"  # another script, an accent: its words are compared as they are written, nothing more
     elif ta and tb and ta != tb:
         refused = "tense"
     elif not moved:

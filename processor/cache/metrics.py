@@ -20,9 +20,9 @@ TOKENS_SAVED = "inferplane_gateway_cache_tokens_saved_total"
 USD_SAVED = "inferplane_gateway_cache_usd_saved_total"
 """Counter, label ``model``: completion tokens served from the cache times the model's serving cost per token."""
 SEMANTIC_REFUSALS = "inferplane_gateway_cache_semantic_refusals_total"
-"""Counter, label ``reason`` (``guard``, ``number``, ``tense``, ``order``, ``too_different``, ``no_counterpart``,
-``embed_error``): cached prompts above the similarity threshold that were not served (a guard or the counterpart check
-refused them, or the differing words could not be embedded)."""
+"""Counter, label ``reason`` (``guard``, ``number``, ``unread``, ``tense``, ``order``, ``too_different``,
+``no_counterpart``, ``embed_error``): cached prompts above the similarity threshold that were not served (a guard or
+the counterpart check refused them, or the differing words could not be embedded)."""
 WORD_EMBEDDINGS = "inferplane_gateway_cache_word_embeddings_total"
 """Counter: words the counterpart check sent to the embedder (each word once per process; the check's cost)."""
 UP = "inferplane_gateway_cache_up"
