@@ -54,15 +54,22 @@ import numpy.typing as npt
 
 Vector = npt.NDArray[np.float32]
 Refusal = Literal["number", "unread", "tense", "order", "too_different", "no_counterpart"]
-"""Why the check refused a pair: another number, a differing word outside the English alphabet (which the check does
-not vouch for), another tense, the shared words in another order than one phrase moved, too many differing words, a
-word without a counterpart."""
+"""Why the check refused a pair: another number, a differing word outside the English alphabet or a symbol (which the
+check does not vouch for), another tense, the shared words in another order than one phrase moved, too many differing
+words, a word without a counterpart."""
 
 MAX_DIFFERING_WORDS = 12
 """Differing words (both sides together) past which a pair is refused without embedding: bounds one check's cost."""
 
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
-"""A word: letters and digits of any script (a run of ideographs, unspaced, is one word), and an apostrophe's part."""
+_PUNCTUATION = (
+    ".,!?;:'\"()[]{}\u2026\u201c\u201d\u2018\u00ab\u00bb\u00bf\u00a1"
+    "\u3001\u3002\u300c\u300d\u300e\u300f\uff01\uff08\uff09\uff0c\uff1a\uff1b\uff1f"
+)
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?|[^\w\s" + re.escape(_PUNCTUATION) + "]")
+"""A word: letters and digits of any script (a run of ideographs, unspaced, is one word) and an apostrophe's part; or
+one symbol ("+", "<", "$", "%", a minus sign: each a word, so "2+3" is not "2*3"). Sentence punctuation (Latin and
+CJK) is no word; a mark not listed is a symbol, compared as written (fail-safe)."""
+_HYPHEN_IN_WORD = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")
 _LETTER_A = re.compile(r"(?<=[^\s.!?:]\s)A\b(?!')")
 LETTER_A = "a0letter"
 """What a capital "A" inside a sentence is read as (a token no word spells)."""
@@ -167,7 +174,8 @@ def words(text: str) -> list[str]:
     out: list[str] = []
     # A capital "A" inside a sentence is a name ("column A"), not the article: kept apart from "a".
     text = _LETTER_A.sub(LETTER_A, text)
-    for token in _WORD.findall(text.lower().replace("\u2019", "'").replace("-", " ")):
+    text = _HYPHEN_IN_WORD.sub(" ", text.replace("\u2019", "'"))  # "non-taxable" = "non taxable"; "-5" keeps its sign
+    for token in _WORD.findall(text.lower()):
         if token in _IRREGULAR_NEGATIVES:
             out.extend(_IRREGULAR_NEGATIVES[token])
             continue
@@ -354,8 +362,8 @@ def difference(a: str, b: str) -> Difference:
     refused: Refusal | None = None
     if any(any(c.isdigit() for c in w) for w in (*left, *right)):
         refused = "number"
-    elif not all(w.isascii() for w in (*left, *right)):
-        refused = "unread"  # another script, an accent: its words are compared as they are written, nothing more
+    elif not all(_readable(w) for w in (*left, *right)):
+        refused = "unread"  # another script, an accent, a symbol: compared as written, nothing more
     elif ta and tb and ta != tb:
         refused = "tense"
     elif not moved:
@@ -405,6 +413,13 @@ def _one_phrase_moved(a: list[str], b: list[str]) -> bool:
             if b[:second] == a[first:end] and b[second:end] == a[:first] and b[end:] == a[end:]:
                 return True
     return False
+
+
+def _readable(word: str) -> bool:
+    """A word of the English alphabet (and digits), which the check may match to another: not another script, an
+    accented letter or a symbol."""
+    plain = word.removesuffix("@past").replace("'", "")
+    return plain.isascii() and plain.isalnum()
 
 
 def inflected(a: str, b: str) -> bool:

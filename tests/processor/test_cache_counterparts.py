@@ -88,6 +88,9 @@ def test_paraphrases_that_differ_in_grammar_only_leave_nothing_to_compare(a: str
         # Another script or an accent: the check vouches only for words it reads (an ideograph run is one word).
         ("北京的天气怎么样\uff1f", "上海的天气怎么样\uff1f", "unread"),
         ("Is the café open?", "Is the cafe open?", "unread"),
+        ("What is 2+3?", "What is 2*3?", "unread"),  # a symbol is a word, matched only by itself
+        ("Is 5 > 3?", "Is 5 < 3?", "unread"),
+        ("Is it -5 degrees outside?", "Is it 5 degrees outside?", "unread"),
         ("Did the dog bite the man?", "Did the man bite the dog?", "order"),  # the same words, roles turned around
         ("Book a flight from Boston to Denver.", "Book a flight from Denver to Boston.", "order"),
         ("Convert 20 pounds to kilograms.", "Convert 20 kilograms to pounds.", "order"),
