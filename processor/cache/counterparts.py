@@ -70,9 +70,9 @@ _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?|[^\w\s" + re.escape(_PUNCTUATION) + "]
 one symbol ("+", "<", "$", "%", a minus sign: each a word, so "2+3" is not "2*3"). Sentence punctuation (Latin and
 CJK) is no word; a mark not listed is a symbol, compared as written (fail-safe)."""
 _HYPHEN_IN_WORD = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")
-_LETTER_A = re.compile(r"(?<=[^\s.!?:]\s)A\b(?!')")
-LETTER_A = "a0letter"
-"""What a capital "A" inside a sentence is read as (a token no word spells)."""
+_SENTENCE_ENDS = ".!?:\u2026\u3002\uff01\uff1f"
+NAME_MARK = "^"
+"""Appended to a word capitalised inside a sentence: a name is compared as written, never matched to another word."""
 
 ARTICLES = frozenset({"a", "an", "the"})
 PRESENT = frozenset({"do", "does", "is", "are", "am", "has", "have"})
@@ -170,28 +170,33 @@ INFLECTIONS = ("s", "es", "d", "ed", "ing", "n", "en")
 
 
 def words(text: str) -> list[str]:
-    """The prompt as lower-case words, contractions expanded, possessives split, number words as numbers."""
+    """The prompt as lower-case words, contractions expanded, possessives split, number words as numbers; a word
+    capitalised inside a sentence (a name: "Apple", "column A", "The Starry Night") is marked with :data:`NAME_MARK`,
+    so it is not the same word as its lower-case spelling ("apple", the article "a")."""
     out: list[str] = []
-    # A capital "A" inside a sentence is a name ("column A"), not the article: kept apart from "a".
-    text = _LETTER_A.sub(LETTER_A, text)
     text = _HYPHEN_IN_WORD.sub(" ", text.replace("\u2019", "'"))  # "non-taxable" = "non taxable"; "-5" keeps its sign
-    for token in _WORD.findall(text.lower()):
+    for match in _WORD.finditer(text):
+        original = match.group()
+        token = original.lower()
+        before = text[: match.start()].rstrip()
+        name = original[0].isupper() and bool(before) and before[-1] not in _SENTENCE_ENDS
         if token in _IRREGULAR_NEGATIVES:
             out.extend(_IRREGULAR_NEGATIVES[token])
             continue
         stem, apostrophe, rest = token.partition("'")
+        mark = NAME_MARK if name and stem != "i" else ""
         if apostrophe:
             suffix = "'" + rest
             if stem.endswith("n") and suffix == "'t":
-                out.extend((stem[:-1], "not"))
+                out.extend((stem[:-1] + mark, "not"))
             elif suffix in _CONTRACTIONS:
-                out.extend((stem, *_CONTRACTIONS[suffix]))
+                out.extend((stem + mark, *_CONTRACTIONS[suffix]))
             elif suffix == "'s":
-                out.extend((stem, "is" if stem in _IS_AFTER else "us" if stem == "let" else "'s"))
+                out.extend((stem + mark, "is" if stem in _IS_AFTER else "us" if stem == "let" else "'s"))
             else:
-                out.append(token)
+                out.append(token + mark)
             continue
-        out.append(NUMBERS.get(token, token))
+        out.append(NUMBERS.get(token, token + mark))
     return out
 
 
@@ -290,28 +295,32 @@ def _acronyms(own: Counter[str], other: Counter[str], other_sequence: list[str])
     unit", "eta" / "estimated time of arrival"); the matches are taken out of both and returned, for the embedder to
     confirm (:func:`decide`)."""
     found: list[tuple[str, str]] = []
-    for word in [w for w in own if 2 <= len(w) <= 6 and w.isalpha()]:
+    for word in list(own):
+        letters = word.rstrip(NAME_MARK)
+        if not (2 <= len(letters) <= 6 and letters.isalpha()):
+            continue
         for start in range(len(other_sequence)):
             run: list[str] = []
             initials = ""
             for candidate in other_sequence[start:]:
-                if run and candidate in _ACRONYM_JOINERS:
+                plain = candidate.rstrip(NAME_MARK)
+                if run and plain in _ACRONYM_JOINERS:
                     run.append(candidate)
                     continue
-                if not candidate.isalpha() or other[candidate] < run.count(candidate) + 1:
+                if not plain.isalpha() or other[candidate] < run.count(candidate) + 1:
                     break
                 run.append(candidate)
-                initials += candidate[0]
-                if not word.startswith(initials) or len(initials) == len(word):
+                initials += plain[0]
+                if not letters.startswith(initials) or len(initials) == len(letters):
                     break
-            while run and run[-1] in _ACRONYM_JOINERS:
+            while run and run[-1].rstrip(NAME_MARK) in _ACRONYM_JOINERS:
                 run.pop()
-            if initials == word and len(run) >= 2:
+            if initials == letters and len(run) >= 2:
                 own[word] -= 1
                 for taken in run:
-                    if taken not in _ACRONYM_JOINERS or other[taken] > 0:
+                    if other[taken] > 0:
                         other[taken] -= 1
-                found.append((word, " ".join(run)))
+                found.append((letters, " ".join(w.rstrip(NAME_MARK) for w in run)))
                 break
     return found
 
