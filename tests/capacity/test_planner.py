@@ -6,18 +6,22 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplane.components.capacity import perf_model
+from inferplane.components.capacity import perf_model, planner
 from inferplane.components.capacity.planner import (
+    Configuration,
     Evaluation,
     Filters,
+    Rejection,
     Workload,
     configurations,
     evaluate,
@@ -66,12 +70,18 @@ def _workload(**changes: Any) -> Workload:
     return Workload(**values)
 
 
-def _brute_force_cheapest(workload: Workload) -> float | None:
-    """Every configuration, every host, every replica count from one up: the cheapest that meets both objectives."""
+def _brute_force_cheapest(
+    workload: Workload, evaluated: Mapping[Configuration, Evaluation | Rejection] | None = None
+) -> float | None:
+    """Every configuration, every host, every replica count from one up: the cheapest that meets both objectives.
+
+    A configuration's evaluation (its batch and sizing) is the planner's :func:`evaluate`; ``evaluated`` holds the ones
+    a plan of the same workload already made (the same function on the same inputs, so the same result), which the
+    search reuses instead of making each again: it checks the choice among them, not the evaluation."""
     mix = perf_model.Workload(input_tokens=workload.input_tokens, output_tokens=workload.output_tokens)
     best: float | None = None
     for config, hosts in configurations(workload, FILTERS):
-        result = evaluate(workload, config)
+        result = evaluated[config] if evaluated and config in evaluated else evaluate(workload, config)
         if not isinstance(result, Evaluation):
             continue
         replica = replica_model(workload, config, result.sizing)
@@ -109,8 +119,16 @@ def test_first_candidate_is_the_brute_force_cheapest_and_none_misses(
         ttft_p95_ms=ttft,
         itl_p95_ms=itl,
     )
-    result = plan(workload, FILTERS)
-    cheapest = _brute_force_cheapest(workload)
+    evaluated: dict[Configuration, Evaluation | Rejection] = {}
+
+    def recorded(workload: Workload, config: Configuration) -> Evaluation | Rejection:
+        evaluated[config] = evaluate(workload, config)
+        return evaluated[config]
+
+    with mock.patch.object(planner, "evaluate", recorded):
+        result = plan(workload, FILTERS)
+    assert evaluated  # the plan evaluated through the recorder
+    cheapest = _brute_force_cheapest(workload, evaluated)
     if cheapest is None:
         assert result.candidates == ()
         return
