@@ -49,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a run with -p no:xdist has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadgroup`` that hands out the fleet's modules once the fleet is up (tests/fleet.py)."""
     return fleet_plugin.scheduler(config, log) if config.getoption("dist", "no") == "loadgroup" else None

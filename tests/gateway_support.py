@@ -32,7 +32,7 @@ from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.serving.embedder_service import EMBEDDER_COMMAND, embedder_args, embedder_env
 from inferplane.components.spec.platform_spec import PlatformSpec
-from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, RoutingConfig
+from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, ProcessorConfig, RoutingConfig
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
 from tests.redis_server import search_module
@@ -410,6 +410,31 @@ def start_gateway(
     wait_http(f"http://127.0.0.1:{addresses.processor_metrics_port}/metrics", 30, processor)
     wait_http(f"http://127.0.0.1:{addresses.stats_port}/ready", 30, envoy)
     return Gateway(rendered, addresses)
+
+
+class StoredAnswers:
+    """The response cache's exact entries in a gateway's Redis (``{key_prefix}:x:*``): the processor stores an answer
+    in the background after it went out, so a test waits for the entry to be there instead of sleeping."""
+
+    def __init__(self, redis_url: str, gateway: Gateway) -> None:
+        cache = ProcessorConfig.model_validate_json(gateway.rendered.processor_json).cache
+        assert cache is not None, "the gateway has no response cache"
+        self._pattern = f"{cache.key_prefix}:x:*"
+        self._redis_url = redis_url
+
+    def count(self) -> int:
+        """How many answers the cache holds now."""
+        import redis  # the processor's client library, a gateway dependency
+
+        with redis.Redis.from_url(self._redis_url, socket_timeout=5) as client:
+            return sum(1 for _ in client.scan_iter(match=self._pattern, count=1000))
+
+    def wait_beyond(self, count: int, timeout: float = 20.0) -> None:
+        """Poll until the cache holds more than ``count`` answers."""
+        deadline = time.monotonic() + timeout
+        while (now := self.count()) <= count:
+            assert time.monotonic() < deadline, f"no answer stored in {timeout:.0f} s ({now} entries)"
+            time.sleep(0.05)
 
 
 HOLD_TIMEOUT_S = 20.0

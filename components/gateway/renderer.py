@@ -148,6 +148,13 @@ ANONYMOUS_TENANT = "anonymous"
 PROCESSOR_CLUSTER = "inferplane-processor"
 ADMIN_CLUSTER = "envoy-admin"
 CONNECT_TIMEOUT_SECONDS = 2.0
+ENGINE_KEEP_ALIVE_SECONDS = 5
+"""How long the model servers keep an idle HTTP connection: vLLM's ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` (default 5,
+``vllm/envs.py`` of 0.32.0), uvicorn's ``timeout_keep_alive`` (default 5) under SGLang's server."""
+UPSTREAM_IDLE_TIMEOUT_SECONDS = ENGINE_KEEP_ALIVE_SECONDS - 1
+"""Envoy closes a pooled connection to a replica idle this long, before the server would: otherwise (Envoy's default
+is an hour) a request sent on a connection the server is closing at that moment is reset before its response starts
+(``URX,UC``); seen in the routing E2E as a client 503 when both tries met such connections."""
 RETRY_BACKOFF_MS = (5, 50)
 """Retries to the fallback start after 5 ms (Envoy's default 25 ms is long beside a local connect failure)."""
 PROCESSOR_MESSAGE_MARGIN_SECONDS = 5.0
@@ -547,6 +554,13 @@ def _replica_cluster(model: ModelConfig) -> dict[str, Any]:
         },
         "dns_lookup_family": "V4_PREFERRED",
         "load_balancing_policy": _override_host_policy(),
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": _any(
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                common_http_protocol_options={"idle_timeout": _duration(UPSTREAM_IDLE_TIMEOUT_SECONDS)},
+                explicit_http_config={"http_protocol_options": {}},
+            )
+        },
     }
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +47,7 @@ from tests.gateway_support import (
     Gateway,
     Procs,
     Relay,
+    StoredAnswers,
     embedder_model_dir,
     gateway_addresses,
     scrape,
@@ -75,6 +75,7 @@ class Served:
     embedder_url: str
     fleet: Fleet
     embedder_relay: Relay
+    stored: StoredAnswers
 
     @property
     def gateways_embedder_url(self) -> str:
@@ -137,7 +138,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[S
         gateway = start_gateway(
             procs, "gw", spec=spec, plan=size_platform(spec), addresses=addresses, redis_url=redis_url
         )
-        yield Served(procs, gateway, key, embedder.url, fleet, relay)
+        yield Served(procs, gateway, key, embedder.url, fleet, relay, StoredAnswers(redis_url, gateway))
     finally:
         procs.stop_all()
         relay.close()
@@ -168,26 +169,32 @@ def test_the_pooling_runner_answers_unit_vectors_of_the_catalog_dimensions(serve
     assert abs(float(np.linalg.norm(raw["data"][0]["embedding"])) - 1.0) < 1e-3  # sentence-transformers' Normalize
 
 
-def test_the_catalog_threshold_has_no_false_hit_and_recall_of_at_least_085(measured: list[Scored]) -> None:
+RECALL_FLOOR = 0.6
+"""The shipped paraphrases served from the cache at the catalog's threshold, at least: 0.630 measured with the
+counterpart check, which refuses lexical synonyms and added words it cannot vouch for (0.851 before it; the
+near misses it keeps out are in docs/caching.md)."""
+
+
+def test_the_catalog_threshold_has_no_false_hit_and_recall_above_its_floor(measured: list[Scored]) -> None:
     at = point(measured, EMBEDDER.threshold, guards=True)
     assert (at.false_hits, at.precision) == (0, 1.0)
-    assert at.recall >= 0.85
-    assert point(measured, EMBEDDER.threshold - 0.02, guards=True).false_hits > 0  # about the lowest such threshold
-    # A sentence model still reads roles, numbers and units poorly: without guards near misses of every class but
-    # entities pass, and each guard, left out alone, lets some through.
+    assert at.recall >= RECALL_FLOOR
+    # The counterpart check, not the threshold, keeps the near misses out: lower, still none gets through.
+    assert point(measured, EMBEDDER.threshold - 0.02, guards=True).false_hits == 0
+    # A sentence model alone still reads roles, numbers and units poorly: without any check, near misses of every
+    # class but entities pass.
     bare = {c.kind: c.bare.false_hits for c in by_class(measured, EMBEDDER.threshold, True)}
     assert all(bare[kind] > 0 for kind in ("number", "unit", "negation", "direction", "time", "comparison"))
+    # Each check left out alone, the others still let none through (the guards are a second layer now).
     without = {g.left_out: g.at.false_hits for g in by_guard(measured, EMBEDDER.threshold)}
-    assert all(without[name] > 0 for name in names())
+    assert all(without[name] == 0 for name in names()) and without["all"] > 0
 
 
-def test_wordllama_at_the_same_recall_is_not_as_safe(measured: list[Scored]) -> None:
+def test_wordllama_with_the_checks_lets_no_near_miss_through_at_any_threshold(measured: list[Scored]) -> None:
     _, pairs = load_pairs(None)
     static = score(pairs, CacheSpec())
-    served = point(measured, EMBEDDER.threshold, guards=True)
-    # The highest wordllama threshold reaching the served model's recall lets near misses through.
-    reaching = max(t / 100 for t in range(50, 100) if point(static, t / 100, True).recall >= served.recall)
-    assert point(static, reaching, True).false_hits > 0
+    assert all(point(static, t / 100, True).false_hits == 0 for t in range(50, 100))
+    assert point(static, 0.5, False).false_hits > 0  # the embedding alone does not
 
 
 def test_cache_eval_measures_the_served_embedder(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,7 +202,7 @@ def test_cache_eval_measures_the_served_embedder(served: Served, capsys: pytest.
     assert main(["cache", "eval", "--embedder", option, "--threshold", str(EMBEDDER.threshold), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["embedder"] == f"endpoint {served.embedder_url}" and result["false_hits"] == 0
-    assert result["recall"] >= 0.85
+    assert result["recall"] >= RECALL_FLOOR
 
 
 # --- through the gateway ----------------------------------------------------------------------------------------------
@@ -223,28 +230,34 @@ def test_the_processor_is_configured_with_the_served_embedder(served: Served) ->
 
 
 @pytest.mark.parametrize(
-    ("asked", "paraphrase"),
+    ("asked", "paraphrase", "embedder_calls"),
     [
-        # wordllama scores these 0.71 and 0.76 (both misses at any safe threshold); MiniLM 0.96 and 0.97.
-        ("Explain what a mortgage is.", "I was wondering if you could explain what a mortgage is."),
-        ("Did the system cancel my booking?", "Was my booking canceled by the system?"),
+        # wordllama scores these 0.71 and 0.76 (both misses at any safe threshold); MiniLM 0.96 and 0.97. The first
+        # differs only by a request's framing, which the counterpart check sets aside: one call, the prompt's vector.
+        ("Explain what a mortgage is.", "I was wondering if you could explain what a mortgage is.", 1),
+        # 'cancel' / 'canceled' differ: a second call embeds the two words (0.626, an inflection at >= 0.6).
+        ("Did the system cancel my booking?", "Was my booking canceled by the system?", 2),
     ],
 )
-def test_a_paraphrase_is_answered_from_the_cache_without_the_model(served: Served, asked: str, paraphrase: str) -> None:
+def test_a_paraphrase_is_answered_from_the_cache_without_the_model(
+    served: Served, asked: str, paraphrase: str, embedder_calls: int
+) -> None:
+    stored = served.stored.count()
     first = _ask(served, asked)
     assert first[0] == "miss", _errors(served)
-    time.sleep(0.5)  # the processor stores in the background, after the answer went out
+    served.stored.wait_beyond(stored)  # the processor stores in the background, after the answer went out
     completions, embeddings = served.completions(), served.embeddings()
     assert _ask(served, paraphrase) == ("hit", "semantic", first[2]), _errors(served)
     assert served.completions() == completions  # the model never saw it
-    assert served.embeddings() == embeddings + 1  # the embedder did
+    assert served.embeddings() == embeddings + embedder_calls  # the embedder did
 
 
 def test_a_near_miss_the_embedder_cannot_tell_apart_still_reaches_the_model(served: Served) -> None:
     # MiniLM scores the role swap 0.988 (above the threshold); the order guard refuses the match.
+    stored = served.stored.count()
     first = _ask(served, "Did the dog bite the man?")
     assert first[0] == "miss", _errors(served)
-    time.sleep(0.5)
+    served.stored.wait_beyond(stored)
     completions = served.completions()
     near_miss = _ask(served, "Did the man bite the dog?")
     assert near_miss[0] == "miss" and served.completions() == completions + 1
@@ -263,8 +276,9 @@ def _metric_total(served: Served, name: str, **labels: Any) -> float:
 def test_an_embedder_that_is_down_costs_semantic_hits_only(served: Served) -> None:
     """Last: it stops the embedder. The exact lookup still answers, the failure is counted, nothing fails."""
     asked = "Describe the water cycle."
+    stored = served.stored.count()
     first = _ask(served, asked)
-    time.sleep(0.5)
+    served.stored.wait_beyond(stored)
     served.embedder_relay.kill()  # the embedder is down for the gateway
     assert _ask(served, asked)[:2] == ("hit", "exact")
     completions = served.completions()

