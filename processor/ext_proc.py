@@ -722,7 +722,6 @@ class Processor:
             ranked,
             model.max_num_seqs if bounded else UNBOUNDED_SLOTS,
             model.fallback_share if bounded else UNBOUNDED_SLOTS,
-            {e.address: e.engine_active for e in ranking.ranked},  # a lapsed processor's requests still run
         )
         if taken is None:
             return None

@@ -17,17 +17,7 @@ meanwhile.
 
 A processor that dies stops counting when its lease on the store lapses: its requests died with it. One that comes
 back after its lease lapsed (a partition longer than the lease) finds its counts dropped, and writes back what its
-requests in flight really hold. Its requests may not have died with it, though: a processor stalled (or cut off from
-Redis) past its lease, or one whose container restarted while Envoy streamed on, still has requests running on the
-replicas when its counts are dropped. So a lease is granted only where the engine's own count of the sequences it
-runs or queues (as last scraped, passed by the caller) is below the cap too: the dropped requests keep their slots
-until the engine reports them ended, instead of other processors leasing them again and running the replica past
-its bound until they end. The engine's count is at most a scrape (0.5 s) old; a slot returned by a trim was unneeded
-for a whole :data:`TRIM_SECONDS`, longer than that, so the older count does not refuse a slot the leases leave free.
-And a processor whose lease on the store may have lapsed (no renewal acknowledged for a lease's length, by its own
-clock from when it sent the renewal) no longer takes its free leased slots locally: the store may have given them to
-others. It asks the store again (which writes back what its requests hold), or, the store not answering, keeps to
-its fallback share.
+requests in flight really hold.
 
 Failure mode (docs/gateway.md, "Routing to replicas"): one answer slower than ``slot_store_timeout_seconds`` (a busy
 moment) means no new lease this time: the request takes a slot it already leases on a less preferred replica, or
@@ -50,12 +40,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -98,7 +87,7 @@ for i = 3, #KEYS do
       redis.call('HDEL', KEYS[i], held[j])
     end
   end
-  if math.max(total, tonumber(ARGV[i + 3]) or 0) < cap then
+  if total < cap then
     redis.call('HINCRBY', KEYS[i], me, 1)
     redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[4]))
     redis.call('SET', KEYS[2], i - 2, 'PX', tonumber(ARGV[5]))
@@ -108,10 +97,9 @@ end
 return {0, lapsed}
 """
 """KEYS: the model's live set, this call's grant token, then the preferred replicas' hashes in order; ARGV: this
-processor, the cap, the lease (ms), the hashes' expiry (ms), the token's expiry (ms), then the sequences each preferred
-replica's engine last reported. Leases one slot on the first replica with room (fewer live leases than the cap, and
-fewer sequences reported than the cap) and returns its 1-based position (0 when all are full; also left in the token)
-and whether this processor's lease on the store had lapsed (or never existed)."""
+processor, the cap, the lease (ms), the hashes' expiry (ms), the token's expiry (ms). Leases one slot on the first
+replica with room and returns its 1-based position (0 when all are full; also left in the token) and whether this
+processor's lease on the store had lapsed (or never existed)."""
 
 HEARTBEAT_SCRIPT = """
 local now = redis.call('TIME')
@@ -214,9 +202,6 @@ class SlotStore:
         self._heartbeat = redis.register_script(HEARTBEAT_SCRIPT) if redis is not None else None
         self._failures = 0
         self._down_until = 0.0
-        self._held_until: dict[str, float] = {}
-        """Per model, until when this processor's lease on the store surely holds (its clock when it sent the last
-        acknowledged renewal or lease script, plus the lease): past it, its free leased slots may be others'."""
 
     def _live_key(self, model: str) -> str:
         return f"{self._prefix}slots:{{{model}}}:live"
@@ -232,35 +217,21 @@ class SlotStore:
         lease = self._leases.get(model, {}).get(endpoint)
         return 0 if lease is None else lease.leased
 
-    async def acquire(
-        self,
-        model: str,
-        ranked: Sequence[str],
-        cap: int,
-        fallback_cap: int,
-        reported: Mapping[str, float] | None = None,
-    ) -> Slot | None:
-        """A slot on the first of ``ranked`` with room; None when all are full. ``reported``: the sequences each
-        replica's engine last reported running or waiting; a new lease needs that below ``cap`` too (see the module
-        docstring: requests of a processor whose lease lapsed still run)."""
+    async def acquire(self, model: str, ranked: Sequence[str], cap: int, fallback_cap: int) -> Slot | None:
+        """A slot on the first of ``ranked`` with room; None when all are full."""
         if not ranked:
             return None
         if self._lease_script is None or self._clock() < self._down_until:
             return self._from_share(model, ranked, fallback_cap)
         leases = self._leases.setdefault(model, {})
-        if self._clock() >= self._held_until.get(model, -math.inf):
-            leases = {}  # the lease may have lapsed: none of its free slots is surely this processor's
         free = next((i for i, e in enumerate(ranked) if (lease := leases.get(e)) and lease.free > 0), len(ranked))
         if free > 0:  # a replica preferred to every one with a free leased slot: ask the store for one there
-            granted = await self._lease(model, tuple(ranked[:free]), cap, reported or {})
+            granted = await self._lease(model, tuple(ranked[:free]), cap)
             if granted is False:
                 return self._from_share(model, ranked, fallback_cap)
             if isinstance(granted, Slot):
                 return granted
         # Whatever ran while the script was out, the leases now: the most preferred free one.
-        if self._clock() >= self._held_until.get(model, -math.inf):
-            return None
-        leases = self._leases[model]
         for endpoint in ranked:
             lease = leases.get(endpoint)
             if lease is not None and lease.free > 0:
@@ -268,18 +239,14 @@ class SlotStore:
                 return Slot(endpoint, True)
         return None
 
-    async def _lease(
-        self, model: str, preferred: tuple[str, ...], cap: int, reported: Mapping[str, float]
-    ) -> Slot | bool | None:
+    async def _lease(self, model: str, preferred: tuple[str, ...], cap: int) -> Slot | bool | None:
         """Lease one slot on the first of ``preferred`` with room: the slot, None (all full, or no answer this
         time), or False (the store is down: use the fallback share)."""
         assert self._lease_script is not None
         token = f"{self.processor}:{next(self._tokens)}"
         keys = [self._live_key(model), self._token_key(model, token), *(self._slot_key(model, e) for e in preferred)]
         args: list[str | int] = [self.processor, cap, self._lease_ms, MEMBER_TTL_MS, GRANT_TOKEN_TTL_MS]
-        args += [math.ceil(reported.get(e, 0.0)) for e in preferred]
         self._in_flight[model] = self._in_flight.get(model, 0) + 1
-        sent = self._clock()
         try:
             async with asyncio.timeout(self._timeout):
                 position, lapsed = await self._lease_script(keys=keys, args=args)
@@ -289,7 +256,6 @@ class SlotStore:
         finally:
             self._in_flight[model] -= 1
         self._failures = 0
-        self._held_until[model] = sent + self._lease_ms / 1000
         if lapsed:
             self._lapsed(model)
         if not position:
@@ -402,10 +368,7 @@ class SlotStore:
         """Renew this processor's lease on the store; where it had lapsed, its counts are written back at the next
         trim."""
         assert self._heartbeat is not None
-        sent = self._clock()
         lapsed = await self._heartbeat(keys=[self._live_key(m) for m in models], args=[self.processor, self._lease_ms])
-        for model in models:
-            self._held_until[model] = sent + self._lease_ms / 1000
         for position in lapsed:
             self._lapsed(models[int(position) - 1])
 

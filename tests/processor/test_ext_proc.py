@@ -557,11 +557,11 @@ def test_a_request_finding_every_replica_full_asks_the_store_once_then_queues(
         asked: list[tuple[str, ...]] = []
         lease = processor.slots._lease
 
-        async def counted(model: str, preferred: tuple[str, ...], *rest: Any) -> Any:
+        async def counted(model: str, preferred: tuple[str, ...], cap: int) -> Any:
             asked.append(preferred)
-            return await lease(model, preferred, *rest)
+            return await lease(model, preferred, cap)
 
-        processor.slots._lease = counted  # type: ignore[method-assign,assignment]
+        processor.slots._lease = counted  # type: ignore[method-assign]
         queued = asyncio.ensure_future(_request(processor, _chat("w1")))
         await asyncio.sleep(0.03)  # within the queue's 50 ms retry
         assert asked == [("127.0.0.1:1",)]

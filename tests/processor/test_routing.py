@@ -305,53 +305,6 @@ def test_a_processor_back_after_its_lease_lapsed_writes_back_what_it_holds(redis
     asyncio.run(run())
 
 
-def test_the_slots_of_a_lapsed_processors_running_requests_are_not_leased_again(
-    redis_port: int, fresh_prefix: str
-) -> None:
-    """A processor stalled past its lease (or cut off from Redis) loses its counts, but its request still runs on the
-    replica. Another processor must not lease that slot again while the engine reports the replica full (it would
-    run the replica past its cap until the stalled one's requests end); once the engine reports the request ended,
-    the slot is leased."""
-
-    async def run() -> None:
-        redis = Redis(port=redis_port)
-        stalled = _store(redis, fresh_prefix, "stalled", lease_seconds=0.3)
-        other = _store(redis, fresh_prefix, "other", lease_seconds=0.3)
-        assert _where(await stalled.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)
-        await asyncio.sleep(0.4)  # ``stalled`` renews nothing: its lease lapses, its request runs on
-        assert await other.acquire("m", ["a:1"], 1, 1, {"a:1": 1.0}) is None  # the engine runs 1 of 1
-        assert await _counts(redis, fresh_prefix, "a:1") == {}  # the lapsed count is dropped all the same
-        assert _where(await other.acquire("m", ["a:1", "b:1"], 1, 1, {"a:1": 1.0})) == ("b:1", True)
-        assert _where(await other.acquire("m", ["a:1"], 1, 1, {"a:1": 0.0})) == ("a:1", True)  # it ended
-        await redis.aclose()
-
-    asyncio.run(run())
-
-
-def test_a_processor_whose_lease_may_have_lapsed_takes_no_free_leased_slot_locally(
-    redis_port: int, fresh_prefix: str
-) -> None:
-    """Cut off past its lease, a processor's free leased slot may have gone to another processor: it asks the store
-    again instead of taking it locally (which ran the replica past its cap, 3 sequences on 2 slots)."""
-
-    async def run() -> None:
-        redis = Redis(port=redis_port)
-        cut = _store(redis, fresh_prefix, "cut", lease_seconds=0.3)
-        other = _store(redis, fresh_prefix, "other", lease_seconds=0.3)
-        running, spare = [await cut.acquire("m", ["a:1"], 2, 1) for _ in range(2)]
-        assert running is not None and spare is not None
-        cut.release("m", spare)  # one free leased slot
-        await asyncio.sleep(0.4)  # no renewal: the lease lapses
-        assert _where(await other.acquire("m", ["a:1"], 2, 1, {"a:1": 1.0})) == ("a:1", True)
-        assert await cut.acquire("m", ["a:1"], 2, 1, {"a:1": 2.0}) is None  # the engine runs 2 of 2
-        await cut.renew(["m"])
-        await cut.trim()  # the write-back: what its request holds
-        assert await _counts(redis, fresh_prefix, "a:1") == {"cut": 1, "other": 1}
-        await redis.aclose()
-
-    asyncio.run(run())
-
-
 def test_without_redis_each_processor_keeps_to_its_share() -> None:
     async def run() -> None:
         failures: list[str] = []
