@@ -35,9 +35,6 @@ class Hold:
     patience: float = 0.0
     """How long it may be held in all, as the last attempt found it: the prefill its best replica saves over the
     replica that would save the least."""
-    asked_all: bool = False
-    """The last attempt asked for a slot on every replica the request may go to (nothing was held back for the
-    prefix): when it found none, the queue need not ask again before a slot frees."""
 
     @property
     def waited(self) -> float:
@@ -60,19 +57,12 @@ class ModelGate:
         """Requests queued for a slot."""
         return len(self._waiters)
 
-    async def admit(self, attempt: Callable[[], Awaitable[T | None]], *, tried: bool = False) -> T | None:
-        """``attempt()``'s slot, now or after waiting in the queue; None when refused (queue full or timed out).
-
-        ``tried``: the caller has just made the same attempt and found every replica full, so the request queues
-        without asking again. An attempt that finds nothing is not repeated before a release or
-        :data:`RETRY_SECONDS` (nothing can have freed in between, and each attempt may cost the slot store a
-        script: a request finding every replica full ran it three times back to back)."""
-        attempted = tried
-        if not self._waiters and not attempted:
+    async def admit(self, attempt: Callable[[], Awaitable[T | None]]) -> T | None:
+        """``attempt()``'s slot, now or after waiting in the queue; None when refused (queue full or timed out)."""
+        if not self._waiters:
             taken = await attempt()
             if taken is not None:
                 return taken
-            attempted = True
         if len(self._waiters) >= self.queue_max:
             return None
         turn = asyncio.Event()
@@ -81,11 +71,10 @@ class ModelGate:
         deadline = time.monotonic() + self.queue_timeout
         try:
             while (remaining := deadline - time.monotonic()) > 0:
-                if self._waiters[0] is turn and not attempted:
+                if self._waiters[0] is turn:
                     taken = await attempt()
                     if taken is not None:
                         return taken
-                attempted = False
                 turn.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(turn.wait(), min(RETRY_SECONDS, remaining))
@@ -96,11 +85,11 @@ class ModelGate:
                 self._waiters[0].set()  # the next in line tries at once
             self._on_change()
 
-    async def hold_for(self, attempt: Callable[[Hold], Awaitable[T | None]], hold: Hold | None = None) -> T | None:
+    async def hold_for(self, attempt: Callable[[Hold], Awaitable[T | None]]) -> T | None:
         """``attempt(hold)``'s slot, tried now and again on every release (and every :data:`RETRY_SECONDS`) for as
         long as the attempts set ``hold.patience``; None then, or at once when requests queue (every replica was
-        full: the FIFO queue decides who goes first). ``hold``: the caller's, to read ``asked_all`` after."""
-        hold = hold or Hold(time.monotonic())
+        full: the FIFO queue decides who goes first)."""
+        hold = Hold(time.monotonic())
         while not self._waiters:
             taken = await attempt(hold)
             if taken is not None:

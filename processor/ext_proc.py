@@ -678,10 +678,9 @@ class Processor:
                     return
                 await self._wait_ready(model, table)
             gate = self.gates[model.name]
-            hold = Hold(time.monotonic())
-            placement = await gate.hold_for(lambda h: self._place(model, hashes, prompt, h), hold)
-            if placement is None:  # the queue does not ask again at once when the hold asked every replica
-                placement = await gate.admit(lambda: self._place(model, hashes, prompt), tried=hold.asked_all)
+            placement = await gate.hold_for(lambda hold: self._place(model, hashes, prompt, hold))
+            if placement is None:
+                placement = await gate.admit(lambda: self._place(model, hashes, prompt))
             if placement is None:
                 raise RejectError(
                     429,
@@ -715,8 +714,6 @@ class Processor:
             per_block = model.routing.prefill_seconds_per_block
             hold.patience = (first - min(ranking.overlaps.values())) * per_block
             ranked = [a for a in ranked if (first - ranking.overlaps[a]) * per_block <= hold.waited]
-        if hold is not None:
-            hold.asked_all = len(ranked) == len(ranking.ranked)
         taken = await self.slots.acquire(
             model.name,
             ranked,

@@ -538,37 +538,3 @@ def test_the_redis_url_is_read_from_its_file_before_the_environment(
     url_file.write_text("")
     monkeypatch.delenv("UNUSED")
     assert redis_url(config) is None
-
-
-def test_a_request_finding_every_replica_full_asks_the_store_once_then_queues(
-    tokenizer_file: str, redis_port: int
-) -> None:
-    """Every replica is full: the hold's attempt asks the store for a slot on every replica and gets none, so the
-    request queues and waits for a release or the queue's next retry; it does not ask again at once (the admission
-    queue's own first attempt, then its first turn at the head, each ran the lease script again: three scripts
-    back to back for one answer)."""
-
-    async def run() -> None:
-        model = _model("short", tokenizer_file, max_num_seqs=1, fallback_share=1, queue_max=1, queue_timeout_seconds=1)
-        processor = _processor(_config(tokenizer_file, model), redis_port)
-        _ready(processor, "short", "127.0.0.1:1")
-        holder, first = await _request(processor, _chat("w1"))
-        assert _picked(first) == "127.0.0.1:1"
-        asked: list[tuple[str, ...]] = []
-        lease = processor.slots._lease
-
-        async def counted(model: str, preferred: tuple[str, ...], cap: int) -> Any:
-            asked.append(preferred)
-            return await lease(model, preferred, cap)
-
-        processor.slots._lease = counted  # type: ignore[method-assign]
-        queued = asyncio.ensure_future(_request(processor, _chat("w1")))
-        await asyncio.sleep(0.03)  # within the queue's 50 ms retry
-        assert asked == [("127.0.0.1:1",)]
-        assert processor.metrics.pending.labels("short")._value.get() == 1
-        await holder.close()  # the release wakes the queue's head, which takes the slot without the store
-        _, admitted = await queued
-        assert _picked(admitted) == "127.0.0.1:1" and len(asked) == 1
-        await processor.aclose()
-
-    asyncio.run(run())
