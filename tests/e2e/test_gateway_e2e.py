@@ -44,6 +44,8 @@ from tests.tiny_model import tiny_platform, words
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
+QUEUE_MAX = 2
+"""The gateway's admission queue per model."""
 CACHE_TTL_SECONDS = 8
 """Short, so the response cache's expiry is observable (``test_cache_entries_expire``)."""
 TENANTS: dict[str, dict[str, Any]] = {
@@ -69,7 +71,7 @@ def _spec() -> Any:
                 {"name": "batch", "models": ["gamma"]},
             ],
             "tenants": [{"name": name, **limits} for name, limits in TENANTS.items()],
-            "admission": {"queue_max": 2, "queue_timeout_seconds": 1.5},
+            "admission": {"queue_max": QUEUE_MAX, "queue_timeout_seconds": 1.5},
         },
         # The spec's largest lookup bound: on a loaded test machine (vLLM servers sharing two cores) a 50 ms bound
         # would turn lookups into misses and a stalled health ping into bypasses.
@@ -273,10 +275,13 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     started = time.monotonic()
     watcher.start()
     try:
-        # Two waves: a vLLM CPU server busy decoding answers its /metrics slowly (seconds a scrape on two shared cores),
-        # so one wave can end before the watch has sampled it a few times.
-        with ThreadPoolExecutor(8) as pool:
-            statuses = [status for _ in range(2) for status in pool.map(one, range(8))]
+        # Twice the cap and its queue at once, so some are refused however fast the engine decodes (a warm one
+        # finishes 1,500 tokens in about the queue's timeout); and two waves, since a vLLM CPU server busy decoding
+        # answers its /metrics slowly (seconds a scrape on two shared cores) and one wave can end before the watch
+        # has sampled it a few times.
+        burst = 2 * (cap + QUEUE_MAX)
+        with ThreadPoolExecutor(burst) as pool:
+            statuses = [status for _ in range(2) for status in pool.map(one, range(burst))]
     finally:
         done.set()
         watcher.join()

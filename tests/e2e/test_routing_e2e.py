@@ -4,8 +4,8 @@ driven by the ``openai`` client.
 
 Gateways A and B are two replicas of the same gateway (shared Redis, each its own prefix index); gateway C is the
 same gateway with its processor unable to read any replica's metrics, so it never picks (Envoy's least-request
-fallback does). Each replica's address is the module's relay to a fleet server, so the failover test kills a relay,
-not the shared server. Which replica served a request is read from each vLLM's own access log and metrics.
+fallback does). The three replicas are the module's own servers of the fleet (tests/fleet.py), reached directly; the
+failover test kills one. Which replica served a request is read from each vLLM's own access log and metrics.
 
 The tests run in file order on one worker (xdist group): the destructive ones (a replica paused, one killed) last.
 """
@@ -28,7 +28,7 @@ from inferplane.components.gateway import renderer as gc
 from inferplane.components.observability import metrics as engine_metrics
 from inferplane.processor import metrics as gm
 from tests.fleet import ROUTING_REPLICAS, Fleet, check_fits, tokenizers_dir
-from tests.gateway_support import Gateway, Procs, Relay, gateway_addresses, scrape, start_gateway, start_redis
+from tests.gateway_support import Gateway, Procs, gateway_addresses, scrape, start_gateway, start_redis
 from tests.tiny_model import tiny_platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
@@ -60,7 +60,6 @@ class Platform:
     gateways: dict[str, Gateway]
     key: str
     fleet: Fleet
-    relays: dict[str, Relay]
     max_num_seqs: int
 
     def client(self, gateway: str = "a") -> openai.OpenAI:
@@ -92,10 +91,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
     keys_dir = directory / "keys"
     keys_dir.mkdir()
     (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"team-a": key}))
-    relays = {r: Relay(fleet[r].port, opened=True) for r in REPLICAS}
     try:
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
-        upstreams = {MODEL: [("127.0.0.1", relays[r].port) for r in REPLICAS]}
+        upstreams = {MODEL: [("127.0.0.1", fleet[r].port) for r in REPLICAS]}
 
         def blind(config: dict[str, Any]) -> None:
             for model in config["models"]:
@@ -113,11 +111,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
             )
             for name in ("a", "b", "c")
         }
-        yield Platform(procs, gateways, key, fleet, relays, settings.max_num_seqs)
+        yield Platform(procs, gateways, key, fleet, settings.max_num_seqs)
     finally:
         procs.stop_all()
-        for relay in relays.values():
-            relay.close()
 
 
 def _metric(gateway: Gateway, name: str, **labels: str) -> float:
@@ -259,7 +255,7 @@ def test_the_cap_follows_replicas_going_and_coming(platform: Platform) -> None:
 def test_a_killed_replicas_traffic_moves_to_the_others(platform: Platform) -> None:
     client = platform.client("a")
     home = next(iter(_served_by(platform, lambda: _ask(client, _prefix(4), 1))))
-    platform.relays[home].kill()  # its address refuses connections and drops the open ones, as a killed server's
+    platform.fleet[home].kill()  # the module's own replica
     served = _served_by(platform, lambda: [_ask(client, _prefix(4), q) for q in range(2, 8)])
     assert home not in served and sum(served.values()) == 6  # no client error: Envoy retried the dead pick
     _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
