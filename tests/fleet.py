@@ -1,7 +1,7 @@
 """The test run's one fleet of real vLLM 0.32 CPU servers, started once and shared by every E2E module.
 
 Each vLLM server costs tens of seconds of both cores to start, and the E2E modules used to start eight of them, one
-module after another, each waiting for its own. The fleet starts seven (six completion servers of the tiny Llama and
+module after another, each waiting for its own. The fleet starts four (three completion servers of the tiny Llama and
 the semantic cache's embedder) as soon as the run has collected its tests, in the background, so they load while the
 unit tests run; the E2E modules take what they need from it (:func:`fleet`, a session fixture) and leave it as they
 found it.
@@ -19,8 +19,7 @@ found it.
 - **What the servers serve.** vLLM answers with the first of its ``--served-model-name`` values whatever name a
   request used, and the E2E tests read that to tell which server answered, so each server's first name is the
   model it stands for (:data:`SERVERS`). The gateway E2E and the embedder E2E share ``vllm-alpha``, the semantic
-  guard E2E and the embedder E2E the embedder; the routing E2E has its three replicas to itself (:data:`SERVERS`
-  says why).
+  guard E2E and the embedder E2E the embedder. The routing E2E still starts its own three replicas.
 """
 
 from __future__ import annotations
@@ -75,14 +74,9 @@ SERVERS = (
     ServerPlan("vllm-alpha", ("alpha", "gamma")),
     ServerPlan("vllm-beta", ("beta", "alpha")),
     ServerPlan("vllm-tiny", ("tiny",)),
-    *(ServerPlan(f"vllm-delta-{i}", ("delta",)) for i in range(3)),
 )
 """The completion servers. ``vllm-beta`` serves ``alpha`` too, as a fallback server must accept the primary's name.
-The routing E2E's three replicas of ``delta`` are its own, reached directly (no relay) and killed for real: with
-relays in front of shared replicas its spill test saw a replica run 5 requests where the gateway admits 4 (2 runs of
-4; not understood yet, docs/preview-and-ci.md)."""
-ROUTING_REPLICAS = tuple(f"vllm-delta-{i}" for i in range(3))
-"""The three replicas of ``delta`` the routing E2E routes over."""
+The routing E2E starts its three replicas itself (its module docstring says why)."""
 
 
 @dataclass(frozen=True)
@@ -108,11 +102,6 @@ class FleetServer:
     def posts(self, path: str = "/v1/") -> int:
         """Requests it has received under ``path`` (``POST``), from its access log."""
         return self.log().count(f'"POST {path}')
-
-    def kill(self) -> None:
-        """SIGKILL the server (its process group: vLLM forks an engine core). Only for a server one module has to
-        itself (:data:`ROUTING_REPLICAS`): the others are shared, and a test breaks only its own relay to them."""
-        os.killpg(self.pid, signal.SIGKILL)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -320,7 +309,7 @@ def scheduler(config: pytest.Config, log: object) -> object:
 # --- using it (a worker) ------------------------------------------------------------------------------------------
 
 FLEET_WAIT_SECONDS = 900.0
-"""How long a worker waits for the fleet: seven servers loading at once on two busy cores take minutes at worst
+"""How long a worker waits for the fleet: four servers loading at once on two busy cores take minutes at worst
 (each waits up to ``VLLM_START_TIMEOUT_SECONDS`` itself, and says so in :data:`FAILED_FILE`)."""
 
 

@@ -1,18 +1,21 @@
 """Routing to replicas end to end: Envoy 1.40 running the rendered bootstrap (override_host over the model's replicas),
-the real processor, Redis 8.2 and **three** vLLM 0.32 CPU replicas of one model (the run's fleet, tests/fleet.py),
-driven by the ``openai`` client.
+the real processor, Redis 8.2 and **three** vLLM 0.32 CPU replicas of one model, driven by the ``openai`` client.
 
 Gateways A and B are two replicas of the same gateway (shared Redis, each its own prefix index); gateway C is the
 same gateway with its processor unable to read any replica's metrics, so it never picks (Envoy's least-request
-fallback does). The three replicas are the module's own servers of the fleet (tests/fleet.py), reached directly; the
-failover test kills one. Which replica served a request is read from each vLLM's own access log and metrics.
+fallback does). Which replica served a request is read from each vLLM's own access log and metrics.
 
-The tests run in file order on one worker (xdist group): the destructive ones (a replica paused, one killed) last.
+The replicas are the module's own, started in its fixture, not the run's shared fleet (tests/fleet.py): on fleet
+servers its spill test failed in about half the runs (a replica at 5 where the gateway admits 4; requests that never
+ran together), a difference not understood yet (docs/preview-and-ci.md). The module runs in the fleet's xdist group,
+after the modules that use the fleet, so nothing else of the group runs beside its timed generations. The tests run
+in file order on one worker: the destructive ones (a replica stopped, one killed) last.
 """
 
 from __future__ import annotations
 
 import secrets
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -27,18 +30,25 @@ from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.observability import metrics as engine_metrics
 from inferplane.processor import metrics as gm
-from tests.fleet import ROUTING_REPLICAS, Fleet, check_fits, tokenizers_dir
-from tests.gateway_support import Gateway, Procs, gateway_addresses, scrape, start_gateway, start_redis
-from tests.tiny_model import tiny_platform
+from tests.gateway_support import (
+    Gateway,
+    Procs,
+    gateway_addresses,
+    scrape,
+    start_gateway,
+    start_redis,
+    start_vllm,
+    wait_vllm,
+)
+from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
 MODEL = "delta"
-REPLICAS = ROUTING_REPLICAS
-LONG_GENERATION_TOKENS = 1500
-"""Tokens a long request generates (``ignore_eos``; the context is 2048, the prompt about 310): long enough that
-requests sent together all run together even on a warm engine (an engine that has run before decodes the tiny model
-several times faster than a fresh one; at 600 tokens the spill test saw the requests run one after another)."""
+REPLICAS = ("r0", "r1", "r2")
+LONG_GENERATION_TOKENS = 600
+"""Tokens a long request generates (``ignore_eos``): long enough on the tiny model that requests sent together all
+run together."""
 
 
 def _spec() -> Any:
@@ -60,7 +70,7 @@ class Platform:
     procs: Procs
     gateways: dict[str, Gateway]
     key: str
-    fleet: Fleet
+    ports: dict[str, int]
     max_num_seqs: int
 
     def client(self, gateway: str = "a") -> openai.OpenAI:
@@ -69,32 +79,44 @@ class Platform:
 
     def posts(self) -> dict[str, int]:
         """Completion requests each replica has received so far (its access log)."""
-        return {r: self.fleet[r].posts() for r in REPLICAS}
+        return {r: self.procs.log(r).count('"POST /v1/') for r in REPLICAS if r in self.procs.procs}
 
     def running(self, replica: str) -> float:
         """``vllm:num_requests_running`` of one replica, from its own metrics."""
-        samples = scrape(f"http://127.0.0.1:{self.fleet[replica].port}/metrics")
+        samples = scrape(f"http://127.0.0.1:{self.ports[replica]}/metrics")
         return sum(v for k, v in samples.items() if k.partition("{")[0] == "vllm:num_requests_running")
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[Platform]:
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     directory = tmp_path_factory.mktemp("routing-e2e")
     procs = Procs(directory)
     spec = _spec()
     plan = size_platform(spec)
     settings = plan.deployments[0].result.vllm
-    # The engines could run twice what the gateway admits to each: an overshoot would show as running requests, not
-    # hide in the engine's own queue.
-    check_fits(settings.max_model_len, settings.max_num_seqs, MODEL)
-    tokenizers = tokenizers_dir(fleet)
+    tokenizers = directory / "tokenizers"
+    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
     key = secrets.token_urlsafe(32)
     keys_dir = directory / "keys"
     keys_dir.mkdir()
     (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"team-a": key}))
     try:
+        # The engines could run twice what the gateway admits to each: an overshoot would show as running requests,
+        # not hide in the engine's own queue.
+        ports = {
+            r: start_vllm(
+                procs,
+                r,
+                model_dir,
+                [MODEL],
+                max_model_len=settings.max_model_len,
+                max_num_seqs=2 * settings.max_num_seqs,
+            )
+            for r in REPLICAS
+        }
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
-        upstreams = {MODEL: [("127.0.0.1", fleet[r].port) for r in REPLICAS]}
+        ports = {replica: wait_vllm(procs, replica, port) for replica, port in ports.items()}
+        upstreams = {MODEL: [("127.0.0.1", ports[r]) for r in REPLICAS]}
 
         def blind(config: dict[str, Any]) -> None:
             for model in config["models"]:
@@ -112,7 +134,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
             )
             for name in ("a", "b", "c")
         }
-        yield Platform(procs, gateways, key, fleet, settings.max_num_seqs)
+        yield Platform(procs, gateways, key, ports, settings.max_num_seqs)
     finally:
         procs.stop_all()
 
@@ -170,9 +192,7 @@ def test_requests_sharing_a_prefix_stay_on_one_replica(platform: Platform) -> No
 def test_every_vllm_series_the_plans_and_the_router_read_is_exposed(platform: Platform) -> None:
     """The names in components/observability/metrics.py (alerts, dashboards, KEDA, the router's load and the
     prefix-cache hit rate) against a real vLLM 0.32 replica's exposition, after it served requests."""
-    exposed = {
-        name.partition("{")[0] for name in scrape(f"http://127.0.0.1:{platform.fleet[REPLICAS[0]].port}/metrics")
-    }
+    exposed = {name.partition("{")[0] for name in scrape(f"http://127.0.0.1:{platform.ports['r0']}/metrics")}
     wanted = {
         value
         for key, value in vars(engine_metrics).items()
@@ -244,19 +264,22 @@ def test_without_the_processors_pick_envoy_still_balances(platform: Platform) ->
 
 
 def test_the_cap_follows_replicas_going_and_coming(platform: Platform) -> None:
-    paused = REPLICAS[2]
-    with platform.fleet[paused].paused():  # its server stops answering, as a pod failing readiness
+    replica = platform.procs.procs["r2"]
+    replica.send_signal(signal.SIGSTOP)  # its server stops answering, as a pod failing readiness
+    try:
         _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
         _wait_metric(platform.gateways["a"], gm.ADMISSION_CAPACITY, 2 * platform.max_num_seqs, model=MODEL)
         served = _served_by(platform, lambda: [_ask(platform.client("a"), _prefix(20 + g), 1) for g in range(6)])
-        assert paused not in served and sum(served.values()) == 6
+        assert "r2" not in served and sum(served.values()) == 6
+    finally:
+        replica.send_signal(signal.SIGCONT)
     _wait_metric(platform.gateways["a"], gm.ADMISSION_CAPACITY, 3 * platform.max_num_seqs, model=MODEL)
 
 
 def test_a_killed_replicas_traffic_moves_to_the_others(platform: Platform) -> None:
     client = platform.client("a")
     home = next(iter(_served_by(platform, lambda: _ask(client, _prefix(4), 1))))
-    platform.fleet[home].kill()  # the module's own replica
+    platform.procs.stop(home, signal.SIGKILL)
     served = _served_by(platform, lambda: [_ask(client, _prefix(4), q) for q in range(2, 8)])
     assert home not in served and sum(served.values()) == 6  # no client error: Envoy retried the dead pick
     _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
