@@ -171,9 +171,9 @@ def wait_port(port: int, timeout: float) -> None:
     raise TimeoutError(f"nothing listens on {port} after {timeout:.0f} s")
 
 
-def scrape(url: str) -> dict[str, float]:
+def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
     """A Prometheus text page as ``{'name{labels}': value}`` (comments dropped)."""
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
         text = response.read().decode()
     samples = {}
     for line in text.splitlines():
@@ -435,6 +435,12 @@ class StoredAnswers:
         while (now := self.count()) <= count:
             assert time.monotonic() < deadline, f"no answer stored in {timeout:.0f} s ({now} entries)"
             time.sleep(0.05)
+
+
+BUSY_SCRAPE_TIMEOUT_S = 60.0
+"""How long a watch waits for a vLLM CPU server's /metrics while it decodes: its API server answers after the
+tokens it is sending, seconds at a time when two shared cores are saturated (the routing E2E's watch lost every scrape
+of a run at the 5 s default and saw none of its requests running), and a late sample is still a true one."""
 
 
 HOLD_TIMEOUT_S = 20.0

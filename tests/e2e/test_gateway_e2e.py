@@ -31,6 +31,7 @@ from inferplane.processor import metrics as gm
 from inferplane.processor.cache import metrics as cm
 from tests.fleet import Fleet, check_fits, tokenizers_dir
 from tests.gateway_support import (
+    BUSY_SCRAPE_TIMEOUT_S,
     Gateway,
     Procs,
     Relay,
@@ -241,7 +242,7 @@ a hundred milliseconds of decoding even on a quiet machine, long enough to watch
 
 def _running(platform: Platform, server: str) -> float:
     """``vllm:num_requests_running`` of one vLLM server, from its own metrics."""
-    samples = scrape(f"http://127.0.0.1:{platform.fleet[server].port}/metrics")
+    samples = scrape(f"http://127.0.0.1:{platform.fleet[server].port}/metrics", BUSY_SCRAPE_TIMEOUT_S)
     return sum(v for k, v in samples.items() if k.startswith("vllm:num_requests_running"))
 
 

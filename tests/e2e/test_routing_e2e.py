@@ -31,6 +31,7 @@ from inferplane.components.gateway import renderer as gc
 from inferplane.components.observability import metrics as engine_metrics
 from inferplane.processor import metrics as gm
 from tests.gateway_support import (
+    BUSY_SCRAPE_TIMEOUT_S,
     Gateway,
     Procs,
     gateway_addresses,
@@ -83,7 +84,7 @@ class Platform:
 
     def running(self, replica: str) -> float:
         """``vllm:num_requests_running`` of one replica, from its own metrics."""
-        samples = scrape(f"http://127.0.0.1:{self.ports[replica]}/metrics")
+        samples = scrape(f"http://127.0.0.1:{self.ports[replica]}/metrics", BUSY_SCRAPE_TIMEOUT_S)
         return sum(v for k, v in samples.items() if k.partition("{")[0] == "vllm:num_requests_running")
 
 
