@@ -19,7 +19,12 @@ found it.
 - **What the servers serve.** vLLM answers with the first of its ``--served-model-name`` values whatever name a
   request used, and the E2E tests read that to tell which server answered, so each server's first name is the
   model it stands for (:data:`SERVERS`). The gateway E2E and the embedder E2E share ``vllm-alpha``, the semantic
-  guard E2E and the embedder E2E the embedder. The routing E2E still starts its own three replicas.
+  guard E2E and the embedder E2E the embedder; the routing E2E takes the three completion servers as three replicas
+  of one model.
+- **How they run.** Each completion server logs every request as it hands it to its engine and as its output comes
+  back (:data:`~tests.gateway_support.REQUEST_LOG_ARGS`: what an engine held at once is counted from its log, not
+  sampled), and its engine core runs at a lower priority than its HTTP side
+  (:func:`~tests.gateway_support.lower_engine_priority`), as on a GPU node.
 """
 
 from __future__ import annotations
@@ -76,12 +81,12 @@ class ServerPlan:
 
 
 SERVERS = (
-    ServerPlan("vllm-alpha", ("alpha", "gamma")),
-    ServerPlan("vllm-beta", ("beta", "alpha")),
-    ServerPlan("vllm-tiny", ("tiny",)),
+    ServerPlan("vllm-alpha", ("alpha", "gamma", "delta")),
+    ServerPlan("vllm-beta", ("beta", "alpha", "delta")),
+    ServerPlan("vllm-tiny", ("tiny", "delta")),
 )
-"""The completion servers. ``vllm-beta`` serves ``alpha`` too, as a fallback server must accept the primary's name.
-The routing E2E starts its three replicas itself (its module docstring says why)."""
+"""The completion servers. ``vllm-beta`` serves ``alpha`` too, as a fallback server must accept the primary's name;
+all three serve ``delta``, the routing E2E's model of three replicas."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +225,7 @@ class _Boot:
                 list(plan.served_names),
                 max_model_len=MAX_MODEL_LEN,
                 max_num_seqs=MAX_NUM_SEQS,
+                extra_args=gs.REQUEST_LOG_ARGS,
             )
             for plan in SERVERS
         }
@@ -242,6 +248,8 @@ class _Boot:
                 port = gs.wait_vllm(procs, name, started_on)
             except (RuntimeError, TimeoutError) as error:
                 return FAILED_FILE, f"fleet server {name} did not start: {error}\n{procs.log(name)[-4000:]}"
+            if name != EMBEDDER:
+                gs.lower_engine_priority(procs, name)
             process = procs.procs[name]
             assert isinstance(process.args, list)
             ready[name] = {

@@ -262,6 +262,11 @@ def start_vllm(
     return port
 
 
+REQUEST_LOG_ARGS = ("--enable-log-requests", "--enable-log-outputs", "--max-log-len", "0")
+"""vLLM logs each request as its API server hands it to the engine ("Received request") and as the engine's last
+output comes back ("Generated response"), without the text: one process's lines in order, from which a test counts
+what the engine held at once."""
+
 ENGINE_CORE_NICENESS = 10
 """How much lower than its API server a CPU engine core runs in a test that loads the engines (see
 :func:`lower_engine_priority`)."""

@@ -5,17 +5,17 @@ Gateways A and B are two replicas of the same gateway (shared Redis, each its ow
 same gateway with its processor unable to read any replica's metrics, so it never picks (Envoy's least-request
 fallback does). Which replica served a request is read from each vLLM's own access log and metrics.
 
-The replicas are the module's own, started in its fixture, not the run's shared fleet (tests/fleet.py): its
-engines log every request (the spill test counts from those logs what each engine held at once) and two of its tests
-stop or kill one. The module runs in the fleet's xdist group, after the modules that use the fleet, so nothing else of
-the group runs beside its long generations. The tests run in file order on one worker: the destructive ones last.
+The replicas are the run's fleet's three completion servers (tests/fleet.py), each serving the model too, each
+reached through a relay of the module's own (the killed-replica test kills the relay of the prefix's replica, the
+server lives on). The fleet's engines log every request as it reaches the engine and as its output comes back: the
+spill test counts from those logs what each engine held at once. The tests run in file order on one worker: the
+destructive ones (a replica paused, one's relay killed) last.
 """
 
 from __future__ import annotations
 
 import functools
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -30,23 +30,24 @@ from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.observability import metrics as engine_metrics
 from inferplane.processor import metrics as gm
+from tests.fleet import Fleet, FleetServer, check_fits, tokenizers_dir
 from tests.gateway_support import (
     Gateway,
     Procs,
+    Relay,
     gateway_addresses,
-    lower_engine_priority,
     scrape,
     start_gateway,
     start_redis,
-    start_vllm,
-    wait_vllm,
 )
-from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
+from tests.tiny_model import tiny_platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
 MODEL = "delta"
 REPLICAS = ("r0", "r1", "r2")
+REPLICA_SERVERS = ("vllm-alpha", "vllm-beta", "vllm-tiny")
+"""The fleet's server behind each replica (each serves :data:`MODEL` too, see tests/fleet.py)."""
 LONG_GENERATION_TOKENS = 1_500
 """Tokens a long request generates (``ignore_eos``): long enough on the tiny model that requests sent together all
 run together (600 took about a second on a warm engine: requests sent together ran one after another)."""
@@ -74,7 +75,10 @@ class Platform:
     procs: Procs
     gateways: dict[str, Gateway]
     key: str
-    ports: dict[str, int]
+    servers: dict[str, FleetServer]
+    """The fleet's server behind each replica name."""
+    relays: dict[str, Relay]
+    """The module's way to each replica: the gateways' upstreams."""
     max_num_seqs: int
 
     def client(self, gateway: str = "a") -> openai.OpenAI:
@@ -82,48 +86,31 @@ class Platform:
         return openai.OpenAI(base_url=self.gateways[gateway].base_url, api_key=self.key, max_retries=0)
 
     def posts(self) -> dict[str, int]:
-        """Completion requests each replica has received so far (its access log)."""
-        return {r: self.procs.log(r).count('"POST /v1/') for r in REPLICAS if r in self.procs.procs}
+        """Completion requests each replica still reachable has received so far (its server's access log)."""
+        return {r: self.servers[r].posts() for r in REPLICAS if self.relays[r].is_open}
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[Platform]:
     directory = tmp_path_factory.mktemp("routing-e2e")
     procs = Procs(directory)
     spec = _spec()
     plan = size_platform(spec)
     settings = plan.deployments[0].result.vllm
-    tokenizers = directory / "tokenizers"
-    model_dir = write_model(tokenizers / ARCHITECTURE["hf_repo"])
+    check_fits(settings.max_model_len, settings.max_num_seqs, MODEL)
+    servers = {r: fleet[server] for r, server in zip(REPLICAS, REPLICA_SERVERS, strict=True)}
+    assert all(MODEL in server.args for server in servers.values()), "a fleet server does not serve the model"
     key = secrets.token_urlsafe(32)
     keys_dir = directory / "keys"
     keys_dir.mkdir()
     (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"team-a": key}))
+    relays = {r: Relay(server.port, opened=True) for r, server in servers.items()}
     try:
-        # The engines could run twice what the gateway admits to each: an overshoot would show as running requests,
-        # not hide in the engine's own queue.
-        ports = {
-            r: start_vllm(
-                procs,
-                r,
-                model_dir,
-                [MODEL],
-                max_model_len=settings.max_model_len,
-                max_num_seqs=2 * settings.max_num_seqs,
-                # Each request logged as it reaches the engine and as its output comes back (no text): the spill
-                # test counts from these what each engine held at once.
-                extra_args=["--enable-log-requests", "--enable-log-outputs", "--max-log-len", "0"],
-            )
-            for r in REPLICAS
-        }
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
-        ports = {replica: wait_vllm(procs, replica, port) for replica, port in ports.items()}
-        for replica in REPLICAS:
-            lower_engine_priority(procs, replica)
-        upstreams = {MODEL: [("127.0.0.1", ports[r]) for r in REPLICAS]}
+        upstreams = {MODEL: [("127.0.0.1", relays[r].port) for r in REPLICAS]}
 
         def patch(name: str, config: dict[str, Any]) -> None:
-            # Three CPU engines decoding saturate both cores: a processor's event loop can stall past the 0.5 s a
+            # The CPU engines decoding saturate both cores: a processor's event loop can stall past the 0.5 s a
             # gateway pod gets for the shared slots, three times in a row, and fall back to its fixed share (seen in
             # one of four runs). The spill test asserts the shared slots decided every request, so they get the
             # longest wait the config allows.
@@ -138,15 +125,17 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
                 f"gw-{name}",
                 spec=spec,
                 plan=plan,
-                addresses=gateway_addresses(upstreams, keys_dir, tokenizers, f"-{name}"),
+                addresses=gateway_addresses(upstreams, keys_dir, tokenizers_dir(fleet), f"-{name}"),
                 redis_url=redis_url,
                 processor_patch=functools.partial(patch, name),
             )
             for name in ("a", "b", "c")
         }
-        yield Platform(procs, gateways, key, ports, settings.max_num_seqs)
+        yield Platform(procs, gateways, key, servers, relays, settings.max_num_seqs)
     finally:
         procs.stop_all()
+        for relay in relays.values():
+            relay.close()
 
 
 def _metric(gateway: Gateway, name: str, **labels: str) -> float:
@@ -202,7 +191,7 @@ def test_requests_sharing_a_prefix_stay_on_one_replica(platform: Platform) -> No
 def test_every_vllm_series_the_plans_and_the_router_read_is_exposed(platform: Platform) -> None:
     """The names in components/observability/metrics.py (alerts, dashboards, KEDA, the router's load and the
     prefix-cache hit rate) against a real vLLM 0.32 replica's exposition, after it served requests."""
-    exposed = {name.partition("{")[0] for name in scrape(f"http://127.0.0.1:{platform.ports['r0']}/metrics")}
+    exposed = {name.partition("{")[0] for name in scrape(f"http://127.0.0.1:{platform.servers['r0'].port}/metrics")}
     wanted = {
         value
         for key, value in vars(engine_metrics).items()
@@ -242,7 +231,7 @@ def test_a_full_replica_spills_and_none_ever_holds_more_than_max_num_seqs(platfo
     as many); the two beyond the cap wait in the gateways' queues and succeed too; the shared slots (Redis) decided
     every one. What each engine held is read from its own request log, every request counted, not sampled."""
     seqs = platform.max_num_seqs
-    before = {r: len(platform.procs.log(r)) for r in REPLICAS}
+    before = {r: len(platform.servers[r].log()) for r in REPLICAS}
 
     sent = 3 * seqs + 2
     clients = {g: platform.client(g) for g in "ab"}  # made before, so no request waits on a client being built
@@ -260,7 +249,7 @@ def test_a_full_replica_spills_and_none_ever_holds_more_than_max_num_seqs(platfo
 
     with ThreadPoolExecutor(sent) as pool:
         list(pool.map(one, range(sent)))
-    logs = {r: platform.procs.log(r)[before[r] :] for r in REPLICAS}
+    logs = {r: platform.servers[r].log()[before[r] :] for r in REPLICAS}
     assert sum(log.count("Received request ") for log in logs.values()) == sent, logs
     held = {r: _most_at_once(log) for r, log in logs.items()}
     assert max(held.values()) == seqs, held
@@ -277,22 +266,18 @@ def test_without_the_processors_pick_envoy_still_balances(platform: Platform) ->
 
 
 def test_the_cap_follows_replicas_going_and_coming(platform: Platform) -> None:
-    replica = platform.procs.procs["r2"]
-    replica.send_signal(signal.SIGSTOP)  # its server stops answering, as a pod failing readiness
-    try:
+    with platform.servers["r2"].paused():  # its server stops answering, as a pod failing readiness
         _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
         _wait_metric(platform.gateways["a"], gm.ADMISSION_CAPACITY, 2 * platform.max_num_seqs, model=MODEL)
         served = _served_by(platform, lambda: [_ask(platform.client("a"), _prefix(20 + g), 1) for g in range(6)])
         assert "r2" not in served and sum(served.values()) == 6
-    finally:
-        replica.send_signal(signal.SIGCONT)
     _wait_metric(platform.gateways["a"], gm.ADMISSION_CAPACITY, 3 * platform.max_num_seqs, model=MODEL)
 
 
 def test_a_killed_replicas_traffic_moves_to_the_others(platform: Platform) -> None:
     client = platform.client("a")
     home = next(iter(_served_by(platform, lambda: _ask(client, _prefix(4), 1))))
-    platform.procs.stop(home, signal.SIGKILL)
+    platform.relays[home].kill()  # nothing answers there any more, open connections reset
     served = _served_by(platform, lambda: [_ask(client, _prefix(4), q) for q in range(2, 8)])
     assert home not in served and sum(served.values()) == 6  # no client error: Envoy retried the dead pick
     _wait_metric(platform.gateways["a"], gm.READY_ENDPOINTS, 2, model=MODEL)
