@@ -1,0 +1,28 @@
+"""The test servers' ports (tests/gateway_support.py): each process of a run draws from its own slice, and one process
+never hands out a port twice before its server could bind it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import gateway_support as gs
+
+
+def test_each_worker_draws_from_a_slice_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    slices = {}
+    for worker in ["", "gw0", "gw1", "gw2", "gw14"]:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        slices[worker] = set(gs._own_ports())
+    assert all(len(ports) == 750 for ports in slices.values())
+    assert len(set().union(*slices.values())) == sum(len(ports) for ports in slices.values())  # pairwise disjoint
+    assert all(set(gs._LISTEN_PORTS) >= ports for ports in slices.values())
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    assert gs.free_port() in slices.get("gw3", set(gs._own_ports()))
+
+
+def test_ports_chosen_in_a_row_are_all_different(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gs, "_handed_out", type(gs._handed_out)(maxlen=gs._handed_out.maxlen))
+    ports = [gs.free_port() for _ in range(100)]  # none bound meanwhile, as a gateway's ports before it starts
+    first = gs.free_ports(3)
+    assert len(set(ports)) == 100
+    assert not {first, first + 1, first + 2} & set(ports)
