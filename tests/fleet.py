@@ -284,16 +284,8 @@ def _write_atomically(path: Path, text: str) -> None:
 
 FLEET_GROUP = "vllm-fleet"
 """The xdist group of every module that uses the fleet: one worker runs them one after another, so no two tests read
-the same server's logs and load at once."""
-AFTER_FLEET_PREFIX = "after-fleet-"
-"""Groups named so wait for the fleet too, without using it: a module that holds a request against a timeout (the
-cold start's hold inside Envoy's wait for the processor) cannot keep its time while four vLLM servers load on both
-cores (seen: the processor's 503 after Envoy's 8 s, a 504)."""
-
-
-def held_back(unit: str) -> bool:
-    """Whether the xdist work unit (a group's name, or a test's id) waits until the fleet has settled."""
-    return unit == FLEET_GROUP or unit.startswith(AFTER_FLEET_PREFIX)
+the same server's logs and load at once. A module that times a hold against a timeout joins it too (the cold-start
+E2E): there it runs once the fleet is up, never beside another end-to-end module's load."""
 
 
 def fleet_settled() -> bool:
@@ -305,19 +297,15 @@ def fleet_settled() -> bool:
 
 
 def scheduler(config: pytest.Config, log: object) -> object:
-    """pytest-xdist's ``--dist loadgroup`` scheduler, holding the fleet's group (and the groups that wait for it,
-    :func:`held_back`) back while the fleet loads: a worker asking for work then gets the next other unit, so no worker
-    sits waiting for vLLM while unit tests are left."""
+    """pytest-xdist's ``--dist loadgroup`` scheduler, holding the fleet's group back while the fleet loads: a worker
+    asking for work then gets the next other unit, so no worker sits waiting for vLLM while unit tests are left."""
     from xdist.scheduler import LoadGroupScheduling
 
     class FleetAwareScheduling(LoadGroupScheduling):  # type: ignore[misc]  # pytest-xdist ships no types
         def _assign_work_unit(self, node: object) -> None:
             queue = self.workqueue
-            first = next(iter(queue), None)
-            if first is not None and held_back(first) and not fleet_settled():
-                other = next((k for k in queue if not held_back(k)), None)
-                if other is not None:
-                    queue.move_to_end(other, last=False)  # the next unit not held back goes first
+            if next(iter(queue), None) == FLEET_GROUP and len(queue) > 1 and not fleet_settled():
+                queue.move_to_end(next(k for k in queue if k != FLEET_GROUP), last=False)  # the next unit first
             super()._assign_work_unit(node)
 
     return FleetAwareScheduling(config, log)
