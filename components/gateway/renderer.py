@@ -151,10 +151,13 @@ CONNECT_TIMEOUT_SECONDS = 2.0
 ENGINE_KEEP_ALIVE_SECONDS = 5
 """How long the model servers keep an idle HTTP connection: vLLM's ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` (default 5,
 ``vllm/envs.py`` of 0.32.0), uvicorn's ``timeout_keep_alive`` (default 5) under SGLang's server."""
-UPSTREAM_IDLE_TIMEOUT_SECONDS = ENGINE_KEEP_ALIVE_SECONDS - 1
-"""Envoy closes a pooled connection to a replica idle this long, before the server would: otherwise (Envoy's default
-is an hour) a request sent on a connection the server is closing at that moment is reset before its response starts
-(``URX,UC``); seen in the routing E2E as a client 503 when both tries met such connections."""
+UPSTREAM_IDLE_TIMEOUT_SECONDS = ENGINE_KEEP_ALIVE_SECONDS - 3
+"""Envoy closes a pooled connection to a replica idle this long, well before the server would: otherwise (Envoy's
+default is an hour) a request sent on a connection the server is closing at that moment is reset before its response
+starts (``URX,UC``; seen in the routing E2E as a client 503 when both tries met such connections), and its retry goes
+to another replica, on which it holds no slot (seen: an engine running 5 where the gateway admits 4). A margin of one
+second was not enough on a loaded node: the request's bytes can wait that long for the server's event loop, whose
+keep-alive timer fires first."""
 RETRY_BACKOFF_MS = (5, 50)
 """Retries to the fallback start after 5 ms (Envoy's default 25 ms is long beside a local connect failure)."""
 PROCESSOR_MESSAGE_MARGIN_SECONDS = 5.0

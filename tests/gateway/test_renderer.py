@@ -217,7 +217,7 @@ def test_each_model_cluster_resolves_its_replicas_and_takes_the_processors_pick(
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "common_http_protocol_options": {"idle_timeout": "4s"},
+                "common_http_protocol_options": {"idle_timeout": "2s"},
                 "explicit_http_config": {"http_protocol_options": {}},
             }
         },
