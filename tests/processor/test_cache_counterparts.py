@@ -294,10 +294,34 @@ def test_a_lookup_embeds_the_differing_words_once_in_one_call_and_refuses_those_
     assert available
 
 
+def _wait_indexed(port: int, prefix: str, documents: int, timeout: float = 20.0) -> None:
+    """Wait until the vector index under ``prefix`` holds ``documents`` and indexes nothing more: another process's
+    lookup searches it next (a loaded run saw a search find nothing just after the stores)."""
+    import time
+
+    import redis
+
+    client = redis.Redis(port=port, decode_responses=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            listed: list[str] = client.execute_command("FT._LIST")  # type: ignore[no-untyped-call]
+            names = [name for name in listed if name.startswith(f"{prefix}:idx:")]
+            infos = [client.ft(name).info() for name in names]  # type: ignore[no-untyped-call]
+            done = [int(info["num_docs"]) == documents and int(info["indexing"]) == 0 for info in infos]
+            if done and all(done):
+                return
+            assert time.monotonic() < deadline, f"{names}: not {documents} documents indexed after {timeout} s"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
 def test_one_lookup_embeds_at_most_16_words_and_refuses_the_candidates_past_them(server: RedisServer) -> None:
     stored = ["alpha bravo charlie delta echo foxtrot", "golf hotel india juliet kilo lima"]
     asked = "mike november oscar papa quebec romeo"  # six words against six, with either stored prompt
     (_, _, prefix), _ = _lookups(server.port, CountingEmbedder({}), stored, stored=2)
+    _wait_indexed(server.port, prefix, 2)
     embedder = CountingEmbedder({})  # another processor: no word cached yet
     (found, _, _), metrics = _lookups(server.port, embedder, [asked], stored=0, key_prefix=prefix)
     assert found == [{"x-inferplane-cache": "miss"}]
