@@ -7,7 +7,7 @@ ENVOY_DIR := .ci/cache/envoy
 ENVOY := $(ENVOY_DIR)/envoy/_bin/envoy
 TIMED := .ci/timed
 
-.PHONY: install preview test lint lint-workflows typecheck unit references clean envoy vllm-cpu e2e
+.PHONY: install preview test lint lint-workflows typecheck unit references clean envoy vllm-cpu simulator e2e
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,7 @@ references: install
 typecheck: install
 	$(TIMED) mypy $(BIN)/mypy
 
-unit: install references $(ENVOY) vllm-cpu
+unit: install references $(ENVOY) vllm-cpu simulator
 	@command -v promtool >/dev/null 2>&1 || echo "note: promtool is not installed, so the alert-rule tests skip (apt-get install prometheus; .ci/run does)"
 	$(TIMED) pytest $(BIN)/pytest -n auto --dist loadgroup -q
 
@@ -60,6 +60,12 @@ envoy: $(ENVOY)
 ## catalog pins another release; see .ci/vllm-cpu-env, which returns at once when the venv is current)
 vllm-cpu:
 	@PYTHON=$(PYTHON) $(TIMED) vllm-cpu .ci/vllm-cpu-env .ci/cache/vllm-venv
+
+## simulator: NVIDIA Dynamo's mocker engine and frontend (ai-dynamo, the `simulate` extra's release) in its own venv,
+## for `inferplane simulate`, benchmarks/routing_sim.py and the simulated-fleet tests (.ci/simulator-env says why not
+## `pip install`; cached, and made again for another release)
+simulator:
+	@PYTHON=$(PYTHON) $(TIMED) simulator .ci/simulator-env .ci/cache/simulator-venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
