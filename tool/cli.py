@@ -54,6 +54,7 @@ from inferplane.tool.preflight import (
     report_json,
     run_preflight,
 )
+from inferplane.tool.simulate.arguments import add_simulate_command
 from inferplane.tool.sizing_report import render_platform, render_result
 from inferplane.tool.stackfile import InvalidSpecError, StackFileError, find_project_dir, load_stack, printable
 
@@ -268,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_schema_parser(sub)
     add_cache_commands(sub)
     add_gateway_commands(sub)
+    add_simulate_command(sub)
     return parser
 
 

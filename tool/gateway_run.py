@@ -554,9 +554,14 @@ def render_local(plan: RunPlan, ports: LocalPorts, directory: Path) -> gc.Render
     return gc.render_gateway(plan.spec, plan.sizing, plan.cluster, addresses)
 
 
-def write_run_files(rendered: gc.RenderedGateway, directory: Path) -> dict[str, str]:
-    """The config files and the API-key file (one generated key per tenant); returns the keys."""
-    keys = {tenant: secrets.token_urlsafe(32) for tenant in rendered.tenants} if rendered.auth_required else {}
+def write_run_files(
+    rendered: gc.RenderedGateway, directory: Path, keys: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The config files and the API-key file (one generated key per tenant, or ``keys``: gateway replicas share
+    them); returns the keys."""
+    if keys is None:
+        keys = {tenant: secrets.token_urlsafe(32) for tenant in rendered.tenants} if rendered.auth_required else {}
+    keys = dict(keys)
     keys_dir = directory / "api-keys"
     keys_dir.mkdir(mode=0o700)
     if keys:
@@ -613,10 +618,12 @@ class Processes:
             return ""
         return "\n".join(text.rstrip().splitlines()[-lines:])
 
-    def wait_until(self, name: str, ready: Callable[[], bool]) -> bool:
-        """Poll ``ready`` until it holds (True) or a stop is asked (False); a part exiting or the part's deadline
-        passing raises :class:`GatewayRunError` with its log's tail."""
-        deadline = time.monotonic() + READY_SECONDS[name]
+    def wait_until(self, name: str, ready: Callable[[], bool], kind: str | None = None) -> bool:
+        """Poll ``ready`` until it holds (True) or a stop is asked (False); a part exiting or the deadline of its
+        ``kind`` (:data:`READY_SECONDS`; the name by default) passing raises :class:`GatewayRunError` with its log's
+        tail."""
+        limit = READY_SECONDS[kind or name]
+        deadline = time.monotonic() + limit
         while not self.stop.is_set():
             if ready():
                 return True
@@ -624,7 +631,7 @@ class Processes:
             if gone is not None:
                 self._failed(gone[0], f"exited with status {gone[1]} while starting")
             if time.monotonic() > deadline:
-                self._failed(name, f"did not answer within {READY_SECONDS[name]:.0f} s")
+                self._failed(name, f"did not answer within {limit:.0f} s")
             self.stop.wait(0.2)
         return False
 
@@ -679,23 +686,26 @@ def start_redis(procs: Processes, directory: Path, taken: set[int]) -> str | Non
 
 
 def start_gateway(
-    procs: Processes, plan: RunPlan, rendered: gc.RenderedGateway, directory: Path, redis_url: str
+    procs: Processes, plan: RunPlan, rendered: gc.RenderedGateway, directory: Path, redis_url: str, *, suffix: str = ""
 ) -> bool:
-    """The processor (its supervisor and workers) and Envoy, each waited for; False when a stop was asked."""
+    """The processor (its supervisor and workers) and Envoy, each waited for; False when a stop was asked. Several
+    gateways sharing one Redis (``inferplane simulate --gateway-replicas``, as a gateway's pods do) each get a
+    ``suffix`` naming their processes."""
     metrics = directory / "processor-metrics"
     metrics.mkdir(mode=0o700)
     config = directory / gc.PROCESSOR_CONFIG_FILE
+    processor, envoy = f"processor{suffix}", f"envoy{suffix}"
     procs.start(
-        "processor",
+        processor,
         [sys.executable, "-m", "inferplane.processor", "--config", str(config)],
         # The supervisor keeps its workers' metric files here rather than in a directory of its own under /tmp.
         {rendered.redis_url_env: redis_url, "PROMETHEUS_MULTIPROC_DIR": str(metrics)},
     )
-    procs.start("envoy", [str(plan.envoy), "-c", str(directory / gc.ENVOY_CONFIG_FILE), *ENVOY_ARGS])
+    procs.start(envoy, [str(plan.envoy), "-c", str(directory / gc.ENVOY_CONFIG_FILE), *ENVOY_ARGS])
     processor_url = f"http://{LISTEN_HOST}:{rendered.processor_metrics_port}/metrics"
     envoy_url = f"http://{LISTEN_HOST}:{rendered.stats_port}/ready"
-    return procs.wait_until("processor", lambda: _http_ok(processor_url)) and procs.wait_until(
-        "envoy", lambda: _http_ok(envoy_url)
+    return procs.wait_until(processor, lambda: _http_ok(processor_url), "processor") and procs.wait_until(
+        envoy, lambda: _http_ok(envoy_url), "envoy"
     )
 
 

@@ -220,6 +220,24 @@ def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejectio
     return Evaluation(configuration=config, sizing=sizing, replica=replica, capacity_rps=capacity, limit=limit)
 
 
+def replica_capacity_rps(
+    replica: perf_model.Replica, input_tokens: int, output_tokens: int, ttft_p95_ms: float, itl_p95_ms: float
+) -> float:
+    """Highest rate one configured replica serves a mix within both objectives, by the model (0 when even the
+    lightest load misses one): what a plan's replicas promise, which ``inferplane simulate --rate plan`` checks."""
+    workload = Workload(
+        model=replica.model,
+        model_label=replica.model.hf_repo,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        requests_per_second=0.0,
+        peak_requests_per_second=0.0,
+        ttft_p95_ms=ttft_p95_ms,
+        itl_p95_ms=itl_p95_ms,
+    )
+    return _capacity(workload, replica)
+
+
 def _capacity(workload: Workload, replica: perf_model.Replica) -> float:
     """Highest rate one replica serves within both objectives (0 when even the lightest load misses one)."""
     low, high = 0.0, perf_model.saturation(replica, _mix(workload)).requests_per_second

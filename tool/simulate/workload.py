@@ -490,6 +490,10 @@ class WorkloadShape(BaseModel):
     )
 
 
+PLAN_RATE = "plan"
+"""``inferplane simulate --rate plan``: a generator's rate is what the plan promises (the replicas x what one serves
+within the model's slo, by the performance model), worked out by the command from the workload's mix."""
+
 WorkloadGenerator = Callable[[float, float, int, bool, WorkloadShape], tuple[WorkloadRequest, ...]]
 """A named generator: ``(rate, duration, seed, ramp, shape)`` -> the workload."""
 

@@ -1,0 +1,171 @@
+"""``inferplane simulate``: every bad input exits 2 naming it (nothing started), a missing simulator exits 3 naming
+``make simulator``, ``--rate plan`` is what the planner promises, and a real run (a simulated fleet of 2, the dev
+stack's gateway) replays a workload file and reports it, as a user runs it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferplane.components.capacity.planner import replica_capacity_rps
+from inferplane.tool.cli import main
+from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID
+from inferplane.tool.simulate import command as sim
+from inferplane.tool.simulate.workload import (
+    WorkloadRequest,
+    WorkloadShape,
+    ideal_hit_share,
+    unique,
+    words,
+    write_workload,
+)
+from tests.conftest import PROJECT_DIR
+from tests.tool.simulate.simulator import simulator_python
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(["simulate", "--project-dir", str(PROJECT_DIR), *args])
+    captured = capsys.readouterr()
+    return code, captured.err + captured.out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--stack", "prod", "--workload", "unique", "--rate", "1", "--duration", "5"],
+            "stack prod serves 2 models (llama-70b, llama-8b): give --model",
+        ),
+        (
+            ["--stack", "dev", "--model", "nope", "--workload", "unique", "--rate", "1", "--duration", "5"],
+            "--model nope: stack dev has no such model (its models: llama-8b)",
+        ),
+        (
+            ["--stack", "dev", "--replicas", "x", "--workload", "unique", "--rate", "1", "--duration", "5"],
+            "--replicas x: give min, max or a number from 1 to 250",
+        ),
+        (
+            ["--stack", "dev", "--replicas", "0", "--workload", "unique", "--rate", "1", "--duration", "5"],
+            "--replicas 0: give min, max or a number from 1 to 250",
+        ),
+        (
+            ["--stack", "dev", "--gateway-replicas", "9", "--workload", "unique", "--rate", "1", "--duration", "5"],
+            "--gateway-replicas 9: give 1 to 8",
+        ),
+        (["--stack", "dev", "--workload", "unique"], "--workload unique needs --rate (requests per second); "),
+        (["--stack", "dev", "--workload", "unique", "--rate", "2"], "--workload unique needs --duration (seconds)"),
+        (
+            ["--stack", "dev", "--workload", "/no/such.jsonl"],
+            "--workload /no/such.jsonl: neither a generator (shared-prefix, multi-turn, unique) nor a file",
+        ),
+    ],
+)
+def test_bad_input_exits_2_naming_it(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    code, said = run(capsys, *args)
+    assert code == EXIT_INVALID
+    assert message in said
+
+
+@pytest.mark.parametrize(("rate", "said"), [("0", "'0' must be above 0"), ("fast", "'fast' is not a number")])
+def test_a_bad_rate_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str], rate: str, said: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["simulate", "--stack", "dev", "--workload", "unique", "--rate", rate, "--duration", "1"])
+    assert exited.value.code == EXIT_INVALID
+    assert said in capsys.readouterr().err
+
+
+def test_a_file_workload_names_its_bad_line_and_refuses_a_rate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt": "w1", "output_tokens": 2}\n{"arrival_s": 1, "prompt": "w1"}\n')
+    code, said = run(capsys, "--stack", "dev", "--workload", str(path))
+    assert code == EXIT_INVALID
+    assert "w.jsonl line 2: output_tokens:" in said
+    code, said = run(capsys, "--stack", "dev", "--workload", str(path), "--rate", "3")
+    assert code == EXIT_INVALID
+    assert "a file carries its own arrival times; drop --rate and --ramp" in said
+
+
+def test_a_missing_simulator_exits_3_naming_the_target(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFERPLANE_SIMULATOR_PYTHON", "/no/python")
+    code, said = run(capsys, "--stack", "dev", "--workload", "unique", "--rate", "1", "--duration", "2")
+    assert code == EXIT_FAILED
+    assert "make simulator" in said
+
+
+def test_the_plans_rate_is_replicas_times_what_one_serves_within_the_slo() -> None:
+    args = _args(workload="unique", rate="plan", duration=30.0, replicas="3")
+    plan = sim.plan_simulation(args, {"INFERPLANE_SIMULATOR_PYTHON": sys.executable})
+    shape = WorkloadShape()
+    slo = plan.deployment.slo
+    one = replica_capacity_rps(plan.replica, shape.prompt_tokens, shape.output_tokens, slo.ttft_p95_ms, slo.itl_p95_ms)
+    assert one > 0
+    assert plan.workload == unique(
+        rate=3 * one,
+        duration=30.0,
+        seed=1,
+        prompt_tokens=shape.prompt_tokens,
+        output_tokens=shape.output_tokens,
+    )
+    assert f"(the plan's: 3 x {one:.3g} within the slo)" in plan.workload_label
+
+
+def _args(**given: object) -> argparse.Namespace:
+    defaults: dict[str, object] = {
+        "stack": "dev",
+        "model": None,
+        "replicas": None,
+        "gateway_replicas": None,
+        "workload": "unique",
+        "rate": None,
+        "duration": None,
+        "ramp": False,
+        "seed": 1,
+        "routing": None,
+        "keep_rate_limits": False,
+        "project_dir": str(PROJECT_DIR),
+        "envoy": None,
+        "json": False,
+    }
+    return argparse.Namespace(**{**defaults, **given})
+
+
+@pytest.mark.e2e
+@pytest.mark.xdist_group("simulated-fleet")
+def test_a_run_replays_a_file_and_reports_it(tmp_path: Path) -> None:
+    simulator_python()
+    path = tmp_path / "w.jsonl"
+    prefix = list(range(100, 600))
+    requests = [
+        WorkloadRequest(arrival_s=1.0 * i, prompt=words([*prefix, 1000 + i]), output_tokens=8, group="g")
+        for i in range(6)
+    ]
+    write_workload(path, requests)
+    command = [str(Path(sys.executable).parent / "inferplane"), "simulate", "--stack", "dev", "--replicas", "2"]
+    done = subprocess.run(
+        [*command, "--workload", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_DIR,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    result = json.loads(done.stdout)
+    assert result["fleet"].startswith("simulated")
+    assert (result["requests"], result["ok"], result["rejected_429"], result["failed"]) == (6, 6, 0, 0)
+    assert sum(result["requests_per_replica"]) == 6 and len(result["requests_per_replica"]) == 2
+    assert max(result["requests_per_replica"]) == 6, "one prefix, one replica: each request ends before the next"
+    ideal = ideal_hit_share(requests, 16)
+    assert result["ideal_hit_share"] == ideal == pytest.approx(5 / 6 * 496 / 501), "5 of 6 find 31 blocks"
+    assert result["hit_share"] >= 0.95 * ideal, "the engines served the prefix from cache"
+    assert result["slo_held"] == (done.returncode == 0)
+    assert result["max_num_seqs"] == 4
