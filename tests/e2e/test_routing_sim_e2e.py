@@ -157,9 +157,10 @@ def test_a_full_home_spills_and_no_engine_exceeds_its_slots(platform: SimPlatfor
     before = platform.finished()
     extra = 2 * slots
     with sim.HeldSampler(platform.fleet.replicas) as sampler, ThreadPoolExecutor(slots + extra) as pool:
-        # Long outputs (at the L4's ~25 ms a token, several seconds) keep the home's slots busy while the rest arrive.
+        # Long outputs (the L4's 4-sequence decode step is about 75 ms: several seconds) keep the home's slots busy
+        # while the rest arrive.
         futures = [
-            pool.submit(platform.chat, i % GATEWAYS, _prompt(prefix, 100 + i), 200) for i in range(slots + extra)
+            pool.submit(platform.chat, i % GATEWAYS, _prompt(prefix, 100 + i), 100) for i in range(slots + extra)
         ]
         statuses = [f.result().status_code for f in futures]
     assert statuses == [200] * (slots + extra)

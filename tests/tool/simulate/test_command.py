@@ -145,7 +145,7 @@ def test_a_run_replays_a_file_and_reports_it(tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
     prefix = list(range(100, 600))
     requests = [
-        WorkloadRequest(arrival_s=1.0 * i, prompt=words([*prefix, 1000 + i]), output_tokens=8, group="g")
+        WorkloadRequest(arrival_s=0.6 * i, prompt=words([*prefix, 1000 + i]), output_tokens=2, group="g")
         for i in range(6)
     ]
     write_workload(path, requests)
