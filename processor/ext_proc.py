@@ -71,9 +71,13 @@ KV_RETRY_AFTER_SECONDS = 1
 UNBOUNDED_SLOTS = 1 << 30
 """The per-replica cap with ``load_bound`` off: slots are still counted, never refused."""
 MAX_ALTERNATES = 3
-"""Replicas listed after the pick for Envoy's retries. A route retries a request once on its own model (a tier's
-further retries go to its fallback models, where none of these hosts exist); the others cover listed hosts Envoy's
-DNS view does not hold yet, which it skips. The list stays short: it rides on every request."""
+"""Replicas listed after the pick for Envoy's retries. A route retries a request once on its own model; the others
+cover listed hosts Envoy's DNS view does not hold yet, which it skips. The list stays short: it rides on every
+request."""
+FALLBACK_ALTERNATES = 1
+"""Replicas listed after the pick of a model with tier fallbacks: its route's cluster holds the fallbacks' replicas
+too (at lower priorities), and Envoy takes listed hosts before any other, so one alternate leaves the route's further
+retries to the fallbacks."""
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
@@ -327,6 +331,10 @@ class Processor:
         self._waiting_ready: dict[str, int] = {}
         self._update_gauges: dict[str, Callable[[], None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        has_fallback = {m for tier in config.tiers if tier.fallback for m in tier.models}
+        self.alternates = {
+            m.name: FALLBACK_ALTERNATES if m.name in has_fallback else MAX_ALTERNATES for m in config.models
+        }
         for model in config.models:
             self._update_gauges[model.name] = self._gauges(model.name)
             self.gates[model.name] = ModelGate(
@@ -730,7 +738,7 @@ class Processor:
             self.metrics.prefix_tokens.labels(model.name, "queried").inc(len(hashes) * block_tokens)
             self.metrics.prefix_tokens.labels(model.name, "matched").inc(ranking.overlaps[address] * block_tokens)
         overlap = ranking.overlaps.get(address, 0)
-        alternates = tuple(e.address for e in ranking.ranked if e.address != address)[:MAX_ALTERNATES]
+        alternates = tuple(e.address for e in ranking.ranked if e.address != address)[: self.alternates[model.name]]
         placement = Placement(model.name, endpoint, taken, router.picked(endpoint, hashes, prompt, overlap), alternates)
         self._update_gauges[model.name]()
         return placement

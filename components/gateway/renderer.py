@@ -19,8 +19,11 @@ Envoy does what it does natively (README "Gateway runtime"):
    costs it three messages: the buffered request body (with the path, method and the two headers it reads as
    request attributes, not a headers message of its own) and the response body's chunks; only the ``GET /v1/models``
    route sends it the request headers (a per-route override), since it answers that request itself.
-4. ``json_to_metadata``: routes by the (processor-rewritten) body's ``model``; each model's route goes to an
-   aggregate cluster ``[model, tier fallbacks...]`` with retries on connect failure, reset, 429 and 503.
+4. ``json_to_metadata``: routes by the (processor-rewritten) body's ``model``; a model with tier fallbacks routes to
+   one cluster holding its replicas at priority 0 and each fallback's at the next priorities (not an aggregate
+   cluster: Envoy's aggregate load balancer hands its children a context without the request's stream info, so the
+   processor's ``override_host`` pick is never read and every request is least-request balanced; found by
+   ``inferplane simulate``), with retries on connect failure, reset, 429 and 503.
 """
 
 from __future__ import annotations
@@ -126,7 +129,8 @@ CA of its own per instance (:class:`~inferplane.components.gcp.memorystore.Memor
 TENANT_HEADER = "x-inferplane-tenant"
 """Request header with the authenticated tenant, set by Envoy's api_key_auth (the client cannot forge it)."""
 UPSTREAM_HEADER = "x-inferplane-upstream"
-"""Response header naming the model cluster that answered (the fallback shows here)."""
+"""Response header naming the model whose replica answered (the fallback shows here): each replica's host metadata
+(:data:`~inferplane.processor.config.METADATA_NAMESPACE` ``model``)."""
 NOT_FOUND_BODY = json.dumps(
     {
         "error": {
@@ -539,12 +543,24 @@ def _override_host_policy() -> dict[str, Any]:
     }
 
 
-def _replica_cluster(model: ModelConfig) -> dict[str, Any]:
-    """One host per replica: ``STRICT_DNS`` over the model's headless Service (an A record per ready pod, refreshed
-    every 5 s, Envoy's default), or the listed addresses of a local run."""
-    name = _model_cluster_name(model.name)
-    addresses = [(host.strip("[]"), sep, port) for host, sep, port in (e.rpartition(":") for e in model.endpoints)]
-    literal = all(_is_ip(host) for host, _, _ in addresses)
+def _lb_endpoints(model: ModelConfig) -> list[dict[str, Any]]:
+    """A host per replica address of ``model``, tagged with the model (what :data:`UPSTREAM_HEADER` reports)."""
+    addresses = [(host.strip("[]"), port) for host, _, port in (e.rpartition(":") for e in model.endpoints)]
+    return [
+        {
+            "endpoint": {"address": _socket(host, int(port))},
+            "metadata": {"filter_metadata": {METADATA_NAMESPACE: {"model": model.name}}},
+        }
+        for host, port in addresses
+    ]
+
+
+def _replica_cluster(name: str, models: list[ModelConfig]) -> dict[str, Any]:
+    """One host per replica: ``STRICT_DNS`` over each model's headless Service (an A record per ready pod, refreshed
+    every 5 s, Envoy's default), or the listed addresses of a local run. ``models`` after the first are its tier
+    fallbacks, each a priority lower: Envoy fails over to them as the first's hosts are ejected, and a retry moves to
+    the next priority once the processor's list of replicas is used up (the route's ``previous_priorities``)."""
+    literal = all(_is_ip(e.rpartition(":")[0].strip("[]")) for model in models for e in model.endpoints)
     return {
         "name": name,
         "type": "STATIC" if literal else "STRICT_DNS",
@@ -552,7 +568,10 @@ def _replica_cluster(model: ModelConfig) -> dict[str, Any]:
         "load_assignment": {
             "cluster_name": name,
             "endpoints": [
-                {"lb_endpoints": [{"endpoint": {"address": _socket(host, int(port))}} for host, _, port in addresses]}
+                {"priority": priority, "lb_endpoints": _lb_endpoints(model)}
+                if priority
+                else {"lb_endpoints": _lb_endpoints(model)}
+                for priority, model in enumerate(models)
             ],
         },
         "dns_lookup_family": "V4_PREFERRED",
@@ -567,14 +586,11 @@ def _replica_cluster(model: ModelConfig) -> dict[str, Any]:
     }
 
 
-def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[str, Any]]:
-    max_replicas = {d.name: d.max_replicas for d in spec.models}
-    clusters = []
-    for model in config.models:
-        cluster = _replica_cluster(model)
+def _guards(ceiling: int) -> dict[str, Any]:
+    """Circuit breakers at ``ceiling`` requests in flight and outlier detection."""
+    return {
         # Envoy never opens more than every replica's slots plus this pod's queues (and a margin for retries).
-        ceiling = model.max_num_seqs * max_replicas[model.name] + model.queue_max
-        cluster["circuit_breakers"] = {
+        "circuit_breakers": {
             "thresholds": [
                 {
                     "priority": "DEFAULT",
@@ -584,34 +600,35 @@ def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[st
                     "max_retries": max(3, ceiling // 4),
                 }
             ]
-        }
+        },
         # A replica answering 502/503/504 (or refusing connections) three times in a row is ejected; Envoy only
         # detects, never ejects, on gateway failures unless their enforcing share is set (it defaults to 0).
-        cluster["outlier_detection"] = {
+        "outlier_detection": {
             "consecutive_5xx": 5,
             "consecutive_gateway_failure": 3,
             "enforcing_consecutive_gateway_failure": 100,
             "interval": "5s",
             "base_ejection_time": "15s",
             "max_ejection_percent": 100,
-        }
-        clusters.append(cluster)
-        fallbacks = _fallbacks(model.name, config.tiers)
+        },
+    }
+
+
+def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[str, Any]]:
+    max_replicas = {d.name: d.max_replicas for d in spec.models}
+    by_name = {m.name: m for m in config.models}
+
+    def ceiling(model: ModelConfig) -> int:
+        return model.max_num_seqs * max_replicas[model.name] + model.queue_max
+
+    clusters = []
+    for model in config.models:
+        clusters.append({**_replica_cluster(_model_cluster_name(model.name), [model]), **_guards(ceiling(model))})
+        fallbacks = [by_name[f] for f in _fallbacks(model.name, config.tiers)]
         if fallbacks:
-            clusters.append(
-                {
-                    "name": _route_cluster_name(model.name),
-                    "connect_timeout": _duration(CONNECT_TIMEOUT_SECONDS),
-                    "lb_policy": "CLUSTER_PROVIDED",
-                    "cluster_type": {
-                        "name": "envoy.clusters.aggregate",
-                        "typed_config": _any(
-                            "envoy.extensions.clusters.aggregate.v3.ClusterConfig",
-                            clusters=[_model_cluster_name(m) for m in (model.name, *fallbacks)],
-                        ),
-                    },
-                }
-            )
+            tiers = [model, *fallbacks]
+            route = _replica_cluster(_route_cluster_name(model.name), tiers)
+            clusters.append({**route, **_guards(sum(ceiling(m) for m in tiers))})
     return clusters
 
 
@@ -632,7 +649,9 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
         "retry_policy": {
             "retry_on": "connect-failure,reset,retriable-status-codes",
             "retriable_status_codes": [429, 503],
-            "num_retries": max(1, len(fallbacks)),
+            # Once on the model's own replicas (the processor lists one alternate where a fallback exists), then
+            # once on each fallback.
+            "num_retries": 1 + len(fallbacks),
             "per_try_timeout": "0s",
             "retry_back_off": {
                 "base_interval": _duration(RETRY_BACKOFF_MS[0] / 1000),
@@ -665,7 +684,7 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
         "route": action,
         "response_headers_to_add": [
             {
-                "header": {"key": UPSTREAM_HEADER, "value": "%UPSTREAM_CLUSTER%"},
+                "header": {"key": UPSTREAM_HEADER, "value": f"%UPSTREAM_METADATA({METADATA_NAMESPACE}:model)%"},
                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
             },
             {

@@ -158,10 +158,18 @@ def test_prod_routes_each_model_with_its_tier_fallback(tmp_path: Path) -> None:
     rendered = _rendered("prod", "eks", tmp_path)
     bootstrap = yaml.safe_load(rendered.envoy_yaml)
     clusters = {c["name"]: c for c in bootstrap["static_resources"]["clusters"]}
-    assert clusters["route-llama-70b"]["cluster_type"]["typed_config"]["clusters"] == [
-        "model-llama-70b",
-        "model-llama-8b",
+    # One cluster, the fallback's replicas a priority lower: an aggregate cluster's load balancer would hide the
+    # request's stream info from the override_host policy, which then never reads the processor's pick.
+    route = clusters["route-llama-70b"]
+    assert "cluster_type" not in route
+    assert route["load_balancing_policy"] == OVERRIDE_HOST
+    assert [(e.get("priority", 0), e["lb_endpoints"]) for e in route["load_assignment"]["endpoints"]] == [
+        (0, clusters["model-llama-70b"]["load_assignment"]["endpoints"][0]["lb_endpoints"]),
+        (1, clusters["model-llama-8b"]["load_assignment"]["endpoints"][0]["lb_endpoints"]),
     ]
+    assert route["circuit_breakers"]["thresholds"][0]["max_requests"] == sum(
+        clusters[f"model-{m}"]["circuit_breakers"]["thresholds"][0]["max_requests"] for m in ("llama-70b", "llama-8b")
+    )
     assert "route-llama-8b" not in clusters  # standard has no fallback
     endpoint = clusters["model-llama-70b"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     assert endpoint["address"]["socket_address"] == {"address": model_endpoints_host("llama-70b"), "port_value": 8000}
@@ -174,6 +182,12 @@ def test_prod_routes_each_model_with_its_tier_fallback(tmp_path: Path) -> None:
     assert premium["route"]["cluster"] == "route-llama-70b"
     assert premium["match"]["dynamic_metadata"][0]["value"] == {"string_match": {"exact": "llama-70b"}}
     assert premium["route"]["retry_policy"]["retriable_status_codes"] == [429, 503]
+    assert premium["route"]["retry_policy"]["num_retries"] == 2  # once on llama-70b, once on its fallback
+    assert routes["model-llama-8b"]["route"]["retry_policy"]["num_retries"] == 1
+    assert premium["response_headers_to_add"][0]["header"] == {
+        "key": gc.UPSTREAM_HEADER,
+        "value": "%UPSTREAM_METADATA(inferplane:model)%",
+    }
     assert routes["model-llama-8b"]["route"]["cluster"] == "model-llama-8b"
     assert routes["not-found"]["direct_response"]["status"] == 404
     assert rendered.upstream_hosts == {
@@ -204,7 +218,8 @@ def test_each_model_cluster_resolves_its_replicas_and_takes_the_processors_pick(
                                         "port_value": 8000,
                                     }
                                 }
-                            }
+                            },
+                            "metadata": {"filter_metadata": {"inferplane": {"model": "llama-70b"}}},
                         }
                     ]
                 }
@@ -285,7 +300,10 @@ def test_listed_local_replicas_are_static_hosts_and_named_ones_are_resolved(tmp_
     assert cluster["load_assignment"]["endpoints"] == [
         {
             "lb_endpoints": [
-                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+                {
+                    "endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}},
+                    "metadata": {"filter_metadata": {"inferplane": {"model": "llama-8b"}}},
+                }
                 for host, port in replicas
             ]
         }
@@ -519,7 +537,10 @@ def test_a_fallback_on_its_primarys_cluster_is_served_there_only(tmp_path: Path)
     rendered = gc.render_gateway(spec, STAGING_SIZING, "eks", _write_keys(tmp_path / "keys"))
     bootstrap = yaml.safe_load(rendered.envoy_yaml)
     [route] = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == "route-llama-8b"]
-    assert route["cluster_type"]["typed_config"]["clusters"] == ["model-llama-8b", "model-llama-8b-b"]
+    assert [
+        {lb["metadata"]["filter_metadata"]["inferplane"]["model"] for lb in e["lb_endpoints"]}
+        for e in route["load_assignment"]["endpoints"]
+    ] == [{"llama-8b"}, {"llama-8b-b"}]
 
 
 def test_a_fallback_on_another_cluster_is_refused_naming_both_clusters() -> None:

@@ -25,7 +25,7 @@ from inferplane.processor.config import (
     TenantConfig,
     TierConfig,
 )
-from inferplane.processor.ext_proc import MAX_ALTERNATES, Processor, connect_redis
+from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Processor, connect_redis
 from tests.gateway_support import free_port, model_config, routing_config, vllm_load
 from tests.tiny_model import build_tokenizer, words
 
@@ -403,6 +403,27 @@ def test_a_retry_goes_to_the_next_ready_replicas_in_the_routers_order(tokenizer_
             table.endpoints[address].ready = False
         _, alone = await _request(processor, _chat("w2"))
         assert _destinations(alone) == ["127.0.0.1:1"]  # the only ready replica: nothing to list after it
+
+    asyncio.run(run())
+
+
+def test_a_model_with_a_tier_fallback_lists_one_alternate(tokenizer_file: str) -> None:
+    """Its route's cluster holds the fallback's replicas a priority lower and Envoy takes listed hosts first: one
+    alternate leaves the route's further retry to the fallback."""
+
+    async def run() -> None:
+        primary = _model("short", tokenizer_file, max_num_seqs=64)
+        base = _config(tokenizer_file, primary, _model("spare", tokenizer_file, max_num_seqs=64))
+        tiers = (TierConfig(name="standard", models=("short",), fallback=("spare",)),)
+        processor = _processor(base.model_copy(update={"tiers": tiers}))
+        assert processor.alternates == {"short": FALLBACK_ALTERNATES, "spare": MAX_ALTERNATES}
+        addresses = [f"127.0.0.1:{port}" for port in range(1, 5)]
+        _ready(processor, "short", *addresses)
+        for load, address in enumerate(addresses):
+            processor.tables["short"].endpoints[address].running = 10.0 * load
+        _, response = await _request(processor, _chat("w1"))
+        assert FALLBACK_ALTERNATES == 1
+        assert _destinations(response) == ["127.0.0.1:1", "127.0.0.1:2"]
 
     asyncio.run(run())
 

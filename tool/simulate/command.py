@@ -62,6 +62,7 @@ from inferplane.components.spec.platform_spec import (
     gateway_tiers,
     routing_of,
 )
+from inferplane.processor.metrics import ROUTING_DECISIONS_TOTAL
 from inferplane.tool import gateway_run as gr
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.simulate import fleet as fl
@@ -155,6 +156,9 @@ class SimulationResult(BaseModel):
         description="The most requests each replica held at once (running + waiting), sampled every 0.2 s."
     )
     max_num_seqs: int = Field(description="Each replica's batch slots.")
+    routing_decisions: dict[str, int] = Field(
+        description="The gateways' replica picks by reason (``inferplane_gateway_routing_decisions_total``)."
+    )
     slo_ttft_p95_ms: int = Field(description="The model's TTFT objective.")
     slo_itl_p95_ms: int = Field(description="The model's ITL objective.")
     slo_held: bool = Field(description="TTFT and ITL p95 within the objectives, every request served.")
@@ -389,12 +393,25 @@ def _ms(values: Sequence[float]) -> Percentiles:
     )
 
 
+def routing_decisions(urls: Sequence[str]) -> dict[str, int]:
+    """The gateways' routing decisions so far, by reason, summed over the processors at ``urls``."""
+    decisions: dict[str, int] = {}
+    for url in urls:
+        body = fl._get(url) or b""
+        for line in body.decode(errors="replace").splitlines():
+            if line.startswith(ROUTING_DECISIONS_TOTAL + "{") and 'reason="' in line:
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                decisions[reason] = decisions.get(reason, 0) + round(float(line.rsplit(" ", 1)[1]))
+    return decisions
+
+
 def result_of(
     plan: SimulationPlan,
     outcomes: Sequence[Outcome],
     finished: Sequence[int],
     preemptions: int,
     most_held: Sequence[int],
+    decisions: Mapping[str, int],
 ) -> SimulationResult:
     """What the run measured, against the model's ``slo`` and the plan's price."""
     summary = summarize(outcomes)
@@ -433,6 +450,7 @@ def result_of(
         requests_per_replica=tuple(finished),
         most_held=tuple(most_held),
         max_num_seqs=plan.settings.max_num_seqs,
+        routing_decisions=dict(decisions),
         slo_ttft_p95_ms=slo.ttft_p95_ms,
         slo_itl_p95_ms=slo.itl_p95_ms,
         slo_held=held,
@@ -450,6 +468,7 @@ class SimulationRun:
         self.directory = directory
         self.stop = stop
         self.err = err
+        self.processor_metrics: list[str] = []
 
     def say(self, text: str) -> None:
         """A progress line on stderr."""
@@ -525,6 +544,7 @@ class SimulationRun:
                 if not gr.start_gateway(procs, run_plan, rendered, directory, redis_url, suffix=f"-{k}"):
                     return None
                 urls.append(f"http://{gr.LISTEN_HOST}:{ports.api}")
+                self.processor_metrics.append(f"http://{gr.LISTEN_HOST}:{ports.processor_metrics}/metrics")
         tenant = tenant_for(plan.spec, plan.deployment.name)
         key = keys.get(tenant) if keys and tenant else None
         if keys and key is None:
@@ -587,7 +607,8 @@ class SimulationRun:
                 )
             after, preempted_after = counters(fleet)
             finished = [a - b for a, b in zip(after, before, strict=True)]
-            return result_of(self.plan, outcomes, finished, preempted_after - preempted, sampler.most)
+            decisions = routing_decisions(self.processor_metrics)
+            return result_of(self.plan, outcomes, finished, preempted_after - preempted, sampler.most, decisions)
         finally:
             procs.stop_all()
 
@@ -615,6 +636,7 @@ def report_lines(result: SimulationResult) -> list[str]:
         f"(ideal {result.ideal_hit_share:.1%}); preemptions {result.preemptions}",
         f"requests per replica {list(result.requests_per_replica)}; most held at once {list(result.most_held)} "
         f"(max_num_seqs {result.max_num_seqs})",
+        "routing decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(result.routing_decisions.items()) if v),
         f"SLO (TTFT p95 <= {result.slo_ttft_p95_ms} ms, ITL p95 <= {result.slo_itl_p95_ms} ms, all served): {verdict}",
         "$ per million output tokens: " + ("-" if usd is None else f"{usd:.2f}"),
     ]
