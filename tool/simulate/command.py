@@ -408,6 +408,7 @@ def routing_decisions(urls: Sequence[str]) -> dict[str, int]:
 def result_of(
     plan: SimulationPlan,
     outcomes: Sequence[Outcome],
+    *,
     finished: Sequence[int],
     preemptions: int,
     most_held: Sequence[int],
@@ -608,7 +609,14 @@ class SimulationRun:
             after, preempted_after = counters(fleet)
             finished = [a - b for a, b in zip(after, before, strict=True)]
             decisions = routing_decisions(self.processor_metrics)
-            return result_of(self.plan, outcomes, finished, preempted_after - preempted, sampler.most, decisions)
+            return result_of(
+                self.plan,
+                outcomes,
+                finished=finished,
+                preemptions=preempted_after - preempted,
+                most_held=sampler.most,
+                decisions=decisions,
+            )
         finally:
             procs.stop_all()
 
