@@ -7,11 +7,17 @@ by its new prompt tokens) and ``decode_active_kv_tokens`` x ``decode_context_len
 ``dynamo/mocker/utils/planner_profiler_perf_data_converter.py``). Both axes must rise strictly (its interpolator
 refuses otherwise).
 
-Each point is :func:`~inferplane.components.capacity.perf_model.step_time` of the replica the stack's sizing
-configures, so a simulated fleet inherits the model's calibration against published benchmarks
-(``benchmarks/perf_model_accuracy.py``) and its error. A prompt longer than the step budget is the sum of its chunks'
-steps, as chunked prefill runs it; a decode step of ``kv`` active tokens at mean context ``ctx`` runs ``kv / ctx``
-sequences. What the mocker then adds (its own scheduling, a mixed step's prefill and decode parts) is its own.
+The mocker times a step as the sum of its two parts: ``decode_itl`` at the step's active KV tokens plus
+``prefill_ttft_ms`` of the step's new prompt tokens (measured here on one simulated H100 x 4 replica: a 200-token
+prompt arriving during a stream stretched that step from 17.3 to 38.7 ms, the two table values added). The
+performance model's step reads the weights once for both (:func:`~inferplane.components.capacity.perf_model.step_time`:
+``max(weights, GEMM FLOPs) + max(KV reads, attention FLOPs)``). So the decode table is the model's decode step of
+``kv / ctx`` sequences, and the prefill table is what prompt tokens *add* to a step that already decodes (their GEMM
+FLOPs beyond the weights' read, and their attention), not a prefill step alone: then every step the mocker runs,
+decode, prefill or mixed, is the model's step (to within the one-sequence decode the marginal is taken over), and a
+simulated fleet inherits the model's calibration against published benchmarks
+(``benchmarks/perf_model_accuracy.py``) and its error. A prompt longer than the step budget is its chunks' steps, as
+chunked prefill runs it.
 """
 
 from __future__ import annotations
@@ -56,13 +62,19 @@ def _rising(low: float, high: float, count: int) -> list[float]:
     return result
 
 
+def prefill_added_seconds(replica: Replica, chunk: int, prompt: int) -> float:
+    """What ``chunk`` tokens of a ``prompt``-token prompt add to a step decoding one sequence."""
+    return step_time(replica, 1, chunk, 0, prompt).seconds - step_time(replica, 1, 0, 0, prompt).seconds
+
+
 def prefill_ms(replica: Replica, tokens: int) -> float:
-    """Time to prefill a prompt of ``tokens`` new tokens alone: one step per chunk of the step budget."""
+    """What prefilling ``tokens`` new tokens adds to the steps that carry them: one step per chunk of the step
+    budget (the mocker adds each step's decode part)."""
     budget = replica.max_num_batched_tokens
     full, rest = divmod(tokens, budget)
-    seconds = full * step_time(replica, 0, budget, 0, tokens).seconds
+    seconds = full * prefill_added_seconds(replica, budget, tokens)
     if rest:
-        seconds += step_time(replica, 0, rest, 0, tokens).seconds
+        seconds += prefill_added_seconds(replica, rest, tokens)
     return seconds * 1000
 
 

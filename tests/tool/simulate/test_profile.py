@@ -64,12 +64,24 @@ def test_a_prompt_longer_than_the_step_budget_is_its_chunks() -> None:
     replica, _ = replica_of("prod", "llama-70b")
     budget = replica.max_num_batched_tokens
     tokens = 2 * budget + 100
-    one_chunk = perf_model.step_time(replica, 0, budget, 0, tokens).seconds
-    rest = perf_model.step_time(replica, 0, 100, 0, tokens).seconds
-    assert prefill_ms(replica, tokens) == pytest.approx((2 * one_chunk + rest) * 1000)
-    assert prefill_ms(replica, budget) == pytest.approx(
-        perf_model.step_time(replica, 0, budget, 0, budget).seconds * 1000
-    )
+
+    def added(chunk: int) -> float:
+        with_chunk = perf_model.step_time(replica, 1, chunk, 0, tokens).seconds
+        return with_chunk - perf_model.step_time(replica, 1, 0, 0, tokens).seconds
+
+    assert prefill_ms(replica, tokens) == pytest.approx((2 * added(budget) + added(100)) * 1000)
+
+
+def test_the_mockers_sum_of_parts_is_the_models_step() -> None:
+    """The mocker adds a step's decode and prefill parts; the model reads the weights once for both. The prefill
+    table is what prompt tokens add, so decode + prefill is the model's mixed step (to the one sequence the
+    difference is taken over), where the plain prefill time would count the weights twice."""
+    replica, _ = replica_of("prod", "llama-70b")
+    for chunk in (16, 200, 1000, replica.max_num_batched_tokens):
+        mixed = perf_model.step_time(replica, 1, chunk, 0, chunk).seconds * 1000
+        assert decode_ms(replica, 0, 1) + prefill_ms(replica, chunk) == pytest.approx(mixed, rel=0.02)
+    alone = perf_model.step_time(replica, 0, 200, 0, 200).seconds * 1000
+    assert decode_ms(replica, 0, 1) + alone > 1.5 * perf_model.step_time(replica, 1, 200, 0, 200).seconds * 1000
 
 
 def test_a_decode_step_runs_active_tokens_over_context_sequences() -> None:
