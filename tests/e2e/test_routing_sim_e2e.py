@@ -26,7 +26,6 @@ import httpx
 import pytest
 from rich.console import Console
 
-from inferplane.components.observability.metrics import VLLM_E2E_LATENCY
 from inferplane.tool import gateway_run as gr
 from inferplane.tool.simulate import command as sim
 from inferplane.tool.simulate import fleet as fl
@@ -55,7 +54,8 @@ class SimPlatform:
     def finished(self) -> list[int]:
         """Requests each replica's engine has finished so far."""
         return [
-            int(fl.parse_metric(body or b"", f"{VLLM_E2E_LATENCY}_count")) for body in self.fleet.metrics().values()
+            int(fl.parse_metric(body or b"", fl.MOCKER_SERIES["vllm"].finished))
+            for body in self.fleet.metrics().values()
         ]
 
     def chat(self, gateway: int, prompt: str, max_tokens: int = 4) -> httpx.Response:
@@ -156,7 +156,10 @@ def test_a_full_home_spills_and_no_engine_exceeds_its_slots(platform: SimPlatfor
     home = platform.served_by(0, _prompt(prefix, 0))
     before = platform.finished()
     extra = 2 * slots
-    with sim.HeldSampler(platform.fleet.replicas) as sampler, ThreadPoolExecutor(slots + extra) as pool:
+    with (
+        sim.HeldSampler(platform.fleet.replicas, fl.MOCKER_SERIES["vllm"]) as sampler,
+        ThreadPoolExecutor(slots + extra) as pool,
+    ):
         # Long outputs (the L4's 4-sequence decode step is about 75 ms: several seconds) keep the home's slots busy
         # while the rest arrive.
         futures = [

@@ -48,12 +48,6 @@ from inferplane.components.capacity.planner import replica_capacity_rps
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing, size_platform
 from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway import renderer as gc
-from inferplane.components.observability.metrics import (
-    VLLM_E2E_LATENCY,
-    VLLM_PREEMPTIONS,
-    VLLM_REQUESTS_RUNNING,
-    VLLM_REQUESTS_WAITING,
-)
 from inferplane.components.spec.platform_spec import (
     ModelDeploymentSpec,
     PlatformSpec,
@@ -84,6 +78,9 @@ from inferplane.tool.stackfile import find_project_dir, load_stack
 COMMAND = "inferplane simulate"
 UNLIMITED = 1_000_000_000
 """Requests and tokens per minute once the rate limits are lifted (Envoy's token bucket takes up to 2^32)."""
+CACHED_TOKENS_REPORTED = frozenset({"vllm", "trtllm"})
+"""The mocker's engine types whose responses carry ``usage.prompt_tokens_details.cached_tokens`` (measured on
+ai-dynamo 1.6.1: its SGLang mocker's carry none; it reports only a ``sglang:cache_hit_rate`` gauge)."""
 CACHE_HEADER = {"x-inferplane-cache": "bypass"}
 SAMPLE_SECONDS = 0.2
 """How often each replica's running and waiting requests are read during a run."""
@@ -148,7 +145,10 @@ class SimulationResult(BaseModel):
     ttft_ms: Percentiles = Field(description="Time to the first content token, over served requests.")
     itl_ms: Percentiles = Field(description="Gaps between content chunks, over served requests.")
     output_tokens_per_second: float = Field(description="Output tokens over the run's span.")
-    hit_share: float = Field(description="Prompt tokens the engines served from their prefix caches.")
+    hit_share: float | None = Field(
+        description="Prompt tokens the engines served from their prefix caches (None: the simulated engine does not "
+        "report them; Dynamo's SGLang mocker answers without ``prompt_tokens_details``)."
+    )
     ideal_hit_share: float = Field(description="The most any routing could: an unbounded cache shared by all.")
     preemptions: int = Field(description="Engine preemptions during the run (all replicas).")
     requests_per_replica: tuple[int, ...] = Field(description="Requests each replica's engine finished.")
@@ -349,8 +349,9 @@ def tenant_for(spec: PlatformSpec, model: str) -> str | None:
 class HeldSampler:
     """Reads every replica's running + waiting requests every :data:`SAMPLE_SECONDS` in a thread; the most seen."""
 
-    def __init__(self, replicas: Sequence[fl.SimulatedReplica]) -> None:
+    def __init__(self, replicas: Sequence[fl.SimulatedReplica], series: fl.MockerSeries) -> None:
         self.replicas = replicas
+        self.series = series
         self.most = [0] * len(replicas)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="held-sampler", daemon=True)
@@ -360,7 +361,7 @@ class HeldSampler:
             for i, replica in enumerate(self.replicas):
                 body = fl._get(f"{replica.url}/metrics", timeout=1.0)
                 if body is not None:
-                    held = fl.parse_metric(body, VLLM_REQUESTS_RUNNING) + fl.parse_metric(body, VLLM_REQUESTS_WAITING)
+                    held = fl.parse_metric(body, self.series.running) + fl.parse_metric(body, self.series.waiting)
                     self.most[i] = max(self.most[i], int(held))
 
     def __enter__(self) -> HeldSampler:
@@ -374,11 +375,13 @@ class HeldSampler:
 
 def counters(fleet: fl.SimulatedFleet) -> tuple[list[int], int]:
     """Each replica's finished requests and the fleet's preemptions, now."""
+    series = fl.MOCKER_SERIES[fleet.settings.engine_type]
     finished, preemptions = [], 0
     for body in fleet.metrics().values():
         text = body or b""
-        finished.append(int(fl.parse_metric(text, f"{VLLM_E2E_LATENCY}_count")))
-        preemptions += int(fl.parse_metric(text, VLLM_PREEMPTIONS))
+        finished.append(int(fl.parse_metric(text, series.finished)))
+        if series.preemptions is not None:
+            preemptions += int(fl.parse_metric(text, series.preemptions))
     return finished, preemptions
 
 
@@ -445,7 +448,7 @@ def result_of(
         ttft_ms=ttft,
         itl_ms=itl,
         output_tokens_per_second=tokens_per_second,
-        hit_share=summary.hit_share or 0.0,
+        hit_share=summary.hit_share if plan.settings.engine_type in CACHED_TOKENS_REPORTED else None,
         ideal_hit_share=ideal_hit_share(plan.workload, plan.settings.block_size),
         preemptions=preemptions,
         requests_per_replica=tuple(finished),
@@ -597,7 +600,7 @@ class SimulationRun:
                 return None
             urls, key = gateways
             before, preempted = counters(fleet)
-            with HeldSampler(fleet.replicas) as sampler:
+            with HeldSampler(fleet.replicas, fl.MOCKER_SERIES[fleet.settings.engine_type]) as sampler:
                 outcomes = self.replay(urls, key, progress)
             gone = procs.exited()
             if gone is not None:
@@ -640,8 +643,9 @@ def report_lines(result: SimulationResult) -> list[str]:
         f"requests {result.requests}: {result.ok} served, {result.rejected_429} answered 429, {result.failed} failed",
         f"TTFT ms  p50 {_fmt(t.p50)}  p90 {_fmt(t.p90)}  p95 {_fmt(t.p95)}  p99 {_fmt(t.p99)}",
         f"ITL ms   p50 {_fmt(i.p50)}  p90 {_fmt(i.p90)}  p95 {_fmt(i.p95)}  p99 {_fmt(i.p99)}",
-        f"output tokens/s {result.output_tokens_per_second:.0f}; prefix hits {result.hit_share:.1%} of prompt tokens "
-        f"(ideal {result.ideal_hit_share:.1%}); preemptions {result.preemptions}",
+        f"output tokens/s {result.output_tokens_per_second:.0f}; prefix hits "
+        + ("not reported by the simulated engine" if result.hit_share is None else f"{result.hit_share:.1%}")
+        + f" of prompt tokens (ideal {result.ideal_hit_share:.1%}); preemptions {result.preemptions}",
         f"requests per replica {list(result.requests_per_replica)}; most held at once {list(result.most_held)} "
         f"(max_num_seqs {result.max_num_seqs})",
         "routing decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(result.routing_decisions.items()) if v),

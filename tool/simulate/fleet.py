@@ -9,8 +9,8 @@ the join process (:mod:`.join`) on that address serving ``/v1/*`` and the mocker
 NATS: file discovery (``DYN_FILE_KV``), the TCP request plane, the ZMQ event plane.
 
 A replica is ready when its frontend lists the model, a one-token request through its address succeeds, and its
-``/metrics`` carry ``vllm:num_requests_running``: a mocker reports its ``vllm:*`` series only after its first request,
-and the gateway's router counts a replica without them as not ready.
+``/metrics`` carry the running-requests series the gateway reads for the engine: a mocker reports its series only
+after its first request, and the gateway's router counts a replica without them as not ready.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity.perf_model import Replica
 from inferplane.components.capacity.sizing import DeploymentSizing
-from inferplane.components.gateway.renderer import kv_block_tokens
-from inferplane.components.observability.metrics import VLLM_REQUESTS_RUNNING
-from inferplane.components.spec.platform_spec import ModelDeploymentSpec
+from inferplane.components.gateway.renderer import LOAD_SERIES, kv_block_tokens
+from inferplane.components.spec.platform_spec import Engine, ModelDeploymentSpec
 from inferplane.tool.exitcodes import EXIT_FAILED
 from inferplane.tool.gateway_run import GatewayRunError, Processes
 from inferplane.tool.simulate.join import Route
@@ -51,6 +50,41 @@ INSTALL_HINT = (
 )
 ENGINE_TYPES = {"vllm": "vllm", "triton": "trtllm", "sglang": "sglang"}
 """The mocker's ``--engine-type`` for each engine the platform runs: whose scheduler it simulates."""
+
+
+class MockerSeries(BaseModel):
+    """The mocker's own names for the series a run reads, per simulated engine (measured on ai-dynamo 1.6.1: it
+    prefixes vLLM-style names with the engine, and SGLang's with SGLang's own)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    running: str = Field(description="Requests in the running batch.")
+    waiting: str = Field(description="Requests waiting for a batch slot.")
+    finished: str = Field(description="Requests finished (a histogram's count).")
+    preemptions: str | None = Field(description="Preemptions (None: the mocker reports none for the engine).")
+
+
+MOCKER_SERIES = {
+    "vllm": MockerSeries(
+        running="vllm:num_requests_running",
+        waiting="vllm:num_requests_waiting",
+        finished="vllm:e2e_request_latency_seconds_count",
+        preemptions="vllm:num_preemptions_total",
+    ),
+    "trtllm": MockerSeries(
+        running="trtllm:num_requests_running",
+        waiting="trtllm:num_requests_waiting",
+        finished="trtllm:e2e_request_latency_seconds_count",
+        preemptions="trtllm:num_preemptions_total",
+    ),
+    "sglang": MockerSeries(
+        running="sglang:num_running_reqs",
+        waiting="sglang:num_queue_reqs",
+        finished="sglang:e2e_request_latency_seconds_count",
+        preemptions=None,
+    ),
+}
+"""Per ``--engine-type``, what its mocker's ``/metrics`` call the series a run reads."""
 READY_SECONDS_PER_REPLICA = 8.0
 """A replica's two processes take 1-3 s of a core to start; the fleet's wait is this per replica, at least a minute."""
 INOTIFY_PER_PROCESS = 2
@@ -74,6 +108,9 @@ class EngineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     served_model: str = Field(description="The deployment's name: the model clients (and the gateway) ask for.")
+    engine: Engine = Field(
+        default="vllm", description="The engine the replica stands for (the gateway reads its metric names)."
+    )
     engine_type: str = Field(description="The mocker's ``--engine-type``: whose scheduler it simulates.")
     max_num_seqs: int = Field(ge=1, description="Batch slots (vLLM ``--max-num-seqs`` and its equivalents).")
     max_num_batched_tokens: int = Field(ge=1, description="Tokens one step carries (the chunked-prefill budget).")
@@ -89,6 +126,7 @@ def engine_settings(deployment: ModelDeploymentSpec, sizing: DeploymentSizing, r
     block = kv_block_tokens(sizing)
     return EngineSettings(
         served_model=deployment.name,
+        engine=sizing.engine,
         engine_type=ENGINE_TYPES[sizing.engine],
         max_num_seqs=replica.max_num_seqs,
         max_num_batched_tokens=replica.max_num_batched_tokens,
@@ -313,9 +351,9 @@ class SimulatedFleet:
             host = replica_host(i)
             port, api, metrics = free_ports(host, 3, taken)
             namespace = f"{self.name}{i}"
-            route = Route(host=host, port=port, api_port=api, metrics_port=metrics)
+            route = Route(host=host, port=port, api_port=api, metrics_port=metrics, engine=self.settings.engine)
             env = dynamo_env(host, discovery)
-            mocker_env = {**env, "DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(metrics)}
+            mocker_env = {**env, "DYN_SYSTEM_PORT": str(metrics)}
             self.procs.start(
                 f"{self.name}-mocker-{i}",
                 [str(self.python), *mocker_args(self.settings, self.model_dir, self.profile, namespace)],
@@ -338,7 +376,7 @@ class SimulatedFleet:
         if not _post(f"{replica.url}/v1/completions", body):
             return False
         metrics = _get(f"{replica.url}/metrics")
-        return metrics is not None and VLLM_REQUESTS_RUNNING.encode() in metrics
+        return metrics is not None and LOAD_SERIES[self.settings.engine].running.name.encode() in metrics
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + max(60.0, READY_SECONDS_PER_REPLICA * self.count)
