@@ -12,8 +12,9 @@ workload, so every run starts with empty caches; the fleet's profile, flags and 
 * (a) our gateway (real Envoy and processor, rendered as ``inferplane gateway run`` renders them) with
   ``gateway.routing.policy: least_request``;
 * (b) our gateway with the default ``prefix_aware``;
-* (c) ``prefix_aware`` without holding: the processor config's ``routing.prefill_seconds_per_block`` patched to 0, so
-  a request whose prefix's replica is full spills at once (as ``benchmarks/routing.py`` patches its path (g));
+* (c) ``prefix_aware`` with holding (``routing.hold: true``, off by default since this benchmark measured it): the
+  processor config's ``routing.prefill_seconds_per_block`` set to what such a spec renders, so a request whose
+  prefix's replica is full waits for it up to the prefill it saves (the default spills at once);
 * (d) ``vllm-router==0.1.17 --policy cache_aware`` with its defaults, in front of the same per-replica addresses;
 * (e) ``vllm-router --policy round_robin``;
 * (f) Dynamo's own KV router: the N mockers in ONE namespace and one ``python -m dynamo.frontend --router-mode kv
@@ -145,7 +146,7 @@ ADMISSION = AdmissionSpec(queue_max=4096, queue_timeout_seconds=60)
 PATH_LABELS = {
     "a": "(a) inferplane least_request",
     "b": "(b) inferplane prefix_aware",
-    "c": "(c) prefix_aware, no holding",
+    "c": "(c) prefix_aware, holding",
     "d": "(d) vllm-router cache_aware",
     "e": "(e) vllm-router round_robin",
     "f": "(f) Dynamo KV router [own fleet]",
@@ -367,14 +368,15 @@ def replica_metrics(fleet: fl.SimulatedFleet) -> list[str]:
 
 
 def patch_processor(setup: Setup, text: str, hold: bool) -> str:
-    """The processor config with the simulated model's prefix index sized to the mockers' pool, and no holding
-    (``prefill_seconds_per_block`` 0) unless ``hold``."""
+    """The processor config with the simulated model's prefix index sized to the mockers' pool, and with ``hold``
+    the prefill time per block a ``routing.hold: true`` spec renders (the default, off, renders 0: no holding)."""
     config = json.loads(text)
     for model in config["models"]:
         if model["name"] == MODEL:
             model["routing"]["index_blocks"] = setup.settings.num_gpu_blocks
-            if not hold:
-                model["routing"]["prefill_seconds_per_block"] = 0.0
+            if hold:
+                per_block = gc.prefill_seconds_per_block(setup.deployment, setup.deployment_sizing)
+                model["routing"]["prefill_seconds_per_block"] = per_block
     return json.dumps(config)
 
 
@@ -537,7 +539,7 @@ def start_path(setup: Setup, key: str, procs: gr.Processes, directory: Path, gat
         raise RuntimeError("stopped while the fleet started")
     if key in ("a", "b", "c"):
         policy: RoutingPolicy = "least_request" if key == "a" else "prefix_aware"
-        return start_gateways(setup, procs, directory, fleet, policy, count=gateways, hold=key != "c")
+        return start_gateways(setup, procs, directory, fleet, policy, count=gateways, hold=key == "c")
     if key in ("d", "e"):
         return start_router(procs, fleet, "cache_aware" if key == "d" else "round_robin")
     return start_ring_hash(setup, procs, directory, fleet)

@@ -320,7 +320,8 @@ def routing_config(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: 
         policy=routing.policy,
         overlap_weight=routing.overlap_weight,
         load_bound=routing.load_bound,
-        prefill_seconds_per_block=prefill_seconds_per_block(deployment, sizing),
+        # 0 spills at once: holding is the spec's choice (``routing.hold``, off by default, measured).
+        prefill_seconds_per_block=prefill_seconds_per_block(deployment, sizing) if routing.hold else 0.0,
         block_tokens=kv_block_tokens(sizing),
         index_blocks=kv_pool_blocks(sizing),
         load=LOAD_SERIES[deployment.engine],

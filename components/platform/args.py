@@ -222,6 +222,8 @@ class RoutingArgs(TypedDict):
     """What a cached prefix block is worth against a block of decode load (Dynamo's ``overlap_score_weight``); 0 is pure load balancing."""
     load_bound: NotRequired[bool]
     """A replica running its ``max_num_seqs`` is never picked; requests wait in the gateway's bounded queue or get 429. Off only for experiments: affinity without a load bound piles requests onto hot replicas (llm-d measured about 55% success). Prod's policy pack refuses it off."""
+    hold: NotRequired[bool]
+    """Hold a request whose prefix's replica is full for that replica, at most as long as the prefill it would save elsewhere (ski rental), instead of spilling at once. Off by default: at GPU speed a slot frees within milliseconds anyway, and with several gateways holding piled requests onto one replica."""
 
 
 class SpeculativeMethod(StrEnum):

@@ -281,6 +281,17 @@ class RoutingSpec(_Spec):
         "queue or get 429. Off only for experiments: affinity without a load bound piles requests onto hot replicas "
         "(llm-d measured about 55% success). Prod's policy pack refuses it off.",
     )
+    # Measured on the simulated fleet (benchmarks/routing_sim.py, docs/simulate.md "The routing benchmark"): prod's
+    # 70B on 8 replicas, 20 groups of 6k-token prefixes at 8 req/s. Behind one gateway, holding changed nothing
+    # beyond the runs' spread (hit share 82.9% with, 82.5% without; TTFT p90 595 / 638 ms); behind three it lost
+    # (75.2% against 85.4%, TTFT p90 1,740 against 648 ms, one replica taking 35 times another's requests): each
+    # gateway worker held requests for the replica its own index named, and they piled up there.
+    hold: bool = Field(
+        default=False,
+        description="Hold a request whose prefix's replica is full for that replica, at most as long as the prefill "
+        "it would save elsewhere (ski rental), instead of spilling at once. Off by default: at GPU speed a slot frees "
+        "within milliseconds anyway, and with several gateways holding piled requests onto one replica.",
+    )
 
 
 class ModelDeploymentSpec(_Spec):

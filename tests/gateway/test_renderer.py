@@ -436,7 +436,9 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
         flops_floor = (
             2 * deployment.architecture_resolved.parameters * block / (result.tensor_parallel_size * peak * 1e12)
         )
-        assert flops_floor < model.routing.prefill_seconds_per_block < 4 * flops_floor
+        assert flops_floor < gc.prefill_seconds_per_block(deployment, sizing) < 4 * flops_floor
+        # Holding is off unless the spec turns it on (measured: docs/simulate.md): a full replica spills at once.
+        assert model.routing.prefill_seconds_per_block == 0.0
         # prod sets no routing: the spec's defaults (the measured overlap weight 8, the load bound on)
         assert (model.routing.policy, model.routing.overlap_weight, model.routing.load_bound) == (
             "prefix_aware",
@@ -541,6 +543,18 @@ def test_a_fallback_on_its_primarys_cluster_is_served_there_only(tmp_path: Path)
         {lb["metadata"]["filter_metadata"]["inferplane"]["model"] for lb in e["lb_endpoints"]}
         for e in route["load_assignment"]["endpoints"]
     ] == [{"llama-8b"}, {"llama-8b-b"}]
+
+
+def test_holding_for_a_prefix_renders_its_prefill_time(tmp_path: Path) -> None:
+    raw = _raw("prod")
+    raw["gateway"]["routing"] = {"hold": True}
+    spec = _parse(raw)
+    plan = size_platform(spec)
+    config = gc.processor_config(spec, plan, "eks", gc.GatewayAddresses())
+    for deployment, sizing in zip(spec.models, plan.deployments, strict=True):
+        model = config.model(deployment.name)
+        assert model is not None
+        assert model.routing.prefill_seconds_per_block == gc.prefill_seconds_per_block(deployment, sizing) > 0
 
 
 def test_a_fallback_on_another_cluster_is_refused_naming_both_clusters() -> None:

@@ -116,8 +116,8 @@ def test_a_malformed_routing_annotation_is_reported_naming_the_key(raw: str, pro
 def test_the_annotation_round_trips_with_sorted_keys() -> None:
     text = gateway_routing_annotation({"llama-8b": BOUNDED["llama-8b"], "llama-70b": BOUNDED["llama-70b"]})
     assert text == (
-        '{"llama-70b": {"load_bound": true, "overlap_weight": 8.0, "policy": "prefix_aware"}, '
-        '"llama-8b": {"load_bound": true, "overlap_weight": 0.0, "policy": "least_request"}}'
+        '{"llama-70b": {"hold": false, "load_bound": true, "overlap_weight": 8.0, "policy": "prefix_aware"}, '
+        '"llama-8b": {"hold": false, "load_bound": true, "overlap_weight": 0.0, "policy": "least_request"}}'
     )
     assert parse_gateway_annotations({GATEWAY_ROUTING: text}).routing == BOUNDED
     with pytest.raises(AnnotationError, match=rf"{GATEWAY_ROUTING}\[llama-8b.overlap_weight\]='.*less than or equal"):

@@ -311,7 +311,12 @@ def test_log_retention_defaults_per_environment(environment: str, days: int) -> 
 
 
 def test_routing_defaults_to_load_bounded_prefix_affinity() -> None:
-    assert RoutingSpec().model_dump() == {"policy": "prefix_aware", "overlap_weight": 8.0, "load_bound": True}
+    assert RoutingSpec().model_dump() == {
+        "policy": "prefix_aware",
+        "overlap_weight": 8.0,
+        "load_bound": True,
+        "hold": False,
+    }
     assert RoutingSpec(overlap_weight=0.0).overlap_weight == 0.0
     assert RoutingSpec(overlap_weight=16.0).overlap_weight == 16.0
     spec = parse_platform(_raw("prod"), "us-east-1")
