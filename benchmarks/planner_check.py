@@ -93,6 +93,7 @@ def main() -> None:
         "ITL p95 ms (slo)",
         "model's TTFT/ITL p95",
         "served",
+        "429s",
         "slo",
     ]
     rows: list[list[str]] = []
@@ -103,21 +104,23 @@ def main() -> None:
             for which in ("min", "max"):
                 result = simulate(stack, deployment.name, which, args.duration)
                 if "error" in result:
-                    rows.append([stack, deployment.name, which, "-", "-", "-", "-", "-", result["error"]])
+                    rows.append([stack, deployment.name, which, "-", "-", "-", "-", "-", "-", result["error"]])
                     print(rows[-1], flush=True)
                     continue
-                rate = result["requests"] / args.duration
+                # The rate the plan promises (the workload's label names it), not the Poisson draw's realized count.
+                rate = float(result["workload"].split(" at ")[1].split(" req/s")[0])
                 model = predicted(stack, deployment.name, result["replicas"], rate)
                 rows.append(
                     [
                         stack,
                         deployment.name,
                         f"{which} = {result['replicas']}",
-                        result["workload"].split(" at ")[1].split(" req/s")[0],
+                        f"{rate:.3g}",
                         f"{result['ttft_ms']['p95']:.0f} ({result['slo_ttft_p95_ms']})",
                         f"{result['itl_ms']['p95']:.1f} ({result['slo_itl_p95_ms']})",
                         f"{model.ttft_p95_ms:.0f} / {model.itl_p95_ms:.1f}",
                         f"{result['ok']}/{result['requests']}",
+                        str(result["rejected_429"]),
                         "held" if result["slo_held"] else "NOT held",
                     ]
                 )
