@@ -877,7 +877,7 @@ def table(measured: Measured, ideals: dict[str, float]) -> list[str]:
                 f"{run.itl_ms(0.5):.1f}",
                 "/".join(str(n) for n in run.requests),
                 str(sum(s.prompt_tokens for s in run.ok())),
-                "-" if queue_ms(run) is None else f"{queue_ms(run):.0f}",
+                "-" if queue_ms(run) is None else f"{queue_ms(run):.1f}",
                 f"{run.engine['preemptions']:.0f}" if "preemptions" in run.engine else "-",
                 str(len(run.streams) - len(run.ok())),
                 f"{run.load:.1f}",
@@ -988,9 +988,10 @@ def differences(measured: Measured) -> list[str]:
         )
         lines.append(
             f"- {what}: requests per replica real {'/'.join(map(str, real.requests))}, sim "
-            f"{'/'.join(map(str, sim.requests))}: the gateway's picks follow prefix ownership first, then load "
-            "read from /metrics, which moves with each fleet's step times; one pick that differs early (a group's "
-            "first request) moves every later request of that group."
+            f"{'/'.join(map(str, sim.requests))}: not comparable replica by replica. The gateway ranks a new "
+            "prefix's home by rendezvous hashing of each replica's ip:port (inferplane/processor/prefix_index.py), "
+            "and the fleets' addresses differ (127.0.0.1:<port> against 127.0.1.<i>:<port>), so each group's home "
+            "differs between fleets; after that, least-load picks follow each fleet's own step times."
         )
     return lines
 
