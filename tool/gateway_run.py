@@ -685,12 +685,12 @@ def start_redis(procs: Processes, directory: Path, taken: set[int]) -> str | Non
     return f"redis://{LISTEN_HOST}:{port}/0"
 
 
-def start_gateway(
+def launch_gateway(
     procs: Processes, plan: RunPlan, rendered: gc.RenderedGateway, directory: Path, redis_url: str, *, suffix: str = ""
-) -> bool:
-    """The processor (its supervisor and workers) and Envoy, each waited for; False when a stop was asked. Several
-    gateways sharing one Redis (``inferplane simulate --gateway-replicas``, as a gateway's pods do) each get a
-    ``suffix`` naming their processes."""
+) -> Callable[[], bool]:
+    """Start the processor (its supervisor and workers) and Envoy; returns the wait for both to answer (False when a
+    stop was asked). Several gateways sharing one Redis (``inferplane simulate --gateway-replicas``, as a gateway's
+    pods do) each get a ``suffix`` naming their processes, and start together before any is waited for."""
     metrics = directory / "processor-metrics"
     metrics.mkdir(mode=0o700)
     config = directory / gc.PROCESSOR_CONFIG_FILE
@@ -704,9 +704,17 @@ def start_gateway(
     procs.start(envoy, [str(plan.envoy), "-c", str(directory / gc.ENVOY_CONFIG_FILE), *ENVOY_ARGS])
     processor_url = f"http://{LISTEN_HOST}:{rendered.processor_metrics_port}/metrics"
     envoy_url = f"http://{LISTEN_HOST}:{rendered.stats_port}/ready"
-    return procs.wait_until(processor, lambda: _http_ok(processor_url), "processor") and procs.wait_until(
-        envoy, lambda: _http_ok(envoy_url), "envoy"
+    return lambda: (
+        procs.wait_until(processor, lambda: _http_ok(processor_url), "processor")
+        and procs.wait_until(envoy, lambda: _http_ok(envoy_url), "envoy")
     )
+
+
+def start_gateway(
+    procs: Processes, plan: RunPlan, rendered: gc.RenderedGateway, directory: Path, redis_url: str, *, suffix: str = ""
+) -> bool:
+    """:func:`launch_gateway`, then wait for it; False when a stop was asked."""
+    return launch_gateway(procs, plan, rendered, directory, redis_url, suffix=suffix)()
 
 
 def validate_envoy(envoy: Path, config: Path) -> tuple[bool, str]:

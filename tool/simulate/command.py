@@ -35,7 +35,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -529,6 +529,7 @@ class SimulationRun:
         )
         keys: dict[str, str] | None = None
         urls = []
+        waits: list[Callable[[], bool]] = []
         with socket.socket() as closed:
             closed.bind((gr.LISTEN_HOST, gr.pick_ports(1, taken)))
             for k in range(plan.gateways):
@@ -545,10 +546,12 @@ class SimulationRun:
                 gr.link_tokenizers(run_plan, directory / "tokenizers")
                 rendered = gr.render_local(run_plan, ports, directory)
                 keys = gr.write_run_files(rendered, directory, keys)
-                if not gr.start_gateway(procs, run_plan, rendered, directory, redis_url, suffix=f"-{k}"):
-                    return None
+                # All start before any is waited for: each costs a second or more of CPU to come up.
+                waits.append(gr.launch_gateway(procs, run_plan, rendered, directory, redis_url, suffix=f"-{k}"))
                 urls.append(f"http://{gr.LISTEN_HOST}:{ports.api}")
                 self.processor_metrics.append(f"http://{gr.LISTEN_HOST}:{ports.processor_metrics}/metrics")
+        if not all(wait() for wait in waits):
+            return None
         tenant = tenant_for(plan.spec, plan.deployment.name)
         key = keys.get(tenant) if keys and tenant else None
         if keys and key is None:
