@@ -85,12 +85,6 @@ from inferplane.components.capacity import perf_model  # noqa: E402
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing, size_platform  # noqa: E402
 from inferplane.components.catalog import get_accelerator  # noqa: E402
 from inferplane.components.gateway import renderer as gc  # noqa: E402
-from inferplane.components.observability.metrics import (  # noqa: E402
-    VLLM_E2E_LATENCY,
-    VLLM_PREEMPTIONS,
-    VLLM_REQUESTS_RUNNING,
-    VLLM_REQUESTS_WAITING,
-)
 from inferplane.components.spec.platform_spec import (  # noqa: E402
     AdmissionSpec,
     ModelDeploymentSpec,
@@ -99,6 +93,7 @@ from inferplane.components.spec.platform_spec import (  # noqa: E402
 )
 from inferplane.processor.metrics import ROUTING_DECISIONS_TOTAL  # noqa: E402
 from inferplane.tool import gateway_run as gr  # noqa: E402
+from inferplane.tool.simulate import command as sim  # noqa: E402
 from inferplane.tool.simulate import fleet as fl  # noqa: E402
 from inferplane.tool.simulate.command import CACHE_HEADER, simulated_spec, tenant_for  # noqa: E402
 from inferplane.tool.simulate.model_dir import write_model_dir  # noqa: E402
@@ -137,6 +132,8 @@ UNIQUE_TOKENS = 2048
 ROUTER_VENV = PROJECT / ".ci" / "cache" / "vllm-router-venv"
 ROUTER_PACKAGE = "vllm-router==0.1.17"
 HASH_HEADER = "x-bench-prefix-group"
+VLLM_SERIES = fl.MOCKER_SERIES["vllm"]
+"""The mocker's series every path reads (the fleet simulates prod's vLLM model)."""
 SAMPLE_SECONDS = 0.5
 """How often every mocker's running and waiting requests are read (its own system port, not through the join)."""
 SETTLE_SECONDS = 1.0
@@ -593,43 +590,6 @@ async def drive(requests: Sequence[WorkloadRequest], target: Target) -> list[Out
     return [o for o in outcomes if o is not None]
 
 
-class HeldSampler:
-    """The most requests each engine held at once (running + waiting), read from every mocker's ``/metrics`` every
-    :data:`SAMPLE_SECONDS` in a thread."""
-
-    def __init__(self, urls: Sequence[str]) -> None:
-        self.urls = urls
-        self.most = [0] * len(urls)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_SECONDS):
-            for i, url in enumerate(self.urls):
-                body = _get(url, timeout=1.0)
-                if body is not None:
-                    held = fl.parse_metric(body, VLLM_REQUESTS_RUNNING) + fl.parse_metric(body, VLLM_REQUESTS_WAITING)
-                    self.most[i] = max(self.most[i], int(held))
-
-    def __enter__(self) -> HeldSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def engine_counters(urls: Sequence[str]) -> tuple[list[int], int]:
-    """Each engine's finished requests and all engines' preemptions so far (absent series: 0)."""
-    finished, preemptions = [], 0
-    for url in urls:
-        body = _get(url) or b""
-        finished.append(int(fl.parse_metric(body, f"{VLLM_E2E_LATENCY}_count")))
-        preemptions += int(fl.parse_metric(body, VLLM_PREEMPTIONS))
-    return finished, preemptions
-
-
 @dataclass
 class Cell:
     """One path on one workload in one run."""
@@ -682,16 +642,16 @@ def routing_decisions(urls: Sequence[str]) -> dict[str, int]:
 
 def measure(target: Target, requests: Sequence[WorkloadRequest]) -> Cell:
     """Send the workload, reading the engines' counters, the router's CPU and the machine's ticks around it."""
-    before, preempted = engine_counters(target.metrics_urls)
+    before, preempted = sim.counters(target.metrics_urls, VLLM_SERIES)
     decided = routing_decisions(target.processor_metrics)
     cpu_before = sum(cpu_seconds(pid) for pid in target.router_pids)
     ticks_before = machine_ticks()
-    with HeldSampler(target.metrics_urls) as sampler:
+    with sim.HeldSampler(target.metrics_urls, VLLM_SERIES, SAMPLE_SECONDS) as sampler:
         outcomes = asyncio.run(drive(requests, target))
     ticks_after = machine_ticks()
     cpu_used = sum(cpu_seconds(pid) for pid in target.router_pids) - cpu_before
     time.sleep(SETTLE_SECONDS)
-    after, preempted_after = engine_counters(target.metrics_urls)
+    after, preempted_after = sim.counters(target.metrics_urls, VLLM_SERIES)
     summary = summarize(outcomes)
     decisions = {
         reason: count - decided.get(reason, 0)

@@ -157,7 +157,7 @@ def test_a_full_home_spills_and_no_engine_exceeds_its_slots(platform: SimPlatfor
     before = platform.finished()
     extra = 2 * slots
     with (
-        sim.HeldSampler(platform.fleet.replicas, fl.MOCKER_SERIES["vllm"]) as sampler,
+        sim.HeldSampler([f"{r.url}/metrics" for r in platform.fleet.replicas], fl.MOCKER_SERIES["vllm"]) as sampler,
         ThreadPoolExecutor(slots + extra) as pool,
     ):
         # Long outputs (the L4's 4-sequence decode step is about 75 ms: several seconds) keep the home's slots busy

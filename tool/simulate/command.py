@@ -347,19 +347,21 @@ def tenant_for(spec: PlatformSpec, model: str) -> str | None:
 
 
 class HeldSampler:
-    """Reads every replica's running + waiting requests every :data:`SAMPLE_SECONDS` in a thread; the most seen."""
+    """Reads each engine's running + waiting requests from its ``/metrics`` every ``seconds`` in a thread; the most
+    seen."""
 
-    def __init__(self, replicas: Sequence[fl.SimulatedReplica], series: fl.MockerSeries) -> None:
-        self.replicas = replicas
+    def __init__(self, urls: Sequence[str], series: fl.MockerSeries, seconds: float = SAMPLE_SECONDS) -> None:
+        self.urls = urls
         self.series = series
-        self.most = [0] * len(replicas)
+        self.seconds = seconds
+        self.most = [0] * len(urls)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="held-sampler", daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_SECONDS):
-            for i, replica in enumerate(self.replicas):
-                body = fl._get(f"{replica.url}/metrics", timeout=1.0)
+        while not self._stop.wait(self.seconds):
+            for i, url in enumerate(self.urls):
+                body = fl._get(url, timeout=1.0)
                 if body is not None:
                     held = fl.parse_metric(body, self.series.running) + fl.parse_metric(body, self.series.waiting)
                     self.most[i] = max(self.most[i], int(held))
@@ -373,12 +375,12 @@ class HeldSampler:
         self._thread.join()
 
 
-def counters(fleet: fl.SimulatedFleet) -> tuple[list[int], int]:
-    """Each replica's finished requests and the fleet's preemptions, now."""
-    series = fl.MOCKER_SERIES[fleet.settings.engine_type]
+def counters(urls: Sequence[str], series: fl.MockerSeries) -> tuple[list[int], int]:
+    """Each engine's finished requests and all engines' preemptions, now, from their ``/metrics`` at ``urls``
+    (absent series: 0)."""
     finished, preemptions = [], 0
-    for body in fleet.metrics().values():
-        text = body or b""
+    for url in urls:
+        text = fl._get(url) or b""
         finished.append(int(fl.parse_metric(text, series.finished)))
         if series.preemptions is not None:
             preemptions += int(fl.parse_metric(text, series.preemptions))
@@ -602,8 +604,10 @@ class SimulationRun:
             if gateways is None:
                 return None
             urls, key = gateways
-            before, preempted = counters(fleet)
-            with HeldSampler(fleet.replicas, fl.MOCKER_SERIES[fleet.settings.engine_type]) as sampler:
+            engines = [f"{r.url}/metrics" for r in fleet.replicas]
+            series = fl.MOCKER_SERIES[fleet.settings.engine_type]
+            before, preempted = counters(engines, series)
+            with HeldSampler(engines, series) as sampler:
                 outcomes = self.replay(urls, key, progress)
             gone = procs.exited()
             if gone is not None:
@@ -612,7 +616,7 @@ class SimulationRun:
                     f"{procs.log_tail(gone[0])}",
                     EXIT_FAILED,
                 )
-            after, preempted_after = counters(fleet)
+            after, preempted_after = counters(engines, series)
             finished = [a - b for a, b in zip(after, before, strict=True)]
             decisions = routing_decisions(self.processor_metrics)
             return result_of(

@@ -34,6 +34,8 @@ from inferplane.components.capacity.perf_model import Replica
 from inferplane.components.capacity.sizing import DeploymentSizing
 from inferplane.components.gateway.renderer import LOAD_SERIES, kv_block_tokens
 from inferplane.components.spec.platform_spec import Engine, ModelDeploymentSpec
+from inferplane.processor.config import MetricSelector
+from inferplane.processor.endpoints import parse_samples
 from inferplane.tool.exitcodes import EXIT_FAILED
 from inferplane.tool.gateway_run import GatewayRunError, Processes
 from inferplane.tool.simulate.join import Route
@@ -416,15 +418,9 @@ class SimulatedFleet:
 
 
 def parse_metric(text: bytes, name: str) -> float:
-    """The sum of ``name``'s samples (any labels) in a Prometheus text body; 0 when absent."""
-    total = 0.0
-    for line in text.decode(errors="replace").splitlines():
-        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
-            try:
-                total += float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
-    return total
+    """The sum of ``name``'s samples (any labels) in a Prometheus text body; 0 when absent (the gateway's own reader,
+    :func:`inferplane.processor.endpoints.parse_samples`)."""
+    return parse_samples(text, MetricSelector(name=name)) or 0.0
 
 
 def fleet_args_summary(settings: EngineSettings, replicas: Sequence[SimulatedReplica]) -> str:

@@ -29,6 +29,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferplane.processor.config import MetricSelector
+from inferplane.processor.endpoints import parse_samples
+
 TRANSLATIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "triton": (
         ("trtllm:num_requests_running", 'nv_trt_llm_request_metrics{request_type="active"}'),
@@ -75,13 +78,9 @@ def translated(body: bytes, engine: str) -> bytes:
     """``body`` with the real engine's lines for the mocker's series appended (unchanged for vLLM and SGLang)."""
     lines = []
     for source, target in TRANSLATIONS.get(engine, ()):
-        values = [
-            float(line.rsplit(b" ", 1)[1])
-            for line in body.splitlines()
-            if line.startswith(source.encode()) and line[len(source) : len(source) + 1] in (b"{", b" ")
-        ]
-        if values:
-            lines.append(f"{target} {sum(values)}".encode())
+        value = parse_samples(body, MetricSelector(name=source))
+        if value is not None:
+            lines.append(f"{target} {value}".encode())
     return body + b"".join(line + b"\n" for line in lines)
 
 
