@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -58,6 +57,7 @@ class RedisServer:
 @contextmanager
 def redis_server(tmp: Path) -> Iterator[RedisServer]:
     """Start redis-server with the search module on a free port; stop it afterwards."""
+    from inferplane.tool.gateway_run import redis_is_process
     from tests.gateway_support import free_port, redis_server_binary  # imported here: it imports this module
 
     server, module = redis_server_binary(), search_module()
@@ -85,13 +85,9 @@ def redis_server(tmp: Path) -> Iterator[RedisServer]:
     try:
         deadline = time.monotonic() + 15
         while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
+            # Our server, not another that took the port first (ours then exits; see redis_is_process).
+            if redis_is_process(port, process.pid):
+                break
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"redis-server on port {port} did not start (exit {process.poll()})")
             time.sleep(0.05)

@@ -663,13 +663,23 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _redis_pong(port: int) -> bool:
+def redis_is_process(port: int, pid: int) -> bool:
+    """Whether the Redis answering on ``port`` is process ``pid``. A port picked free can be taken by another
+    program before our server binds it; our server then exits, and a bare PING would be answered by the other one,
+    whose keys (another gateway's budgets) this run would then share."""
     try:
         with socket.create_connection((LISTEN_HOST, port), timeout=1) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
+            conn.sendall(b"INFO server\r\n")
+            reply = b""
+            while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
     except OSError:
         return False
+    found = re.search(rb"^process_id:(\d+)\r$", reply, re.MULTILINE)
+    return found is not None and int(found.group(1)) == pid
 
 
 def start_redis(procs: Processes, directory: Path, taken: set[int]) -> str | None:
@@ -680,7 +690,8 @@ def start_redis(procs: Processes, directory: Path, taken: set[int]) -> str | Non
     data.mkdir(mode=0o700)
     args = [str(server), "--port", str(port), "--bind", LISTEN_HOST, "--save", "", "--appendonly", "no"]
     procs.start("redis", [*args, "--dir", str(data), "--loadmodule", str(search)])
-    if not procs.wait_until("redis", lambda: _redis_pong(port)):
+    pid = procs.procs["redis"].pid
+    if not procs.wait_until("redis", lambda: redis_is_process(port, pid)):
         return None
     return f"redis://{LISTEN_HOST}:{port}/0"
 

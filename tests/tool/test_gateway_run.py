@@ -38,6 +38,7 @@ from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
 from tests.gateway_support import free_port
+from tests.redis_server import redis_server
 from tests.tiny_model import ARCHITECTURE, write_model
 
 FAKE_ENVOY = """#!/bin/sh
@@ -375,6 +376,14 @@ def test_a_redis_nothing_answers_exits_2(
     assert (code, out) == (EXIT_INVALID, "")
     assert err == f"inferplane gateway run: --redis: nothing answers at 127.0.0.1:{port} (Connection refused)\n"
     assert os.listdir(private_tmp) == []
+
+
+def test_its_redis_is_the_process_it_started_not_another_on_the_port(tmp_path: Path) -> None:
+    """A port picked free can be taken before our Redis binds it; then another server answers PING there."""
+    with redis_server(tmp_path) as other:
+        assert gr.redis_is_process(other.port, other.process.pid)
+        assert not gr.redis_is_process(other.port, other.process.pid + 1)
+    assert not gr.redis_is_process(other.port, other.process.pid)  # stopped: nothing answers
 
 
 def test_an_envoy_that_dies_at_start_stops_everything_started(
