@@ -34,8 +34,9 @@ from inferplane.tool.stackfile import load_stack
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
-def predicted(stack: str, model: str, replicas: int, rate: float) -> perf_model.Latency:
-    """The performance model's TTFT and ITL p95 for one replica at its share of ``rate``."""
+def predicted(stack: str, model: str, replicas: int, rate: float) -> tuple[perf_model.Latency, float]:
+    """The performance model's TTFT and ITL p95 for one replica at its share of ``rate``, and the share of requests
+    the stack's gateway admission refuses by the model."""
     spec = load_stack(PROJECT_DIR, stack).platform
     sizing = next(d for d in size_platform(spec).deployments if d.name == model)
     deployment = next(d for d in spec.models if d.name == model)
@@ -45,7 +46,9 @@ def predicted(stack: str, model: str, replicas: int, rate: float) -> perf_model.
     )
     shape = WorkloadShape()
     mix = perf_model.Workload(input_tokens=shape.prompt_tokens, output_tokens=shape.output_tokens)
-    return perf_model.at_rate(replica, mix, rate / replicas)
+    latency = perf_model.at_rate(replica, mix, rate / replicas)
+    admission = spec.gateway.admission
+    return latency, latency.refused_share(admission.queue_timeout_seconds, admission.queue_max)
 
 
 def simulate(stack: str, model: str, replicas: str, duration: float) -> dict[str, Any]:
@@ -93,7 +96,7 @@ def main() -> None:
         "ITL p95 ms (slo)",
         "model's TTFT/ITL p95",
         "served",
-        "429s",
+        "429s (the model's share)",
         "slo",
     ]
     rows: list[list[str]] = []
@@ -107,9 +110,10 @@ def main() -> None:
                     rows.append([stack, deployment.name, which, "-", "-", "-", "-", "-", "-", result["error"]])
                     print(rows[-1], flush=True)
                     continue
-                # The rate the plan promises (the workload's label names it), not the Poisson draw's realized count.
-                rate = float(result["workload"].split(" at ")[1].split(" req/s")[0])
-                model = predicted(stack, deployment.name, result["replicas"], rate)
+                # The rate the plan promises, unrounded (at 3 digits a rate on the edge of an objective can cross
+                # it), not the Poisson draw's realized count.
+                rate = float(result["rate"])
+                model, refused = predicted(stack, deployment.name, result["replicas"], rate)
                 rows.append(
                     [
                         stack,
@@ -120,7 +124,7 @@ def main() -> None:
                         f"{result['itl_ms']['p95']:.1f} ({result['slo_itl_p95_ms']})",
                         f"{model.ttft_p95_ms:.0f} / {model.itl_p95_ms:.1f}",
                         f"{result['ok']}/{result['requests']}",
-                        str(result["rejected_429"]),
+                        f"{result['rejected_429']} ({refused:.2%})",
                         "held" if result["slo_held"] else "NOT held",
                     ]
                 )

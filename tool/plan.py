@@ -23,7 +23,7 @@ import re
 import stat
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, cast, get_args
@@ -40,7 +40,7 @@ from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from inferplane.components.capacity import perf_model
-from inferplane.components.capacity.planner import Candidate, Filters, Plan, Workload, plan
+from inferplane.components.capacity.planner import REFUSED_SHARE, Candidate, Filters, Plan, Workload, plan
 from inferplane.components.capacity.sizing import SizingResult, size_platform
 from inferplane.components.catalog import (
     PRICES,
@@ -56,6 +56,7 @@ from inferplane.components.spec.buildable import validate_platform
 from inferplane.components.spec.platform_spec import (
     MAX_GPUS_PER_REPLICA,
     PLATFORM_KEY,
+    AdmissionSpec,
     CapacityType,
     Engine,
     Name,
@@ -77,16 +78,18 @@ MIN_REQUESTS_PER_SECOND = 0.001
 headroom (capacity over the rate) overflow to infinity, which JSON cannot hold."""
 
 
-def _slo_ceiling(field: str) -> float:
-    """The spec's upper bound on ``slo.<field>``: the objective is written into the stack, so it holds the same."""
-    bound = next(m.le for m in SloSpec.model_fields[field].metadata if isinstance(m, annotated_types.Le))
+def _ceiling(spec: type[SloSpec] | type[AdmissionSpec], field: str) -> float:
+    """The spec's upper bound on ``field``: the flag's value is the stack's setting, so it holds the same."""
+    bound = next(m.le for m in spec.model_fields[field].metadata if isinstance(m, annotated_types.Le))
     return float(cast(float, bound))
 
 
-MAX_TTFT_P95_MS = _slo_ceiling("ttft_p95_ms")
+MAX_TTFT_P95_MS = _ceiling(SloSpec, "ttft_p95_ms")
 """``--ttft-p95-ms`` at most (600,000 ms)."""
-MAX_ITL_P95_MS = _slo_ceiling("itl_p95_ms")
+MAX_ITL_P95_MS = _ceiling(SloSpec, "itl_p95_ms")
 """``--itl-p95-ms`` at most (60,000 ms)."""
+MAX_QUEUE_TIMEOUT_SECONDS = _ceiling(AdmissionSpec, "queue_timeout_seconds")
+"""``--queue-timeout-seconds`` at most (60 s): ``gateway.admission.queue_timeout_seconds``'s bound."""
 MAX_TOP = 1000
 """``--top`` at most: more rows than any search returns."""
 GPU_ONLY_ENGINES: dict[Engine, str] = {"triton": "TensorRT-LLM", "sglang": "SGLang"}
@@ -141,6 +144,14 @@ def plan_command(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         workload, filters = _workload_and_filters(args)
         destination = _destination(args, err)
+        if destination is not None:
+            # The plan is written into this stack, so its gateway's admission is the one in front of the replicas.
+            if args.queue_timeout_seconds is not None:
+                raise _BadArgumentError(
+                    f"--queue-timeout-seconds: with --write-stack the stack's gateway.admission applies "
+                    f"({destination.stack.display_file}); set it there"
+                )
+            workload = replace(workload, admission=destination.stack.platform.gateway.admission)
     except _BadArgumentError as exc:
         return _invalid(err, str(exc))
     result = plan(workload, filters)
@@ -191,6 +202,9 @@ def _workload_and_filters(args: argparse.Namespace) -> tuple[Workload, Filters]:
         peak_requests_per_second=peak,
         ttft_p95_ms=args.ttft_p95_ms,
         itl_p95_ms=args.itl_p95_ms,
+        admission=AdmissionSpec()
+        if args.queue_timeout_seconds is None
+        else AdmissionSpec(queue_timeout_seconds=args.queue_timeout_seconds),
     )
     filters = Filters(
         accelerators=tuple(cast(list[AcceleratorId], args.accelerator or [])),
@@ -259,7 +273,8 @@ def _render(out: Console, workload: Workload, result: Plan, shown: tuple[Candida
     out.print(
         f"{workload.model_label}: {workload.requests_per_second:g} req/s (peak {workload.peak_requests_per_second:g}), "
         f"{workload.input_tokens} in / {workload.output_tokens} out tokens, TTFT p95 <= {workload.ttft_p95_ms:g} ms, "
-        f"ITL p95 <= {workload.itl_p95_ms:g} ms"
+        f"ITL p95 <= {workload.itl_p95_ms:g} ms, behind a gateway that holds a request at most "
+        f"{workload.admission.queue_timeout_seconds:g} s for a slot (refusing at most {REFUSED_SHARE:.1%})"
     )
     out.print(
         f"weight precisions considered: {', '.join(result.weights_dtypes)} (quantization changes outputs; allow "
@@ -677,6 +692,12 @@ def add_parser(sub: Any) -> None:
         type=finite(0, MAX_ITL_P95_MS, "ms", above=True),
         required=True,
         help=f"inter-token latency objective (at most {MAX_ITL_P95_MS:g} ms)",
+    )
+    cmd.add_argument(
+        "--queue-timeout-seconds",
+        type=finite(0, MAX_QUEUE_TIMEOUT_SECONDS, "s", above=True),
+        help=f"how long the gateway holds a request for a slot before a 429 (default "
+        f"{AdmissionSpec().queue_timeout_seconds:g}, gateway.admission's; with --write-stack, the stack's)",
     )
     cmd.add_argument("--accelerator", action="append", choices=sorted(ACCELERATORS), help="allow only these")
     cmd.add_argument(

@@ -30,7 +30,10 @@ decodes, so every prefill step reads the weights once more and stalls the runnin
 Under a request rate the replica is an M/M/c queue (Erlang C): ``c`` = batch slots, service time = a request's
 prefill plus ``output x ITL``, where ITL is the step time at the concurrency Little's law gives (solved as a fixed
 point, since ITL grows with concurrency). TTFT p95 = the queue's exact p95 wait + the prompt's prefill steps;
-ITL p95 = a step that carries a full prefill chunk when at least 5% of steps carry one, else a decode-only step.
+ITL p95 = a step that carries a full prefill chunk when at least 4% of steps carry one on average (the p95's 5%, less
+a margin for bursts: :data:`PREFILL_TAIL_SHARE`), else a decode-only step;
+the mean step is the decode step plus that share of a chunk's extra time (:func:`engine_step`). A gateway in front
+refuses what would wait longer than its queue timeout: :meth:`Latency.refused_share`.
 """
 
 from __future__ import annotations
@@ -72,6 +75,17 @@ constant for every model and GPU, not fitted per benchmark row; the published si
 
 TAIL_SHARE = 0.05
 """p95: the share of steps (or requests) allowed above the reported figure."""
+
+PREFILL_TAIL_SHARE = 0.04
+"""ITL p95 is a step carrying a prefill chunk once this share of steps carry one on average: below
+:data:`TAIL_SHARE` because prompts arrive in Poisson bursts and a chunk can straddle two steps, so a run's share
+wanders above the mean. On the simulated fleet at a mean share of 5.0%, ITL p95 was 22.7 and 47.3 ms in two runs of
+prod's llama-70b (decode step 21 ms, chunked step 95 ms) and 33.7 and 45.3 ms of prod's Triton 8B (17 and 47 ms):
+a coin toss on a 60 ms and a 40 ms objective; at 4.6%, 27 ms (docs/simulate.md)."""
+
+_LARGEST_RATIO = 1e300
+"""Beyond this a sum of queue weights is treated as infinite (a float overflows past about 1.8e308)."""
+
 
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 """TensorRT-LLM's ``max_num_tokens`` by default (``BuildConfig`` in ``tensorrt_llm/builder.py``,
@@ -272,6 +286,55 @@ class Latency:
     limit: Limit
     stable: bool
     """False when the rate reaches the replica's saturation: the queue grows without bound."""
+    batch: int
+    """Batch slots: the servers of the queue."""
+    service_seconds: float
+    """How long a request holds its slot: its prefill and its output's steps."""
+
+    def refused_share(self, timeout_seconds: float, queue_max: int) -> float:
+        """Share of arrivals a gateway refuses (429) when it holds a request at most ``timeout_seconds`` for a slot
+        and at most ``queue_max`` requests waiting: the two refusals of an M/M/c queue whose arrivals leave after a
+        fixed patience (M/M/c+D), and of one with a waiting room of ``queue_max`` (M/M/c/K), summed (a bound: each
+        refusal shortens the queue for the other). Defined past saturation too, where refusals are what keeps the
+        queue finite.
+
+        With ``w_k = a^k / k!`` (``a`` = offered load) for ``k <= c`` busy slots, the virtual wait ``V`` of an
+        arrival is 0 with weight ``F = sum(w_k, k < c)``, has density ``w_c c mu e^(-delta v)`` below the patience
+        ``tau`` (``delta = c mu - lambda``) and ``w_c c mu e^(-delta tau) e^(-c mu (v - tau))`` above it, whose mass
+        ``w_c e^(-delta tau)`` leaves (``tau`` infinite gives Erlang C). ``tests/capacity/test_perf_model.py`` checks
+        both terms against a simulated queue."""
+        c, rate = self.batch, self.requests_per_second
+        if c < 1 or not math.isfinite(self.service_seconds):
+            return 1.0
+        if rate <= 0:
+            return 0.0
+        mu = 1 / self.service_seconds
+        offered = rate * self.service_seconds
+        # F / w_c = sum of w_k / w_c over k < c, from k = c - 1 down: each term is the last times k / a (w_k / w_c
+        # itself overflows for a batch of hundreds). Terms that shrink below the sum's precision end it; a sum past
+        # any float means a free slot is all but certain.
+        free, term = 0.0, 1.0
+        for k in range(c, 0, -1):
+            term *= k / offered
+            free += term
+            if free > _LARGEST_RATIO:
+                return 0.0
+            if term < free * 1e-17:
+                break
+        delta = c * mu - rate
+        if delta >= 0:
+            late = math.exp(-delta * timeout_seconds)
+            waiting = timeout_seconds if delta == 0 else (1 - late) / delta
+            patience = late / (free + c * mu * waiting + late)
+        else:  # past saturation: the same, over e^(-delta tau), which would overflow
+            early = math.exp(delta * timeout_seconds)
+            patience = 1 / (free * early + c * mu * (early - 1) / delta + 1)
+        load = rate / (c * mu)
+        if load <= 1:
+            full = load**queue_max / (free + math.fsum(load**j for j in range(queue_max + 1)))
+        else:
+            full = 1 / (free * load**-queue_max + math.fsum(load**-j for j in range(queue_max + 1)))
+        return min(1.0, patience + full)
 
 
 def _peak_flops(replica: Replica) -> float:
@@ -337,14 +400,30 @@ def prefill_seconds_per_token(replica: Replica) -> float:
 def engine_step(
     replica: Replica, decode_seqs: float, prefill_tokens: float, mean_context: float, input_tokens: int
 ) -> Step:
-    """The time the running sequences wait for one token while ``prefill_tokens`` of prompts are also run.
+    """The time the running sequences wait for one token, on average, while ``prefill_tokens`` of prompts a step
+    are also run.
 
-    vLLM and TensorRT-LLM put both in one step (:func:`step_time`). SGLang runs a decode step and, apart,
-    prefill steps of what is waiting (at least one prompt, at most ``--chunked-prefill-size`` tokens), a share of
-    one per decode step on average, so the prompts cost the weights' read again and the decodes wait for them."""
-    if replica.engine != "sglang" or prefill_tokens <= 0:
-        return step_time(replica, decode_seqs, prefill_tokens, mean_context, input_tokens)
+    vLLM and TensorRT-LLM put both in one step (:func:`step_time`): a share ``prefill_tokens / chunk`` of steps
+    carries a chunk (a whole prompt, within what the step budget leaves the decodes), the rest only decode. SGLang
+    runs a decode step and, apart, prefill steps of what is waiting (at least one prompt, at most
+    ``--chunked-prefill-size`` tokens), a share of one per decode step on average, so the prompts cost the weights'
+    read again and the decodes wait for them."""
+    if prefill_tokens <= 0:
+        return step_time(replica, decode_seqs, 0, mean_context, input_tokens)
     decode = step_time(replica, decode_seqs, 0, mean_context, input_tokens)
+    if replica.engine != "sglang":
+        # A step carries a chunk of a waiting prompt (a whole prompt, within the budget's room) or none: the
+        # scheduler takes what waits, it does not spread it. So the prompts a rate brings make a share of steps
+        # longer, not every step a little: under the roofline's max(weights' read, GEMM FLOPs) a sliver of prompt
+        # in every step rode free under the weights' read, and the mean step came out short (staging's Triton 8B
+        # at 8.7 requests/s: 16.7 ms, where the simulated fleet, whose steps are these same step times, ran 24 slots
+        # at 7.7 requests/s with a standing queue).
+        chunk = min(max(replica.max_num_batched_tokens - decode_seqs, 1.0), max(prefill_tokens, float(input_tokens)))
+        if prefill_tokens >= chunk:
+            return step_time(replica, decode_seqs, prefill_tokens, mean_context, input_tokens)
+        full = step_time(replica, decode_seqs, chunk, mean_context, input_tokens)
+        extra_s = prefill_tokens / chunk * (full.seconds - decode.seconds)
+        return Step(seconds=decode.seconds + extra_s, limit=full.limit if extra_s > decode.seconds else decode.limit)
     # A prefill step runs what is waiting, at least one whole prompt, at most a chunk.
     chunk = float(min(replica.max_num_batched_tokens, max(prefill_tokens, input_tokens, 1)))
     prefill = step_time(replica, 0, chunk, mean_context, input_tokens)
@@ -443,7 +522,7 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
     prefill_steps = math.ceil(workload.input_tokens / chunk_tokens)
     chunk_step = engine_step(replica, concurrency, chunk_tokens, mean_context, workload.input_tokens)
     share_with_prefill = min(1.0, rate * step.seconds * prefill_steps)
-    itl_p95 = chunk_step.seconds if share_with_prefill >= TAIL_SHARE else step.seconds
+    itl_p95 = chunk_step.seconds if share_with_prefill >= PREFILL_TAIL_SHARE else step.seconds
     prefill_s = prefill_steps * chunk_step.seconds
     service = prefill_s + workload.output_tokens * step.seconds
     offered = rate * service
@@ -459,6 +538,8 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
             itl_p95_ms=itl_p95 * 1000,
             limit=step.limit,
             stable=False,
+            batch=batch,
+            service_seconds=service,
         )
     waits = _erlang_c(batch, offered)
     drain = batch / service - rate  # rate at which the queue empties
@@ -474,6 +555,8 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
         itl_p95_ms=itl_p95 * 1000,
         limit=step.limit,
         stable=True,
+        batch=batch,
+        service_seconds=service,
     )
 
 

@@ -5,13 +5,14 @@ each the replica count, over the catalogs and the price book:
 
 1. memory: :func:`sizing.size` must fit the model at context ``input + output`` (rounded up to 1024) with at least
    one sequence; otherwise the configuration is dropped (``memory``);
-2. capacity: the highest request rate one replica serves with TTFT p95 and ITL p95 within their objectives
-   (:func:`perf_model.at_rate`, bisection; the predictions rise with the rate), with as many batch slots as the
-   KV cache holds at that context;
-3. batch slots: ``max_num_seqs`` is then capped at the requests in service at that rate, in prefill or decoding
-   (Little's law over the whole service), so an overload queues requests instead of stretching every sequence's ITL
-   past its objective. The autoscaler's queue threshold derives from this batch
-   (:mod:`components.observability.keda`), so it adds replicas when the batch is full;
+2. capacity: the highest request rate one replica serves with TTFT p95 and ITL p95 within their objectives and
+   at most :data:`REFUSED_SHARE` of its requests refused by the gateway's admission (:func:`perf_model.at_rate`,
+   bisection; the predictions rise with the rate), with as many batch slots as the KV cache holds at that context;
+3. batch slots: ``max_num_seqs`` is then capped at the fewest slots that still serve that rate within the
+   objectives and the refusal bound: at least the requests in service, in prefill or decoding (Little's law over the
+   whole service), so an overload queues requests instead of stretching every sequence's ITL past its objective.
+   The autoscaler's queue threshold derives from this batch (:mod:`components.observability.keda`), so it adds
+   replicas when the batch is full;
 4. replicas: ``ceil(rate / capacity)`` for the steady rate (``min_replicas``) and the peak rate (``max_replicas``);
    nodes: replicas x TP over the node's accelerators; cost: nodes x the node's on-demand price.
 
@@ -22,7 +23,7 @@ and an FP8 KV cache only when FP8 is among them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,7 +38,7 @@ from inferplane.components.catalog import (
     instances_for,
 )
 from inferplane.components.catalog.accelerators import AcceleratorId
-from inferplane.components.spec.platform_spec import CapacityType, Engine, KvCacheDtype, WeightsDtype
+from inferplane.components.spec.platform_spec import AdmissionSpec, CapacityType, Engine, KvCacheDtype, WeightsDtype
 
 CONTEXT_GRANULE = 1024
 """Context is rounded up to a multiple of this, so a stack's ``max_context`` reads as a round number."""
@@ -47,6 +48,13 @@ MAX_BATCH_SLOTS = 1024
 other than the A100 (``vllm/engine/arg_utils.py`` ``get_batch_defaults``: 1024; 256 on smaller GPUs)."""
 
 BISECTION_STEPS = 30
+
+REFUSED_SHARE = 0.001
+"""Most arrivals a plan may leave to the gateway's admission to refuse (429): a request that finds every batch slot
+taken waits at the gateway at most ``admission.queue_timeout_seconds``, behind at most ``admission.queue_max``
+others. The TTFT objective alone did not bound it: a plan at the rate where TTFT p95 *equals* a 2 s objective waits
+about as long as the gateway's 2 s timeout, and the simulated fleet refused 15-18% of staging's requests there
+(docs/simulate.md, the planner's promise). One in a thousand: a refusal is a failed request, not a slow one."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,9 @@ class Workload:
     peak_requests_per_second: float
     ttft_p95_ms: float
     itl_p95_ms: float
+    admission: AdmissionSpec = field(default_factory=AdmissionSpec)
+    """The gateway's admission in front of the replicas (the stack's ``gateway.admission``; its defaults for
+    ``inferplane plan``): how long and how many requests may wait for a slot before a 429."""
 
 
 @dataclass(frozen=True)
@@ -176,9 +187,16 @@ def _mix(workload: Workload) -> perf_model.Workload:
 
 
 def meets(workload: Workload, replica: perf_model.Replica, rate: float) -> bool:
-    """Whether one replica serving ``rate`` meets both objectives, by the model's predictions."""
+    """Whether one replica serving ``rate`` meets both objectives and the gateway's admission refuses at most
+    :data:`REFUSED_SHARE` of its requests, by the model's predictions."""
     latency = perf_model.at_rate(replica, _mix(workload), rate)
-    return latency.stable and latency.ttft_p95_ms <= workload.ttft_p95_ms and latency.itl_p95_ms <= workload.itl_p95_ms
+    admission = workload.admission
+    return (
+        latency.stable
+        and latency.ttft_p95_ms <= workload.ttft_p95_ms
+        and latency.itl_p95_ms <= workload.itl_p95_ms
+        and latency.refused_share(admission.queue_timeout_seconds, admission.queue_max) <= REFUSED_SHARE
+    )
 
 
 def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejection:
@@ -203,9 +221,15 @@ def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejectio
     # autoscaler, whose threshold derives from this batch, adds replicas) instead of stretching every sequence's ITL.
     # A request being prefilled holds a slot too; counting only the decoding ones left long-prompt workloads a batch
     # too small for their own capacity (Qwen2.5 7B, 30000 in / 100 out on an L40S: 2 slots, 0.21 request/s, where
-    # 3 slots serve 0.28). SGLang escaped it, its decode step carrying the prompts' separate prefill steps, so the
-    # old count made it the cheapest engine there.
-    allowed = max(1, math.ceil(perf_model.at_rate(replica, _mix(workload), capacity).in_service))
+    # 3 slots served 0.28, by the model of the time). SGLang escaped it, its decode step carrying the prompts'
+    # separate prefill steps, so the old count made it the cheapest engine there.
+    # The batch also keeps the gateway's queue short enough that it refuses at most REFUSED_SHARE: the requests in
+    # service alone leave no slot to spare, and with slots that tight the queue criterion cut the capacity itself
+    # (Llama 3.3 70B FP8 on one H200, 2000 in / 400 out: 0.74 requests/s on 17 slots where the uncapped batch
+    # serves 1.4). So: the smallest batch from the requests in service up that still meets everything at this rate.
+    allowed = _smallest_batch(
+        workload, replica, capacity, max(1, math.ceil(perf_model.at_rate(replica, _mix(workload), capacity).in_service))
+    )
     if allowed < slots:
         slots = allowed
         sizing = size(_sizing_request(workload, config, slots))
@@ -220,11 +244,33 @@ def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejectio
     return Evaluation(configuration=config, sizing=sizing, replica=replica, capacity_rps=capacity, limit=limit)
 
 
+def _smallest_batch(workload: Workload, replica: perf_model.Replica, rate: float, least: int) -> int:
+    """The fewest batch slots, at least ``least``, with which ``replica`` still meets the objectives and the
+    admission at ``rate`` (more slots only shorten the queue: bisection); the replica's own when none fewer does."""
+    low, high = least, replica.max_num_seqs
+    if low >= high or not meets(workload, replace(replica, max_num_seqs=high), rate):
+        return high
+    while low < high:
+        middle = (low + high) // 2
+        if meets(workload, replace(replica, max_num_seqs=middle), rate):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
 def replica_capacity_rps(
-    replica: perf_model.Replica, input_tokens: int, output_tokens: int, ttft_p95_ms: float, itl_p95_ms: float
+    replica: perf_model.Replica,
+    input_tokens: int,
+    output_tokens: int,
+    ttft_p95_ms: float,
+    itl_p95_ms: float,
+    *,
+    admission: AdmissionSpec,
 ) -> float:
-    """Highest rate one configured replica serves a mix within both objectives, by the model (0 when even the
-    lightest load misses one): what a plan's replicas promise, which ``inferplane simulate --rate plan`` checks."""
+    """Highest rate one configured replica serves a mix within both objectives behind ``admission``, by the model
+    (0 when even the lightest load misses one): what a plan's replicas promise, which ``inferplane simulate --rate
+    plan`` checks."""
     workload = Workload(
         model=replica.model,
         model_label=replica.model.hf_repo,
@@ -234,6 +280,7 @@ def replica_capacity_rps(
         peak_requests_per_second=0.0,
         ttft_p95_ms=ttft_p95_ms,
         itl_p95_ms=itl_p95_ms,
+        admission=admission,
     )
     return _capacity(workload, replica)
 
@@ -291,7 +338,7 @@ def candidate(workload: Workload, evaluation: Evaluation, instance: InstanceType
         max_output_tokens_per_second=round(
             perf_model.saturation(evaluation.replica, _mix(workload)).output_tokens_per_second, 1
         ),
-        replica_capacity_rps=round(evaluation.capacity_rps, 4),
+        replica_capacity_rps=math.floor(evaluation.capacity_rps * 1e4) / 1e4,  # never above what was checked
         headroom=round(evaluation.capacity_rps * replicas / workload.requests_per_second - 1, 3),
         limit=evaluation.limit,
     )

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import heapq
 import math
+import random
 from urllib.parse import urlparse
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.sizing import MEMORY_BANDWIDTH_EFFICIENCY, weights_bytes
@@ -110,7 +116,8 @@ def test_saturation_is_capped_by_the_kv_cache_and_trtllm_reserves_whole_sequence
 
 def test_sglang_runs_prompts_in_steps_of_their_own() -> None:
     """SGLang (no ``--enable-mixed-chunk``): one decode step, plus prefill steps of what waits (at least one prompt,
-    at most a chunk), a share of one per decode step; vLLM runs both in one step."""
+    at most a chunk), a share of one per decode step; vLLM runs both in one step, a share of its steps carrying a
+    whole prompt."""
     sglang = _replica(engine="sglang", max_num_batched_tokens=2048)
     decode = perf_model.step_time(sglang, 64, 0, 1500, 1000)
     # 100 waiting prompt tokens: one prefill step runs a whole 1000-token prompt, a tenth of it per decode step.
@@ -123,7 +130,14 @@ def test_sglang_runs_prompts_in_steps_of_their_own() -> None:
     assert step.seconds == pytest.approx(decode.seconds + 5000 / 2048 * chunk.seconds, rel=1e-12)
     assert perf_model.engine_step(sglang, 64, 0, 1500, 1000) == decode
     vllm = _replica(max_num_batched_tokens=2048)
-    assert perf_model.engine_step(vllm, 64, 100, 1500, 1000) == perf_model.step_time(vllm, 64, 100, 1500, 1000)
+    vllm_decode = perf_model.step_time(vllm, 64, 0, 1500, 1000)
+    mixed = perf_model.step_time(vllm, 64, 1000, 1500, 1000)
+    # vLLM: a tenth of the steps carry the whole prompt beside the decodes (not a sliver of it in every step).
+    step = perf_model.engine_step(vllm, 64, 100, 1500, 1000)
+    assert step.seconds == pytest.approx(vllm_decode.seconds + 0.1 * (mixed.seconds - vllm_decode.seconds), rel=1e-12)
+    assert step.seconds > perf_model.step_time(vllm, 64, 100, 1500, 1000).seconds
+    # Prompts filling the budget's room every step: each step carries them all.
+    assert perf_model.engine_step(vllm, 64, 1984, 1500, 1000) == perf_model.step_time(vllm, 64, 1984, 1500, 1000)
 
 
 def test_sglang_batch_is_its_running_requests_not_the_chunk() -> None:
@@ -191,3 +205,73 @@ def test_a_mixture_of_experts_needs_consistent_fields(changes: dict[str, int], m
     base = get_model("llama-3.1-8b").model_dump()
     with pytest.raises(ValueError, match=message):
         ModelArchitecture.model_validate({**base, **changes})
+
+
+def _mmc_refused(servers: int, rate: float, service_s: float, timeout_s: float, queue_max: int, *, seed: int) -> float:
+    """Share of arrivals an M/M/c queue in front of a gateway refuses, by simulation: each arrival waits for the
+    earliest server free (first come, first served) and is refused when that wait passes ``timeout_s`` or
+    ``queue_max`` are waiting before it (a refused arrival takes no server)."""
+    rng = random.Random(seed)
+    free_at = [0.0] * servers  # when each server next frees, a heap
+    starts: list[float] = []  # start times of admitted arrivals still waiting at some arrival, ascending
+    now, refused, arrivals = 0.0, 0, 200_000
+    for _ in range(arrivals):
+        now += rng.expovariate(rate)
+        while starts and starts[0] <= now:
+            starts.pop(0)
+        start = max(now, free_at[0])
+        if start - now > timeout_s or len(starts) >= queue_max:
+            refused += 1
+            continue
+        heapq.heapreplace(free_at, start + rng.expovariate(1 / service_s))
+        if start > now:
+            starts.append(start)  # FIFO: starts arrive in order
+    return refused / arrivals
+
+
+@pytest.mark.parametrize(
+    ("rate", "timeout_s", "queue_max", "slack"),
+    [
+        (1.6, 2.0, 1000, 1.05),  # the timeout refuses (M/M/c+D, exact)
+        (1.8, 1.0, 1000, 1.05),
+        (1.8, 30.0, 3, 1.05),  # the waiting room refuses (M/M/c/K, exact)
+        (2.0, 2.0, 2, 1.6),  # both: their sum, a bound
+    ],
+)
+def test_the_refused_share_is_what_a_queue_with_the_gateways_limits_refuses(
+    rate: float, timeout_s: float, queue_max: int, slack: float
+) -> None:
+    """:meth:`Latency.refused_share` against a simulated queue with the same batch and service time, whose arrivals
+    the gateway's limits refuse (200,000 arrivals: the measured share is good to about 2%)."""
+    replica = _replica(max_num_seqs=4, kv_capacity_tokens=400_000)
+    mix = perf_model.Workload(input_tokens=1000, output_tokens=200)
+    latency = perf_model.at_rate(replica, mix, rate)
+    assert latency.batch == perf_model.max_batch(replica, mix)[0] == 4
+    predicted = latency.refused_share(timeout_s, queue_max)
+    measured = _mmc_refused(latency.batch, rate, latency.service_seconds, timeout_s, queue_max, seed=7)
+    assert measured > 0.01
+    assert measured / 1.05 <= predicted <= measured * slack
+    assert perf_model.at_rate(replica, mix, 1000.0).refused_share(timeout_s, queue_max) >= 0.99
+    assert perf_model.at_rate(replica, mix, 1e-6).refused_share(timeout_s, queue_max) < 1e-12
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    batch=st.integers(1, 1024),
+    service_s=st.floats(0.01, 600),
+    rate=st.floats(1e-6, 1e5),
+    more=st.floats(1.0, 10.0),
+    timeout_s=st.floats(0.01, 60),
+    queue_max=st.integers(0, 4096),
+)
+def test_the_refused_share_is_a_share_that_grows_with_the_rate_and_shrinks_with_the_limits(
+    *, batch: int, service_s: float, rate: float, more: float, timeout_s: float, queue_max: int
+) -> None:
+    """Over the whole range the flags and the spec allow: finite, within 0 and 1, no overflow, monotone."""
+    base = perf_model.at_rate(_replica(max_num_seqs=4), perf_model.Workload(input_tokens=100, output_tokens=10), 1.0)
+    at = functools.partial(dataclasses.replace, base, batch=batch, service_seconds=service_s)
+    share = at(requests_per_second=rate).refused_share(timeout_s, queue_max)
+    assert 0.0 <= share <= 1.0
+    assert at(requests_per_second=rate * more).refused_share(timeout_s, queue_max) >= share - 1e-12
+    assert at(requests_per_second=rate).refused_share(timeout_s * more, queue_max) <= share + 1e-12
+    assert at(requests_per_second=rate).refused_share(timeout_s, queue_max + 1) <= share + 1e-12

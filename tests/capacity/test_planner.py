@@ -32,6 +32,7 @@ from inferplane.components.capacity.planner import (
 from inferplane.components.capacity.sizing import SizingRequest, size
 from inferplane.components.catalog import get_accelerator, get_instance_type, get_model, hourly_price
 from inferplane.components.observability.keda import target_waiting_per_replica
+from inferplane.components.spec.platform_spec import AdmissionSpec
 from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
@@ -52,7 +53,8 @@ CANDIDATE_KEYS = {
 }
 
 FILTERS = Filters(accelerators=("l4-24gb", "l40s-48gb", "tpu-v5e"), weights_dtypes=("bf16", "fp8"))
-MAX_REPLICAS_TRIED = 64
+MAX_REPLICAS_TRIED = 256
+"""The spec's most replicas for a deployment (``autoscaling.max_replicas``)."""
 
 
 def _workload(**changes: Any) -> Workload:
@@ -71,32 +73,51 @@ def _workload(**changes: Any) -> Workload:
 
 
 def _brute_force_cheapest(
-    workload: Workload, evaluated: Mapping[Configuration, Evaluation | Rejection] | None = None
+    workload: Workload,
+    evaluated: Mapping[Configuration, Evaluation | Rejection] | None = None,
+    ceiling: float | None = None,
 ) -> float | None:
-    """Every configuration, every host, every replica count from one up: the cheapest that meets both objectives.
+    """Every configuration, every host, every replica count from one up: the cheapest that meets both objectives
+    with at most one request in a thousand refused by the gateway's admission.
 
     A configuration's evaluation (its batch and sizing) is the planner's :func:`evaluate`; ``evaluated`` holds the ones
     a plan of the same workload already made (the same function on the same inputs, so the same result), which the
-    search reuses instead of making each again: it checks the choice among them, not the evaluation."""
+    search reuses instead of making each again: it checks the choice among them, not the evaluation. Replica counts
+    are tried while some host's cost stays within ``ceiling`` (the cost to beat: a dearer count cannot be the
+    cheapest), else up to the spec's most replicas; a host's cost never falls as replicas are added, so a host's
+    first count that meets is its cheapest."""
     mix = perf_model.Workload(input_tokens=workload.input_tokens, output_tokens=workload.output_tokens)
+    admission = workload.admission
     best: float | None = None
     for config, hosts in configurations(workload, FILTERS):
         result = evaluated[config] if evaluated and config in evaluated else evaluate(workload, config)
         if not isinstance(result, Evaluation):
             continue
         replica = replica_model(workload, config, result.sizing)
-        for host in hosts:
-            price = hourly_price(host.cloud, host.name)
-            if price is None or host.accelerators_per_node % config.tensor_parallel_size:
-                continue
-            for replicas in range(1, MAX_REPLICAS_TRIED + 1):
-                latency = perf_model.at_rate(replica, mix, workload.requests_per_second / replicas)
-                ttft_ok = latency.ttft_p95_ms <= workload.ttft_p95_ms
-                if latency.stable and ttft_ok and latency.itl_p95_ms <= workload.itl_p95_ms:
-                    nodes = math.ceil(replicas * config.tensor_parallel_size / host.accelerators_per_node)
-                    cost = round(nodes * price, 4)
-                    best = cost if best is None else min(best, cost)
-                    break
+        priced = [
+            (host.accelerators_per_node, price)
+            for host in hosts
+            if (price := hourly_price(host.cloud, host.name)) is not None
+            and host.accelerators_per_node % config.tensor_parallel_size == 0
+        ]
+
+        def cost(replicas: int, per_node: int, price: float, tp: int = config.tensor_parallel_size) -> float:
+            return round(math.ceil(replicas * tp / per_node) * price, 4)
+
+        for replicas in range(1, MAX_REPLICAS_TRIED + 1):
+            costs = [cost(replicas, per_node, price) for per_node, price in priced]
+            if not costs or (ceiling is not None and min(costs) > ceiling):
+                break
+            latency = perf_model.at_rate(replica, mix, workload.requests_per_second / replicas)
+            refused = latency.refused_share(admission.queue_timeout_seconds, admission.queue_max)
+            if (
+                latency.stable
+                and latency.ttft_p95_ms <= workload.ttft_p95_ms
+                and latency.itl_p95_ms <= workload.itl_p95_ms
+                and refused <= planner.REFUSED_SHARE
+            ):
+                best = min(costs) if best is None else min(best, *costs)
+                break
     return best
 
 
@@ -128,7 +149,9 @@ def test_first_candidate_is_the_brute_force_cheapest_and_none_misses(
     with mock.patch.object(planner, "evaluate", recorded):
         result = plan(workload, FILTERS)
     assert evaluated  # the plan evaluated through the recorder
-    cheapest = _brute_force_cheapest(workload, evaluated)
+    cheapest = _brute_force_cheapest(
+        workload, evaluated, result.candidates[0].hourly_cost_usd if result.candidates else None
+    )
     if cheapest is None:
         assert result.candidates == ()
         return
@@ -191,8 +214,9 @@ def test_peak_rate_sets_max_replicas_and_the_batch_sets_the_keda_threshold() -> 
 
 def test_the_batch_holds_the_requests_being_prefilled() -> None:
     """Long prompts, short outputs: most of a request's time in service is its prefill, during which it holds a
-    batch slot. Capping the batch at the decoding requests alone left vLLM 2 slots and 0.21 request/s per replica
-    (25 replicas), where 3 slots serve 0.28 (18)."""
+    batch slot. Capping the batch at the decoding requests alone left vLLM too few slots for its own capacity (2
+    slots and 0.21 request/s per replica where 3 served 0.28, by the model of the time); counted with the requests
+    in prefill, and a slot to spare for the gateway's queue, the batch is 6 slots at 0.24 request/s (21 replicas)."""
     qwen = get_model("qwen2.5-7b")
     workload = _workload(
         model=qwen,
@@ -203,10 +227,13 @@ def test_the_batch_holds_the_requests_being_prefilled() -> None:
         peak_requests_per_second=5.0,
         ttft_p95_ms=30000.0,
         itl_p95_ms=300.0,
+        # A team with a 30 s TTFT objective lets the gateway hold a request that long (2 s, the default, would
+        # refuse most of what waits for one of a few slots each busy ~10 s).
+        admission=AdmissionSpec(queue_timeout_seconds=30),
     )
     first = plan(workload, Filters(accelerators=("l40s-48gb",), engines=("vllm",))).candidates[0]
-    assert (first.instance_type, first.max_num_seqs, first.replicas) == ("g6e.xlarge", 3, 18)
-    assert first.replica_capacity_rps == pytest.approx(0.28, abs=0.005)
+    assert (first.instance_type, first.max_num_seqs, first.replicas) == ("g6e.xlarge", 6, 21)
+    assert first.replica_capacity_rps == pytest.approx(0.239, abs=0.005)
     config = next(
         c
         for c, _ in configurations(workload, Filters(accelerators=("l40s-48gb",), engines=("vllm",)))
@@ -216,7 +243,9 @@ def test_the_batch_holds_the_requests_being_prefilled() -> None:
     assert isinstance(evaluation, Evaluation)
     mix = perf_model.Workload(input_tokens=30000, output_tokens=100)
     operating = perf_model.at_rate(evaluation.replica, mix, evaluation.capacity_rps)
-    assert math.ceil(operating.concurrency) < first.max_num_seqs == math.ceil(operating.in_service)
+    # The batch holds every request in service, prefilling ones included (more than the decoding ones alone); a slot
+    # beyond them is what keeps the gateway's queue, and so its refusals, short.
+    assert math.ceil(operating.concurrency) < math.ceil(operating.in_service) <= first.max_num_seqs
 
 
 def _plan_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, dict[str, Any]]:
@@ -389,3 +418,48 @@ def test_size_engine_sglang_predicts_with_sglang_flags(capsys: pytest.CaptureFix
 def test_plan_invalid_input_exits_2(capsys: pytest.CaptureFixture[str], changes: list[str], message: str) -> None:
     assert main([*PLAN, *changes]) == EXIT_INVALID
     assert capsys.readouterr().err.startswith(message)
+
+
+def test_the_batch_cap_keeps_the_capacity_it_was_cut_for() -> None:
+    """The batch is cut to the requests in service at the replica's capacity, plus what the gateway's queue needs to
+    refuse at most one request in a thousand; cut to the requests in service alone, the queue criterion then cut
+    the capacity itself (Llama 3.3 70B FP8 on one H200: 0.74 requests/s on 17 slots, where 27 serve 1.16)."""
+    workload = _workload(
+        model=get_model("llama-3.3-70b"),
+        model_label="llama-3.3-70b",
+        input_tokens=2000,
+        output_tokens=400,
+        requests_per_second=10.0,
+        peak_requests_per_second=20.0,
+        ttft_p95_ms=1500.0,
+        itl_p95_ms=50.0,
+    )
+    filters = Filters(accelerators=("h200-141gb",), engines=("vllm",), weights_dtypes=("fp8",))
+    config = next(
+        c for c, _ in configurations(workload, filters) if c.tensor_parallel_size == 1 and c.kv_cache_dtype == "fp8"
+    )
+    evaluation = evaluate(workload, config)
+    assert isinstance(evaluation, Evaluation)
+    kv_slots = size(
+        SizingRequest(
+            model=workload.model,
+            model_label=workload.model_label,
+            accelerator=config.accelerator,
+            accelerators_per_node=config.accelerators_per_node,
+            weights_dtype=config.weights_dtype,
+            kv_cache_dtype=config.kv_cache_dtype,
+            context=planner.context_for(workload),
+            concurrency=1,
+            tensor_parallel_size=1,
+            itl_slo_ms=50,
+        )
+    ).max_concurrent_sequences  # what the KV cache holds: the batch before the cut
+    assert evaluation.replica.max_num_seqs < kv_slots
+    whole = planner.replica_capacity_rps(
+        replace(evaluation.replica, max_num_seqs=kv_slots), 2000, 400, 1500.0, 50.0, admission=workload.admission
+    )
+    assert evaluation.capacity_rps == pytest.approx(whole, rel=0.02)
+    assert evaluation.capacity_rps == pytest.approx(1.16, abs=0.01)
+    assert meets(workload, evaluation.replica, evaluation.capacity_rps)
+    fewer = replace(evaluation.replica, max_num_seqs=evaluation.replica.max_num_seqs - 1)
+    assert not meets(workload, fewer, evaluation.capacity_rps)

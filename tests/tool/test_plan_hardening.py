@@ -84,6 +84,8 @@ def _platform(project: Path, stack: str) -> dict[str, Any]:
         ("--input-tokens", str(10**9), f"'{10**9}' is not within 1 and 100000000"),
         ("--max-gpus", "65", "'65' is not within 1 and 64"),
         ("--top", "0", "'0' is not within 1 and 1000"),
+        ("--queue-timeout-seconds", "0", "'0' is not above 0 and at most 60 s"),
+        ("--queue-timeout-seconds", "61", "'61' is not above 0 and at most 60 s"),
     ],
 )
 def test_numeric_flags_are_finite_and_bounded(
@@ -135,6 +137,11 @@ def no_search(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         (["--name", "-"], "inferplane plan: --name '-': a deployment name is a lower-case RFC 1123 label"),
         (["--name", "llama-8b"], "inferplane plan: --name llama-8b: stacks/Pulumi.dev.yaml already deploys a model"),
+        (
+            ["--name", "chat", "--queue-timeout-seconds", "5"],
+            "inferplane plan: --queue-timeout-seconds: with --write-stack the stack's gateway.admission applies "
+            "(stacks/Pulumi.dev.yaml); set it there",
+        ),
     ],
 )
 def test_a_bad_name_is_exit_2_before_planning(
@@ -415,3 +422,29 @@ def test_size_prints_no_performance_for_what_does_not_fit(capsys: pytest.Capture
     assert "max_output_tokens_per_second" not in document and "single_stream_itl_ms" not in document
     code, out, _ = _run([*SIZE_8B], capsys)
     assert code == EXIT_OK and "output tokens/s at saturation" in out
+
+
+def test_the_gateways_queue_timeout_is_planned_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A request the gateway holds longer than its queue timeout is refused, so a shorter timeout needs more
+    replicas for the same objectives; with --write-stack the stack's own admission is the one planned for."""
+
+    def first(argv: list[str]) -> dict[str, Any]:
+        code, out, err = _run([*argv, "--json"], capsys)
+        assert code == EXIT_OK, err
+        row: dict[str, Any] = json.loads(out)["candidates"][0]
+        return row
+
+    patient = first([*PLAN, "--queue-timeout-seconds", "60"])
+    default = first(PLAN)
+    hasty = first([*PLAN, "--queue-timeout-seconds", "0.5"])
+    assert hasty["replica_capacity_rps"] < default["replica_capacity_rps"] <= patient["replica_capacity_rps"]
+    assert first([*PLAN, "--queue-timeout-seconds", "2"]) == default  # the spec's default, 2 s
+    project = _project(tmp_path)
+    stack_file = project / "stacks" / "Pulumi.staging.yaml"
+    stack_file.write_text(
+        stack_file.read_text(encoding="utf-8").replace(
+            "    gateway:\n", "    gateway:\n      admission: {queue_timeout_seconds: 0.5}\n", 1
+        ),
+        encoding="utf-8",
+    )
+    assert first(_write(project, "staging", "--name", "chat")) == hasty

@@ -49,6 +49,7 @@ from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizi
 from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.spec.platform_spec import (
+    AdmissionSpec,
     ModelDeploymentSpec,
     PlatformSpec,
     RateLimitSpec,
@@ -109,6 +110,7 @@ class SimulationPlan:
     routing: RoutingPolicy
     workload: tuple[WorkloadRequest, ...]
     workload_label: str
+    rate: float | None
     rate_limits_lifted: bool
     envoy: Path
     envoy_version: str
@@ -138,6 +140,10 @@ class SimulationResult(BaseModel):
     gateways: int = Field(description="Gateway replicas in front.")
     routing: str = Field(description="The routing policy the gateways ran.")
     workload: str = Field(description="The workload: a generator and its rate, or a file.")
+    rate: float | None = Field(
+        description="A generator's arrival rate, requests per second, unrounded (``--rate plan``: what the plan "
+        "promises); None for a file."
+    )
     requests: int = Field(description="Requests sent.")
     ok: int = Field(description="Requests answered 2xx.")
     rejected_429: int = Field(description="Requests answered 429.")
@@ -223,14 +229,20 @@ def simulated_spec(
 
 
 def planned_rate(
-    requests: Sequence[WorkloadRequest], replica: perf_model.Replica, deployment: ModelDeploymentSpec, replicas: int
+    requests: Sequence[WorkloadRequest],
+    replica: perf_model.Replica,
+    deployment: ModelDeploymentSpec,
+    replicas: int,
+    admission: AdmissionSpec,
 ) -> tuple[float, float]:
     """What the plan promises for this workload's mix (mean prompt and output tokens, no cache hit assumed, as the
     planner sizes): the fleet's rate within the model's slo, and one replica's."""
     prompt = round(statistics.fmean(len(prompt_token_ids(r)) for r in requests))
     output = round(statistics.fmean(r.output_tokens for r in requests))
     slo = deployment.slo
-    one = replica_capacity_rps(replica, max(prompt, 1), max(output, 1), slo.ttft_p95_ms, slo.itl_p95_ms)
+    one = replica_capacity_rps(
+        replica, max(prompt, 1), max(output, 1), slo.ttft_p95_ms, slo.itl_p95_ms, admission=admission
+    )
     if one <= 0:
         raise SimulationError(
             f"--rate plan: by the performance model one replica of {deployment.name} misses its slo even alone for "
@@ -241,10 +253,14 @@ def planned_rate(
 
 
 def build_workload(
-    args: argparse.Namespace, replica: perf_model.Replica, deployment: ModelDeploymentSpec, replicas: int
-) -> tuple[tuple[WorkloadRequest, ...], str]:
-    """The requests and a label: a generator's at ``--rate`` (``plan``: what the plan promises) for
-    ``--duration``, or ``--workload FILE``'s."""
+    args: argparse.Namespace,
+    replica: perf_model.Replica,
+    deployment: ModelDeploymentSpec,
+    replicas: int,
+    admission: AdmissionSpec,
+) -> tuple[tuple[WorkloadRequest, ...], str, float | None]:
+    """The requests, a label and the rate: a generator's at ``--rate`` (``plan``: what the plan promises behind the
+    stack's gateway ``admission``) for ``--duration``, or ``--workload FILE``'s (no rate)."""
     name = args.workload
     if name in GENERATORS:
         problems = []
@@ -257,11 +273,11 @@ def build_workload(
         rate, source = args.rate, ""
         if rate == PLAN_RATE:
             sample = GENERATORS[name](1.0, args.duration, args.seed, False, WorkloadShape())
-            rate, one = planned_rate(sample, replica, deployment, replicas)
+            rate, one = planned_rate(sample, replica, deployment, replicas, admission)
             source = f" (the plan's: {replicas} x {one:.3g} within the slo)"
         requests = GENERATORS[name](rate, args.duration, args.seed, args.ramp, WorkloadShape())
         ramp = ", ramp from 0" if args.ramp else ""
-        return requests, f"{name} at {rate:.3g} req/s{source}{ramp} for {args.duration:g} s (seed {args.seed})"
+        return requests, f"{name} at {rate:.3g} req/s{source}{ramp} for {args.duration:g} s (seed {args.seed})", rate
     path = Path(name).expanduser()
     if not path.is_file():
         raise SimulationError(
@@ -276,7 +292,7 @@ def build_workload(
         raise SimulationError(str(exc)) from None
     if args.duration is not None:
         requests = tuple(r for r in requests if r.arrival_s < args.duration)
-    return requests, f"{path.name} ({len(requests)} requests)"
+    return requests, f"{path.name} ({len(requests)} requests)", None
 
 
 def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> SimulationPlan:
@@ -303,7 +319,7 @@ def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> Sim
     )
     settings = fl.engine_settings(deployment, deployment_sizing, replica)
     replicas = replica_count(args.replicas, deployment_sizing)
-    requests, label = build_workload(args, replica, deployment, replicas)
+    requests, label, rate = build_workload(args, replica, deployment, replicas, spec.gateway.admission)
     if not requests:
         raise SimulationError(f"--workload {args.workload}: no request to send")
     envoy = gr.find_envoy(args.envoy, environ, project_dir)
@@ -330,6 +346,7 @@ def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> Sim
         routing=policy,
         workload=requests,
         workload_label=label,
+        rate=rate,
         rate_limits_lifted=not args.keep_rate_limits,
         envoy=envoy,
         envoy_version=gr.envoy_version(envoy),
@@ -443,6 +460,7 @@ def result_of(
         gateways=plan.gateways,
         routing=plan.routing,
         workload=plan.workload_label,
+        rate=plan.rate,
         requests=len(outcomes),
         ok=summary.ok,
         rejected_429=summary.rejected_429,

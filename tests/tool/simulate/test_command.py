@@ -106,7 +106,10 @@ def test_the_plans_rate_is_replicas_times_what_one_serves_within_the_slo() -> No
     plan = sim.plan_simulation(args, {"INFERPLANE_SIMULATOR_PYTHON": sys.executable})
     shape = WorkloadShape()
     slo = plan.deployment.slo
-    one = replica_capacity_rps(plan.replica, shape.prompt_tokens, shape.output_tokens, slo.ttft_p95_ms, slo.itl_p95_ms)
+    admission = plan.spec.gateway.admission
+    one = replica_capacity_rps(
+        plan.replica, shape.prompt_tokens, shape.output_tokens, slo.ttft_p95_ms, slo.itl_p95_ms, admission=admission
+    )
     assert one > 0
     assert plan.workload == unique(
         rate=3 * one,
