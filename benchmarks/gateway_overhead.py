@@ -33,14 +33,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +57,8 @@ from tests.gateway_support import (  # noqa: E402
     VLLM_READY_MARKER,
     Gateway,
     Procs,
+    cpu_seconds,
+    ext_proc_messages,
     free_port,
     gateway_addresses,
     read_http_request,
@@ -157,24 +157,6 @@ def hey(url: str, requests: int, concurrency: int, key: str | None, body: str = 
     codes = dict(re.findall(r"\[(\d+)\]\s+(\d+) responses", out))
     non_200 = sum(int(n) for code, n in codes.items() if code != "200")
     return Result(percentile(50), percentile(99), float(rps.group(1)) if rps else 0.0, non_200)
-
-
-def ext_proc_messages(stats_url: str) -> tuple[float, float]:
-    """Envoy's ext_proc counters: messages sent to the processor and streams started (one stream a request)."""
-    text = urllib.request.urlopen(stats_url, timeout=5).read().decode()
-
-    def counter(name: str) -> float:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
-
-    return counter("envoy_http_ext_proc_stream_msgs_sent"), counter("envoy_http_ext_proc_streams_started")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU so far of a process and its live children (the processor's supervisor and workers)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return own + sum(cpu_seconds(int(child)) for child in children)
 
 
 def _spec(workers: int, cache: dict[str, Any] | None = None) -> Any:

