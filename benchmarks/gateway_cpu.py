@@ -13,7 +13,12 @@ messages per request (Envoy's own counters). With ``py-spy`` on PATH or in the v
 the processor worker during each c=32 run and prints its time by stage: each sample goes to the innermost frame that
 names a stage (:data:`STAGES`), the rest to "other".
 
-Usage: ``.venv/bin/python benchmarks/gateway_cpu.py [--requests 400] [--shapes 6000x64,6000x512,200x64]``.
+``--idle 8,32`` measures instead what watching replicas costs with no traffic: the stub on that many ports, each
+serving a vLLM-sized ``/metrics`` (31 KB, synthetic), read by every processor worker every
+``scrape_interval_seconds``; printed as a share of one core over ``--idle-seconds``.
+
+Usage: ``.venv/bin/python benchmarks/gateway_cpu.py [--requests 400] [--shapes 6000x64,6000x512,200x64]
+[--workers 1]`` or ``... --idle 8,32 [--workers 2] [--idle-seconds 20]``.
 Needs ``make envoy`` and the test extra (Redis wheels). This machine's two cores are shared by the load generator,
 the stub, Envoy and the processor: CPU seconds per request are what each process used, not wall time.
 """
@@ -95,6 +100,27 @@ STAGES: tuple[tuple[str, str, str], ...] = (
 # --- the stub engine ------------------------------------------------------------------------------------------------
 
 
+def _metrics_text() -> bytes:
+    """A ``/metrics`` text of a vLLM replica's size (about 40 KB: the load series the processor reads among
+    histograms of 12 families x 3 models' worth of labels x 30 buckets), synthetic: the parse costs what a real one's
+    does, which the idle measurement is about."""
+    lines = [
+        f'vllm:num_requests_running{{engine="0",model_name="{MODEL}"}} 0.0',
+        f'vllm:num_requests_waiting{{engine="0",model_name="{MODEL}"}} 0.0',
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="{MODEL}"}} 0.0',
+    ]
+    for family in range(12):
+        name = f"vllm:histogram_{family}_seconds"
+        lines += [f"# HELP {name} A histogram.", f"# TYPE {name} histogram"]
+        for bucket in range(30):
+            lines.append(f'{name}_bucket{{engine="0",le="{0.001 * 2**bucket:g}",model_name="{MODEL}"}} {bucket}.0')
+        lines += [f'{name}_count{{engine="0",model_name="{MODEL}"}} 29.0', f'{name}_sum{{engine="0"}} 1.0']
+    return ("\n".join(lines) + "\n").encode()
+
+
+METRICS = _metrics_text()
+
+
 def _chunk(payload: dict[str, Any]) -> bytes:
     data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
@@ -105,6 +131,11 @@ async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
         while True:
             head, raw = await read_http_request(reader)
             path = head.split(b" ", 2)[1]
+            if path == b"/metrics":
+                head_out = b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(METRICS)).encode() + b"\r\n\r\n"
+                writer.write(head_out + METRICS)
+                await writer.drain()
+                continue
             if path in (b"/health", b"/v1/models") or not raw:
                 body = b'{"status":"ok"}'
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
@@ -150,13 +181,13 @@ async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
         writer.close()
 
 
-def serve_stub(port: int) -> None:
-    """The stub engine: OpenAI chat completions answered at once, streamed or not."""
+def serve_stub(ports: list[int]) -> None:
+    """The stub engine on each of ``ports`` (one process, one loop): OpenAI chat completions answered at once,
+    streamed or not, and a vLLM-sized ``/metrics``."""
 
     async def main() -> None:
-        server = await asyncio.start_server(_stub_connection, "127.0.0.1", port, backlog=1024)
-        async with server:
-            await server.serve_forever()
+        servers = [await asyncio.start_server(_stub_connection, "127.0.0.1", p, backlog=1024) for p in ports]
+        await asyncio.gather(*(server.serve_forever() for server in servers))
 
     asyncio.run(main())
 
@@ -240,44 +271,83 @@ def worker_pid(supervisor: int) -> int:
 # --- the run --------------------------------------------------------------------------------------------------------
 
 
+def _start(procs: Procs, directory: Path, replicas: int, workers: int) -> tuple[str, str, int, int]:
+    """The stub on ``replicas`` ports and the gateway in front of them: (chat URL, stats URL, processor pid, Envoy
+    pid)."""
+    ports = [free_port() for _ in range(replicas)]
+    procs.start("stub", [sys.executable, __file__, "--serve-stub", ",".join(map(str, ports))])
+    for port in ports:
+        wait_port(port, 10)
+    architecture = {**ARCHITECTURE, "max_context": CONTEXT}
+    spec = tiny_platform(
+        [{"name": MODEL, "architecture": architecture, "max_context": CONTEXT, "concurrency": 64}],
+        {
+            "replicas": 1,
+            "processor_workers": workers,
+            "rate_limit": {"requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000},
+            "tenants": [{"name": "bench", "tiers": ["standard"]}],
+        },
+    )
+    plan = size_platform(spec)
+    keys_dir, tokenizers = directory / "keys", directory / "tokenizers"
+    keys_dir.mkdir()
+    (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"bench": BENCH_KEY}))
+    write_model(tokenizers / ARCHITECTURE["hf_repo"], max_position_embeddings=CONTEXT)
+    redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
+    upstreams = {MODEL: [("127.0.0.1", port) for port in ports]}
+    addresses = gateway_addresses(upstreams, keys_dir, tokenizers, "-cpu")
+    gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
+    url = f"{gateway.base_url}/chat/completions"
+    return url, gateway.stats_url, procs.procs["gw-processor"].pid, procs.procs["gw-envoy"].pid
+
+
+def idle(replicas: int, workers: int, seconds: float) -> None:
+    """The cost of watching ``replicas`` replicas with no traffic: the processor's and Envoy's CPU as a share of
+    one core."""
+    directory = Path(tempfile.mkdtemp(prefix="gateway-idle-"))
+    procs = Procs(directory)
+    try:
+        _, _, processor, envoy = _start(procs, directory, replicas, workers)
+        time.sleep(3.0)  # every replica read once and found ready
+        before = cpu_seconds(processor), cpu_seconds(envoy)
+        time.sleep(seconds)
+        used = cpu_seconds(processor) - before[0], cpu_seconds(envoy) - before[1]
+        per_replica = used[0] / seconds / replicas * 1000
+        print(
+            f"idle, {replicas:>3} replicas, {workers} worker(s), {seconds:g} s: processor {used[0] / seconds:6.1%} of "
+            f"a core ({per_replica:.2f} ms of CPU a replica a second), Envoy {used[1] / seconds:6.1%}",
+            flush=True,
+        )
+    finally:
+        procs.stop_all()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def main() -> None:
-    """Every shape at c=1 and c=32; a table, and with py-spy the processor's stages at c=32."""
+    """Every shape at c=1 and c=32; a table, and with py-spy the processor's stages at c=32. With ``--idle``, the
+    idle cost of watching replicas instead."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=400, help="requests per c=32 run (c=1 runs a quarter)")
     parser.add_argument("--shapes", default="6000x64,6000x512,200x64", help="prompt x output tokens, comma separated")
-    parser.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--idle", default="", help="replica counts (e.g. 8,32): measure the idle cost instead")
+    parser.add_argument("--workers", type=int, default=1, help="processor workers (gateway.processor_workers)")
+    parser.add_argument("--idle-seconds", type=float, default=20.0, help="seconds each idle measurement lasts")
+    parser.add_argument("--serve-stub", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_stub:
-        serve_stub(args.serve_stub)
+        serve_stub([int(port) for port in args.serve_stub.split(",")])
+        return
+    if args.idle:
+        print("fleet: none (stub replicas serving a vLLM-sized /metrics; this 2-core machine)")
+        for replicas in (int(n) for n in args.idle.split(",")):
+            idle(replicas, args.workers, args.idle_seconds)
         return
     shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
     directory = Path(tempfile.mkdtemp(prefix="gateway-cpu-"))
     procs = Procs(directory)
     spy = py_spy()
     try:
-        stub_port = free_port()
-        procs.start("stub", [sys.executable, __file__, "--serve-stub", str(stub_port)])
-        wait_port(stub_port, 10)
-        architecture = {**ARCHITECTURE, "max_context": CONTEXT}
-        spec = tiny_platform(
-            [{"name": MODEL, "architecture": architecture, "max_context": CONTEXT, "concurrency": 64}],
-            {
-                "replicas": 1,
-                "processor_workers": 1,
-                "rate_limit": {"requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000},
-                "tenants": [{"name": "bench", "tiers": ["standard"]}],
-            },
-        )
-        plan = size_platform(spec)
-        keys_dir, tokenizers = directory / "keys", directory / "tokenizers"
-        keys_dir.mkdir()
-        (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"bench": BENCH_KEY}))
-        write_model(tokenizers / ARCHITECTURE["hf_repo"], max_position_embeddings=CONTEXT)
-        redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
-        addresses = gateway_addresses({MODEL: [("127.0.0.1", stub_port)]}, keys_dir, tokenizers, "-cpu")
-        gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
-        url = f"{gateway.base_url}/chat/completions"
-        processor, envoy = procs.procs["gw-processor"].pid, procs.procs["gw-envoy"].pid
+        url, stats_url, processor, envoy = _start(procs, directory, 1, args.workers)
         rng = random.Random(7)
         asyncio.run(_load(url, [_body(200, 8, rng) for _ in range(50)], 4))  # warm-up
         print("fleet: none (a stub engine answering at once; this 2-core machine)")
@@ -303,11 +373,11 @@ def main() -> None:
                     )
                     time.sleep(1.0)  # py-spy attaches
                 cpu_p, cpu_e = cpu_seconds(processor), cpu_seconds(envoy)
-                messages = ext_proc_messages(gateway.stats_url)
+                messages = ext_proc_messages(stats_url)
                 seconds, failed = asyncio.run(_load(url, bodies, concurrency))
                 per_p = (cpu_seconds(processor) - cpu_p) / n * 1000
                 per_e = (cpu_seconds(envoy) - cpu_e) / n * 1000
-                (sent, streams), (sent_before, streams_before) = ext_proc_messages(gateway.stats_url), messages
+                (sent, streams), (sent_before, streams_before) = ext_proc_messages(stats_url), messages
                 per_message = (sent - sent_before) / max(streams - streams_before, 1)
                 if spying is not None:
                     spying.send_signal(2)  # SIGINT: py-spy writes its output and exits
