@@ -37,7 +37,8 @@ def _positive(text: str) -> float:
 
 
 def _rate(text: str) -> float | str:
-    """Requests per second, or ``plan``: the rate the plan says the replicas serve within the model's slo."""
+    """Requests per second, or ``plan``: the rate the plan says the replicas serve within the model's slo and the
+    gateway's admission."""
     return PLAN_RATE if text == PLAN_RATE else _positive(text)
 
 
@@ -62,8 +63,8 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
         "--rate",
         type=_rate,
         metavar="R|plan",
-        help="requests per second of a generated workload; `plan`: the replicas x what one serves within the slo, "
-        "by the performance model (what the plan promises)",
+        help="requests per second of a generated workload; `plan`: the replicas x what one serves within the slo "
+        "and the gateway's admission, by the performance model (what the plan promises)",
     )
     cmd.add_argument("--ramp", action="store_true", help="raise the rate linearly from 0 to --rate over the run")
     cmd.add_argument("--duration", type=_positive, help="seconds of arrivals (a file's: only those before it)")
