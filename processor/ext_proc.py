@@ -79,6 +79,8 @@ FALLBACK_ALTERNATES = 1
 too (at lower priorities), and Envoy takes listed hosts before any other, so one alternate leaves the route's further
 retries to the fallbacks."""
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
+CPU_COUNT_SECONDS = 1.0
+"""How often a worker adds the CPU it used to ``inferplane_gateway_processor_cpu_seconds_total``."""
 
 
 class RejectError(Exception):
@@ -235,6 +237,9 @@ class Metrics:
         )
         self.errors = Counter(
             _bare(m.PROCESSOR_ERRORS_TOTAL), "Failures inside the processor.", [m.STAGE_LABEL], registry=registry
+        )
+        self.cpu_seconds = Counter(
+            _bare(m.PROCESSOR_CPU_SECONDS_TOTAL), "CPU the processor's workers have used.", registry=registry
         )
         self._routing_series(registry)
         self.routed = functools.cache(self.routing.labels)
@@ -424,6 +429,17 @@ class Processor:
             await table.refresh()  # a first view before the first request
             self._tasks.append(asyncio.ensure_future(table.run(self._replicas_lost(name))))
         self._tasks.append(asyncio.ensure_future(self.slots.heartbeat(tuple(self.tables))))
+        self._tasks.append(asyncio.ensure_future(self._count_cpu()))
+
+    async def _count_cpu(self) -> None:
+        """Add this worker's CPU to :attr:`Metrics.cpu_seconds` every :data:`CPU_COUNT_SECONDS` (once a second
+        costs a clock read and a counter update, not one per request)."""
+        counted = time.process_time()
+        while True:
+            await asyncio.sleep(CPU_COUNT_SECONDS)
+            now = time.process_time()
+            self.metrics.cpu_seconds.inc(now - counted)
+            counted = now
 
     async def aclose(self) -> None:
         """Stop the background tasks and give back the slots still being released."""

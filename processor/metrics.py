@@ -29,6 +29,10 @@ QUEUE_SECONDS: Final = f"{NAMESPACE}_queue_seconds"
 PROCESSOR_ERRORS_TOTAL: Final = f"{NAMESPACE}_processor_errors_total"
 """Counter: failures inside the processor, by ``stage`` (``redis``, ``tokenizer``, ``internal``)."""
 
+PROCESSOR_CPU_SECONDS_TOTAL: Final = f"{NAMESPACE}_processor_cpu_seconds_total"
+"""Counter: CPU (user + system) the processor's workers have used, summed over a pod's workers: over the
+requests counter, the gateway's CPU per request (the gateway dashboard; an alert when it doubles)."""
+
 ROUTING_DECISIONS_TOTAL: Final = f"{NAMESPACE}_routing_decisions_total"
 """Counter: replica picks by ``model`` and ``reason`` (one of :data:`RoutingReason`)."""
 PREFIX_TOKENS_TOTAL: Final = f"{NAMESPACE}_prefix_tokens_total"

@@ -9,7 +9,8 @@ Prometheus Operator:
 * the processor's own metrics, named once in :mod:`inferplane.processor.metrics`.
 
 Alerts (``inferplane:gateway:<namespace>:<name>`` group): the share of 5xx answers, the share of 429s per tier, any
-processor error, the admission queue's p95 wait close to the queue timeout, and the replica router's health: its
+processor error, the admission queue's p95 wait close to the queue timeout, the processor's CPU per request doubled
+against a day before, and the replica router's health: its
 estimated prefix hit ratio drifting from the engines' real one (vLLM models), no ready replica of a model that does
 not scale to zero, and per-replica slots decided without the shared slot store. The wake query is the processor's
 pending-requests gauge for one model, summed over gateway replicas: KEDA activates the model's ScaledObject when it
@@ -132,6 +133,15 @@ class GatewaySeries:
         """Slot decisions taken without the shared slot store, per second over 5m, all replicas and models."""
         return f"sum(rate({gm.SLOT_STORE_FALLBACKS_TOTAL}{{{self.pods}}}[5m]))"
 
+    def processor_cpu_per_request(self) -> str:
+        """The processor's CPU seconds per request it decided on, over 5m, all replicas and workers."""
+        cpu = f"sum(rate({gm.PROCESSOR_CPU_SECONDS_TOTAL}{{{self.pods}}}[5m]))"
+        return f"{cpu} / sum(rate({gm.REQUESTS_TOTAL}{{{self.pods}}}[5m]))"
+
+    def decided_rate(self) -> str:
+        """Requests the processor decided on, per second over 5m, all replicas."""
+        return f"sum(rate({gm.REQUESTS_TOTAL}{{{self.pods}}}[5m]))"
+
     def queue_wait_p95(self, model: str) -> str:
         """p95 of the admission wait for ``model`` over 5m, seconds."""
         buckets = f'{gm.QUEUE_SECONDS}_bucket{{{self.pods},{gm.MODEL_LABEL}="{model}"}}'
@@ -187,6 +197,7 @@ def gateway_rule_group(series: GatewaySeries, config: ProcessorConfig) -> RuleGr
         *_prefix_routing_rules(series, config),
         *_no_ready_replica_alerts(series, config),
         _slot_store_alert(series),
+        *_cpu_per_request_rules(series),
     ]
     return RuleGroup(name=f"inferplane:gateway:{series.namespace}:{series.name}", rules=tuple(rules))
 
@@ -255,6 +266,40 @@ def _throttling_rules(series: GatewaySeries, config: ProcessorConfig) -> list[Re
             )
         )
     return rules
+
+
+PROCESSOR_CPU_PER_REQUEST = record_name("gateway_processor_cpu_per_request", "rate5m")
+"""Recorded per gateway: the processor's CPU seconds per request it decided on."""
+CPU_PER_REQUEST_GROWTH_ALERT = 2.0
+"""The processor's CPU per request at least this many times its value a day before, for :data:`CPU_ALERT_FOR`."""
+CPU_ALERT_FOR = "30m"
+CPU_ALERT_MIN_RATE = 1.0
+"""Requests per second below which the CPU-per-request alert stays silent: with few requests, the CPU of watching
+the replicas (about 0.3 ms a replica a second a worker) dominates the quotient."""
+
+
+def _cpu_per_request_rules(series: GatewaySeries) -> list[RecordingRule | AlertingRule]:
+    """The processor's CPU per request, recorded, and the alert when it doubles against the same time a day before
+    (a release, a config or a traffic shape that makes every request dearer; issue 33's goal is ~10 ms)."""
+    labels, selector = _recorded_labels(series), _recorded_selector(series)
+    recorded = f"{PROCESSOR_CPU_PER_REQUEST}{{{selector}}}"
+    return [
+        RecordingRule(record=PROCESSOR_CPU_PER_REQUEST, expr=series.processor_cpu_per_request(), labels=labels),
+        AlertingRule(
+            alert="InferplaneGatewayCpuPerRequestDoubled",
+            expr=f"{recorded} > {CPU_PER_REQUEST_GROWTH_ALERT:g} * ({recorded} offset 1d)"
+            f" and on() {series.decided_rate()} > {CPU_ALERT_MIN_RATE:g}",
+            for_=CPU_ALERT_FOR,
+            labels=_alert_labels(series),
+            annotations={
+                "summary": f"{series.name}: the processor's CPU per request is {CPU_PER_REQUEST_GROWTH_ALERT:g}x "
+                "yesterday's",
+                "description": "Every request costs the gateway more CPU than a day ago: a release, a config change "
+                "(tokenizers, routing, the cache) or longer prompts and outputs. Its pods need more CPU for the "
+                "same traffic; benchmarks/gateway_cpu.py shows where it goes.",
+            },
+        ),
+    ]
 
 
 def _processor_errors_alert(series: GatewaySeries) -> AlertingRule:
@@ -377,7 +422,9 @@ class ModelCost:
 def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost], *, cache: bool = False) -> Dashboard:
     """Requests, rejections by reason, tokens per tenant and on-demand cost per 1,000 tokens per model; with
     ``cache``, the response cache's panels below (``components.gateway.cache_observability``)."""
-    panels = two_column_panels([*_traffic_panels(series), *_routing_panels(series), *_cost_panels(series, costs)])
+    panels = two_column_panels(
+        [*_traffic_panels(series), *_routing_panels(series), *_cost_panels(series, costs), _cpu_panel(series)]
+    )
     if cache:
         # Starting on the row after the last one the panels above occupy.
         panels += cache_panels(series.pods, first_id=len(panels) + 1, y=((len(panels) + 1) // 2) * PANEL_HEIGHT)
@@ -386,6 +433,17 @@ def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost], *, 
         title=f"inferplane / gateway {series.name}",
         tags=("inferplane", "gateway"),
         panels=panels,
+    )
+
+
+def _cpu_panel(series: GatewaySeries) -> PanelDraft:
+    """What the gateway costs in CPU per request (issue 33's measure)."""
+    return PanelDraft(
+        "Processor CPU per request",
+        "s",
+        [(f"{PROCESSOR_CPU_PER_REQUEST}{{{_recorded_selector(series)}}}", "CPU per request")],
+        description="CPU seconds the processor's workers used per request they decided on (watching the replicas "
+        "included, which dominates at low traffic); alerted when it doubles against a day before.",
     )
 
 

@@ -12,6 +12,7 @@ from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway.observability import (
     PREFIX_HIT_RATIO_ENGINE,
     PREFIX_HIT_RATIO_ESTIMATED,
+    PROCESSOR_CPU_PER_REQUEST,
     GatewaySeries,
     ModelCost,
     gateway_dashboard,
@@ -279,6 +280,7 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
         "In flight per replica",
         "Ready replicas and admission capacity",
         "$ per 1k tokens",
+        "Processor CPU per request",
     ]
     rendered = json.loads(dashboard.to_json())
     expressions = [t["expr"] for p in rendered["panels"] for t in p["targets"]]
@@ -310,10 +312,11 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
         "short",
         "short",
     ]
-    assert expressions[-1].startswith("(49.2 * sum(kube_deployment_status_replicas_available")
+    assert expressions[-2].startswith("(49.2 * sum(kube_deployment_status_replicas_available")
+    assert expressions[-1] == f"{PROCESSOR_CPU_PER_REQUEST}{{{RECORDED}}}"
     result = check_expressions(expressions, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [p.title for p in gateway_dashboard(SERIES, {}).panels] == titles[:-1]
+    assert [p.title for p in gateway_dashboard(SERIES, {}).panels] == [*titles[:-2], titles[-1]]
 
 
 def test_a_gateway_of_many_models_gets_a_cost_query_each() -> None:
@@ -467,6 +470,40 @@ def test_the_slot_store_alert_fires_while_fallbacks_rise(tmp_path: Path) -> None
             "input_series": [_processor(fallbacks, POD_A, "30x20", model="llama-70b")],
             "alert_rule_test": [_alerts("InferplaneSlotStoreDown", "15m")],
         },
+    ]
+    result = run_rule_tests([GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_cpu_per_request_alert_fires_when_it_doubles_against_a_day_before(tmp_path: Path) -> None:
+    """2 requests a second for a day at 10 ms of processor CPU each, then 30 ms: the alert fires once the tripled
+    figure has held 30 minutes; the same traffic at a steady 10 ms, or the tripled one at 0.5 requests a second (below
+    the alert's floor, where watching the replicas dominates), never fires."""
+    day = 1440  # minutes of input at a 1m interval before the change
+
+    def cpu(per_request_s: float, requests_per_minute: float) -> str:
+        before, after = 0.010 * requests_per_minute, per_request_s * requests_per_minute
+        return f"0+{before:g}x{day} {before * day + after:g}+{after:g}x120"
+
+    def load(per_request_s: float, requests_per_second: float) -> list[dict[str, str]]:
+        per_minute = 60 * requests_per_second
+        requests = f"0+{per_minute:g}x{day + 120}"
+        return [
+            _processor(
+                gm.REQUESTS_TOTAL, POD_A, requests, model="llama-70b", tier="premium", tenant="acme", outcome="admitted"
+            ),
+            _processor(gm.PROCESSOR_CPU_SECONDS_TOTAL, POD_A, cpu(per_request_s, per_minute)),
+        ]
+
+    name = "InferplaneGatewayCpuPerRequestDoubled"
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": load(0.030, 2.0),
+            "alert_rule_test": [_alerts(name, f"{day + 20}m"), _alerts(name, f"{day + 60}m", _alert(name))],
+        },
+        {"interval": "1m", "input_series": load(0.010, 2.0), "alert_rule_test": [_alerts(name, f"{day + 60}m")]},
+        {"interval": "1m", "input_series": load(0.030, 0.5), "alert_rule_test": [_alerts(name, f"{day + 60}m")]},
     ]
     result = run_rule_tests([GROUP], tests, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from inferplane.processor import ext_proc
 from inferplane.processor import metrics as gm
 from inferplane.processor.admission import ModelGate
 from inferplane.processor.config import (
@@ -541,8 +543,38 @@ def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
         gm.READY_ENDPOINTS,
         gm.ADMISSION_CAPACITY,
         gm.SLOT_STORE_FALLBACKS_TOTAL.removesuffix("_total"),
+        gm.PROCESSOR_CPU_SECONDS_TOTAL.removesuffix("_total"),
     }
     assert names == exposed
+
+
+def test_a_worker_counts_the_cpu_it_used(tokenizer_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a worker burns between two counts reaches ``processor_cpu_seconds_total``, to the clock's resolution."""
+    monkeypatch.setattr(ext_proc, "CPU_COUNT_SECONDS", 0.05)
+    registry = CollectorRegistry()
+    processor = Processor(_config(tokenizer_file), None, registry)
+
+    def counted() -> float:
+        return registry.get_sample_value(gm.PROCESSOR_CPU_SECONDS_TOTAL) or 0.0
+
+    async def burn() -> tuple[float, float]:
+        task = asyncio.ensure_future(processor._count_cpu())  # the loop start() runs
+        await asyncio.sleep(0.06)
+        before, started = counted(), time.process_time()
+        while time.process_time() - started < 0.3:  # CPU, not a sleep: the count is of CPU
+            sum(range(10_000))
+        used = time.process_time() - started
+        while counted() < before + used * 0.9:  # the next count reports it
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return counted() - before, used
+
+    loop = asyncio.new_event_loop()
+    try:
+        reported, used = loop.run_until_complete(asyncio.wait_for(burn(), 10))
+    finally:
+        loop.close()
+    assert used * 0.9 <= reported <= used + 0.2
 
 
 def test_the_redis_url_is_read_from_its_file_before_the_environment(

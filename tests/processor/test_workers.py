@@ -205,11 +205,23 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     metrics = urllib.request.urlopen(gateway.metrics_url, timeout=5).read().decode()
     admitted = re.search(rf'^{gm.REQUESTS_TOTAL}\{{[^}}]*outcome="admitted"[^}}]*\}} (\S+)$', metrics, re.M)
     assert admitted is not None and float(admitted.group(1)) == 40  # one endpoint, the workers' sum
+    # The workers' CPU, summed into one series, counted once a second (the run may have begun within the first).
+    deadline = time.monotonic() + 10
+    while (cpu := _cpu_seconds(gateway)) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cpu > 0
     # A slot is given back when Envoy closes the request's ext_proc stream, just after the client has its answer.
     deadline = time.monotonic() + 10
     while (inflight := _inflight(gateway)) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert inflight == 0  # the live workers' sum: every slot came back
+
+
+def _cpu_seconds(gateway: Gateway) -> float:
+    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=5).read().decode()
+    found = re.search(rf"^{gm.PROCESSOR_CPU_SECONDS_TOTAL} (\S+)$", metrics, re.M)
+    assert found is not None, "the series is exposed from the start"
+    return float(found.group(1))
 
 
 def _inflight(gateway: Gateway) -> float | None:
