@@ -499,7 +499,8 @@ def _processor_cluster(config: ProcessorConfig) -> dict[str, Any]:
     return {**_static_cluster(PROCESSOR_CLUSTER, config.listen_host, *ports, http2=True), "lb_policy": "LEAST_REQUEST"}
 
 
-def _model_cluster_name(model: str) -> str:
+def model_cluster_name(model: str) -> str:
+    """The Envoy cluster of ``model``'s own replicas (its statistics carry it as ``envoy_cluster_name``)."""
     return f"model-{model}"
 
 
@@ -624,7 +625,7 @@ def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[st
 
     clusters = []
     for model in config.models:
-        clusters.append({**_replica_cluster(_model_cluster_name(model.name), [model]), **_guards(ceiling(model))})
+        clusters.append({**_replica_cluster(model_cluster_name(model.name), [model]), **_guards(ceiling(model))})
         fallbacks = [by_name[f] for f in _fallbacks(model.name, config.tiers)]
         if fallbacks:
             tiers = [model, *fallbacks]
@@ -643,7 +644,7 @@ def _is_ip(host: str) -> bool:
 
 def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> dict[str, Any]:
     fallbacks = _fallbacks(model.name, config.tiers)
-    target = _route_cluster_name(model.name) if fallbacks else _model_cluster_name(model.name)
+    target = _route_cluster_name(model.name) if fallbacks else model_cluster_name(model.name)
     action: dict[str, Any] = {
         "cluster": target,
         "timeout": _duration(spec.gateway.request_timeout_seconds),

@@ -246,9 +246,23 @@ def _running(platform: Platform, server: str) -> float:
     return sum(v for k, v in samples.items() if k.startswith("vllm:num_requests_running"))
 
 
+def _retries(platform: Platform, model: str) -> float:
+    """Envoy's retries to ``model``'s cluster, summed over both gateways (``upstream_rq_retry``)."""
+    cluster = f'envoy_cluster_name="{gc.model_cluster_name(model)}"'
+    counts = [
+        value
+        for gateway in (platform.a, platform.b)
+        for key, value in scrape(gateway.stats_url).items()
+        if key.startswith("envoy_cluster_upstream_rq_retry{") and cluster in key
+    ]
+    assert len(counts) == 2, "each gateway's Envoy counts the cluster's retries"
+    return sum(counts)
+
+
 def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     cap = 4  # max_num_seqs x the one ready replica, shared by both gateway replicas through Redis
     client = platform.client("team-a")
+    retries_before = _retries(platform, "beta")
     peak = 0
     samples = 0
     done = threading.Event()
@@ -289,7 +303,11 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     elapsed = time.monotonic() - started
     # The watch kept sampling through the run, so the peak means something.
     assert samples >= 5, f"{samples} samples over {elapsed:.2f} s, peak {peak}, statuses {statuses}"
-    assert 1 <= peak <= cap
+    # A try Envoy retries (a connection reset under it) holds no slot where it lands, and the engine may still run
+    # the first try until it sees the reset: the one way past the cap the gateway leaves open (docs/gateway.md,
+    # "a retry holds no slot where it lands"). Anything beyond the retries counted is a fault.
+    retried = _retries(platform, "beta") - retries_before
+    assert 1 <= peak <= cap + retried, f"peak {peak} with {retried:g} retries"
     assert statuses.count(200) >= cap and statuses.count(429) >= 1
     assert _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") == statuses.count(429)
 

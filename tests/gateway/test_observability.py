@@ -479,31 +479,39 @@ def test_the_cpu_per_request_alert_fires_when_it_doubles_against_a_day_before(tm
     """2 requests a second for a day at 10 ms of processor CPU each, then 30 ms: the alert fires once the tripled
     figure has held 30 minutes; the same traffic at a steady 10 ms, or the tripled one at 0.5 requests a second (below
     the alert's floor, where watching the replicas dominates), never fires."""
-    day = 1440  # minutes of input at a 1m interval before the change
+    step, day = 2, 720  # a sample every 2 minutes (promtool evaluates every rule at each); a day of them
 
-    def cpu(per_request_s: float, requests_per_minute: float) -> str:
-        before, after = 0.010 * requests_per_minute, per_request_s * requests_per_minute
-        return f"0+{before:g}x{day} {before * day + after:g}+{after:g}x120"
+    def cpu(per_request_s: float, requests_per_step: float) -> str:
+        before, after = 0.010 * requests_per_step, per_request_s * requests_per_step
+        return f"0+{before:g}x{day} {before * day + after:g}+{after:g}x60"
 
     def load(per_request_s: float, requests_per_second: float) -> list[dict[str, str]]:
-        per_minute = 60 * requests_per_second
-        requests = f"0+{per_minute:g}x{day + 120}"
+        per_step = 60 * step * requests_per_second
+        requests = f"0+{per_step:g}x{day + 60}"
         return [
             _processor(
                 gm.REQUESTS_TOTAL, POD_A, requests, model="llama-70b", tier="premium", tenant="acme", outcome="admitted"
             ),
-            _processor(gm.PROCESSOR_CPU_SECONDS_TOTAL, POD_A, cpu(per_request_s, per_minute)),
+            _processor(gm.PROCESSOR_CPU_SECONDS_TOTAL, POD_A, cpu(per_request_s, per_step)),
         ]
 
-    name = "InferplaneGatewayCpuPerRequestDoubled"
+    name, minutes = "InferplaneGatewayCpuPerRequestDoubled", day * step
     tests = [
         {
-            "interval": "1m",
+            "interval": f"{step}m",
             "input_series": load(0.030, 2.0),
-            "alert_rule_test": [_alerts(name, f"{day + 20}m"), _alerts(name, f"{day + 60}m", _alert(name))],
+            "alert_rule_test": [_alerts(name, f"{minutes + 20}m"), _alerts(name, f"{minutes + 60}m", _alert(name))],
         },
-        {"interval": "1m", "input_series": load(0.010, 2.0), "alert_rule_test": [_alerts(name, f"{day + 60}m")]},
-        {"interval": "1m", "input_series": load(0.030, 0.5), "alert_rule_test": [_alerts(name, f"{day + 60}m")]},
+        {
+            "interval": f"{step}m",
+            "input_series": load(0.010, 2.0),
+            "alert_rule_test": [_alerts(name, f"{minutes + 60}m")],
+        },
+        {
+            "interval": f"{step}m",
+            "input_series": load(0.030, 0.5),
+            "alert_rule_test": [_alerts(name, f"{minutes + 60}m")],
+        },
     ]
     result = run_rule_tests([GROUP], tests, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
