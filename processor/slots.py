@@ -285,10 +285,22 @@ class SlotStore:
             self._rehold.add(model)
 
     def _from_share(self, model: str, ranked: Sequence[str], fallback_cap: int) -> Slot | None:
+        """With the store down: a free slot this processor still leases (the store counts it for no one else), else
+        one of its share, where what it holds on the replica, leased or not, is within the share. The share alone
+        let a processor whose requests held all its leases on a replica take one more there (vLLM ran 5 where the
+        cap is 4 on a loaded machine: tests/e2e/test_gateway_e2e.py::test_inflight_cap_holds_at_vllm)."""
         if self._lease_script is not None:
             self._on_fallback(model)
+        leases = self._leases.get(model, {})
         for endpoint in ranked:
-            if self._local.get((model, endpoint), 0) < fallback_cap:
+            lease = leases.get(endpoint)
+            if lease is not None and lease.free > 0:
+                lease.take()
+                return Slot(endpoint, True)
+        for endpoint in ranked:
+            lease = leases.get(endpoint)
+            held = self._local.get((model, endpoint), 0) + (lease.used if lease is not None else 0)
+            if held < fallback_cap:
                 self._local[(model, endpoint)] = self._local.get((model, endpoint), 0) + 1
                 return Slot(endpoint, False)
         return None

@@ -307,7 +307,13 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     # the first try until it sees the reset: the one way past the cap the gateway leaves open (docs/gateway.md,
     # "a retry holds no slot where it lands"). Anything beyond the retries counted is a fault.
     retried = _retries(platform, "beta") - retries_before
-    assert 1 <= peak <= cap + retried, f"peak {peak} with {retried:g} retries"
+    fallbacks = sum(
+        value
+        for gateway in (platform.a, platform.b)
+        for key, value in scrape(gateway.metrics_url).items()
+        if key.startswith(gm.SLOT_STORE_FALLBACKS_TOTAL)
+    )
+    assert 1 <= peak <= cap + retried, f"peak {peak} with {retried:g} retries, {fallbacks:g} slot-store fallbacks"
     assert statuses.count(200) >= cap and statuses.count(429) >= 1
     assert _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") == statuses.count(429)
 

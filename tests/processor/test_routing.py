@@ -305,6 +305,34 @@ def test_a_processor_back_after_its_lease_lapsed_writes_back_what_it_holds(redis
     asyncio.run(run())
 
 
+def test_with_the_store_down_what_a_processor_holds_counts_against_its_share(tmp_path: Path) -> None:
+    """A processor whose requests hold both its leased slots on a replica (cap 2) must not take a share slot there
+    once the store stops answering (its share is 1): that ran vLLM one past its cap. A leased slot freed meanwhile
+    is still its own, counted by the store for no one else, so it is used first."""
+    failures: list[str] = []
+
+    async def run(server: RedisServer) -> None:
+        redis = Redis(port=server.port)
+        store = SlotStore(redis, "q:", failures.append, processor="p", timeout_seconds=0.05, clock=lambda: 0.0)
+        held = [await store.acquire("m", ["a:1"], 2, 1) for _ in range(2)]
+        assert [_where(s) for s in held] == [("a:1", True)] * 2
+        server.pause()
+        try:
+            # Two failures are a blip (no slot this time); the third turns to the share, and both leases are used.
+            assert [await store.acquire("m", ["a:1"], 2, 1) for _ in range(3)] == [None, None, None]
+            assert failures == ["m"]
+            assert held[0] is not None
+            store.release("m", held[0])
+            assert _where(await store.acquire("m", ["a:1"], 2, 1)) == ("a:1", True)  # its own free lease
+            assert await store.acquire("m", ["a:1"], 2, 1) is None
+        finally:
+            server.resume()
+        await redis.aclose()
+
+    with redis_server(tmp_path) as server:
+        asyncio.run(run(server))
+
+
 def test_without_redis_each_processor_keeps_to_its_share() -> None:
     async def run() -> None:
         failures: list[str] = []
