@@ -83,9 +83,6 @@ wanders above the mean. On the simulated fleet at a mean share of 5.0%, ITL p95 
 prod's llama-70b (decode step 21 ms, chunked step 95 ms) and 33.7 and 45.3 ms of prod's Triton 8B (17 and 47 ms):
 a coin toss on a 60 ms and a 40 ms objective; at 4.6%, 27 ms (docs/simulate.md)."""
 
-_LARGEST_RATIO = 1e300
-"""Beyond this a sum of queue weights is treated as infinite (a float overflows past about 1.8e308)."""
-
 
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 """TensorRT-LLM's ``max_num_tokens`` by default (``BuildConfig`` in ``tensorrt_llm/builder.py``,
@@ -309,18 +306,12 @@ class Latency:
         if rate <= 0:
             return 0.0
         mu = 1 / self.service_seconds
-        offered = rate * self.service_seconds
-        # F / w_c = sum of w_k / w_c over k < c, from k = c - 1 down: each term is the last times k / a (w_k / w_c
-        # itself overflows for a batch of hundreds). Terms that shrink below the sum's precision end it; a sum past
-        # any float means a free slot is all but certain.
-        free, term = 0.0, 1.0
-        for k in range(c, 0, -1):
-            term *= k / offered
-            free += term
-            if free > _LARGEST_RATIO:
-                return 0.0
-            if term < free * 1e-17:
-                break
+        # F / w_c from Erlang B, w_c / (F + w_c), whose recursion neither overflows nor underflows for a batch of
+        # hundreds (w_k itself does). A blocking probability that rounds to 0: a free slot is all but certain.
+        blocking = _erlang_b(c, rate * self.service_seconds)
+        if blocking <= 0:
+            return 0.0
+        free = 1 / blocking - 1
         delta = c * mu - rate
         if delta >= 0:
             late = math.exp(-delta * timeout_seconds)
@@ -492,11 +483,18 @@ def single_stream_itl_ms(replica: Replica, workload: Workload) -> float:
     return step_time(replica, 1, 0, mean_context, workload.input_tokens).seconds * 1000
 
 
-def _erlang_c(servers: int, offered: float) -> float:
-    """Probability that an arrival waits in an M/M/c queue (``offered`` = arrival rate x service time < c)."""
+def _erlang_b(servers: int, offered: float) -> float:
+    """Probability that an arrival finds every server busy in an M/M/c queue with no waiting room (Erlang B), by
+    its recursion over the servers: ``w_c / sum(w_k, k <= c)`` with ``w_k = offered^k / k!``, any load."""
     blocking = 1.0
     for k in range(1, servers + 1):
         blocking = offered * blocking / (k + offered * blocking)
+    return blocking
+
+
+def _erlang_c(servers: int, offered: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue (``offered`` = arrival rate x service time < c)."""
+    blocking = _erlang_b(servers, offered)
     return servers * blocking / (servers - offered * (1 - blocking))
 
 
