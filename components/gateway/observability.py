@@ -133,14 +133,13 @@ class GatewaySeries:
         """Slot decisions taken without the shared slot store, per second over 5m, all replicas and models."""
         return f"sum(rate({gm.SLOT_STORE_FALLBACKS_TOTAL}{{{self.pods}}}[5m]))"
 
-    def processor_cpu_per_request(self) -> str:
-        """The processor's CPU seconds per request it decided on, over 5m, all replicas and workers."""
-        cpu = f"sum(rate({gm.PROCESSOR_CPU_SECONDS_TOTAL}{{{self.pods}}}[5m]))"
-        return f"{cpu} / sum(rate({gm.REQUESTS_TOTAL}{{{self.pods}}}[5m]))"
-
     def decided_rate(self) -> str:
         """Requests the processor decided on, per second over 5m, all replicas."""
         return f"sum(rate({gm.REQUESTS_TOTAL}{{{self.pods}}}[5m]))"
+
+    def processor_cpu_per_request(self) -> str:
+        """The processor's CPU seconds per request it decided on, over 5m, all replicas and workers."""
+        return f"sum(rate({gm.PROCESSOR_CPU_SECONDS_TOTAL}{{{self.pods}}}[5m])) / {self.decided_rate()}"
 
     def queue_wait_p95(self, model: str) -> str:
         """p95 of the admission wait for ``model`` over 5m, seconds."""
