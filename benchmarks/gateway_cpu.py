@@ -121,9 +121,19 @@ def _metrics_text() -> bytes:
 METRICS = _metrics_text()
 
 
-def _chunk(payload: dict[str, Any]) -> bytes:
-    data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+def _whole(body: bytes, content_type: str = "application/json") -> bytes:
+    """A 200 response carrying ``body`` at once."""
+    return f"HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body
+
+
+def _framed(data: bytes) -> bytes:
+    """``data`` as one HTTP/1.1 chunk."""
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def _chunk(payload: dict[str, Any]) -> bytes:
+    """One server-sent event of ``payload``, as one HTTP chunk."""
+    return _framed(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
 
 
 async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -132,13 +142,11 @@ async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             head, raw = await read_http_request(reader)
             path = head.split(b" ", 2)[1]
             if path == b"/metrics":
-                head_out = b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(METRICS)).encode() + b"\r\n\r\n"
-                writer.write(head_out + METRICS)
+                writer.write(_whole(METRICS, "text/plain; version=0.0.4"))
                 await writer.drain()
                 continue
             if path in (b"/health", b"/v1/models") or not raw:
-                body = b'{"status":"ok"}'
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                writer.write(_whole(b'{"status":"ok"}'))
                 await writer.drain()
                 continue
             request = json.loads(raw)
@@ -155,12 +163,7 @@ async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                         "usage": usage,
                     }
                 ).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                    + str(len(answer)).encode()
-                    + b"\r\n\r\n"
-                    + answer
-                )
+                writer.write(_whole(answer))
                 await writer.drain()
                 continue
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -172,8 +175,7 @@ async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                     await writer.drain()  # chunks leave as an engine's do, a few at a time
             if (request.get("stream_options") or {}).get("include_usage"):
                 writer.write(_chunk({**base, "choices": [], "usage": usage}))
-            done = b"data: [DONE]\n\n"
-            writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+            writer.write(_framed(b"data: [DONE]\n\n") + b"0\r\n\r\n")  # and the last, empty chunk
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
