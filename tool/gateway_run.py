@@ -96,9 +96,13 @@ READY_SECONDS = {"redis": 20.0, "processor": 120.0, "envoy": 60.0}
 gRPC, the tokenizers and the cache's embedder first (slow on a busy laptop)."""
 STOP_SECONDS = 15.0
 """How long a stopped part may take to exit after SIGTERM before it gets SIGKILL."""
-_LOCAL_PORTS = range(20000, 32000)
+LOCAL_PORTS = range(20000, 32000)
 """Ports for the parts the user does not choose: below Linux's ephemeral range (32768-60999 by default), which
 every outgoing connection draws from (``tests/gateway_support.py`` explains the clash it avoids)."""
+LOCAL_PORTS_ENV = "INFERPLANE_LOCAL_PORTS"
+"""Narrows :data:`LOCAL_PORTS` to ``FIRST-LAST`` (inclusive): for a machine where that range holds other services,
+and for runs side by side (the test suite gives each of its processes a range of its own, so a port one picks free
+is never bound meanwhile by a server another started)."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -472,7 +476,9 @@ def plan_run(args: argparse.Namespace, environ: Mapping[str, str]) -> RunPlan:
 
 
 def _check_runtime(args: argparse.Namespace, redis_url: str | None) -> None:
-    """What only a real run needs: the processor's imports, a Redis, and a free API port."""
+    """What only a real run needs: the processor's imports, a Redis, a free API port and a range to pick the others
+    from."""
+    local_ports()
     missing = missing_processor_modules()
     if missing:
         raise GatewayRunError(
@@ -497,15 +503,33 @@ def _bindable(port: int) -> bool:
         return True
 
 
+def local_ports() -> range:
+    """:data:`LOCAL_PORTS`, or the range :data:`LOCAL_PORTS_ENV` names (refused, naming it, when malformed)."""
+    text = os.environ.get(LOCAL_PORTS_ENV, "").strip()
+    if not text:
+        return LOCAL_PORTS
+    found = re.fullmatch(r"(\d+)-(\d+)", text)
+    first, last = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+    if not 1024 <= first < last <= 65535:
+        raise GatewayRunError(
+            f"{LOCAL_PORTS_ENV}={text!r}: expected FIRST-LAST, two ports with 1024 <= FIRST < LAST <= 65535 "
+            f"(unset, the range is {LOCAL_PORTS.start}-{LOCAL_PORTS.stop - 1})",
+            EXIT_INVALID,
+        )
+    return range(first, last + 1)
+
+
 def pick_ports(count: int, taken: set[int]) -> int:
-    """The first of ``count`` consecutive ports that are free now and not in ``taken`` (which they join)."""
+    """The first of ``count`` consecutive ports of :func:`local_ports` that are free now and not in ``taken`` (which
+    they join)."""
+    ports = local_ports()
     rng = secrets.SystemRandom()
-    for first in rng.sample(_LOCAL_PORTS, 400):
+    for first in rng.sample(ports, min(400, len(ports))):
         block = range(first, first + count)
-        if block[-1] in _LOCAL_PORTS and not taken.intersection(block) and all(_bindable(p) for p in block):
+        if block[-1] in ports and not taken.intersection(block) and all(_bindable(p) for p in block):
             taken.update(block)
             return first
-    raise GatewayRunError(f"no {count} free consecutive ports in {_LOCAL_PORTS}", EXIT_FAILED)
+    raise GatewayRunError(f"no {count} free consecutive ports in {ports.start}-{ports.stop - 1}", EXIT_FAILED)
 
 
 # --- a run's files --------------------------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ from inferplane.components.gateway import renderer as gc
 from inferplane.processor import metrics as gm
 from inferplane.processor.config import ProcessorConfig
 from tests.fleet import FLEET_GROUP
-from tests.gateway_support import Gateway, Procs, free_port, gateway_addresses, scrape, start_gateway, start_redis
+from tests.gateway_support import Gateway, Procs, gateway_addresses, scrape, start_gateway, start_redis
+from tests.ports import free_port
 from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
 
 # In the fleet's group (tests/fleet.py), though it uses none of it: its hold is timed against Envoy's wait for the

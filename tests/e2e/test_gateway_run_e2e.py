@@ -27,7 +27,7 @@ from inferplane.tool.exitcodes import EXIT_OK
 from inferplane.tool.stackfile import load_stack
 from tests.envoy import envoy_binary
 from tests.fleet import Fleet, FleetServer, check_fits
-from tests.gateway_support import free_port
+from tests.ports import free_port
 from tests.tiny_model import words
 from tests.tool.test_gateway_run import GatewayRun, tiny_stack, write_project, write_tokenizers
 

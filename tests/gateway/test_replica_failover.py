@@ -31,7 +31,8 @@ from inferplane.processor.endpoints import Endpoint
 from inferplane.processor.ext_proc import Placement
 from inferplane.processor.slots import Slot
 from tests.envoy import envoy_binary
-from tests.gateway_support import Procs, free_port, gateway_addresses, scrape, wait_http
+from tests.gateway_support import Procs, gateway_addresses, scrape, wait_http
+from tests.ports import free_port
 from tests.tiny_model import tiny_platform
 
 MODEL = "delta"

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from inferplane.processor import budgets as b
 from inferplane.processor.ext_proc import connect_redis
-from tests.gateway_support import free_port
+from tests.ports import free_port
 
 EXAMPLES = itertools.count()
 """Each hypothesis example's own key prefix (the examples share one Redis and one window)."""

@@ -21,7 +21,7 @@ from inferplane.processor.cache.metrics import CacheMetrics
 from inferplane.processor.cache.request import Bypass
 from inferplane.processor.cache.sse import SSE_CONTENT_TYPE, assemble, events
 from inferplane.processor.cache.store import ResponseCache, connect
-from tests.gateway_support import free_port
+from tests.ports import free_port
 from tests.processor.test_cache_rules import completion
 from tests.redis_server import RedisServer, redis_server
 

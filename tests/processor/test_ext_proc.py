@@ -28,7 +28,8 @@ from inferplane.processor.config import (
     TierConfig,
 )
 from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Processor, connect_redis
-from tests.gateway_support import free_port, model_config, routing_config, vllm_load
+from tests.gateway_support import model_config, routing_config, vllm_load
+from tests.ports import free_port
 from tests.tiny_model import build_tokenizer, words
 
 OVERHEAD = 8

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from inferplane.processor.config import ProcessorConfig
 from inferplane.processor.ext_proc import Processor
 from inferplane.processor.metrics import PROCESSOR_ERRORS_TOTAL, STAGE_LABEL
-from tests.gateway_support import free_port
+from tests.ports import free_port
 from tests.processor.test_ext_proc import _config as base_config
 from tests.redis_server import redis_server
 

@@ -26,7 +26,8 @@ from inferplane.processor.ext_proc import connect_redis
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, home_block, rendezvous, token_blocks
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
-from tests.gateway_support import free_port, model_config, routing_config
+from tests.gateway_support import model_config, routing_config
+from tests.ports import free_port
 from tests.redis_server import RedisServer, redis_server
 
 BLOCK = 16

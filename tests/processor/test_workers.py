@@ -31,16 +31,8 @@ from inferplane.components.gateway import renderer as gc
 from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor import metrics as gm
 from inferplane.processor.config import ProcessorConfig
-from tests.gateway_support import (
-    Gateway,
-    Procs,
-    free_port,
-    free_ports,
-    gateway_addresses,
-    read_http_request,
-    start_gateway,
-    start_redis,
-)
+from tests.gateway_support import Gateway, Procs, gateway_addresses, read_http_request, start_gateway, start_redis
+from tests.ports import free_port, free_ports
 from tests.processor.test_cache_rules import completion
 from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
 

@@ -37,7 +37,7 @@ from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_R
 from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
-from tests.gateway_support import free_port
+from tests.ports import free_port
 from tests.redis_server import redis_server
 from tests.tiny_model import ARCHITECTURE, write_model
 
@@ -356,6 +356,39 @@ def test_a_port_in_use_exits_2(
     )
     assert os.listdir(private_tmp) == []
     assert _children() - children_before == set()
+
+
+@pytest.mark.parametrize("text", ["20000", "30000-20000", "80-2000", "20000-70000", "a-b", "20000-20000"])
+def test_a_malformed_local_port_range_exits_2_naming_the_variable(
+    text: str,
+    *,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_envoy: Path,
+    private_tmp: Path,
+    children_before: set[int],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(gr.LOCAL_PORTS_ENV, text)
+    code, out, err = run(["--stack", "dev", "--port", str(free_port()), "--envoy", str(fake_envoy)], capsys)
+    assert (code, out) == (EXIT_INVALID, "")
+    assert err == (
+        f"inferplane gateway run: INFERPLANE_LOCAL_PORTS={text!r}: expected FIRST-LAST, two ports with "
+        "1024 <= FIRST < LAST <= 65535 (unset, the range is 20000-31999)\n"
+    )
+    assert os.listdir(private_tmp) == []
+    assert _children() - children_before == set()
+
+
+def test_ports_are_picked_from_the_range_the_variable_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(gr.LOCAL_PORTS_ENV, raising=False)
+    assert gr.local_ports() == range(20000, 32000)
+    first = free_port()
+    monkeypatch.setenv(gr.LOCAL_PORTS_ENV, f"{first}-{first + 2}")
+    taken: set[int] = set()
+    assert gr.pick_ports(3, taken) == first  # the only block of three in the range
+    assert taken == {first, first + 1, first + 2}
+    with pytest.raises(gr.GatewayRunError, match=rf"no 1 free consecutive ports in {first}-{first + 2}"):
+        gr.pick_ports(1, taken)
 
 
 def test_a_free_port_passes_the_same_check() -> None:

@@ -331,6 +331,7 @@ def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> Sim
             EXIT_FAILED,
         )
     gr.local_redis_binaries()
+    gr.local_ports()  # a malformed range is refused before anything starts
     return SimulationPlan(
         stack=args.stack,
         display_file=stack.display_file,

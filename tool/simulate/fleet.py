@@ -37,7 +37,7 @@ from inferplane.components.spec.platform_spec import Engine, ModelDeploymentSpec
 from inferplane.processor.config import MetricSelector
 from inferplane.processor.endpoints import parse_samples
 from inferplane.tool.exitcodes import EXIT_FAILED
-from inferplane.tool.gateway_run import GatewayRunError, Processes
+from inferplane.tool.gateway_run import GatewayRunError, Processes, local_ports
 from inferplane.tool.simulate.join import Route
 
 SIMULATOR_ENV = "INFERPLANE_SIMULATOR_PYTHON"
@@ -241,14 +241,15 @@ def _bindable(host: str, port: int) -> bool:
 
 
 def free_ports(host: str, count: int, taken: set[int]) -> list[int]:
-    """``count`` ports free on ``host`` now and not in ``taken`` (which they join): below Linux's ephemeral range,
-    as the gateway's own (:data:`inferplane.tool.gateway_run._LOCAL_PORTS`)."""
+    """``count`` ports free on ``host`` now and not in ``taken`` (which they join), from the gateway's own range
+    (:func:`inferplane.tool.gateway_run.local_ports`)."""
+    ports = local_ports()
     found: list[int] = []
     with socket.socket() as probe:  # a port the kernel hands out, as a start for a sequential scan
         probe.bind((host, 0))
-        start = 20000 + probe.getsockname()[1] % 12000
-    for offset in range(12000):
-        port = 20000 + (start - 20000 + offset) % 12000
+        start = probe.getsockname()[1] % len(ports)
+    for offset in range(len(ports)):
+        port = ports[(start + offset) % len(ports)]
         if port not in taken and _bindable(host, port):
             found.append(port)
             taken.add(port)
