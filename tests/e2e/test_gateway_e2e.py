@@ -259,22 +259,69 @@ def _retries(platform: Platform, model: str) -> float:
     return sum(counts)
 
 
+def _most_at_once(log: str) -> tuple[int, int]:
+    """What one vLLM server held at once in ``log`` (the most, and what it still held at the end): its API server logs
+    each request as it hands it to the engine ("Received request") and as the engine's last output comes back
+    ("Generated response"), in order, so the sweep bounds from above what the engine ran together."""
+    held = most = 0
+    for line in log.splitlines():
+        if "Received request " in line:
+            held += 1
+            most = max(most, held)
+        elif "Generated response " in line or "Aborted request " in line:
+            held -= 1
+    return most, held
+
+
+def _gateway_inflight(platform: Platform, model: str) -> float:
+    """Requests both gateways' processors hold in flight on ``model``'s replicas (their per-replica gauge)."""
+    return sum(
+        value
+        for gateway in (platform.a, platform.b)
+        for key, value in scrape(gateway.metrics_url, BUSY_SCRAPE_TIMEOUT_S).items()
+        if key.startswith(gm.ENDPOINT_INFLIGHT) and f'model="{model}"' in key
+    )
+
+
+def _wait_idle(platform: Platform, server: str, timeout: float = 60.0) -> None:
+    """Wait until ``server``'s engine runs and queues nothing (an earlier test's request would count in the peak)."""
+    deadline = time.monotonic() + timeout
+    url = f"http://127.0.0.1:{platform.fleet[server].port}/metrics"
+    while True:
+        samples = scrape(url, BUSY_SCRAPE_TIMEOUT_S)
+        busy = sum(
+            v for k, v in samples.items() if k.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))
+        )
+        if busy == 0:
+            return
+        assert time.monotonic() < deadline, f"{server} still has {busy:g} requests after {timeout:.0f} s"
+        time.sleep(0.2)
+
+
 def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     cap = 4  # max_num_seqs x the one ready replica, shared by both gateway replicas through Redis
     client = platform.client("team-a")
+    _wait_idle(platform, "vllm-beta")
     retries_before = _retries(platform, "beta")
-    peak = 0
+    rejections_before = _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta")
+    server = platform.fleet["vllm-beta"]
+    log_before = len(server.log())
+    peak = gateway_peak = 0
     samples = 0
+    trace: list[tuple[float, int, int]] = []  # (s, engine's running, gateways' in flight) where over the cap
     done = threading.Event()
 
     def watch() -> None:
-        nonlocal peak, samples
+        nonlocal peak, samples, gateway_peak
         while not done.is_set():
             try:
                 running = int(_running(platform, "vllm-beta"))
+                held = int(_gateway_inflight(platform, "beta"))
             except OSError:  # a scrape that times out on a busy machine is a sample lost, not the watch
                 continue
-            peak, samples = max(peak, running), samples + 1
+            peak, samples, gateway_peak = max(peak, running), samples + 1, max(gateway_peak, held)
+            if running > cap:
+                trace.append((round(time.monotonic() - started, 2), running, held))
             time.sleep(0.02)
 
     def one(_: int) -> int:
@@ -286,8 +333,8 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
             return 429
         return 200
 
-    watcher = threading.Thread(target=watch)
     started = time.monotonic()
+    watcher = threading.Thread(target=watch)
     watcher.start()
     try:
         # Twice the cap and its queue at once, so some are refused however fast the engine decodes (a warm one
@@ -313,9 +360,17 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
         for key, value in scrape(gateway.metrics_url).items()
         if key.startswith(gm.SLOT_STORE_FALLBACKS_TOTAL)
     )
-    assert 1 <= peak <= cap + retried, f"peak {peak} with {retried:g} retries, {fallbacks:g} slot-store fallbacks"
+    # Three measures, so a failure says which layer went past the cap: the engine's own gauge (sampled), its request
+    # log (every request, an upper bound) and the gateways' in-flight gauges (sampled beside the engine's).
+    logged, left = _most_at_once(server.log()[log_before:])
+    assert 1 <= peak <= cap + retried, (
+        f"engine gauge peak {peak}, its log's most at once {logged} ({left} left), gateways' in flight peak "
+        f"{gateway_peak}; {retried:g} retries, {fallbacks:g} slot-store fallbacks; over the cap at {trace}"
+    )
+    assert gateway_peak <= cap, f"the gateways held {gateway_peak} requests on the replica at once"
     assert statuses.count(200) >= cap and statuses.count(429) >= 1
-    assert _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") == statuses.count(429)
+    rejections = _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") - rejections_before
+    assert rejections == statuses.count(429)
 
 
 def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> None:
