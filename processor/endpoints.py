@@ -73,7 +73,8 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _literal(host: str) -> bool:
+def is_address_literal(host: str) -> bool:
+    """Whether ``host`` is an IP address (nothing to resolve)."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -83,6 +84,18 @@ def _literal(host: str) -> bool:
 
 def _format(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def resolve_address(host: str, port: int) -> set[str]:
+    """``ip:port`` of every address ``host`` resolves to now (a headless Service: one per ready pod); none when it does
+    not resolve (NXDOMAIN: a headless Service without ready pods). An address literal is itself."""
+    if is_address_literal(host):
+        return {_format(host, port)}
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return set()
+    return {_format(str(info[4][0]), port) for info in infos}
 
 
 def parse_samples(text: bytes, selector: MetricSelector) -> float | None:
@@ -172,18 +185,9 @@ class EndpointTable:
 
     async def resolve(self) -> set[str]:
         """Every address the model's endpoint names resolve to now (a name that does not resolve adds none)."""
-        loop = asyncio.get_running_loop()
         found: set[str] = set()
         for name in self.model.endpoints:
-            host, port = split_address(name)
-            if _literal(host):
-                found.add(_format(host, port))
-                continue
-            try:
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            except OSError:  # NXDOMAIN: a headless Service without ready pods
-                continue
-            found.update(_format(str(info[4][0]), port) for info in infos)
+            found.update(await resolve_address(*split_address(name)))
         return found
 
     def apply(self, addresses: set[str]) -> list[str]:
