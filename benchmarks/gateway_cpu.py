@@ -49,13 +49,13 @@ from tests.gateway_support import (  # noqa: E402
     Procs,
     cpu_seconds,
     ext_proc_messages,
-    free_port,
     gateway_addresses,
     read_http_request,
     start_gateway,
     start_redis,
     wait_port,
 )
+from tests.ports import free_port  # noqa: E402
 from tests.tiny_model import ARCHITECTURE, VOCAB_SIZE, tiny_platform, write_model  # noqa: E402
 
 MODEL = "bench"

@@ -59,7 +59,6 @@ from tests.gateway_support import (  # noqa: E402
     Procs,
     cpu_seconds,
     ext_proc_messages,
-    free_port,
     gateway_addresses,
     read_http_request,
     scrape,
@@ -70,6 +69,7 @@ from tests.gateway_support import (  # noqa: E402
     wait_port,
     wait_vllm,
 )
+from tests.ports import free_port  # noqa: E402
 from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model  # noqa: E402
 
 LITELLM_VENV = PROJECT / ".ci" / "cache" / "litellm-venv"

@@ -95,7 +95,6 @@ from tests.envoy import envoy_binary  # noqa: E402
 from tests.gateway_support import (  # noqa: E402
     Procs,
     cpu_seconds,
-    free_port,
     gateway_addresses,
     scrape,
     start_gateway,
@@ -105,6 +104,7 @@ from tests.gateway_support import (  # noqa: E402
     wait_port,
     wait_vllm,
 )
+from tests.ports import free_port  # noqa: E402
 from tests.tiny_model import ARCHITECTURE, build_tokenizer, tiny_platform, write_model  # noqa: E402
 
 MODEL = "bench"

@@ -97,13 +97,13 @@ from inferplane.tool.simulate import fleet as fl  # noqa: E402
 from inferplane.tool.simulate.profile import TimingProfile, write_profile  # noqa: E402
 from tests.gateway_support import (  # noqa: E402
     Procs,
-    free_port,
     gateway_addresses,
     start_gateway,
     start_redis,
     start_vllm,
     wait_vllm,
 )
+from tests.ports import free_port  # noqa: E402
 from tests.tiny_model import ARCHITECTURE, vocabulary  # noqa: E402
 
 PREFILL_TOKENS = (16, 64, 128, 256, 512, 1024, 1536)
