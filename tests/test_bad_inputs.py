@@ -416,7 +416,8 @@ CASES: tuple[Case, ...] = (
          (f"{P}.cluster.system_instance_type: m7i.large system nodes cannot run gateway pods",),
          edit=_set("cluster.system_instance_type", "m7i.large")),
     Case("system-nodes-too-few", "limits", ("size", "--stack", "prod"), EXIT_REFUSED,
-         (f"{P}.cluster.system_nodes: at the ceiling", "left without a node: gateway x4", "fix: system_nodes 3"),
+         (f"{P}.cluster.system_nodes: at the ceiling", "left without a node: gateway x4, cache-embedder x4",
+          "fix: system_nodes 4"),
          stack="prod", edit=_set("cluster.system_nodes", 2)),
     # 10. Preflight: bounded horizon, a broken endpoint in one line.
     Case("horizon-inf", "preflight", (*PREFLIGHT, "--horizon-hours", "inf"), EXIT_INVALID,
@@ -651,7 +652,8 @@ CASES: tuple[Case, ...] = (
          ("fix: fewer cache.embedder.cpus (no catalog type fits)", "nothing was evaluated"), stack="prod",
          edit=_set("cache.embedder.cpus", 16)),
     Case("embedder-replicas-beyond-system-nodes", "limits", ("size", "--stack", "prod"), EXIT_REFUSED,
-         (f"{P}.cluster.system_nodes: at the floor", "left without a node: cache-embedder x11", "fix: system_nodes 7"),
+         (f"{P}.cluster.system_nodes: at the floor", "left without a node: cache-embedder x8",
+          "fix: system_instance_type m7i.4xlarge with system_nodes 6"),
          stack="prod", edit=lambda d: _platform_of(d)["cache"]["embedder"].update(cpus=2, replicas=16)),
     # The system nodes: the EKS type and count, the GKE system pool's machine type.
     Case("system-instance-type-not-a-string", "validation", SIZE, EXIT_INVALID,

@@ -47,6 +47,9 @@ class Registration:
     inputs: Mapping[str, Any]
     id: str | None = None
     outputs: Mapping[str, Any] = field(default_factory=dict)
+    ignore_changes: tuple[str, ...] = ()
+    """Input paths the engine leaves as they are live (``ResourceOptions.ignore_changes``): what another controller
+    owns, such as an autoscaled Deployment's ``spec.replicas``."""
 
 
 def _plain(value: Any) -> Any:
@@ -96,6 +99,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 inputs=_plain(inputs),
                 id=response.id or None,
                 outputs=_plain(state),
+                ignore_changes=tuple(request.ignoreChanges),
             )
         )
         return response

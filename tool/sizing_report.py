@@ -157,8 +157,9 @@ def render_platform(console: Console, plan: PlatformSizing) -> None:
     if plan.embedder is not None:
         e = plan.embedder
         console.print(
-            f"semantic cache embedder: {e.model} served on the system nodes' CPUs, {e.replicas} pods x "
-            f"({e.cpus} CPU, {e.memory_bytes // 2**20} MiB), {e.dimensions} dimensions, start ~{e.start_seconds:.0f} s"
+            f"semantic cache embedder: {e.model} served on the system nodes' CPUs, {e.replicas}-{e.max_replicas} pods "
+            f"(autoscaled at {e.target_cpu_utilization}% CPU) x ({e.cpus} CPU, {e.memory_bytes // 2**20} MiB), "
+            f"{e.dimensions} dimensions, start ~{e.start_seconds:.0f} s"
         )
     console.print(
         f"{plan.environment}: {plan.total_gpus_max} accelerators at max scale, "

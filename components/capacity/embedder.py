@@ -26,6 +26,13 @@ also the limit (a pod over it is killed, never the node's other pods)."""
 EMBEDDER_MEMORY_STEP_BYTES = 256 * MIB
 """Requests are whole multiples of this, so they read as ``2560Mi``, not as an odd byte count."""
 
+TARGET_CPU_UTILIZATION = 70
+"""The embedder's autoscaler adds pods above this average CPU use (percent of the request). CPU is the encoder's own
+load signal (it computes on CPU and holds no queue the gateway cannot see), unlike a GPU server's, which is why the
+model servers scale on queue depth and this one on CPU. 70% leaves room for the minute a new pod takes to start
+(the catalog's measured start) while the others absorb the rise; Kubernetes' HPA then needs 10% off target before it
+acts (its default tolerance)."""
+
 FP32_BYTES = 4
 """Sentence-transformers checkpoints are float32 (the catalog's safetensors header counts)."""
 
@@ -38,7 +45,14 @@ class EmbedderSizing(BaseModel):
     model: str = Field(description="Catalog name of the embedding model (also its served model name).")
     hf_repo: str = Field(description="Hugging Face repository the pods fetch the weights from.")
     dimensions: int = Field(description="Length of the vectors it returns.")
-    replicas: int = Field(description="Pods.")
+    replicas: int = Field(description="Pods at the floor (the autoscaler's minimum).")
+    max_replicas: int = Field(
+        description="The autoscaler's ceiling: the floor times the gateway's own scale-out (the gateway's pods are "
+        "what call it, so it may grow as they do)."
+    )
+    target_cpu_utilization: int = Field(
+        description="Average CPU use, in percent of each pod's request, the autoscaler holds the pods at."
+    )
     cpus: int = Field(description="CPU cores per pod (request), also its OpenMP threads.")
     memory_bytes: int = Field(description="Memory per pod, request and limit.")
     max_model_len: int = Field(description="Longest input (``--max-model-len``): the model's trained length.")
@@ -47,10 +61,11 @@ class EmbedderSizing(BaseModel):
     timeout_ms: int = Field(description="The gateway's bound on one embedding request.")
 
 
-def size_embedder(cache: CacheSpec, *, fetch_bytes_per_second: float) -> EmbedderSizing | None:
+def size_embedder(cache: CacheSpec, *, fetch_bytes_per_second: float, gateway_scale_out: int) -> EmbedderSizing | None:
     """The served embedder ``cache`` asks for, or None when it asks for none (cache or semantic lookups off, or an
     embedder the platform does not run). ``fetch_bytes_per_second``: how fast a new pod fetches weights (sizing's
-    ``WEIGHTS_FETCH_BYTES_PER_SECOND``; this module sits below sizing, which calls it)."""
+    ``WEIGHTS_FETCH_BYTES_PER_SECOND``); ``gateway_scale_out``: the gateway autoscaler's ceiling over its floor
+    (``system_nodes.SCALE_OUT_FACTOR``). This module sits below sizing, which passes both."""
     served = cache.embedder.served_model
     if not (cache.enabled and cache.semantic) or served is None:
         return None
@@ -60,6 +75,8 @@ def size_embedder(cache: CacheSpec, *, fetch_bytes_per_second: float) -> Embedde
         hf_repo=served.hf_repo,
         dimensions=served.dimensions,
         replicas=cache.embedder.replicas,
+        max_replicas=cache.embedder.replicas * gateway_scale_out,
+        target_cpu_utilization=TARGET_CPU_UTILIZATION,
         cpus=cache.embedder.cpus,
         memory_bytes=pod_memory_bytes(served),
         max_model_len=served.max_tokens,

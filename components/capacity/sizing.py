@@ -913,7 +913,9 @@ def size_platform(spec: PlatformSpec) -> PlatformSizing:
     cost_max = _sum_or_none([p.hourly_usd_max for p in pools])
     problems += _total_breaches(spec, pools, total_gpus=total_gpus, cost_max=cost_max)
     problems += _limit_breaches(spec)
-    embedder = size_embedder(spec.cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND)
+    embedder = size_embedder(
+        spec.cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND, gateway_scale_out=SCALE_OUT_FACTOR
+    )
     prometheus = _size_prometheus(spec, deployments, pools, embedder)
     problems += [p for p in (retention_problem(m, PLATFORM_KEY) for m in prometheus) if p is not None]
     system_nodes = size_system_nodes(spec, embedder, prometheus)
@@ -953,7 +955,7 @@ def _size_prometheus(
             gateway_pods=spec.gateway.replicas * SCALE_OUT_FACTOR,
             gateway_models=sum(1 for d in deployments if cluster_of[d.name] == cluster),
             tenants=len(spec.gateway.tenants),
-            other_pods=embedder.replicas if embedder is not None and cluster in RESPONSE_CACHE_CLUSTERS else 0,
+            other_pods=embedder.max_replicas if embedder is not None and cluster in RESPONSE_CACHE_CLUSTERS else 0,
         )
         sized.append(size_prometheus(cluster, spec.observability, spec.environment, series))
     return tuple(sized)

@@ -224,7 +224,7 @@ def system_pods(
                     cpu_millicores=embedder.cpus * 1000,
                     memory_mib=embedder.memory_bytes // MIB,
                     min_replicas=embedder.replicas,
-                    max_replicas=embedder.replicas,
+                    max_replicas=embedder.max_replicas,
                 )
             )
     if prometheus is not None:

@@ -357,7 +357,9 @@ class Gateway(pulumi.ComponentResource):
                 name=name, namespace=args.namespace, labels=labels, annotations=policy_annotations(config)
             ),
             spec=_deployment_spec(args, config, account=account, mounted=mounted, selector=selector, labels=labels),
-            opts=child,
+            # KEDA owns the replica count once the ScaledObject exists; Pulumi sets only the first one (else every
+            # update, a config change's rollout among them, would reset a scaled-out gateway to its floor).
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
         )
         self.service = _service(name, args, selector, labels, child)
         # The autoscaler may always add replicas, so there is always a budget: one pod drained at a time.

@@ -3,8 +3,10 @@
 The gateway's processor embeds every cacheable prompt over the OpenAI embeddings API (``/v1/embeddings``) of this
 server, with its own bound (``cache.embedder.timeout_ms``): a slow or missing embedder costs a request its semantic
 lookup, never an error. Children, named from the component's name: a ServiceAccount without an API token, the
-Deployment on the system nodes' CPUs, its ClusterIP Service (:data:`naming.CACHE_EMBEDDER_SERVICE`, what the
-processor calls), a PodDisruptionBudget when it runs more than one pod, a PodMonitor for vLLM's ``/metrics``, and a
+Deployment on the system nodes' CPUs, its headless Service (:data:`naming.CACHE_EMBEDDER_SERVICE`, what the
+processor calls: it resolves to every ready pod and the processor balances each request over them, where a ClusterIP
+would pin each keep-alive connection to one pod), a HorizontalPodAutoscaler on CPU between the sized floor and
+ceiling, a PodDisruptionBudget when it runs more than one pod, a PodMonitor for vLLM's ``/metrics``, and a
 NetworkPolicy: only the gateway's pods reach the API, only Prometheus the metrics, and the pods may fetch their
 weights over HTTPS and nothing else. ``tests/serving/test_embedder_service.py`` checks the argument list against the
 pinned vLLM's own definitions, and the gateway's E2E runs exactly this argument list.
@@ -65,7 +67,7 @@ def embedder_args(
         "0",
         "--enforce-eager",
         "--host",
-        host,  # in a pod, its own interfaces; the Service is ClusterIP-only
+        host,  # in a pod, its own interfaces; the Service is headless and internal
         "--port",
         str(port),
         "--shutdown-timeout",
@@ -129,13 +131,19 @@ class EmbedderService(pulumi.ComponentResource):
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata=meta, automount_service_account_token=False, opts=child
         )
-        k8s.apps.v1.Deployment(
+        deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta,
             spec=_deployment_spec(args, account, selector, labels),
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=ms.rollout_timeouts(args.sizing.start_seconds)),
+            # The autoscaler owns the replica count once it exists; Pulumi sets only the first one.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=["spec.replicas"],
+                custom_timeouts=ms.rollout_timeouts(args.sizing.start_seconds),
+            ),
         )
         service = _service(name, meta, selector, child)
+        _autoscaler(name, args, meta, deployment, child)
         _availability_and_monitoring(name, args, selector, labels, child)
         _network_policy(name, args, selector, labels, child)
         self.service_name = service.metadata.name
@@ -150,15 +158,52 @@ class EmbedderService(pulumi.ComponentResource):
 def _service(
     name: str, meta: k8s.meta.v1.ObjectMetaArgs, selector: Mapping[str, str], opts: pulumi.ResourceOptions
 ) -> k8s.core.v1.Service:
-    """The ClusterIP Service the processor calls (:data:`naming.CACHE_EMBEDDER_SERVICE`)."""
+    """The headless Service the processor calls (:data:`naming.CACHE_EMBEDDER_SERVICE`): its name resolves to the
+    ready pods' addresses, over which the processor balances each request (``processor/cache/embedders.py``)."""
     return k8s.core.v1.Service(
         f"{name}-service",
         metadata=meta,
         spec=k8s.core.v1.ServiceSpecArgs(
             type="ClusterIP",
+            cluster_ip="None",
             selector=dict(selector),
             ports=[
                 k8s.core.v1.ServicePortArgs(name="http", port=CACHE_EMBEDDER_PORT, target_port="http", protocol="TCP")
+            ],
+        ),
+        opts=opts,
+    )
+
+
+def _autoscaler(
+    name: str,
+    args: EmbedderServiceArgs,
+    meta: k8s.meta.v1.ObjectMetaArgs,
+    deployment: k8s.apps.v1.Deployment,
+    opts: pulumi.ResourceOptions,
+) -> k8s.autoscaling.v2.HorizontalPodAutoscaler:
+    """Pods between the sized floor and ceiling, added above the sized CPU use. CPU is a CPU encoder's load (the
+    model servers scale on queue depth instead, through KEDA); scaling down waits Kubernetes' default five minutes."""
+    sizing = args.sizing
+    return k8s.autoscaling.v2.HorizontalPodAutoscaler(
+        f"{name}-autoscaler",
+        metadata=meta,
+        spec=k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgs(
+            scale_target_ref=k8s.autoscaling.v2.CrossVersionObjectReferenceArgs(
+                api_version="apps/v1", kind="Deployment", name=deployment.metadata.name
+            ),
+            min_replicas=sizing.replicas,
+            max_replicas=sizing.max_replicas,
+            metrics=[
+                k8s.autoscaling.v2.MetricSpecArgs(
+                    type="Resource",
+                    resource=k8s.autoscaling.v2.ResourceMetricSourceArgs(
+                        name="cpu",
+                        target=k8s.autoscaling.v2.MetricTargetArgs(
+                            type="Utilization", average_utilization=sizing.target_cpu_utilization
+                        ),
+                    ),
+                )
             ],
         ),
         opts=opts,
@@ -172,8 +217,8 @@ def _availability_and_monitoring(
     labels: Mapping[str, str],
     opts: pulumi.ResourceOptions,
 ) -> None:
-    """One pod drained at a time when there are several, and Prometheus scraping vLLM's ``/metrics``."""
-    if args.sizing.replicas > 1:
+    """One pod drained at a time when there may be several, and Prometheus scraping vLLM's ``/metrics``."""
+    if args.sizing.max_replicas > 1:
         ms.disruption_budget(f"{name}-pdb", args.namespace, selector, labels, opts)
     ms.pod_monitor(
         f"{name}-monitor",

@@ -280,12 +280,14 @@ def test_gib_constant() -> None:
 
 def test_the_served_embedder_is_sized_from_its_measured_footprint_and_only_when_served() -> None:
     served = CacheSpec(embedder={"kind": "served", "model": "all-minilm-l6-v2", "replicas": 3, "cpus": 2})
-    sizing = size_embedder(served, fetch_bytes_per_second=1e9)
+    sizing = size_embedder(served, fetch_bytes_per_second=1e9, gateway_scale_out=4)
     assert sizing == EmbedderSizing(
         model="all-minilm-l6-v2",
         hf_repo="sentence-transformers/all-MiniLM-L6-v2",
         dimensions=384,
         replicas=3,
+        max_replicas=12,  # as the gateway that calls it: four times its floor
+        target_cpu_utilization=70,
         cpus=2,
         memory_bytes=2560 * 1024**2,  # 1999 MiB measured x 1.25 = 2498.75 MiB, up to a 256 MiB step
         max_model_len=256,
@@ -293,15 +295,17 @@ def test_the_served_embedder_is_sized_from_its_measured_footprint_and_only_when_
         start_seconds=53.1,  # 53 s measured + 0.09 s for 91 MB at 1 GB/s
         timeout_ms=50,
     )
-    assert size_embedder(CacheSpec(), fetch_bytes_per_second=1e9) is None  # wordllama runs in the processor
+    assert (
+        size_embedder(CacheSpec(), fetch_bytes_per_second=1e9, gateway_scale_out=4) is None
+    )  # wordllama runs in the processor
     endpoint = {"kind": "endpoint", "url": "http://e:8000/v1", "model": "e5", "dimensions": 1024}
-    assert size_embedder(CacheSpec(embedder=endpoint), fetch_bytes_per_second=1e9) is None
+    assert size_embedder(CacheSpec(embedder=endpoint), fetch_bytes_per_second=1e9, gateway_scale_out=4) is None
     for off in ({"enabled": False}, {"semantic": False}):
-        assert size_embedder(served.model_copy(update=off), fetch_bytes_per_second=1e9) is None
+        assert size_embedder(served.model_copy(update=off), fetch_bytes_per_second=1e9, gateway_scale_out=4) is None
 
 
 def test_the_plan_carries_the_embedder_of_the_stack_that_serves_one() -> None:
     assert size_platform(stack_spec("prod")).embedder == size_embedder(
-        stack_spec("prod").cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND
+        stack_spec("prod").cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND, gateway_scale_out=4
     )
     assert size_platform(stack_spec("dev")).embedder is None

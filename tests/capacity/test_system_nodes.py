@@ -66,11 +66,11 @@ def test_prod_fits_its_system_nodes_and_counts_exactly_these_pods() -> None:
     plan = size_platform(stack_spec("prod"))
     assert plan.ok
     (eks,) = plan.system_nodes
-    assert (eks.cluster, eks.instance_type, eks.min_nodes, eks.max_nodes) == ("eks", "m7i.2xlarge", 3, 6)
+    assert (eks.cluster, eks.instance_type, eks.min_nodes, eks.max_nodes) == ("eks", "m7i.2xlarge", 4, 8)
     assert (eks.free.cpu_millicores, eks.free.memory_mib, eks.free.pods) == (7755, 29213, 55)
     assert [(p.name, p.cpu_millicores, p.memory_mib, p.min_replicas, p.max_replicas) for p in eks.pods] == [
         ("gateway", 3000, 2048, 3, 12),
-        ("cache-embedder", 1000, 2560, 2, 2),
+        ("cache-embedder", 1000, 2560, 2, 8),  # its autoscaler's ceiling: 4 x, as the gateway's
         ("prometheus", 450, 1280, 2, 2),
         ("coredns", 100, 70, 2, 2),
         ("ebs-csi-controller", 50, 192, 2, 2),
@@ -121,27 +121,27 @@ def test_a_pod_larger_than_a_node_is_refused_with_a_type_that_fits() -> None:
 def test_pods_that_fit_one_node_but_not_the_groups_maximum_are_refused_with_counts_that_fit() -> None:
     plan = size_platform(_with_cluster(stack_spec("prod"), system_nodes=2))
     assert plan.problems == (
-        "inferplane:platform.cluster.system_nodes: at the ceiling (gateway x12, cache-embedder x2, prometheus x2, "
+        "inferplane:platform.cluster.system_nodes: at the ceiling (gateway x12, cache-embedder x8, prometheus x2, "
         "coredns x2, ebs-csi-controller x2, keda-operator x1, keda-metrics-apiserver x1, keda-admission-webhooks x1) "
-        "the system pods request 39.4 CPU and 32.3 GiB, more than 4 m7i.2xlarge nodes (the group's maximum) hold: one "
+        "the system pods request 45.4 CPU and 47.3 GiB, more than 4 m7i.2xlarge nodes (the group's maximum) hold: one "
         "m7i.2xlarge node allocates 7.91 CPU and 28.6 GiB, 7.755 CPU and 28.5 GiB after its DaemonSets (aws-node, "
-        "kube-proxy, ebs-csi-node); left without a node: gateway x4; fix: system_nodes 3 or system_instance_type "
-        "m7i.4xlarge",
+        "kube-proxy, ebs-csi-node); left without a node: gateway x4, cache-embedder x4; fix: system_nodes 4 or "
+        "system_instance_type m7i.4xlarge",
     )
     # Each fix it names fits.
-    assert size_platform(_with_cluster(stack_spec("prod"), system_nodes=3)).ok
+    assert size_platform(_with_cluster(stack_spec("prod"), system_nodes=4)).ok
     assert size_platform(_with_cluster(stack_spec("prod"), system_nodes=2, system_instance_type="m7i.4xlarge")).ok
 
 
 def test_the_floor_must_fit_the_groups_minimum_without_the_autoscaler() -> None:
-    spec = _with_cluster(stack_spec("prod"), system_instance_type="m7i.xlarge", system_nodes=7)
-    assert size_platform(spec).ok  # 7 nodes of one 3-CPU gateway pod each, 14 at most
+    spec = _with_cluster(stack_spec("prod"), system_instance_type="m7i.xlarge", system_nodes=8)
+    assert size_platform(spec).ok  # 8 nodes, 16 at most
     floor = size_platform(_with_cluster(spec, system_nodes=2)).problems
     assert len(floor) == 1
     assert floor[0].startswith("inferplane:platform.cluster.system_nodes: at the floor (gateway x3, cache-embedder x2")
     assert floor[0].endswith(
-        "left without a node: gateway x1, cache-embedder x2; fix: system_nodes 7 or system_instance_type m7i.2xlarge "
-        "with system_nodes 3 or system_instance_type m7i.4xlarge"
+        "left without a node: gateway x1, cache-embedder x2; fix: system_nodes 8 or system_instance_type m7i.2xlarge "
+        "with system_nodes 4 or system_instance_type m7i.4xlarge"
     )
 
 

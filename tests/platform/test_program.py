@@ -136,3 +136,32 @@ def test_every_model_server_has_the_headless_service_its_gateway_resolves(
         for model, policy in json.loads(gateway.inputs["metadata"]["annotations"][GATEWAY_ROUTING]).items()
     }
     assert routed == {m.name: routing_of(spec, m).model_dump(mode="json") for m in spec.models}
+
+
+AUTOSCALERS = ("kubernetes:keda.sh/v1alpha1:ScaledObject", "kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_autoscaled_deployment_leaves_its_replica_count_to_the_autoscaler(
+    evaluations: dict[str, Evaluation], stack: str
+) -> None:
+    """KEDA and the HPA set ``spec.replicas`` once they exist; a Deployment that still sets it on every update (a
+    config change's rollout among them) would be reset to its floor by each ``pulumi up``."""
+    evaluation = evaluations[stack]
+    deployments = {
+        (r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"]): r
+        for r in evaluation.of_type("kubernetes:apps/v1:Deployment")
+    }
+    scaled = [
+        (a.inputs["metadata"]["namespace"], a.inputs["spec"]["scaleTargetRef"]["name"])
+        for kind in AUTOSCALERS
+        for a in evaluation.of_type(kind)
+    ]
+    assert scaled and all(target in deployments for target in scaled), (scaled, sorted(deployments))
+    assert {target: deployments[target].ignore_changes for target in scaled} == dict.fromkeys(
+        scaled, ("spec.replicas",)
+    )
+    # Nothing else ignores a change: every other input is Pulumi's to set.
+    assert all(not r.ignore_changes for key, r in deployments.items() if key not in scaled)
+    if stack == "prod":  # the served embedder scales on its CPU, the gateway and the model servers on their queues
+        assert ("inference", "cache-embedder") in scaled and ("inference", "gateway") in scaled

@@ -33,7 +33,7 @@ DIGEST = "sha256:" + "ab" * 32
 
 def _sizing(**embedder: Any) -> EmbedderSizing:
     cache = CacheSpec(embedder={"kind": "served", "model": "all-minilm-l6-v2", **embedder})
-    sizing = size_embedder(cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND)
+    sizing = size_embedder(cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND, gateway_scale_out=4)
     assert sizing is not None
     return sizing
 
@@ -70,6 +70,7 @@ def test_children_are_exactly_the_embedders_objects_and_the_url_is_the_processor
         ("kubernetes:core/v1:ServiceAccount", "gateway-embedder-sa"),
         ("kubernetes:apps/v1:Deployment", "gateway-embedder-deployment"),
         ("kubernetes:core/v1:Service", "gateway-embedder-service"),
+        ("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "gateway-embedder-autoscaler"),
         ("kubernetes:policy/v1:PodDisruptionBudget", "gateway-embedder-pdb"),
         ("kubernetes:monitoring.coreos.com/v1:PodMonitor", "gateway-embedder-monitor"),
         ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "gateway-embedder-network-policy"),
@@ -78,15 +79,40 @@ def test_children_are_exactly_the_embedders_objects_and_the_url_is_the_processor
     service = evaluation.named("gateway-embedder-service").inputs
     assert service["metadata"]["name"] == "cache-embedder"
     assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
+    # Headless: the name resolves to every ready pod, and the processor balances each request over them.
+    assert service["spec"]["clusterIP"] == "None"
     labels = {"app.kubernetes.io/name": "cache-embedder", "app.kubernetes.io/component": "cache-embedder"}
     assert service["spec"]["selector"] == labels
     assert evaluation.named("gateway-embedder-sa").inputs["automountServiceAccountToken"] is False
 
 
-def test_one_pod_has_no_disruption_budget() -> None:
-    evaluation = _evaluate(_args(sizing=_sizing(replicas=1)))
+def test_it_scales_on_cpu_between_the_sized_floor_and_the_gateways_scale_out() -> None:
+    evaluation = _evaluate(_args(sizing=_sizing(replicas=3)))
+    deployment = evaluation.named("gateway-embedder-deployment")
+    assert deployment.inputs["spec"]["replicas"] == 3  # the first count; the autoscaler owns it afterwards
+    assert deployment.ignore_changes == ("spec.replicas",)
+    autoscaler = evaluation.named("gateway-embedder-autoscaler").inputs
+    assert autoscaler["metadata"]["name"] == "cache-embedder"
+    assert autoscaler["spec"] == {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "cache-embedder"},
+        "minReplicas": 3,
+        "maxReplicas": 12,
+        "metrics": [
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}},
+            }
+        ],
+    }
+
+
+def test_one_pod_at_most_has_no_disruption_budget() -> None:
+    evaluation = _evaluate(_args(sizing=_sizing(replicas=1).model_copy(update={"max_replicas": 1})))
     assert "kubernetes:policy/v1:PodDisruptionBudget" not in {r.type for r in evaluation.registrations}
     assert evaluation.named("gateway-embedder-deployment").inputs["spec"]["replicas"] == 1
+    # One pod that may become four: a budget, so a drain takes one at a time once there are several.
+    scalable = _evaluate(_args(sizing=_sizing(replicas=1)))
+    assert scalable.named("gateway-embedder-pdb").inputs["spec"]["maxUnavailable"] == 1
 
 
 def test_the_pooling_server_runs_as_sized_on_the_system_nodes_locked_down() -> None:
@@ -188,7 +214,7 @@ def test_every_object_validates_strictly_against_kubernetes() -> None:
     objects: list[Registration] = [
         r for r in evaluation.registrations if r.type.startswith("kubernetes:") and r.custom and "coreos" not in r.type
     ]
-    assert len(objects) == 5
+    assert len(objects) == 6
     for registration in objects:
         manifest = integral(dict(registration.inputs))
         manifest.setdefault("apiVersion", registration.type.split(":")[1].replace("core/", ""))

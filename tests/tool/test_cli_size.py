@@ -105,8 +105,8 @@ def test_size_every_shipped_stack(capsys: pytest.CaptureFixture[str], stack: str
 def test_the_table_names_the_served_embedder(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["size", "--stack", "prod", "--project-dir", str(PROJECT_DIR)]) == EXIT_OK
     assert (
-        "semantic cache embedder: all-minilm-l6-v2 served on the system nodes' CPUs, 2 pods x (1 CPU, 2560 MiB), "
-        "384 dimensions, start ~53 s"
+        "semantic cache embedder: all-minilm-l6-v2 served on the system nodes' CPUs, 2-8 pods (autoscaled at 70% "
+        "CPU) x (1 CPU, 2560 MiB), 384 dimensions, start ~53 s"
     ) in " ".join(capsys.readouterr().out.split())
 
 
@@ -194,6 +194,6 @@ def test_size_prints_each_clusters_prometheus(capsys: pytest.CaptureFixture[str]
     assert main(["size", "--stack", "prod", "--project-dir", str(PROJECT_DIR)]) == EXIT_OK
     out = " ".join(capsys.readouterr().out.split())
     assert (
-        "prometheus (eks): 2 pods x (0.45 CPU, 1280 MiB) on the system nodes, for about 113,520 series (7,568 "
-        "samples/s); 30 days need 36.5 GiB of the 170.0 GiB it may fill (200 GiB volume)"
+        "prometheus (eks): 2 pods x (0.45 CPU, 1280 MiB) on the system nodes, for about 116,880 series (7,792 "
+        "samples/s); 30 days need 37.6 GiB of the 170.0 GiB it may fill (200 GiB volume)"
     ) in out
