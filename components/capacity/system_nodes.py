@@ -73,12 +73,17 @@ that many."""
 
 ENVOY_CPU_MILLICORES = 1000
 ENVOY_MEMORY_MIB = 512
-"""Envoy: one CPU for two workers (CPU not capped: no CFS throttling of a latency-critical proxy). Memory covers
+"""Envoy: one CPU for two workers (CPU not capped: no CFS throttling of a latency-critical proxy): measured beside the
+processor (:data:`PROCESSOR_CPU_MILLICORES_PER_WORKER`) at 1.0-1.1 ms a request for 200 x 64 and 6,000 x 64, 3-4 ms for
+6,000 x 512, a quarter to a third of the processor's, so two workers' full load is 0.5-0.7 of its core. Memory covers
 the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by default) for
 about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline. Request and limit."""
 
 PROCESSOR_CPU_MILLICORES_PER_WORKER = 1000
-"""One asyncio loop per worker, ~0.5 ms of CPU a request measured, so ~1,900 requests/s a worker; CPU not capped."""
+"""One asyncio loop per worker, so one core at most; CPU not capped. Its CPU per request, measured with a stub engine
+at 32 concurrent requests (``benchmarks/gateway_cpu.py``, 2026-12-04, docs/gateway.md "CPU per request"): 2.15 ms
+for a 200-token prompt streamed 64 tokens, 4.35 ms for 6,000 x 64, 11.1 ms for 6,000 x 512 (the prompt's tokenization
+and a message per streamed chunk), so a worker carries about 460, 230 and 90 new requests/s of those shapes."""
 PROCESSOR_MEMORY_MIB_PER_WORKER = 768
 """One processor worker's memory: the Python runtime, gRPC and one Hugging Face tokenizer per model (tens of MiB
 each). Request and limit."""
