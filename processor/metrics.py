@@ -33,6 +33,15 @@ PROCESSOR_CPU_SECONDS_TOTAL: Final = f"{NAMESPACE}_processor_cpu_seconds_total"
 """Counter: CPU (user + system) the processor's workers have used, summed over a pod's workers: over the
 requests counter, the gateway's CPU per request (the gateway dashboard; an alert when it doubles)."""
 
+PROCESSOR_STAGE_CPU_SECONDS_TOTAL: Final = f"{NAMESPACE}_processor_stage_cpu_seconds_total"
+"""Counter: CPU the processor's workers spent in each synchronous stage of the request path, by ``stage`` (one of
+:data:`CPU_STAGES`); over the requests counter, each stage's CPU per request. What the stages leave of
+:data:`PROCESSOR_CPU_SECONDS_TOTAL` is the event loop, gRPC, the Redis clients and watching the replicas."""
+CPU_STAGES: Final = ("parse", "tokenize", "context", "route", "forward", "response", "account")
+"""The measured stages: ``parse`` the key, the body and the model; ``tokenize`` the prompt; ``context`` fitting it
+and its output in a model's context; ``route`` the prefix hashes and the replicas' ranking; ``forward`` the body sent
+on; ``response`` each response chunk (the usage scan and the cache's copy); ``account`` the tokens counted."""
+
 ROUTING_DECISIONS_TOTAL: Final = f"{NAMESPACE}_routing_decisions_total"
 """Counter: replica picks by ``model`` and ``reason`` (one of :data:`RoutingReason`)."""
 PREFIX_TOKENS_TOTAL: Final = f"{NAMESPACE}_prefix_tokens_total"

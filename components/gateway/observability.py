@@ -141,6 +141,11 @@ class GatewaySeries:
         """The processor's CPU seconds per request it decided on, over 5m, all replicas and workers."""
         return f"sum(rate({gm.PROCESSOR_CPU_SECONDS_TOTAL}{{{self.pods}}}[5m])) / {self.decided_rate()}"
 
+    def stage_cpu_per_request(self) -> str:
+        """The processor's CPU seconds per request in each measured stage of the request path, by ``stage``."""
+        stages = f"sum by ({gm.STAGE_LABEL}) (rate({gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL}{{{self.pods}}}[5m]))"
+        return f"{stages} / on() group_left() {self.decided_rate()}"
+
     def queue_wait_p95(self, model: str) -> str:
         """p95 of the admission wait for ``model`` over 5m, seconds."""
         buckets = f'{gm.QUEUE_SECONDS}_bucket{{{self.pods},{gm.MODEL_LABEL}="{model}"}}'
@@ -440,9 +445,14 @@ def _cpu_panel(series: GatewaySeries) -> PanelDraft:
     return PanelDraft(
         "Processor CPU per request",
         "s",
-        [(f"{PROCESSOR_CPU_PER_REQUEST}{{{_recorded_selector(series)}}}", "CPU per request")],
+        [
+            (f"{PROCESSOR_CPU_PER_REQUEST}{{{_recorded_selector(series)}}}", "CPU per request"),
+            (series.stage_cpu_per_request(), f"{{{{{gm.STAGE_LABEL}}}}}"),
+        ],
         description="CPU seconds the processor's workers used per request they decided on (watching the replicas "
-        "included, which dominates at low traffic); alerted when it doubles against a day before.",
+        "included, which dominates at low traffic), and the share of it each synchronous stage of the request path "
+        "took (parse, tokenize, context, route, forward, response chunks, account); what the stages leave is the "
+        "event loop, gRPC and the Redis clients. Alerted when the total doubles against a day before.",
     )
 
 

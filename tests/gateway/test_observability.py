@@ -312,8 +312,12 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
         "short",
         "short",
     ]
-    assert expressions[-2].startswith("(49.2 * sum(kube_deployment_status_replicas_available")
-    assert expressions[-1] == f"{PROCESSOR_CPU_PER_REQUEST}{{{RECORDED}}}"
+    assert expressions[-3].startswith("(49.2 * sum(kube_deployment_status_replicas_available")
+    assert expressions[-2] == f"{PROCESSOR_CPU_PER_REQUEST}{{{RECORDED}}}"
+    assert expressions[-1] == (
+        f"sum by (stage) (rate({gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL}{{{PODS}}}[5m])) / on() group_left() "
+        f"sum(rate({gm.REQUESTS_TOTAL}{{{PODS}}}[5m]))"
+    )
     result = check_expressions(expressions, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [p.title for p in gateway_dashboard(SERIES, {}).panels] == [*titles[:-2], titles[-1]]
@@ -514,4 +518,37 @@ def test_the_cpu_per_request_alert_fires_when_it_doubles_against_a_day_before(tm
         },
     ]
     result = run_rule_tests([GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_stage_panel_divides_each_stages_cpu_by_the_requests(tmp_path: Path) -> None:
+    """4 requests a second; the tokenizer spends 1/128 s of each (7.8 ms), the parse 1/1024 s (1 ms; powers of two, so
+    promtool's float comparison is exact): the panel's query reads them by stage, two pods' worth summed."""
+    requests = "0+240x20"  # a minute's worth a step: 4 a second
+    series = [
+        _processor(gm.REQUESTS_TOTAL, pod, requests, model="llama-70b", tier="premium", tenant="acme", outcome="x")
+        for pod in (POD_A, POD_B)
+    ] + [
+        _processor(gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL, pod, f"0+{seconds:g}x20", stage=stage)
+        for pod in (POD_A, POD_B)
+        for stage, seconds in (("tokenize", 240 / 128), ("parse", 240 / 1024))
+    ]
+    expr = SERIES.stage_cpu_per_request()
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {
+                    "expr": expr,
+                    "eval_time": "10m",
+                    "exp_samples": [
+                        {"labels": '{stage="parse"}', "value": 1 / 1024},
+                        {"labels": '{stage="tokenize"}', "value": 1 / 128},
+                    ],
+                }
+            ],
+        }
+    ]
+    result = run_rule_tests([], tests, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

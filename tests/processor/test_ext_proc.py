@@ -5,6 +5,7 @@ scale-from-zero hold and token accounting."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -545,6 +546,7 @@ def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
         gm.ADMISSION_CAPACITY,
         gm.SLOT_STORE_FALLBACKS_TOTAL.removesuffix("_total"),
         gm.PROCESSOR_CPU_SECONDS_TOTAL.removesuffix("_total"),
+        gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL.removesuffix("_total"),
     }
     assert names == exposed
 
@@ -576,6 +578,35 @@ def test_a_worker_counts_the_cpu_it_used(tokenizer_file: str, monkeypatch: pytes
     finally:
         loop.close()
     assert used * 0.9 <= reported <= used + 0.2
+
+
+def test_each_stage_of_a_streamed_request_is_timed_once_where_it_runs(tokenizer_file: str, redis_port: int) -> None:
+    """The stage clock read by a counter that steps once a read: each measured span adds exactly one, so the spans
+    a request ran are counted where they are and nowhere else, and reach the counter by stage when flushed."""
+    reads = itertools.count()
+
+    async def run() -> dict[str, float]:
+        processor = _processor(_config(tokenizer_file), redis_port)
+        processor.stages.read = lambda: float(next(reads))
+        _ready(processor, "short", "127.0.0.1:1")  # a replica to rank and place the request on
+        stream, response = await _request(processor, _chat(words(10), stream=True))
+        _forwarded(response)
+        usage = {"prompt_tokens": 13, "completion_tokens": 2, "total_tokens": 15}
+        final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
+        for piece, end in ((b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', False), (final, True)):
+            await stream.send(_response_body(piece, end))
+        await stream.close()
+        spent = dict(processor.stages.spent)
+        processor.stages.flush(processor.metrics.stage_cpu_seconds)
+        assert set(processor.stages.spent.values()) == {0.0}  # started again
+        registry = processor.metrics.stage_cpu_seconds
+        assert {stage: registry.labels(stage)._value.get() for stage in gm.CPU_STAGES} == spent
+        return spent
+
+    # route: the prefix hashes, then the replicas' ranking; response: each of the two chunks.
+    assert asyncio.run(run()) == {
+        "parse": 1, "tokenize": 1, "context": 1, "route": 2, "forward": 1, "response": 2, "account": 1,
+    }  # fmt: skip
 
 
 def test_the_redis_url_is_read_from_its_file_before_the_environment(
