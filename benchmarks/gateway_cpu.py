@@ -136,6 +136,11 @@ def _chunk(payload: dict[str, Any]) -> bytes:
     return _framed(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
 
 
+TOKEN_INTERVAL_SECONDS = 0.0
+"""The stub's time between streamed tokens (``--token-interval-ms``): 0 writes them all at once (Envoy then passes
+several to the processor in one message); a GPU engine's decode step (10-20 ms) sends each on its own."""
+
+
 async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
@@ -171,7 +176,10 @@ async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 last = i == output - 1
                 choice = {"index": 0, "delta": {"content": "w1 "}, "finish_reason": "length" if last else None}
                 writer.write(_chunk({**base, "choices": [choice]}))
-                if i % 8 == 7:
+                if TOKEN_INTERVAL_SECONDS:
+                    await writer.drain()
+                    await asyncio.sleep(TOKEN_INTERVAL_SECONDS)  # one decode step a token
+                elif i % 8 == 7:
                     await writer.drain()  # chunks leave as an engine's do, a few at a time
             if (request.get("stream_options") or {}).get("include_usage"):
                 writer.write(_chunk({**base, "choices": [], "usage": usage}))
@@ -273,11 +281,14 @@ def worker_pid(supervisor: int) -> int:
 # --- the run --------------------------------------------------------------------------------------------------------
 
 
-def _start(procs: Procs, directory: Path, replicas: int, workers: int) -> tuple[str, str, int, int]:
+def _start(
+    procs: Procs, directory: Path, replicas: int, workers: int, token_interval_ms: float = 0.0
+) -> tuple[str, str, int, int]:
     """The stub on ``replicas`` ports and the gateway in front of them: (chat URL, stats URL, processor pid, Envoy
     pid)."""
     ports = [free_port() for _ in range(replicas)]
-    procs.start("stub", [sys.executable, __file__, "--serve-stub", ",".join(map(str, ports))])
+    stub = [sys.executable, __file__, "--serve-stub", ",".join(map(str, ports))]
+    procs.start("stub", [*stub, "--token-interval-ms", str(token_interval_ms)])
     for port in ports:
         wait_port(port, 10)
     architecture = {**ARCHITECTURE, "max_context": CONTEXT}
@@ -334,9 +345,17 @@ def main() -> None:
     parser.add_argument("--idle", default="", help="replica counts (e.g. 8,32): measure the idle cost instead")
     parser.add_argument("--workers", type=int, default=1, help="processor workers (gateway.processor_workers)")
     parser.add_argument("--idle-seconds", type=float, default=20.0, help="seconds each idle measurement lasts")
+    parser.add_argument(
+        "--token-interval-ms",
+        type=float,
+        default=0.0,
+        help="the stub's time between streamed tokens (0: all at once; a GPU's decode step is 10-20 ms)",
+    )
     parser.add_argument("--serve-stub", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_stub:
+        global TOKEN_INTERVAL_SECONDS  # noqa: PLW0603 - the stub process's one setting
+        TOKEN_INTERVAL_SECONDS = args.token_interval_ms / 1000
         serve_stub([int(port) for port in args.serve_stub.split(",")])
         return
     if args.idle:
@@ -349,10 +368,11 @@ def main() -> None:
     procs = Procs(directory)
     spy = py_spy()
     try:
-        url, stats_url, processor, envoy = _start(procs, directory, 1, args.workers)
+        url, stats_url, processor, envoy = _start(procs, directory, 1, args.workers, args.token_interval_ms)
         rng = random.Random(7)
         asyncio.run(_load(url, [_body(200, 8, rng) for _ in range(50)], 4))  # warm-up
-        print("fleet: none (a stub engine answering at once; this 2-core machine)")
+        pace = f"a token every {args.token_interval_ms:g} ms" if args.token_interval_ms else "answering at once"
+        print(f"fleet: none (a stub engine {pace}; this 2-core machine)")
         print(
             f"{'prompt x out':>13} {'c':>3} {'req/s':>7} {'processor ms':>13} {'Envoy ms':>9} {'sum ms':>7} "
             f"{'msgs/req':>9} {'non-200':>8}"
