@@ -32,6 +32,7 @@ from inferplane.processor.ext_proc import Placement
 from inferplane.processor.slots import Slot
 from tests.envoy import envoy_binary
 from tests.gateway_support import Procs, gateway_addresses, scrape, wait_http
+from tests.http_replies import send_json
 from tests.ports import free_port
 from tests.tiny_model import tiny_platform
 
@@ -54,11 +55,7 @@ class _Replica(BaseHTTPRequestHandler):
         else:
             _Replica.served += 1
         body = b"{}"
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, body)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the test counts requests itself."""

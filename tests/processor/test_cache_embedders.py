@@ -16,6 +16,7 @@ import pytest
 from inferplane.processor.cache import embedders
 from inferplane.processor.cache.config import EndpointEmbedderConfig
 from inferplane.processor.cache.embedders import EmbedderError, EndpointEmbedder
+from tests.http_replies import send_json
 from tests.ports import free_port
 
 SERVICE = "cache-embedder.inference.svc.cluster.local"
@@ -36,11 +37,7 @@ class _Pod(BaseHTTPRequestHandler):
         type(self).served[str(address)] = type(self).served.get(str(address), 0) + 1
         data = [{"index": i, "embedding": [1.0, 0.0, 0.0, float(len(t))]} for i, t in enumerate(request["input"])]
         body = json.dumps({"data": data}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, body)
 
     def log_message(self, format: str, *args: Any) -> None:
         return

@@ -21,6 +21,7 @@ from inferplane.processor.cache.metrics import CacheMetrics
 from inferplane.processor.cache.request import Bypass
 from inferplane.processor.cache.sse import SSE_CONTENT_TYPE, assemble, events
 from inferplane.processor.cache.store import ResponseCache, connect
+from tests.http_replies import send_json
 from tests.ports import free_port
 from tests.processor.test_cache_rules import completion
 from tests.redis_server import RedisServer, redis_server
@@ -302,11 +303,7 @@ class _Embeddings(BaseHTTPRequestHandler):
         vectors = WORDLLAMA.embed_now(list(request["input"]))
         data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
         body = json.dumps({"object": "list", "data": data, "model": "embed-small"}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, body)
 
     def log_message(self, format: str, *args: Any) -> None:
         return
