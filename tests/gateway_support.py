@@ -230,6 +230,23 @@ REQUEST_LOG_ARGS = ("--enable-log-requests", "--enable-log-outputs", "--max-log-
 output comes back ("Generated response"), without the text: one process's lines in order, from which a test counts
 what the engine held at once."""
 
+
+def most_at_once(log: str) -> tuple[int, int]:
+    """The most requests one vLLM server held at once in ``log`` (its :data:`REQUEST_LOG_ARGS` lines), and how many
+    it still held at the end: its API server logs each request when it hands it to the engine ("Received request")
+    and when the engine's last output came back ("Generated response"), in one process, in order, so the sweep over
+    those lines bounds from above what its engine ever ran together (a request aborted before its output stays
+    counted)."""
+    held = most = 0
+    for line in log.splitlines():
+        if "Received request " in line:
+            held += 1
+            most = max(most, held)
+        elif "Generated response " in line:
+            held -= 1
+    return most, held
+
+
 ENGINE_CORE_NICENESS = 10
 """How much lower than its API server a CPU engine core runs in a test that loads the engines (see
 :func:`lower_engine_priority`)."""

@@ -495,9 +495,11 @@ def _check_runtime(args: argparse.Namespace, redis_url: str | None) -> None:
 
 
 def _bindable(port: int) -> bool:
+    """Whether nothing holds ``port`` on any address: a part bound to another loopback address (a simulated replica
+    on 127.0.1.x) takes the port from one that binds every interface, so a probe of 127.0.0.1 alone is not enough."""
     with socket.socket() as sock:
         try:
-            sock.bind((LISTEN_HOST, port))
+            sock.bind(("0.0.0.0", port))  # a probe, closed at once: nothing listens
         except OSError:
             return False
         return True

@@ -173,7 +173,9 @@ class GatewayAddresses(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    listener_host: str = Field(default="0.0.0.0", description="Address of the API and stats listeners.")
+    listener_host: str = Field(
+        default="0.0.0.0", description="Address of the API and stats listeners and of the processor's metrics."
+    )
     listener_port: int = Field(default=LISTENER_PORT, description="API listener port.")
     stats_port: int = Field(default=STATS_PORT, description="Stats and readiness listener port.")
     admin_port: int = Field(default=ADMIN_PORT, description="Envoy admin port (loopback).")
@@ -447,6 +449,8 @@ def processor_config(
         else None,
         grpc_port=addresses.processor_port,
         metrics_port=addresses.processor_metrics_port,
+        # The processor's metrics are scraped where Envoy's stats are: every interface in a pod, loopback locally.
+        metrics_host=addresses.listener_host,
         listen_host="127.0.0.1",
         tenant_header=TENANT_HEADER,
         auth_required=auth,

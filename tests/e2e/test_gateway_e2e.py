@@ -37,6 +37,7 @@ from tests.gateway_support import (
     Relay,
     StoredAnswers,
     gateway_addresses,
+    most_at_once,
     scrape,
     start_gateway,
     start_redis,
@@ -259,20 +260,6 @@ def _retries(platform: Platform, model: str) -> float:
     return sum(counts)
 
 
-def _most_at_once(log: str) -> tuple[int, int]:
-    """What one vLLM server held at once in ``log`` (the most, and what it still held at the end): its API server logs
-    each request as it hands it to the engine ("Received request") and as the engine's last output comes back
-    ("Generated response"), in order, so the sweep bounds from above what the engine ran together."""
-    held = most = 0
-    for line in log.splitlines():
-        if "Received request " in line:
-            held += 1
-            most = max(most, held)
-        elif "Generated response " in line or "Aborted request " in line:
-            held -= 1
-    return most, held
-
-
 def _gateway_inflight(platform: Platform, model: str) -> float:
     """Requests both gateways' processors hold in flight on ``model``'s replicas (their per-replica gauge)."""
     return sum(
@@ -308,20 +295,30 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     log_before = len(server.log())
     peak = gateway_peak = 0
     samples = 0
-    trace: list[tuple[float, int, int]] = []  # (s, engine's running, gateways' in flight) where over the cap
+    trace: list[tuple[float, int]] = []  # (s, engine's running) where over the cap
     done = threading.Event()
 
     def watch() -> None:
-        nonlocal peak, samples, gateway_peak
+        nonlocal peak, samples
         while not done.is_set():
             try:
                 running = int(_running(platform, "vllm-beta"))
-                held = int(_gateway_inflight(platform, "beta"))
             except OSError:  # a scrape that times out on a busy machine is a sample lost, not the watch
                 continue
-            peak, samples, gateway_peak = max(peak, running), samples + 1, max(gateway_peak, held)
+            peak, samples = max(peak, running), samples + 1
             if running > cap:
-                trace.append((round(time.monotonic() - started, 2), running, held))
+                trace.append((round(time.monotonic() - started, 2), running))
+            time.sleep(0.02)
+
+    def watch_gateways() -> None:
+        """Apart from the engine's watch: the gateways' metrics (every worker's files merged) take a while to read
+        on a loaded machine, and the engine's samples must not wait for them."""
+        nonlocal gateway_peak
+        while not done.is_set():
+            try:
+                gateway_peak = max(gateway_peak, int(_gateway_inflight(platform, "beta")))
+            except OSError:
+                continue
             time.sleep(0.02)
 
     def one(_: int) -> int:
@@ -334,8 +331,9 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
         return 200
 
     started = time.monotonic()
-    watcher = threading.Thread(target=watch)
-    watcher.start()
+    watchers = [threading.Thread(target=watch), threading.Thread(target=watch_gateways)]
+    for watcher in watchers:
+        watcher.start()
     try:
         # Twice the cap and its queue at once, so some are refused however fast the engine decodes (a warm one
         # finishes 1,500 tokens in about the queue's timeout); and two waves, since a vLLM CPU server busy decoding
@@ -346,10 +344,9 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
             statuses = [status for _ in range(2) for status in pool.map(one, range(burst))]
     finally:
         done.set()
-        watcher.join()
+        for watcher in watchers:
+            watcher.join()
     elapsed = time.monotonic() - started
-    # The watch kept sampling through the run, so the peak means something.
-    assert samples >= 5, f"{samples} samples over {elapsed:.2f} s, peak {peak}, statuses {statuses}"
     # A try Envoy retries (a connection reset under it) holds no slot where it lands, and the engine may still run
     # the first try until it sees the reset: the one way past the cap the gateway leaves open (docs/gateway.md,
     # "a retry holds no slot where it lands"). Anything beyond the retries counted is a fault.
@@ -360,14 +357,18 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
         for key, value in scrape(gateway.metrics_url).items()
         if key.startswith(gm.SLOT_STORE_FALLBACKS_TOTAL)
     )
-    # Three measures, so a failure says which layer went past the cap: the engine's own gauge (sampled), its request
-    # log (every request, an upper bound) and the gateways' in-flight gauges (sampled beside the engine's).
-    logged, left = _most_at_once(server.log()[log_before:])
-    assert 1 <= peak <= cap + retried, (
-        f"engine gauge peak {peak}, its log's most at once {logged} ({left} left), gateways' in flight peak "
-        f"{gateway_peak}; {retried:g} retries, {fallbacks:g} slot-store fallbacks; over the cap at {trace}"
+    # Three measures, so a failure says which layer went past the cap. The engine's request log counts every request
+    # from its hand-off to the engine to its last output, an upper bound on what the engine ran together, and is the
+    # one held to the cap first; the engine's own gauge and the gateways' in-flight gauges are sampled (a loaded
+    # machine's scrapes take seconds, so they may miss the peak, never invent one).
+    logged, left = most_at_once(server.log()[log_before:])
+    message = (
+        f"engine log's most at once {logged} ({left} left at the end), engine gauge peak {peak} ({samples} samples "
+        f"over {elapsed:.1f} s), gateways' in flight peak {gateway_peak}; {retried:g} retries, {fallbacks:g} "
+        f"slot-store fallbacks; the engine's gauge over the cap at {trace}; statuses {statuses}"
     )
-    assert gateway_peak <= cap, f"the gateways held {gateway_peak} requests on the replica at once"
+    assert 1 <= logged <= cap + retried, message
+    assert peak <= cap + retried and gateway_peak <= cap, message
     assert statuses.count(200) >= cap and statuses.count(429) >= 1
     rejections = _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") - rejections_before
     assert rejections == statuses.count(429)

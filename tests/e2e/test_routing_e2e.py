@@ -36,6 +36,7 @@ from tests.gateway_support import (
     Procs,
     Relay,
     gateway_addresses,
+    most_at_once,
     scrape,
     start_gateway,
     start_redis,
@@ -211,21 +212,6 @@ def test_two_gateways_send_a_new_prefix_to_the_same_replica(platform: Platform, 
     assert list(served.values()) == [2], served
 
 
-def _most_at_once(log: str) -> int:
-    """The most requests one vLLM server held at once in ``log``: its API server logs each request when it hands it to
-    the engine ("Received request") and when the engine's last output came back ("Generated response"), in one
-    process, in order, so the sweep over those lines bounds from above what its engine ever ran together (a request
-    aborted before its output stays counted)."""
-    held = most = 0
-    for line in log.splitlines():
-        if "Received request " in line:
-            held += 1
-            most = max(most, held)
-        elif "Generated response " in line:
-            held -= 1
-    return most
-
-
 def _outcomes(logs: dict[str, str]) -> dict[str, dict[str, int]]:
     """What became of each replica's requests in ``logs``: the access log's statuses, aborts and errors (the spill
     test's message when a count is off)."""
@@ -270,7 +256,7 @@ def test_a_full_replica_spills_and_none_ever_holds_more_than_max_num_seqs(platfo
         list(pool.map(one, range(sent)))
     logs = {r: platform.servers[r].log()[before[r] :] for r in REPLICAS}
     assert sum(log.count("Received request ") for log in logs.values()) == sent, logs
-    held = {r: _most_at_once(log) for r, log in logs.items()}
+    held = {r: most_at_once(log)[0] for r, log in logs.items()}
     assert max(held.values()) == seqs, (held, _outcomes(logs))
     assert sum(1 for h in held.values() if h > 0) >= 2, held
     spills = sum(_metric(platform.gateways[g], gm.ROUTING_DECISIONS_TOTAL, reason="load_spill") for g in "ab")

@@ -675,3 +675,19 @@ def test_envoy_closes_an_idle_replica_connection_before_the_pinned_vllm_does() -
     default = re.search(r'"VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "(\d+)"', envs.read_text())
     assert default is not None
     assert int(default.group(1)) == gc.ENGINE_KEEP_ALIVE_SECONDS > gc.UPSTREAM_IDLE_TIMEOUT_SECONDS
+
+
+def test_the_processors_metrics_listen_where_envoys_stats_do(tmp_path: Path) -> None:
+    """In a pod, every interface (Prometheus scrapes it); in a local run, loopback: a laptop does not serve its
+    gateway's metrics to the network, and a wildcard bind would take the port from every loopback address."""
+    spec = stack_spec("dev")
+    addresses = _write_keys(tmp_path / "keys")
+    pod = ProcessorConfig.model_validate_json(
+        gc.render_gateway(spec, size_platform(spec), "eks", addresses).processor_json
+    )
+    local_addresses = addresses.model_copy(update={"listener_host": "127.0.0.1"})
+    local = gc.render_gateway(spec, size_platform(spec), "eks", local_addresses)
+    assert (pod.metrics_host, ProcessorConfig.model_validate_json(local.processor_json).metrics_host) == (
+        "0.0.0.0",
+        "127.0.0.1",
+    )

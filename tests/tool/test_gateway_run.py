@@ -391,6 +391,19 @@ def test_ports_are_picked_from_the_range_the_variable_names(monkeypatch: pytest.
         gr.pick_ports(1, taken)
 
 
+def test_a_port_held_on_another_loopback_address_is_not_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulated replica listens on 127.0.1.x; a part binding every interface on that port would fail to start
+    (seen: a simulated gateway's processor, "Address already in use"). The picker probes every interface."""
+    first = free_port()
+    monkeypatch.setenv(gr.LOCAL_PORTS_ENV, f"{first}-{first + 1}")
+    with socket.socket() as held:
+        held.bind(("127.0.0.2", first))
+        held.listen(1)
+        assert gr.pick_ports(1, set()) == first + 1
+        with pytest.raises(gr.GatewayRunError):
+            gr.pick_ports(2, set())
+
+
 def test_a_free_port_passes_the_same_check() -> None:
     port = free_port()
     assert gr.port_problem(port) is None
@@ -628,6 +641,7 @@ def test_models_without_a_server_point_at_the_closed_port(tmp_path: Path, fake_e
     listeners = {listener["name"]: listener["address"] for listener in bootstrap["static_resources"]["listeners"]}
     assert listeners["api"] == {"socket_address": {"address": "127.0.0.1", "port_value": 8080}}
     assert listeners["stats"] == {"socket_address": {"address": "127.0.0.1", "port_value": 20001}}
+    assert ProcessorConfig.model_validate_json(rendered.processor_json).metrics_host == "127.0.0.1"
     # The same renderer as the plan: everything but the addresses is what ships.
     shipped = gc.render_gateway(plan.spec, plan.sizing, "eks")
     assert _without_addresses(rendered.processor_json) == _without_addresses(shipped.processor_json)
@@ -635,7 +649,7 @@ def test_models_without_a_server_point_at_the_closed_port(tmp_path: Path, fake_e
 
 def _without_addresses(processor_json: str) -> dict[str, Any]:
     config = ProcessorConfig.model_validate_json(processor_json).model_dump()
-    for key in ("grpc_port", "metrics_port"):
+    for key in ("grpc_port", "metrics_port", "metrics_host"):
         config.pop(key)
     for model in config["models"]:
         model.pop("endpoints")

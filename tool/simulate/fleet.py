@@ -231,10 +231,12 @@ def replica_host(index: int) -> str:
     return f"{a}.{b}.{c}.{d + index}"
 
 
-def _bindable(host: str, port: int) -> bool:
+def _bindable(port: int) -> bool:
+    """Whether nothing holds ``port`` on any address (as :func:`inferplane.tool.gateway_run.pick_ports` probes): a
+    replica's port is then no other part's on another loopback address either."""
     with socket.socket() as sock:
         try:
-            sock.bind((host, port))
+            sock.bind(("0.0.0.0", port))  # a probe, closed at once: nothing listens
         except OSError:
             return False
         return True
@@ -250,7 +252,7 @@ def free_ports(host: str, count: int, taken: set[int]) -> list[int]:
         start = probe.getsockname()[1] % len(ports)
     for offset in range(len(ports)):
         port = ports[(start + offset) % len(ports)]
-        if port not in taken and _bindable(host, port):
+        if port not in taken and _bindable(port):
             found.append(port)
             taken.add(port)
             if len(found) == count:
