@@ -295,7 +295,7 @@ class KvFleet:
         taken: set[int] = set()
         for i in range(self.count):
             host = fl.replica_host(i)
-            (metrics,) = fl.free_ports(host, 1, taken)
+            metrics = gr.pick_ports(1, taken)
             env = {**fl.dynamo_env(host, discovery), "DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(metrics)}
             args = fl.mocker_args(setup.settings, setup.model_dir, setup.profile, "kv")
             self.procs.start(f"kv-mocker-{i}", [str(setup.simulator), *args], env)

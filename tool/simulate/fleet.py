@@ -19,7 +19,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -37,7 +36,7 @@ from inferplane.components.spec.platform_spec import Engine, ModelDeploymentSpec
 from inferplane.processor.config import MetricSelector
 from inferplane.processor.endpoints import parse_samples
 from inferplane.tool.exitcodes import EXIT_FAILED
-from inferplane.tool.gateway_run import GatewayRunError, Processes, local_ports
+from inferplane.tool.gateway_run import GatewayRunError, Processes, pick_ports
 from inferplane.tool.simulate.join import Route
 
 SIMULATOR_ENV = "INFERPLANE_SIMULATOR_PYTHON"
@@ -231,35 +230,6 @@ def replica_host(index: int) -> str:
     return f"{a}.{b}.{c}.{d + index}"
 
 
-def _bindable(port: int) -> bool:
-    """Whether nothing holds ``port`` on any address (as :func:`inferplane.tool.gateway_run.pick_ports` probes): a
-    replica's port is then no other part's on another loopback address either."""
-    with socket.socket() as sock:
-        try:
-            sock.bind(("0.0.0.0", port))  # a probe, closed at once: nothing listens
-        except OSError:
-            return False
-        return True
-
-
-def free_ports(host: str, count: int, taken: set[int]) -> list[int]:
-    """``count`` ports free on ``host`` now and not in ``taken`` (which they join), from the gateway's own range
-    (:func:`inferplane.tool.gateway_run.local_ports`)."""
-    ports = local_ports()
-    found: list[int] = []
-    with socket.socket() as probe:  # a port the kernel hands out, as a start for a sequential scan
-        probe.bind((host, 0))
-        start = probe.getsockname()[1] % len(ports)
-    for offset in range(len(ports)):
-        port = ports[(start + offset) % len(ports)]
-        if port not in taken and _bindable(port):
-            found.append(port)
-            taken.add(port)
-            if len(found) == count:
-                return found
-    raise SimulatorError(f"no {count} free ports on {host}")
-
-
 def _get(url: str, timeout: float = 2.0) -> bytes | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -354,7 +324,8 @@ class SimulatedFleet:
         replicas = []
         for i in range(self.count):
             host = replica_host(i)
-            port, api, metrics = free_ports(host, 3, taken)
+            # From the gateway's range and picker: one probe of every interface, so no part's port is another's.
+            port, api, metrics = (pick_ports(1, taken) for _ in range(3))
             namespace = f"{self.name}{i}"
             route = Route(host=host, port=port, api_port=api, metrics_port=metrics, engine=self.settings.engine)
             env = dynamo_env(host, discovery)
