@@ -441,18 +441,7 @@ def test_the_batch_cap_keeps_the_capacity_it_was_cut_for() -> None:
     evaluation = evaluate(workload, config)
     assert isinstance(evaluation, Evaluation)
     kv_slots = size(
-        SizingRequest(
-            model=workload.model,
-            model_label=workload.model_label,
-            accelerator=config.accelerator,
-            accelerators_per_node=config.accelerators_per_node,
-            weights_dtype=config.weights_dtype,
-            kv_cache_dtype=config.kv_cache_dtype,
-            context=planner.context_for(workload),
-            concurrency=1,
-            tensor_parallel_size=1,
-            itl_slo_ms=50,
-        )
+        planner._sizing_request(workload, config, 1)
     ).max_concurrent_sequences  # what the KV cache holds: the batch before the cut
     assert evaluation.replica.max_num_seqs < kv_slots
     whole = planner.replica_capacity_rps(
