@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import pulumi
 import pulumi_kubernetes as k8s
 
+from inferplane.components.capacity.host_memory import replica_host_share
 from inferplane.components.capacity.sizing import DeploymentSizing
 from inferplane.components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
 from inferplane.components.catalog.images import image_reference
@@ -98,17 +99,6 @@ MIN_DRAIN_SECONDS = 30
 MAX_DRAIN_SECONDS = 300
 """In-flight requests get the time one full-length generation takes at sizing's decode step, within bounds."""
 
-SYSTEM_RESERVED_CPU_MILLI = 1000
-SYSTEM_RESERVED_CPU_SHARE = 0.04
-SYSTEM_RESERVED_MEMORY_BYTES = 2 * GIB
-SYSTEM_RESERVED_MEMORY_SHARE = 0.06
-"""Per node, kept for the kubelet's kube-reserved (EKS AL2023: 255 MiB + 11 MiB per pod of max-pods), the eviction
-threshold and the node daemons (CNI, kube-proxy, device plugin, DCGM exporter, node exporter, log shipper)."""
-
-SHM_MAX_BYTES = 16 * GIB
-"""NCCL and vLLM's custom all-reduce use /dev/shm between tensor-parallel ranks; a quarter of the pod's memory,
-at most 16 GiB, is what NVIDIA's and vLLM's container guides pass as ``--shm-size``."""
-
 WEIGHTS_DISK_FACTOR = 1.15
 SCRATCH_DISK_BYTES = 20 * GIB
 """The weights ``emptyDir`` holds the checkpoint plus tokenizer and config files; scratch covers caches and logs."""
@@ -172,7 +162,8 @@ def accelerator_resources(placement: Placement, sizing: DeploymentSizing) -> dic
 
 @dataclass(frozen=True)
 class FittedResources:
-    """CPU and memory one replica may take of its node, proportional to its share of the accelerators."""
+    """CPU and memory one replica may take of its node (:func:`components.capacity.host_memory.replica_host_share`,
+    which sizing's host KV tier is carved from), and the disk its weights and scratch need."""
 
     cpu_milli: int
     memory_bytes: int
@@ -192,20 +183,13 @@ class FittedResources:
 
 
 def fit_resources(placement: Placement, accelerators_per_replica: int, weights_bytes: int) -> FittedResources:
-    """The node's allocatable CPU and memory (after the system reserve), shared in proportion to accelerators."""
-    instance = placement.instance
-    share = accelerators_per_replica / instance.accelerators_per_node
-    cpu_node = instance.vcpus * 1000
-    cpu_free = cpu_node - SYSTEM_RESERVED_CPU_MILLI - cpu_node * SYSTEM_RESERVED_CPU_SHARE
-    memory_node = instance.memory_mib * MIB
-    memory_free = memory_node - SYSTEM_RESERVED_MEMORY_BYTES - memory_node * SYSTEM_RESERVED_MEMORY_SHARE
-    cpu = int(cpu_free * share // 100 * 100)
-    memory = int(memory_free * share // MIB * MIB)
+    """The replica's share of its node's CPU and memory, and an ephemeral volume for its weights plus scratch."""
+    share = replica_host_share(placement.instance, accelerators_per_replica)
     weights_volume = ceil_to(weights_bytes * WEIGHTS_DISK_FACTOR, GIB)
     return FittedResources(
-        cpu_milli=cpu,
-        memory_bytes=memory,
-        shm_bytes=min(SHM_MAX_BYTES, memory // 4 // GIB * GIB),
+        cpu_milli=share.cpu_milli,
+        memory_bytes=share.memory_bytes,
+        shm_bytes=share.shm_bytes,
         ephemeral_bytes=weights_volume + SCRATCH_DISK_BYTES,
         weights_volume_bytes=weights_volume,
     )
