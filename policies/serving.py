@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, get_args
 
+from inferplane.components.capacity.host_memory import GIB, engine_host_bytes
 from inferplane.components.capacity.sizing import (
     COMPUTE_EFFICIENCY,
     MAX_GPU_MEMORY_UTILIZATION,
@@ -70,10 +71,12 @@ from inferplane.policies.workloads import (
     container_label,
     containers,
     containers_known,
+    memory_volumes_bytes,
     object_annotations,
     object_labels,
     pod_accelerators,
     pod_spec,
+    quantity_bytes,
     workload_name,
 )
 
@@ -366,6 +369,53 @@ def gpu_memory_utilization(resource: Resource, config: Config, report: Report) -
     value = settings.gpu_memory_utilization
     if not config["min"] <= value <= config["max"]:
         report(f"gpu-memory-utilization {value} is outside {config['min']}-{config['max']}")
+
+
+def _flag_value(container: dict[str, Any], flag: str) -> str | None:
+    """The value of ``--flag value`` or ``--flag=value`` in one container's command and args."""
+    tokens = [t for key in ("command", "args") for t in as_list(container.get(key)) if isinstance(t, str)]
+    for index, token in enumerate(tokens):
+        if token == flag and index + 1 < len(tokens):
+            return tokens[index + 1]
+        if token.startswith(f"{flag}="):
+            return token.split("=", maxsplit=1)[1]
+    return None
+
+
+@resource_policy(
+    name="inference-server-require-host-kv-fit",
+    description=(
+        "vLLM's host KV tier (--kv-offloading-size, GiB of pinned host memory) fits the server container's memory "
+        "limit after the pod's memory-backed volumes (/dev/shm) and the engine's own processes: a larger tier is an "
+        "OOM kill that comes only once the tier fills, under load."
+    ),
+    severity=Severity.HIGH,
+    enforcement=EnforcementLevel.MANDATORY,
+    types=_TYPES,
+    remediation="Leave --kv-offloading-size to sizing (models[].host_kv_cache sizes it from the node's memory).",
+)
+def host_kv_fit(resource: Resource, config: Config, report: Report) -> None:
+    """Anchor: components.capacity.host_memory (the tier is the replica's memory share less /dev/shm and
+    :func:`~inferplane.components.capacity.host_memory.engine_host_bytes`)."""
+    if not is_model_server(resource) or not _decidable(resource):
+        return
+    shm = memory_volumes_bytes(resource)
+    for path, container in containers(resource, init=False):
+        size = _float(_flag_value(container, "--kv-offloading-size"))
+        if size is None:
+            continue
+        limit = quantity_bytes(as_dict(as_dict(container.get("resources")).get("limits")).get("memory"))
+        tp = _int(_flag_value(container, "--tensor-parallel-size")) or 1
+        if limit is None or shm is None:
+            report(f"{container_label(path, container)}: --kv-offloading-size {size:g} with no bounded memory limit")
+            continue
+        needed = size * GIB + shm + engine_host_bytes(tp)
+        if needed > limit:
+            report(
+                f"{container_label(path, container)}: --kv-offloading-size {size:g} GiB plus {shm / GIB:g} GiB of "
+                f"memory-backed volumes and {engine_host_bytes(tp) / GIB:g} GiB for the engine's {tp}-rank processes "
+                f"need {needed / GIB:,.1f} GiB, more than the memory limit of {limit / GIB:,.1f} GiB"
+            )
 
 
 @resource_policy(
@@ -684,6 +734,7 @@ POLICIES: list[AnyPolicy] = [
     engine_metrics,
     memory_fit,
     gpu_memory_utilization,
+    host_kv_fit,
     tensor_parallel,
     max_model_len,
     startup_probe,

@@ -98,6 +98,42 @@ def containers_known(resource: Resource, *, init: bool = True) -> bool:
     return all(each is not UNKNOWN and all(isinstance(c, dict) for c in as_list(each)) for each in lists)
 
 
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_QUANTITY_FACTOR: dict[str | None, int] = {
+    None: 1,
+    **{suffix: 1024 ** (i + 1) for i, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{suffix: 1000 ** (i + 1) for i, suffix in enumerate(("k", "M", "G", "T", "P", "E"))},
+}
+
+
+def quantity_bytes(value: Any) -> float | None:
+    """A Kubernetes memory quantity (``984637Mi``, ``16Gi``, ``1G``, ``1048576``) in bytes; None when it is not one
+    (an unknown value, or a form this pack does not read, such as ``1e9``: never judged)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    match = _QUANTITY.match(value) if isinstance(value, str) else None
+    if match is None:
+        return None
+    number: str = match.group(1)
+    suffix: str | None = match.group(2)
+    return float(number) * _QUANTITY_FACTOR[suffix]
+
+
+def memory_volumes_bytes(resource: Resource) -> float | None:
+    """What the pod's memory-backed ``emptyDir`` volumes may hold (their ``sizeLimit``s), which counts against its
+    containers' memory; None when one of them is unbounded or unknown."""
+    total = 0.0
+    for volume in as_list(pod_spec(resource).get("volumes")):
+        empty_dir = as_dict(as_dict(volume).get("emptyDir"))
+        if empty_dir.get("medium") != "Memory":
+            continue
+        size = quantity_bytes(empty_dir.get("sizeLimit"))
+        if size is None:
+            return None
+        total += size
+    return total
+
+
 def container_label(path: str, container: dict[str, Any]) -> str:
     """How messages name a container: ``containers[0] (vllm)``."""
     name = container.get("name")

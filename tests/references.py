@@ -54,6 +54,15 @@ def sglang_dir() -> Path:
     return path
 
 
+def vllm_cpu_package() -> Path:
+    """The ``vllm`` package the vLLM CPU venv installed (the pinned release's source); skips when absent."""
+    python = vllm_cpu_python()
+    found = sorted(python.parent.parent.glob("lib/python3*/site-packages/vllm/v1/metrics/loggers.py"))
+    if not found:
+        pytest.skip(f"no vllm package in {python.parent.parent}: run make vllm-cpu")
+    return found[0].parent.parent.parent
+
+
 def vllm_cpu_python() -> Path:
     """The vLLM CPU venv's Python (torch for CPU; ``make vllm-cpu``), which builds SGLang's parser; skips when
     absent."""

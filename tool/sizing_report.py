@@ -16,6 +16,12 @@ def _usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.2f}"
 
 
+def _kv_pool(result: SizingResult) -> str:
+    """The device's KV pool, and the host tier beside it when there is one."""
+    device = _gib(max(result.kv_pool_bytes, 0))
+    return f"{device} + {_gib(result.host_kv_cache_bytes)} host" if result.host_kv_cache_bytes else device
+
+
 def render_result(console: Console, result: SizingResult) -> None:
     """A readable table for one sizing result."""
     table = Table(title=f"{result.model} on {result.accelerator}", show_header=False, title_justify="left")
@@ -30,6 +36,7 @@ def render_result(console: Console, result: SizingResult) -> None:
         ("usable memory", f"{_gib(result.usable_bytes)} at {result.gpu_memory_utilization}"),
         ("runtime reserve", _gib(result.reserve_bytes)),
         ("KV pool", _gib(result.kv_pool_bytes)),
+        ("host KV tier", _gib(result.host_kv_cache_bytes) if result.host_kv_cache_bytes else "none"),
         ("max sequences at context", str(result.max_concurrent_sequences)),
         ("decode estimate", f"{result.decode_tokens_per_second:,.0f} tokens/s, {result.decode_step_ms} ms/step"),
         ("cold start", f"{result.cold_start_seconds:,.0f} s (fetch {result.weights_fetch_seconds:,.0f} s)"),
@@ -48,7 +55,9 @@ def render_result(console: Console, result: SizingResult) -> None:
         f"--tensor-parallel-size {flags.tensor_parallel_size} --max-model-len {flags.max_model_len} "
         f"--max-num-seqs {flags.max_num_seqs} --max-num-batched-tokens {flags.max_num_batched_tokens} "
         f"--gpu-memory-utilization {flags.gpu_memory_utilization} --kv-cache-dtype {flags.kv_cache_dtype} "
-        f"--dtype {flags.dtype}" + (f" --quantization {flags.quantization}" if flags.quantization else "")
+        f"--dtype {flags.dtype}"
+        + (f" --quantization {flags.quantization}" if flags.quantization else "")
+        + (f" --kv-offloading-size {flags.kv_offloading_size_gib}" if flags.kv_offloading_size_gib else "")
     )
     trt = result.trtllm
     console.print(
@@ -77,6 +86,7 @@ def sizing_table(plan: PlatformSizing) -> Table:
         "TP",
         "fits",
         "max seqs",
+        "KV pool",
         "decode tok/s",
         "cold start",
         "$/h min",
@@ -92,6 +102,7 @@ def sizing_table(plan: PlatformSizing) -> Table:
             str(r.tensor_parallel_size),
             "[green]yes[/green]" if r.fits else "[red]no[/red]",
             str(r.max_concurrent_sequences),
+            _kv_pool(r),
             f"{r.decode_tokens_per_second:,.0f}",
             f"{r.cold_start_seconds:,.0f} s",
             _usd(d.hourly_usd_min),

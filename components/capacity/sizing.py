@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity.embedder import EmbedderSizing, size_embedder
+from inferplane.components.capacity.host_memory import engine_host_bytes, host_kv_tier_bytes, replica_host_share
 from inferplane.components.capacity.prometheus import (
     PrometheusSizing,
     cluster_series,
@@ -44,6 +45,7 @@ from inferplane.components.capacity.system_nodes import (
 from inferplane.components.catalog import (
     ACCELERATORS,
     Accelerator,
+    InstanceType,
     ModelArchitecture,
     get_instance_type,
     hourly_price,
@@ -178,6 +180,12 @@ class VllmSettings(BaseModel):
         description="Tokens per KV-cache block (``--block-size``), rendered for GPUs; also the gateway's prefix-index "
         "block, so the router's blocks are the engine's."
     )
+    kv_offloading_size_gib: int | None = Field(
+        default=None,
+        description="``--kv-offloading-size``: GiB of host memory holding KV blocks beyond the device pool, summed "
+        "over the tensor-parallel ranks (vLLM 0.32 ``CacheConfig.kv_offloading_size``), with the ``native`` backend "
+        "(its OffloadingConnector); None: no host tier.",
+    )
 
 
 class TrtLlmSettings(BaseModel):
@@ -257,6 +265,10 @@ class SizingResult(BaseModel):
     usable_bytes: int = Field(description="TP x device memory x gpu_memory_utilization.")
     reserve_bytes: int = Field(description="Runtime reserve plus peak activations, whole replica.")
     kv_pool_bytes: int = Field(description="What is left for the KV cache (negative when weights do not fit).")
+    host_kv_cache_bytes: int = Field(
+        description="The host-memory KV tier of one replica (vLLM's ``--kv-offloading-size``): its share of the "
+        "node's memory less ``/dev/shm`` and the engine's own processes; 0 when the deployment has none."
+    )
     max_concurrent_sequences: int = Field(description="Sequences of full context the KV pool holds.")
     fits: bool
     reason: str | None = Field(description="Why it does not fit (None when it does).")
@@ -293,6 +305,9 @@ class SizingRequest:
     """TPU pods take every chip of their host, so TP is the host's chip count."""
     prefix_heavy: bool = False
     """Prompts mostly share long prefixes: SGLang schedules the longest cached prefix first."""
+    host_kv_node: InstanceType | None = None
+    """The node type whose host memory holds a host KV tier for each replica (vLLM's KV offloading), sized from the
+    replica's share of it; None: no host tier."""
 
 
 def tensor_parallel_candidates(request: SizingRequest) -> list[int]:
@@ -489,6 +504,9 @@ def size(request: SizingRequest) -> SizingResult:
     chosen = _choose(request, candidates=candidates, problem=problem, weights=weights, kv_per_token=kv_per_token)
     fits = problem is None and chosen.fits
     reason, alternatives = _verdict(request, chosen, problem=problem, weights=weights, fits=fits)
+    host_tier = _host_tier(request, chosen)
+    if fits and host_tier.problem is not None:
+        fits, reason, alternatives = False, host_tier.problem, host_tier.alternatives
     return _result(
         request,
         chosen,
@@ -497,7 +515,45 @@ def size(request: SizingRequest) -> SizingResult:
         fits=fits,
         reason=reason,
         alternatives=alternatives,
+        host_kv_bytes=max(host_tier.bytes, 0),
     )
+
+
+@dataclass(frozen=True)
+class _HostTier:
+    bytes: int
+    problem: str | None = None
+    alternatives: tuple[str, ...] = ()
+
+
+def _host_tier(request: SizingRequest, chosen: _Evaluation) -> _HostTier:
+    """The host KV tier one replica can pin, or why it cannot have one worth having.
+
+    vLLM's OffloadingConnector stores a copy of each completed prompt block in host memory and loads it back on a
+    prefix hit (``docs/features/kv_offloading_usage.md``), so a tier no larger than the device's pool holds nothing
+    the device does not: that is refused, as is a node whose memory share cannot hold one at all."""
+    node = request.host_kv_node
+    if node is None:
+        return _HostTier(bytes=0)
+    tier = host_kv_tier_bytes(node, chosen.tp)
+    if tier > max(chosen.kv_pool, 0):
+        return _HostTier(bytes=tier)
+    share = replica_host_share(node, chosen.tp)
+    problem = (
+        f"host_kv_cache: a TP {chosen.tp} replica's share of {node.name} is {_gib(share.memory_bytes)} of host "
+        f"memory, which leaves {_gib(max(tier, 0))} for a host KV tier after {_gib(share.shm_bytes)} of /dev/shm and "
+        f"{_gib(engine_host_bytes(chosen.tp))} for the engine's processes: no more than its "
+        f"{_gib(max(chosen.kv_pool, 0))} device KV pool, so the tier would hold nothing the device does not"
+    )
+    larger = [
+        other.name
+        for other in instances_for(request.accelerator.id)
+        if other.accelerators_per_node % chosen.tp == 0 and host_kv_tier_bytes(other, chosen.tp) > chosen.kv_pool
+    ]
+    alternatives = ["host_kv_cache: false"]
+    if larger:
+        alternatives.append(f"a node with more host memory per GPU: {', '.join(larger)}")
+    return _HostTier(bytes=tier, problem=problem, alternatives=tuple(alternatives))
 
 
 def _tp_plan(request: SizingRequest) -> tuple[str | None, list[int]]:
@@ -552,6 +608,7 @@ def _result(
     fits: bool,
     reason: str | None,
     alternatives: tuple[str, ...],
+    host_kv_bytes: int,
 ) -> SizingResult:
     """Assemble the result: memory budget, verdict, performance and cold-start estimates, engine settings."""
     tokens_per_second, step_ms = _decode_roofline(request, chosen, weights)
@@ -576,6 +633,7 @@ def _result(
         usable_bytes=chosen.usable,
         reserve_bytes=chosen.reserve,
         kv_pool_bytes=chosen.kv_pool,
+        host_kv_cache_bytes=host_kv_bytes,
         max_concurrent_sequences=chosen.max_sequences,
         fits=fits,
         reason=reason,
@@ -586,7 +644,7 @@ def _result(
         weights_fetch_seconds=round(fetch, 1),
         engine_start_seconds=round(engine_start, 1),
         cold_start_seconds=round(fetch + engine_start, 1),
-        vllm=_vllm_settings(request, chosen, kv_engine=kv_engine),
+        vllm=_vllm_settings(request, chosen, kv_engine=kv_engine, host_kv_bytes=host_kv_bytes),
         trtllm=_trtllm_settings(request, chosen, kv_engine=kv_engine, kv_fraction=kv_fraction),
         sglang=_sglang_settings(request, chosen, weights=weights),
     )
@@ -601,7 +659,9 @@ def _kv_cache_fraction(request: SizingRequest, chosen: _Evaluation, weights: int
     return _fraction_floor(max(chosen.kv_pool, 0) / chosen.tp / free_after_weights) if free_after_weights > 0 else 0.0
 
 
-def _vllm_settings(request: SizingRequest, chosen: _Evaluation, *, kv_engine: Literal["auto", "fp8"]) -> VllmSettings:
+def _vllm_settings(
+    request: SizingRequest, chosen: _Evaluation, *, kv_engine: Literal["auto", "fp8"], host_kv_bytes: int
+) -> VllmSettings:
     """vLLM's engine arguments for the chosen evaluation."""
     act = activation_dtype(request.model, request.weights_dtype)
     quantization: Literal["fp8", "awq"] | None = {"fp8": "fp8", "int4": "awq"}.get(request.weights_dtype)  # type: ignore[assignment]
@@ -617,6 +677,7 @@ def _vllm_settings(request: SizingRequest, chosen: _Evaluation, *, kv_engine: Li
         enable_prefix_caching=request.prefix_caching,
         enable_chunked_prefill=request.chunked_prefill,
         block_size=VLLM_BLOCK_SIZE,
+        kv_offloading_size_gib=host_kv_bytes // GIB if host_kv_bytes else None,
     )
 
 
@@ -740,6 +801,7 @@ def _alternatives(request: SizingRequest, largest: _Evaluation) -> list[str]:
             accelerator=other,
             accelerators_per_node=nodes[0].accelerators_per_node,
             tensor_parallel_size=None,
+            host_kv_node=None,  # the device's fit; the host tier is sized again on the node chosen
         )
         if alt.fits:
             tp = alt.tensor_parallel_size
@@ -848,6 +910,7 @@ def request_for(deployment: ModelDeploymentSpec, spec: PlatformSpec) -> SizingRe
         itl_slo_ms=deployment.slo.itl_p95_ms,
         whole_node=accelerator.vendor == "google",
         prefix_heavy=deployment.prefix_heavy,
+        host_kv_node=instance if deployment.host_kv_cache else None,
     )
 
 

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
-from inferplane.components.capacity.system_nodes import SCALE_OUT_FACTOR
+from inferplane.components.capacity.system_nodes import PREFIX_INDEX_BLOCKS_PER_WORKER, SCALE_OUT_FACTOR
 from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway.cache_renderer import render_cache_config
 from inferplane.components.observability.metrics import (
@@ -277,11 +277,14 @@ def kv_block_tokens(sizing: DeploymentSizing) -> int:
 
 
 def kv_pool_blocks(sizing: DeploymentSizing) -> int:
-    """Blocks one replica's KV pool holds (sizing's pool over the bytes of a block): what the prefix index remembers
-    per replica before it forgets, least recently used first, as the engine evicts."""
+    """Blocks one replica holds (sizing's KV pool over the bytes of a block): what the prefix index remembers per
+    replica before it forgets, least recently used first, as the engine evicts.
+
+    With a host KV tier the replica holds what the tier holds: vLLM's OffloadingConnector keeps a copy of each block
+    it stores and loads it back on a hit, and sizing gives a tier only when it is larger than the device's pool."""
     result = sizing.result
     block_bytes = result.kv_cache_bytes_per_token * kv_block_tokens(sizing)
-    return max(1, result.kv_pool_bytes // block_bytes)
+    return max(1, max(result.kv_pool_bytes, result.host_kv_cache_bytes) // block_bytes)
 
 
 LOAD_SERIES: dict[str, LoadSeries] = {
@@ -314,6 +317,16 @@ def prefill_seconds_per_block(deployment: ModelDeploymentSpec, sizing: Deploymen
     return perf_model.prefill_seconds_per_token(replica) * kv_block_tokens(sizing)
 
 
+def index_blocks(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: DeploymentSizing) -> int:
+    """Blocks the prefix index remembers per replica of ``deployment``: what a replica holds
+    (:func:`kv_pool_blocks`), within an equal share of the worker's index ceiling
+    (:data:`components.capacity.system_nodes.PREFIX_INDEX_BLOCKS_PER_WORKER`) over every replica its gateway may
+    route to (each model's ``max_replicas`` on the deployment's cluster)."""
+    cluster = serving_cluster(spec, deployment)
+    replicas = sum(d.max_replicas for d in spec.models if serving_cluster(spec, d) == cluster)
+    return max(1, min(kv_pool_blocks(sizing), PREFIX_INDEX_BLOCKS_PER_WORKER // replicas))
+
+
 def routing_config(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: DeploymentSizing) -> RoutingConfig:
     """The processor's routing for one model: the spec's ``gateway.routing`` (per tier, per model) and sizing's
     blocks and prefill time."""
@@ -325,7 +338,7 @@ def routing_config(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: 
         # 0 spills at once: holding is the spec's choice (``routing.hold``, off by default, measured).
         prefill_seconds_per_block=prefill_seconds_per_block(deployment, sizing) if routing.hold else 0.0,
         block_tokens=kv_block_tokens(sizing),
-        index_blocks=kv_pool_blocks(sizing),
+        index_blocks=index_blocks(spec, deployment, sizing),
         load=LOAD_SERIES[deployment.engine],
     )
 

@@ -193,6 +193,8 @@ class ModelDashboardInputs:
     itl_slo_ms: int
     replica_hourly_usd: float | None
     """From sizing; without a catalog price there is no cost panel."""
+    host_kv_cache: bool = False
+    """The model keeps KV blocks in host memory (sizing's host KV tier): panels of its hits and traffic."""
 
 
 def model_dashboard(inputs: ModelDashboardInputs) -> Dashboard:
@@ -201,6 +203,7 @@ def model_dashboard(inputs: ModelDashboardInputs) -> Dashboard:
     drafts = [
         *_latency_panels(inputs),
         *_throughput_panels(s),
+        *_host_kv_panels(inputs),
         *_replica_and_gpu_panels(s),
         *_cost_panels(inputs),
     ]
@@ -283,6 +286,31 @@ def _throughput_panels(s: ModelSeries) -> list[PanelDraft]:
             )
         )
     return drafts
+
+
+def _host_kv_panels(inputs: ModelDashboardInputs) -> list[PanelDraft]:
+    """Where cached prompt tokens came from (device or host tier) and the host tier's traffic, for a model with a
+    host KV tier whose engine reports them (vLLM)."""
+    s = inputs.series
+    by_tier, rates = s.cached_prompt_tokens_by_tier(), s.host_kv_bytes_rates()
+    if not inputs.host_kv_cache or by_tier is None or rates is None:
+        return []
+    stored, loaded = rates
+    return [
+        PanelDraft(
+            "Cached prompt tokens by tier",
+            "short",
+            [(by_tier, "{{source}}")],
+            description="Prompt tokens per second not computed, by where their KV came from: the device's prefix "
+            "cache or the host tier (blocks loaded back from host memory).",
+        ),
+        PanelDraft(
+            "Host KV tier traffic",
+            "Bps",
+            [(stored, "stored to host"), (loaded, "loaded from host")],
+            description="Bytes per second the engines offloaded to host memory and loaded back on prefix hits.",
+        ),
+    ]
 
 
 def _replica_and_gpu_panels(s: ModelSeries) -> list[PanelDraft]:

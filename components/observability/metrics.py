@@ -71,6 +71,19 @@ registers the counter ``vllm:prefix_cache_hits`` ("Prefix cache hits, in terms o
 VLLM_PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 """Counter: prompt tokens a vLLM replica looked up in its prefix cache (``vllm:prefix_cache_queries``, "in terms of
 number of queried tokens", same source)."""
+VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
+"""Counter: prompt tokens a vLLM replica did not compute, by where their KV came from (label
+:data:`VLLM_CACHE_SOURCE_LABEL`: ``device``, ``host``, ``p2p``, ``disk``, ``external_unspecified``); vLLM 0.32
+``vllm/v1/metrics/loggers.py`` registers ``vllm:prompt_tokens_cached_by_source``, exposed with ``_total``. The host
+KV tier's hits are ``source="host"``."""
+VLLM_CACHE_SOURCE_LABEL = "source"
+"""The label naming the tier on :data:`VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE`."""
+VLLM_KV_OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes_total"
+"""Counter: bytes of KV blocks the OffloadingConnector stored to the host tier (vLLM 0.32
+``vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py``: ``vllm:kv_offload_store_bytes``)."""
+VLLM_KV_OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes_total"
+"""Counter: bytes of KV blocks loaded back from the host tier on prefix hits (same source:
+``vllm:kv_offload_load_bytes``)."""
 VLLM_MODEL_LABEL = "model_name"
 """The label carrying ``--served-model-name`` on every vLLM series."""
 
@@ -257,6 +270,23 @@ class ModelSeries:
             hits = f"sum(rate({SGLANG_CACHED_TOKENS}{{{self.engine_selector}}}[5m]))"
             return f"{hits} / {self.prompt_tokens_rate()}"
         return None
+
+    def cached_prompt_tokens_by_tier(self) -> str | None:
+        """Prompt tokens per second served from a cache over 5m, one series per tier (device, host, ...); vLLM only
+        (the other engines report no tier)."""
+        if self.engine != "vllm":
+            return None
+        counter = f"{VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE}{{{self.engine_selector}}}"
+        return f"sum by ({VLLM_CACHE_SOURCE_LABEL}) (rate({counter}[5m]))"
+
+    def host_kv_bytes_rates(self) -> tuple[str, str] | None:
+        """(stored, loaded) bytes per second of the host KV tier over 5m, across replicas; vLLM only."""
+        if self.engine != "vllm":
+            return None
+        return (
+            f"sum(rate({VLLM_KV_OFFLOAD_STORE_BYTES}{{{self.engine_selector}}}[5m]))",
+            f"sum(rate({VLLM_KV_OFFLOAD_LOAD_BYTES}{{{self.engine_selector}}}[5m]))",
+        )
 
     # --- latency -----------------------------------------------------------------------------------------------
     def ttft_quantile(self, quantile: float) -> str:

@@ -304,6 +304,8 @@ class ModelDeploymentArgs(TypedDict):
     """Most prompts share long prefixes (agentic loops, multi-turn chat, few-shot templates). SGLang then schedules the waiting request with the longest cached prefix first (``--schedule-policy lpm``); needs prefix_caching."""
     chunked_prefill: NotRequired[bool]
     """Split long prompts so decodes keep flowing."""
+    host_kv_cache: NotRequired[bool]
+    """Keep prefix blocks beyond the device's KV pool in the node's host memory (vLLM's KV offloading, ``--kv-offloading-size``), sized from the replica's share of the node's memory: prefix reuse is then capped by host memory (2 TiB on a p5), not HBM. vLLM on NVIDIA GPUs, with prefix_caching."""
     speculative_decoding: NotRequired[SpeculativeDecodingArgs]
     """Optional speculation."""
     slo: NotRequired[SloArgs]

@@ -221,6 +221,7 @@ def _model_inputs(
             ttft_slo_ms=model.slo.ttft_p95_ms,
             itl_slo_ms=model.slo.itl_p95_ms,
             price=deployment.replica_hourly_usd,
+            host_kv_cache=deployment.result.host_kv_cache_bytes > 0,
         )
     )
     return alerts, panels
@@ -244,6 +245,12 @@ def _alert_inputs(
 
 
 def _dashboard_inputs(
-    series: ModelSeries, *, ttft_slo_ms: int, itl_slo_ms: int, price: float | None
+    series: ModelSeries, *, ttft_slo_ms: int, itl_slo_ms: int, price: float | None, host_kv_cache: bool
 ) -> ModelDashboardInputs:
-    return ModelDashboardInputs(series=series, ttft_slo_ms=ttft_slo_ms, itl_slo_ms=itl_slo_ms, replica_hourly_usd=price)
+    return ModelDashboardInputs(
+        series=series,
+        ttft_slo_ms=ttft_slo_ms,
+        itl_slo_ms=itl_slo_ms,
+        replica_hourly_usd=price,
+        host_kv_cache=host_kv_cache,
+    )

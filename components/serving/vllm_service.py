@@ -91,6 +91,9 @@ def vllm_args(
         args += ["--quantization", settings.quantization]
     args.append("--enable-prefix-caching" if settings.enable_prefix_caching else "--no-enable-prefix-caching")
     args.append("--enable-chunked-prefill" if settings.enable_chunked_prefill else "--no-enable-chunked-prefill")
+    if settings.kv_offloading_size_gib is not None:
+        # ``native`` is vLLM's own OffloadingConnector, which takes the size; ``lmcache`` would ignore it.
+        args += ["--kv-offloading-size", str(settings.kv_offloading_size_gib), "--kv-offloading-backend", "native"]
     if speculative is not None:
         args += ["--speculative-config", speculative_config(speculative)]
     args += [

@@ -349,6 +349,12 @@ class ModelDeploymentSpec(_Spec):
         "prefix_caching.",
     )
     chunked_prefill: bool = Field(default=True, description="Split long prompts so decodes keep flowing.")
+    host_kv_cache: bool = Field(
+        default=False,
+        description="Keep prefix blocks beyond the device's KV pool in the node's host memory (vLLM's KV offloading, "
+        "``--kv-offloading-size``), sized from the replica's share of the node's memory: prefix reuse is then capped "
+        "by host memory (2 TiB on a p5), not HBM. vLLM on NVIDIA GPUs, with prefix_caching.",
+    )
     speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
     image_digest: str | None = Field(
@@ -980,6 +986,7 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
                 )
             )
         _check_sglang(deployment, at, add)
+        _check_host_kv_cache(deployment, accelerator.vendor, at, add)
         if deployment.engine == "triton" and deployment.weights_dtype == "int4":
             add(SpecIssue(f"{at}.weights_dtype", "int4 (AWQ) is served with vLLM; build TensorRT-LLM engines in fp8"))
 
@@ -996,6 +1003,26 @@ def _check_sglang(deployment: ModelDeploymentSpec, at: str, add: Any) -> None:
         )
     if deployment.prefix_heavy and not deployment.prefix_caching:
         add(SpecIssue(f"{at}.prefix_heavy", "prefix-heavy traffic is served from the prefix cache: set prefix_caching"))
+
+
+def _check_host_kv_cache(deployment: ModelDeploymentSpec, accelerator_vendor: str, at: str, add: Any) -> None:
+    """What the host KV tier needs: vLLM's OffloadingConnector, which runs on CUDA (and ROCm, XPU) devices only
+    (``vllm/v1/kv_offload/cpu/spec.py`` of vLLM 0.32) and extends the prefix cache, so needs it on."""
+    if not deployment.host_kv_cache:
+        return
+    where = f"{at}.host_kv_cache"
+    if deployment.engine != "vllm":
+        add(
+            SpecIssue(
+                where,
+                f"the host KV tier is rendered for vLLM (its OffloadingConnector); {deployment.engine}'s host cache "
+                "is not sized by the platform yet: serve with vllm or turn it off",
+            )
+        )
+    if accelerator_vendor != "nvidia":
+        add(SpecIssue(where, "vLLM offloads KV blocks from CUDA devices only; TPU pools cannot have a host KV tier"))
+    if not deployment.prefix_caching:
+        add(SpecIssue(where, "the host KV tier extends the prefix cache: set prefix_caching"))
 
 
 ServingCluster = Literal["eks", "gke"]

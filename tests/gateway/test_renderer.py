@@ -425,7 +425,17 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
         block = result.vllm.block_size if deployment.engine == "vllm" else result.trtllm.tokens_per_block
         assert block == {"vllm": 16, "triton": 32}[deployment.engine]
         assert model.routing.block_tokens == block
-        assert model.routing.index_blocks == result.kv_pool_bytes // (result.kv_cache_bytes_per_token * block)
+        # What a replica holds, in blocks: with a host KV tier (prod's llama-70b: 917 GiB per replica) what the
+        # tier holds. The index remembers that within its share of a worker's 192 MiB at 150 bytes a block, over
+        # the 16 replicas (8 + 8) the EKS gateway may route to.
+        held = result.host_kv_cache_bytes if deployment.host_kv_cache else result.kv_pool_bytes
+        assert held == {"llama-70b": 917 * 2**30}.get(deployment.name, result.kv_pool_bytes)
+        share = 192 * 2**20 // 150 // 16
+        assert share == 83_886
+        assert model.routing.index_blocks == min(held // (result.kv_cache_bytes_per_token * block), share)
+        assert model.routing.index_blocks == {"llama-70b": share}.get(
+            deployment.name, result.kv_pool_bytes // (result.kv_cache_bytes_per_token * block)
+        )
         assert model.routing.load == {"vllm": VLLM_LOAD, "triton": TRTLLM_LOAD}[deployment.engine]
         # A held request waits at most the prefill it saves: a block's prefill is compute-bound, at least its GEMM
         # FLOPs at the accelerators' peak (one GPU's BF16 or FP8, x TP) and within 4x of that (50% efficiency,

@@ -36,6 +36,9 @@ TRITON = ModelDashboardInputs(
     itl_slo_ms=40,
     replica_hourly_usd=None,
 )
+VLLM_HOST_TIER = ModelDashboardInputs(
+    series=VLLM.series, ttft_slo_ms=1500, itl_slo_ms=60, replica_hourly_usd=27.4, host_kv_cache=True
+)
 SGLANG = ModelDashboardInputs(
     series=ModelSeries("qwen-7b", "sglang", "models", "qwen-7b"),
     ttft_slo_ms=1000,
@@ -65,6 +68,37 @@ def test_vllm_dashboard_has_every_panel() -> None:
     assert ttft["fieldConfig"]["defaults"]["unit"] == "s"
     assert ttft["fieldConfig"]["defaults"]["thresholds"]["steps"][-1] == {"color": "red", "value": 1.5}
     assert board["uid"] == "inferplane-llama-70b" and board["schemaVersion"] == 39
+
+
+def test_a_host_kv_tier_adds_its_hits_and_traffic_after_the_throughput_panels() -> None:
+    board = model_dashboard(VLLM_HOST_TIER).render()
+    panels = {p["title"]: p for p in board["panels"]}
+    titles = list(panels)
+    assert titles[titles.index("Prefix-cache hit ratio") + 1 : titles.index("Queue depth and replicas")] == [
+        "Cached prompt tokens by tier",
+        "Host KV tier traffic",
+    ]
+    engine = 'namespace="models",pod=~"llama-70b-server-[a-z0-9]+-[a-z0-9]+",model_name="llama-70b"'
+    tiers = panels["Cached prompt tokens by tier"]["targets"]
+    assert [(t["expr"], t["legendFormat"]) for t in tiers] == [
+        (f"sum by (source) (rate(vllm:prompt_tokens_cached_by_source_total{{{engine}}}[5m]))", "{{source}}")
+    ]
+    traffic = panels["Host KV tier traffic"]
+    assert [t["expr"] for t in traffic["targets"]] == [
+        f"sum(rate(vllm:kv_offload_store_bytes_total{{{engine}}}[5m]))",
+        f"sum(rate(vllm:kv_offload_load_bytes_total{{{engine}}}[5m]))",
+    ]
+    assert traffic["fieldConfig"]["defaults"]["unit"] == "Bps"
+
+
+def test_engines_without_tiers_get_no_host_tier_panels() -> None:
+    for inputs in (TRITON, SGLANG):
+        board = model_dashboard(
+            ModelDashboardInputs(
+                series=inputs.series, ttft_slo_ms=800, itl_slo_ms=40, replica_hourly_usd=None, host_kv_cache=True
+            )
+        ).render()
+        assert "Host KV tier traffic" not in [p["title"] for p in board["panels"]]
 
 
 def test_sglang_dashboard_reads_sglangs_own_series() -> None:
@@ -115,7 +149,9 @@ def test_cost_panel_turns_the_catalog_price_into_dollars_per_million_tokens() ->
     )
 
 
-@pytest.mark.parametrize("inputs", [VLLM, TRITON, SGLANG], ids=["vllm", "triton", "sglang"])
+@pytest.mark.parametrize(
+    "inputs", [VLLM, VLLM_HOST_TIER, TRITON, SGLANG], ids=["vllm", "vllm-host-tier", "triton", "sglang"]
+)
 def test_panels_tile_the_grid_without_overlap(inputs: ModelDashboardInputs) -> None:
     board = model_dashboard(inputs).render()
     cells: set[tuple[int, int]] = set()
@@ -139,7 +175,7 @@ def test_grid_positions_outside_grafanas_grid_are_refused() -> None:
 def test_every_dashboard_query_parses(tmp_path: Path) -> None:
     expressions = [
         t["expr"]
-        for inputs in (VLLM, TRITON, SGLANG)
+        for inputs in (VLLM_HOST_TIER, TRITON, SGLANG)
         for p in model_dashboard(inputs).render()["panels"]
         for t in p["targets"]
     ]

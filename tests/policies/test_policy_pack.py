@@ -244,6 +244,7 @@ INTGPU = "kubernetes-workload-require-integer-accelerators"
 PLACE = "kubernetes-workload-require-accelerator-placement"
 FIT = "inference-server-require-memory-fit"
 GMU = "inference-server-configure-gpu-memory-utilization"
+HOSTKV = "inference-server-require-host-kv-fit"
 TP = "inference-server-configure-tensor-parallel"
 LEN = "inference-server-limit-max-model-len"
 PROBE = "inference-server-require-startup-probe"
@@ -688,6 +689,18 @@ CASES = [
         LLAMA,
         _args(("--gpu-memory-utilization", "0.97")),
         (GMU, "gpu-memory-utilization 0.97 is outside 0.8-0.93"),
+    ),
+    _case(
+        "host-kv-tier-beyond-the-pods-memory",
+        LLAMA,
+        # The plan's server has a 256 GiB limit and no memory-backed volume: 228 GiB is the most after 28 GiB for
+        # 4 ranks.
+        _args(("--kv-offloading-size", "229")),
+        (
+            HOSTKV,
+            "containers[0] (vllm): --kv-offloading-size 229 GiB plus 0 GiB of memory-backed volumes and 28 GiB for "
+            "the engine's 4-rank processes need 257.0 GiB, more than the memory limit of 256.0 GiB",
+        ),
     ),
     _case(
         "gmu-too-low",

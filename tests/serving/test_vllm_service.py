@@ -76,6 +76,10 @@ def test_prod_llama_70b_on_p5_flags() -> None:
         "--block-size", "16",  # the gateway's prefix-index block (sizing's VllmSettings.block_size)
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
+        # The host KV tier (host_kv_cache): the replica's 984,637 MiB share of the p5 less 16 GiB of /dev/shm and
+        # 4 + 4 x 6 GiB for the engine's processes, in whole GiB (components/capacity/host_memory.py).
+        "--kv-offloading-size", "917",
+        "--kv-offloading-backend", "native",
         *_tail(300),
     ]  # fmt: skip
 

@@ -144,6 +144,13 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
                         "concurrency": 4, "min_replicas": 0, "scale_to_zero": True, "prefix_heavy": True,
                         "prefix_caching": False}),
      "models[0].prefix_heavy", "prefix-heavy traffic is served from the prefix cache: set prefix_caching"),
+    ("host-kv-triton", "prod", _set("models[1].host_kv_cache", True), "models[1].host_kv_cache",
+     "the host KV tier is rendered for vLLM (its OffloadingConnector); triton's host cache is not sized by the "
+     "platform yet: serve with vllm or turn it off"),
+    ("host-kv-tpu", "staging", _set("models[1].host_kv_cache", True), "models[1].host_kv_cache",
+     "vLLM offloads KV blocks from CUDA devices only; TPU pools cannot have a host KV tier"),
+    ("host-kv-without-prefix-cache", "prod", _set("models[0].prefix_caching", False), "models[0].host_kv_cache",
+     "the host KV tier extends the prefix cache: set prefix_caching"),
     ("tpu-fp8", "staging", _set("models[1].weights_dtype", "fp8"), "models[1].weights_dtype",
      "TPU v5e serves bf16 weights and KV cache"),
     ("tpu-without-gcp", "staging", _delete("gcp"), "pools[1].instance_type",
