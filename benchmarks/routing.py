@@ -423,17 +423,16 @@ def start_replica(
     delivered no event to a subscriber here."""
     kv_events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{events}"}
     extra = ["--num-gpu-blocks-override", str(POOL_BLOCKS), "--kv-events-config", json.dumps(kv_events)]
-    saved = {key: os.environ.get(key) for key in REPLICA_ENV}
-    os.environ.update(REPLICA_ENV)  # start_vllm passes the environment on; only the replicas get these
-    try:
-        limits = {"max_model_len": max_model_len, "max_num_seqs": max_num_seqs}
-        return start_vllm(procs, name, model_dir, [MODEL], **limits, extra_args=[*extra, "--enable-scale-out"])
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return start_vllm(
+        procs,
+        name,
+        model_dir,
+        [MODEL],
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        extra_args=[*extra, "--enable-scale-out"],
+        env=REPLICA_ENV,  # only the replicas get these
+    )
 
 
 def start_setup(procs: Procs, directory: Path) -> Setup:

@@ -167,17 +167,16 @@ def start_replica(
     kv_events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{events}"}
     extra = ["--num-gpu-blocks-override", str(rb.POOL_BLOCKS), "--kv-events-config", json.dumps(kv_events)]
     extra += ["--enable-scale-out", "--enable-prompt-tokens-details"]
-    saved = {key: os.environ.get(key) for key in rb.REPLICA_ENV}
-    os.environ.update(rb.REPLICA_ENV)
-    try:
-        limits = {"max_model_len": max_model_len, "max_num_seqs": max_num_seqs}
-        return start_vllm(procs, name, model_dir, [rb.MODEL], **limits, extra_args=extra)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return start_vllm(
+        procs,
+        name,
+        model_dir,
+        [rb.MODEL],
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        extra_args=extra,
+        env=rb.REPLICA_ENV,
+    )
 
 
 def start_real(procs: Procs, directory: Path) -> rb.Setup:

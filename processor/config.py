@@ -100,6 +100,27 @@ class RoutingConfig(_Config):
     load: LoadSeries = Field(description="Where the engine reports its load.")
 
 
+class PrefillConfig(_Config):
+    """Where a disaggregated model's prompts are computed before its decode replica generates (vLLM's KV transfer)."""
+
+    model: str = Field(
+        description="The ``role: prefill`` model whose replicas compute this model's prompts and keep their KV cache "
+        "for the decode replica to pull."
+    )
+    min_uncached_tokens: int = Field(
+        default=256,
+        ge=0,
+        description="Prompt tokens the chosen decode replica must lack for the prefill step to be taken (llm-d's "
+        "prefix-based decider's ``nonCachedTokens``): a shorter remainder is computed where it lands, as moving its "
+        "KV cache costs more than computing it.",
+    )
+    timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest wait for a prefill replica's answer; past it the decode replica computes the prompt.",
+    )
+
+
 class ModelConfig(_Config):
     """One served model as the processor sees it: its replicas, how long its context is, how much each may take."""
 
@@ -135,6 +156,14 @@ class ModelConfig(_Config):
         default=(), description="Models of the same tier with a longer context, shortest first (context reroute)."
     )
     routing: RoutingConfig = Field(description="How a replica is picked per request.")
+    role: Literal["serve", "prefill"] = Field(
+        default="serve",
+        description="``serve``: a model clients ask for; ``prefill``: the prefill role of a disaggregated model, "
+        "which only the processor calls (never in a tier, never listed, 404 to a client).",
+    )
+    prefill: PrefillConfig | None = Field(
+        default=None, description="This model's prefill role when it is served disaggregated; None: aggregated."
+    )
 
 
 class TierConfig(_Config):
@@ -228,6 +257,7 @@ class ProcessorConfig(_Config):
             for other in m.longer_context
             if other not in names
         ]
+        problems += self._prefill_problems()
         tier_names = {t.name for t in self.tiers}
         problems += [
             f"tenant {t.name!r} names unknown tier {tier!r}"
@@ -244,6 +274,33 @@ class ProcessorConfig(_Config):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _prefill_problems(self) -> list[str]:
+        """A prefill role is a ``role: prefill`` model in the same blocks as its decode model, reached only through
+        it: in no tier, no reroute and no prefill of its own."""
+        problems: list[str] = []
+        for m in self.models:
+            role = self.model(m.prefill.model) if m.prefill is not None else None
+            if m.prefill is not None and (role is None or role.role != "prefill"):
+                problems.append(f"model {m.name!r} names {m.prefill.model!r} as its prefill, not a role: prefill model")
+            elif role is not None and role.routing.block_tokens != m.routing.block_tokens:
+                problems.append(f"model {m.name!r} and its prefill {role.name!r} hash different blocks")
+            if m.role == "prefill" and (m.prefill is not None or m.longer_context):
+                problems.append(f"prefill model {m.name!r} can have no prefill or longer_context of its own")
+        prefills = {m.name for m in self.models if m.role == "prefill"}
+        problems += [
+            f"tier {t.name!r} names prefill model {m!r}"
+            for t in self.tiers
+            for m in (*t.models, *t.fallback)
+            if m in prefills
+        ]
+        problems += [
+            f"model {m.name!r} reroutes to prefill model {o!r}"
+            for m in self.models
+            for o in m.longer_context
+            if o in prefills
+        ]
+        return problems
 
     @classmethod
     def load(cls, path: str | Path) -> ProcessorConfig:

@@ -56,6 +56,7 @@ from inferplane.processor.config import (
     TenantConfig,
 )
 from inferplane.processor.endpoints import Endpoint, EndpointTable
+from inferplane.processor.prefill import KV_TRANSFER_PARAMS, PrefillCall, PrefillStage
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, model_seed, token_blocks
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
@@ -141,6 +142,13 @@ class Placement:
     blocks: int
     alternates: tuple[str, ...] = ()
     """The next ready replicas in the router's order, where Envoy sends a retry (see :meth:`destination`)."""
+    cached_blocks: int = 0
+    """Leading blocks of the prompt the replica is estimated to hold (its prefix overlap)."""
+
+    @property
+    def address(self) -> str:
+        """``ip:port`` of the picked replica."""
+        return self.endpoint.address
 
     def destination(self) -> str:
         """The override_host metadata value: the pick, then its alternates, comma-separated (the endpoint-picker
@@ -268,6 +276,13 @@ class Metrics:
         self.cpu_seconds = Counter(
             _bare(m.PROCESSOR_CPU_SECONDS_TOTAL), "CPU the processor's workers have used.", registry=registry
         )
+        self.prefills = Counter(
+            _bare(m.PREFILL_TOTAL),
+            "Requests of disaggregated models by what became of their prefill step.",
+            [m.MODEL_LABEL, m.OUTCOME_LABEL],
+            registry=registry,
+        )
+        self.prefill = functools.cache(self.prefills.labels)
         self.stage_cpu_seconds = Counter(
             _bare(m.PROCESSOR_STAGE_CPU_SECONDS_TOTAL),
             "CPU the processor's workers spent in each synchronous stage of the request path.",
@@ -394,6 +409,13 @@ class Processor:
             self.metrics.inflight.labels(model.name).set(0)
         self._tenants = {t.name: t for t in config.tenants}
         self._header_attributes = config.header_attributes()
+        self.prefill_stage = (
+            PrefillStage(
+                self._place_prefill, self._unplace, lambda model, outcome: self.metrics.prefill(model, outcome).inc()
+            )
+            if any(model.prefill is not None for model in config.models)
+            else None
+        )
 
     @classmethod
     def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry, worker: int = 0) -> Processor:
@@ -483,6 +505,8 @@ class Processor:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.slots.drain()
+        if self.prefill_stage is not None:
+            await self.prefill_stage.aclose()
         if self._slots_redis is not None:
             await self._slots_redis.aclose()
 
@@ -604,7 +628,7 @@ class Processor:
             assert model is not None  # ProcessorConfig checks tier references
             return model, tier.name
         model = self.config.model(asked)
-        if model is None:
+        if model is None or model.role == "prefill":  # a prefill role is the processor's to call, never a client's
             raise RejectError(
                 404,
                 "model_not_found",
@@ -684,6 +708,7 @@ class Processor:
                 return self.cache.reply(lookup)
             stream.cache_pending = self.cache.pending_for(lookup)
         await self._take_slot(stream, model, tenant, hashes, prompt)
+        await self._prefill(stream, model, body, hashes, prompt)
         self.metrics.request(model.name, stream.tier, tenant.name, "admitted").inc()
         started = stages.read()
         forwarded = self._forward(stream, body, model)
@@ -800,9 +825,40 @@ class Processor:
             self.metrics.prefix_tokens.labels(model.name, "matched").inc(ranking.overlaps[address] * block_tokens)
         overlap = ranking.overlaps.get(address, 0)
         alternates = tuple(e.address for e in ranking.ranked if e.address != address)[: self.alternates[model.name]]
-        placement = Placement(model.name, endpoint, taken, router.picked(endpoint, hashes, prompt, overlap), alternates)
+        blocks = router.picked(endpoint, hashes, prompt, overlap)
+        placement = Placement(model.name, endpoint, taken, blocks, alternates, cached_blocks=overlap)
         self._update_gauges[model.name]()
         return placement
+
+    async def _prefill(
+        self, stream: _Stream, model: ModelConfig, body: dict[str, Any], hashes: list[int], prompt: int
+    ) -> None:
+        """A disaggregated model's prefill step (:mod:`.prefill`): when it is taken, the decode request carries the
+        transfer parameters its prefill replica answered with."""
+        if model.prefill is None or self.prefill_stage is None or stream.placement is None:
+            return
+        role = self.config.model(model.prefill.model)
+        assert role is not None  # ProcessorConfig checks prefill references
+        body["model"] = model.name  # both roles serve the deployment's name, whatever tier was asked
+        call = PrefillCall(
+            model=model,
+            role=role,
+            path=stream.path,
+            body=body,
+            prompt_tokens=prompt,
+            cached_tokens=stream.placement.cached_blocks * model.routing.block_tokens,
+            hashes=hashes,
+        )
+        params = await self.prefill_stage.run(call)
+        if params is not None:
+            body[KV_TRANSFER_PARAMS] = params
+
+    async def _place_prefill(self, call: PrefillCall) -> Placement | None:
+        """A slot on one of the prefill role's replicas, by prefix overlap and load; None at once when all are full
+        or none is ready (the decode replica then computes the prompt: waiting would only add to its TTFT)."""
+        if not self.tables[call.role.name].ready():
+            return None
+        return await self._place(call.role, list(call.hashes), call.prompt_tokens)
 
     def _unplace(self, placement: Placement) -> None:
         """The request holding ``placement`` ended: free its slot and wake the model's queue."""

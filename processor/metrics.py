@@ -60,6 +60,10 @@ SLOT_STORE_FALLBACKS_TOTAL: Final = f"{NAMESPACE}_slot_store_fallbacks_total"
 """Counter: per-replica slot decisions taken locally because the shared slot store (Redis) did not answer, by
 ``model``: each falls back to this processor's fixed share of every replica."""
 
+PREFILL_TOTAL: Final = f"{NAMESPACE}_prefill_total"
+"""Counter: requests of a disaggregated model by what became of their prefill step, by ``model`` and ``outcome`` (one
+of :data:`PrefillOutcome`)."""
+
 MODEL_LABEL: Final = "model"
 TIER_LABEL: Final = "tier"
 TENANT_LABEL: Final = "tenant"
@@ -83,6 +87,13 @@ REJECTION_REASONS: Final[tuple[RejectionReason, ...]] = get_args(RejectionReason
 """Every ``reason`` label value of :data:`REJECTIONS_TOTAL`."""
 
 ENDPOINT_LABEL: Final = "endpoint"
+
+PrefillOutcome = Literal["transferred", "short", "busy", "failed"]
+"""What became of a request's prefill step: ``transferred`` a prefill replica computed the prompt and the decode
+replica pulls its KV cache; ``short`` skipped, the decode replica lacks fewer uncached tokens than the threshold;
+``busy`` skipped, every prefill replica was full or none was ready; ``failed`` the step failed (timeout, error, an
+answer without transfer parameters). In the last three the decode replica computes the prompt itself."""
+PREFILL_OUTCOMES: Final[tuple[PrefillOutcome, ...]] = get_args(PrefillOutcome)
 
 RoutingReason = Literal["prefix_hit", "prefix_home", "load_spill", "least_load", "fallback", "no_endpoint"]
 """Why the router picked what it picked: ``prefix_hit`` the replica with the longest cached prefix;

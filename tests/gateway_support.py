@@ -126,6 +126,14 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = N
     raise TimeoutError(f"{url} not ready after {timeout:.0f} s")
 
 
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds; fails naming ``what`` was awaited."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
+        time.sleep(0.1)
+
+
 def wait_port(port: int, timeout: float) -> None:
     """Poll until something accepts connections on ``port``."""
     deadline = time.monotonic() + timeout
@@ -156,6 +164,8 @@ class Procs:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.envs: dict[str, dict[str, str]] = {}
+        """The environment each was started with beyond this process's (a restart keeps it)."""
 
     def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """Start ``args`` with stdout and stderr into ``<directory>/<name>.log``."""
@@ -164,6 +174,7 @@ class Procs:
             args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True
         )
         self.procs[name] = proc
+        self.envs[name] = dict(env or {})
         return proc
 
     def log(self, name: str) -> str:
@@ -215,13 +226,15 @@ def start_vllm(
     max_model_len: int,
     max_num_seqs: int,
     extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> int:
-    """vLLM's OpenAI server on CPU with dummy weights (does not wait; see :func:`wait_vllm`); returns its port."""
+    """vLLM's OpenAI server on CPU with dummy weights (does not wait; see :func:`wait_vllm`); returns its port.
+    ``env`` adds to the servers' common environment."""
     port = free_port()
     args = [str(vllm_binary()), "serve", str(model_dir), "--served-model-name", *served_names]
     args += ["--load-format", "dummy", "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs)]
     args += ["--host", "127.0.0.1", "--port", str(port), "--enforce-eager", *extra_args]
-    procs.start(name, args, _VLLM_ENV)
+    procs.start(name, args, {**_VLLM_ENV, **(env or {})})
     return port
 
 
@@ -320,12 +333,29 @@ def wait_vllm(procs: Procs, name: str, port: int) -> int:
             if attempt == VLLM_PORT_RETRIES or "Address already in use" not in procs.log(name):
                 raise
         args = procs.procs[name].args
+        env = procs.envs[name]
         procs.stop(name)
         assert isinstance(args, list)
         port = free_port()
         args[args.index("--port") + 1] = str(port)
-        procs.start(name, args, _VLLM_ENV)
+        if NIXL_SIDE_CHANNEL_PORT_ENV in env:  # the clash may have been the side channel's
+            env = {**env, NIXL_SIDE_CHANNEL_PORT_ENV: str(free_port())}
+        procs.start(name, args, env)
     return port
+
+
+NIXL_SIDE_CHANNEL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+NIXL_SIDE_CHANNEL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+
+
+def nixl_env() -> dict[str, str]:
+    """A NixlConnector server's environment on this machine: its handshake listener on the loopback at a port of the
+    run's own, and UCX over TCP, as between two pods without RDMA."""
+    return {
+        NIXL_SIDE_CHANNEL_HOST_ENV: "127.0.0.1",
+        NIXL_SIDE_CHANNEL_PORT_ENV: str(free_port()),
+        "UCX_TLS": "tcp,self",
+    }
 
 
 async def read_http_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -38,6 +39,32 @@ by ``tpu-inference``."""
 
 HEALTH_PATH = VLLM_HEALTH_PATH
 """200 once the engine is up, 503 when it died (``EngineDeadError``)."""
+
+
+KvRole = Literal["kv_producer", "kv_consumer"]
+"""A disaggregated replica's side of the KV transfer: the prefill role produces, the decode role consumes (vLLM 0.32
+``KVTransferConfig.kv_role``; ``kv_both`` is deprecated with NixlConnector, whose roles come per request)."""
+
+NIXL_SIDE_CHANNEL_PORT = 5600
+"""Where a NixlConnector engine's scheduler answers the handshake its peers open before pulling blocks
+(``VLLM_NIXL_SIDE_CHANNEL_PORT``, vLLM 0.32 default 5600, plus the data-parallel rank). Its host must be an address
+the peer reaches (``VLLM_NIXL_SIDE_CHANNEL_HOST``: the pod's IP), not the default ``localhost``."""
+
+
+def nixl_transfer_config(role: KvRole, *, efa: bool, device: Literal["cuda", "cpu"] = "cuda") -> str:
+    """``--kv-transfer-config`` JSON for vLLM's NixlConnector (keys are vLLM 0.32 ``KVTransferConfig`` fields).
+
+    On EFA the LIBFABRIC backend: NIXL's default UCX lands on a TCP-speed transport there ("For EFA, the LIBFABRIC
+    backend must be selected", NVIDIA Dynamo ``docs/kubernetes/cloud-providers/eks/efa.md``; llm-d's AWS overlay
+    passes the same); UCX elsewhere (NVLink, RoCE, TCP). ``device`` is where the KV buffers live: ``cpu`` only in
+    vLLM's CPU build, which the tests run."""
+    config = {
+        "kv_connector": "NixlConnector",
+        "kv_role": role,
+        "kv_buffer_device": device,
+        "kv_connector_extra_config": {"backends": ["LIBFABRIC" if efa else "UCX"]},
+    }
+    return json.dumps(config, separators=(",", ":"), sort_keys=True)
 
 
 def speculative_config(spec: SpeculativeDecodingSpec) -> str:

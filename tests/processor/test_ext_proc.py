@@ -547,6 +547,7 @@ def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
         gm.SLOT_STORE_FALLBACKS_TOTAL.removesuffix("_total"),
         gm.PROCESSOR_CPU_SECONDS_TOTAL.removesuffix("_total"),
         gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL.removesuffix("_total"),
+        gm.PREFILL_TOTAL.removesuffix("_total"),
     }
     assert names == exposed
 

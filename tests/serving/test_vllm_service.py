@@ -19,6 +19,7 @@ from inferplane.components.serving.vllm_service import (
     VLLM_TPU_IMAGE,
     VllmService,
     VllmServiceArgs,
+    nixl_transfer_config,
     vllm_args,
 )
 from inferplane.components.spec.platform_spec import PlatformSpec, SpeculativeDecodingSpec
@@ -426,6 +427,25 @@ def test_the_checker_refuses_what_vllm_would() -> None:
     )
     assert vllm_cli.check(cli, ["m", "--speculative-config", '{"draft": "x"}']) == [
         "--speculative-config: 'draft' is not a field of SpeculativeConfig"
+    ]
+
+
+@pytest.mark.parametrize("role", ["kv_producer", "kv_consumer"])
+@pytest.mark.parametrize(("efa", "backend"), [(True, "LIBFABRIC"), (False, "UCX")])
+def test_the_kv_transfer_config_is_nixl_and_accepted_by_the_pinned_vllm(role: Any, efa: bool, backend: str) -> None:
+    cli = vllm_cli.load(vllm_definitions())
+    config = nixl_transfer_config(role, efa=efa)
+    assert json.loads(config) == {
+        "kv_connector": "NixlConnector",
+        "kv_role": role,
+        "kv_buffer_device": "cuda",
+        "kv_connector_extra_config": {"backends": [backend]},
+    }
+    assert vllm_cli.check(cli, ["m", "--kv-transfer-config", config]) == []
+    # vLLM 0.32 removed the V0 connectors' fields: the checker refuses them as vLLM's config does.
+    removed = json.dumps({"kv_connector": "NixlConnector", "kv_role": role, "kv_rank": 0})
+    assert vllm_cli.check(cli, ["m", "--kv-transfer-config", removed]) == [
+        "--kv-transfer-config: 'kv_rank' is not a field of KVTransferConfig"
     ]
 
 

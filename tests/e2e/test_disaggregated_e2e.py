@@ -1,0 +1,201 @@
+"""A disaggregated model through the real gateway: Envoy, the processor's prefill step, and a real KV transfer between
+two vLLM 0.32 CPU servers of the run's fleet (``vllm-prefill`` produces, ``vllm-decode`` consumes: NixlConnector over
+UCX on the loopback, ``nixl_transfer_config``), driven by the official ``openai`` client.
+
+Proves compatibility, not speed (two CPU servers on two shared cores): the processor sends a long prompt to the
+prefill server first, in vLLM's proxy's protocol; the decode server pulls the prompt's KV blocks (NIXL reports the
+bytes, vLLM counts the prompt tokens as cached from ``p2p``) and streams the answer; a short prompt skips the step; with
+the prefill server gone the decode server computes the prompt and the client sees nothing but the answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import pytest
+
+from inferplane.components.capacity.sizing import size_platform
+from inferplane.components.gateway import renderer as gc
+from inferplane.processor import metrics as pm
+from tests.fleet import Fleet, check_fits, tokenizers_dir
+from tests.gateway_support import (
+    Gateway,
+    Procs,
+    Relay,
+    gateway_addresses,
+    scrape,
+    start_gateway,
+    start_redis,
+    wait_until,
+)
+from tests.tiny_model import tiny_platform, words
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
+
+MODEL = "pd"
+PREFILL = "pd-prefill"
+MIN_UNCACHED_TOKENS = 64
+"""The prefill step's threshold here: a prompt of a few words stays on the decode server."""
+
+
+@dataclass
+class Platform:
+    """The gateway, the fleet and the relay in front of the prefill server (killed by a test)."""
+
+    gateway: Gateway
+    key: str
+    fleet: Fleet
+    prefill: Relay
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.gateway.base_url, api_key=self.key, max_retries=0)
+
+
+def _with_prefill_role(prefill_port: int) -> Any:
+    """The processor config of ``pd`` served disaggregated: its prefill role at ``prefill_port`` (the spec's
+    disaggregation is not rendered yet, so the test writes the role the way the processor reads it)."""
+
+    def patch(config: dict[str, Any]) -> None:
+        (decode,) = (m for m in config["models"] if m["name"] == MODEL)
+        role = copy.deepcopy(decode)
+        role.update(name=PREFILL, role="prefill", endpoints=[f"127.0.0.1:{prefill_port}"])
+        decode["prefill"] = {"model": PREFILL, "min_uncached_tokens": MIN_UNCACHED_TOKENS}
+        config["models"].append(role)
+
+    return patch
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[Platform]:
+    directory = tmp_path_factory.mktemp("disaggregated-e2e")
+    procs = Procs(directory)
+    spec = tiny_platform(
+        [{"name": MODEL, "routing_tier": "standard"}],
+        {"tiers": [{"name": "standard", "models": [MODEL]}], "tenants": [{"name": "team-a", "tiers": ["standard"]}]},
+    )
+    plan = size_platform(spec)
+    for deployment in plan.deployments:
+        check_fits(deployment.result.vllm.max_model_len, deployment.result.vllm.max_num_seqs, deployment.name)
+    key = secrets.token_urlsafe(32)
+    keys_dir = directory / "keys"
+    keys_dir.mkdir()
+    (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"team-a": key}))
+    prefill = Relay(fleet["vllm-prefill"].port, opened=True)
+    try:
+        start_redis_port = start_redis(procs)
+        addresses = gateway_addresses(
+            {MODEL: [("127.0.0.1", fleet["vllm-decode"].port)]}, keys_dir, tokenizers_dir(fleet), "-pd"
+        )
+        gateway = start_gateway(
+            procs,
+            "gw-pd",
+            spec=spec,
+            plan=plan,
+            addresses=addresses,
+            redis_url=f"redis://127.0.0.1:{start_redis_port}/0",
+            processor_patch=_with_prefill_role(prefill.port),
+        )
+        wait_until(lambda: _ready(gateway, PREFILL) == 1, 30, "the prefill server ready at the processor")
+        yield Platform(gateway, key, fleet, prefill)
+    finally:
+        procs.stop_all()
+        prefill.close()
+
+
+def _sum(url: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples at ``url`` whose labels include ``labels``."""
+    total = 0.0
+    for sample, value in scrape(url).items():
+        metric, _, rest = sample.partition("{")
+        if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            total += value
+    return total
+
+
+def _ready(gateway: Gateway, model: str) -> float:
+    return _sum(gateway.metrics_url, pm.READY_ENDPOINTS, model=model)
+
+
+def _prefills(gateway: Gateway, outcome: str) -> float:
+    return _sum(gateway.metrics_url, pm.PREFILL_TOTAL, model=MODEL, outcome=outcome)
+
+
+@dataclass(frozen=True)
+class DecodeSide:
+    """What the decode server reports about KV it did not compute."""
+
+    transfers: float
+    transferred_bytes: float
+    p2p_tokens: float
+
+    @staticmethod
+    def read(fleet: Fleet) -> DecodeSide:
+        url = f"http://127.0.0.1:{fleet['vllm-decode'].port}/metrics"
+        return DecodeSide(
+            _sum(url, "vllm:nixl_bytes_transferred_count"),
+            _sum(url, "vllm:nixl_bytes_transferred_sum"),
+            _sum(url, "vllm:prompt_tokens_cached_by_source_total", source="p2p"),
+        )
+
+
+def _stream(platform: Platform, prompt: str) -> tuple[list[str], Any]:
+    """A streamed chat completion through the gateway: its content pieces and the final usage."""
+    pieces: list[str] = []
+    usage = None
+    for chunk in platform.client().chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+        if chunk.usage is not None:
+            usage = chunk.usage
+    return pieces, usage
+
+
+def test_a_long_prompt_is_prefilled_on_one_server_and_its_kv_pulled_by_the_other(platform: Platform) -> None:
+    before, posts = DecodeSide.read(platform.fleet), platform.fleet["vllm-prefill"].posts()
+    transferred = _prefills(platform.gateway, "transferred")
+    pieces, usage = _stream(platform, words(400))
+    assert len(pieces) > 1  # streamed, not one buffered piece
+    assert usage is not None and usage.completion_tokens == 8 and usage.prompt_tokens > 400
+    after = DecodeSide.read(platform.fleet)
+    assert platform.fleet["vllm-prefill"].posts() == posts + 1
+    assert _prefills(platform.gateway, "transferred") == transferred + 1
+    assert after.transfers == before.transfers + 1
+    assert after.transferred_bytes > before.transferred_bytes
+    # The decode server computed none of the prompt's full blocks: they came from the prefill server.
+    assert after.p2p_tokens - before.p2p_tokens >= usage.prompt_tokens - 128
+
+
+def test_a_short_prompt_is_computed_where_it_lands(platform: Platform) -> None:
+    before, posts = DecodeSide.read(platform.fleet), platform.fleet["vllm-prefill"].posts()
+    short = _prefills(platform.gateway, "short")
+    pieces, usage = _stream(platform, "w1 w2 w3")
+    assert pieces and usage is not None and usage.prompt_tokens < MIN_UNCACHED_TOKENS
+    assert _prefills(platform.gateway, "short") == short + 1
+    assert platform.fleet["vllm-prefill"].posts() == posts
+    assert DecodeSide.read(platform.fleet).transfers == before.transfers
+
+
+def test_without_its_prefill_server_the_decode_server_computes_the_prompt(platform: Platform) -> None:
+    platform.prefill.kill()
+    try:
+        wait_until(lambda: _ready(platform.gateway, PREFILL) == 0, 30, "the processor to see the prefill server gone")
+        before = DecodeSide.read(platform.fleet)
+        busy = _prefills(platform.gateway, "busy")
+        pieces, usage = _stream(platform, "x " + words(400))
+        assert pieces and usage is not None and usage.completion_tokens == 8
+        assert _prefills(platform.gateway, "busy") == busy + 1
+        assert DecodeSide.read(platform.fleet).transfers == before.transfers
+    finally:
+        platform.prefill.open()
+        wait_until(lambda: _ready(platform.gateway, PREFILL) == 1, 30, "the prefill server back at the processor")
