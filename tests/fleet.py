@@ -1,10 +1,10 @@
 """The test run's one fleet of real vLLM 0.32 CPU servers, started once and shared by every E2E module.
 
 Each vLLM server costs tens of seconds of both cores to start, and the E2E modules used to start eight of them, one
-module after another, each waiting for its own. The fleet starts six (five completion servers of the tiny Llama, two
-of them the prefill and decode roles of a disaggregated model, and the semantic cache's embedder) as soon as the run
-has collected its tests, in the background, so they load while the unit tests run; the E2E modules take what they
-need from it (:func:`fleet`, a session fixture) and leave it as they found it.
+module after another, each waiting for its own. The fleet starts four (three completion servers of the tiny Llama and
+the semantic cache's embedder) as soon as the run has collected its tests, in the background, so they load while the
+unit tests run; the E2E modules take what they need from it (:func:`fleet`, a session fixture) and leave it as they
+found it.
 
 - **Who starts it.** The process that configures the run (pytest-xdist's controller, or the one process without
   xdist) names the fleet's directory in :data:`FLEET_DIR_ENV` before any worker starts, and a thread of its waits
@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -74,25 +74,19 @@ EMBEDDER = "embedder"
 
 @dataclass(frozen=True)
 class ServerPlan:
-    """One fleet server: its name, the model names it serves (the first is the one it answers with) and, for the
-    two sides of a disaggregated model, its side of the KV transfer."""
+    """One fleet server: its name and the model names it serves (the first is the one it answers with)."""
 
     name: str
     served_names: tuple[str, ...]
-    kv_role: Literal["kv_producer", "kv_consumer"] | None = None
 
 
 SERVERS = (
     ServerPlan("vllm-alpha", ("alpha", "gamma", "delta")),
     ServerPlan("vllm-beta", ("beta", "alpha", "delta")),
     ServerPlan("vllm-tiny", ("tiny", "delta")),
-    ServerPlan("vllm-prefill", ("pd",), kv_role="kv_producer"),
-    ServerPlan("vllm-decode", ("pd",), kv_role="kv_consumer"),
 )
 """The completion servers. ``vllm-beta`` serves ``alpha`` too, as a fallback server must accept the primary's name;
-all three serve ``delta``, the routing E2E's model of three replicas. ``vllm-prefill`` and ``vllm-decode`` are the
-prefill and decode roles of ``pd``, served disaggregated: NixlConnector over UCX between the two processes, as the
-model servers render it (``nixl_transfer_config``)."""
+all three serve ``delta``, the routing E2E's model of three replicas."""
 
 
 @dataclass(frozen=True)
@@ -215,12 +209,8 @@ class _Boot:
         _write_atomically(self.directory / outcome, text)
 
     def _boot(self) -> tuple[str, str]:
-        from inferplane.components.serving.vllm_service import KvRole, nixl_transfer_config
         from tests import gateway_support as gs  # heavy (sizing, the renderer): imported only where a fleet starts
         from tests.tiny_model import tiny_platform
-
-        def transfer(role: KvRole) -> list[str]:
-            return ["--kv-transfer-config", nixl_transfer_config(role, efa=False, device="cpu")]
 
         if not gs.VLLM_READY_MARKER.is_file():
             return SKIPPED_FILE, gs.VLLM_MISSING
@@ -235,8 +225,7 @@ class _Boot:
                 list(plan.served_names),
                 max_model_len=MAX_MODEL_LEN,
                 max_num_seqs=MAX_NUM_SEQS,
-                extra_args=[*gs.REQUEST_LOG_ARGS, *(transfer(plan.kv_role) if plan.kv_role else [])],
-                env=gs.nixl_env() if plan.kv_role else None,
+                extra_args=gs.REQUEST_LOG_ARGS,
             )
             for plan in SERVERS
         }
@@ -325,7 +314,7 @@ def scheduler(config: pytest.Config, log: object) -> object:
 # --- using it (a worker) ------------------------------------------------------------------------------------------
 
 FLEET_WAIT_SECONDS = 900.0
-"""How long a worker waits for the fleet: six servers loading at once on two busy cores take minutes at worst
+"""How long a worker waits for the fleet: four servers loading at once on two busy cores take minutes at worst
 (each waits up to ``VLLM_START_TIMEOUT_SECONDS`` itself, and says so in :data:`FAILED_FILE`)."""
 
 

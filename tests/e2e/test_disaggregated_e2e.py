@@ -1,6 +1,10 @@
 """A disaggregated model through the real gateway: Envoy, the processor's prefill step, and a real KV transfer between
-two vLLM 0.32 CPU servers of the run's fleet (``vllm-prefill`` produces, ``vllm-decode`` consumes: NixlConnector over
-UCX on the loopback, ``nixl_transfer_config``), driven by the official ``openai`` client.
+two vLLM 0.32 CPU servers (a prefill server produces, a decode server consumes: NixlConnector over UCX on the
+loopback, ``nixl_transfer_config``), driven by the official ``openai`` client.
+
+The two servers are this module's, not the run's fleet's: an idle vLLM CPU server with a NIXL connector keeps about
+a core busy (seen with ``ps`` in a run that shared them: 55-130 % of a core each, in two threads of the engine's
+worker, with no request in flight), so they run only while this module does, after the fleet is up (its group).
 
 Proves compatibility, not speed (two CPU servers on two shared cores): the processor sends a long prompt to the
 prefill server first, in vLLM's proxy's protocol; the decode server pulls the prompt's KV blocks (NIXL reports the
@@ -21,17 +25,22 @@ import pytest
 
 from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway import renderer as gc
+from inferplane.components.serving.vllm_service import KvRole, nixl_transfer_config
 from inferplane.processor import metrics as pm
-from tests.fleet import Fleet, check_fits, tokenizers_dir
+from tests.fleet import MAX_MODEL_LEN, MAX_NUM_SEQS, Fleet, check_fits, tokenizers_dir
 from tests.gateway_support import (
+    REQUEST_LOG_ARGS,
     Gateway,
     Procs,
     Relay,
     gateway_addresses,
+    nixl_env,
     scrape,
     start_gateway,
     start_redis,
+    start_vllm,
     wait_until,
+    wait_vllm,
 )
 from tests.tiny_model import tiny_platform, words
 
@@ -45,12 +54,20 @@ MIN_UNCACHED_TOKENS = 64
 
 @dataclass
 class Platform:
-    """The gateway, the fleet and the relay in front of the prefill server (killed by a test)."""
+    """The gateway, the two servers and the relay in front of the prefill server (killed by a test)."""
 
     gateway: Gateway
     key: str
-    fleet: Fleet
+    procs: Procs
+    ports: dict[KvRole, int]
     prefill: Relay
+
+    def posts(self, role: KvRole) -> int:
+        """Completion requests the server of ``role`` has received (its access log)."""
+        return self.procs.log(role).count('"POST /v1/')
+
+    def metrics_url(self, role: KvRole) -> str:
+        return f"http://127.0.0.1:{self.ports[role]}/metrics"
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.gateway.base_url, api_key=self.key, max_retries=0)
@@ -85,11 +102,34 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
     keys_dir = directory / "keys"
     keys_dir.mkdir()
     (keys_dir / gc.API_KEYS_FILE).write_text(gc.render_api_key_file({"team-a": key}))
-    prefill = Relay(fleet["vllm-prefill"].port, opened=True)
+    roles: tuple[KvRole, ...] = ("kv_producer", "kv_consumer")
+    try:
+        started = {
+            role: start_vllm(
+                procs,
+                role,
+                fleet.model_dir,
+                [MODEL],
+                max_model_len=MAX_MODEL_LEN,
+                max_num_seqs=MAX_NUM_SEQS,
+                extra_args=[
+                    *REQUEST_LOG_ARGS,
+                    "--kv-transfer-config",
+                    nixl_transfer_config(role, efa=False, device="cpu"),
+                ],
+                env=nixl_env(),
+            )
+            for role in roles
+        }
+        ports = {role: wait_vllm(procs, role, port) for role, port in started.items()}
+    except BaseException:
+        procs.stop_all()
+        raise
+    prefill = Relay(ports["kv_producer"], opened=True)
     try:
         start_redis_port = start_redis(procs)
         addresses = gateway_addresses(
-            {MODEL: [("127.0.0.1", fleet["vllm-decode"].port)]}, keys_dir, tokenizers_dir(fleet), "-pd"
+            {MODEL: [("127.0.0.1", ports["kv_consumer"])]}, keys_dir, tokenizers_dir(fleet), "-pd"
         )
         gateway = start_gateway(
             procs,
@@ -101,7 +141,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
             processor_patch=_with_prefill_role(prefill.port),
         )
         wait_until(lambda: _ready(gateway, PREFILL) == 1, 30, "the prefill server ready at the processor")
-        yield Platform(gateway, key, fleet, prefill)
+        yield Platform(gateway, key, procs, ports, prefill)
     finally:
         procs.stop_all()
         prefill.close()
@@ -134,8 +174,8 @@ class DecodeSide:
     p2p_tokens: float
 
     @staticmethod
-    def read(fleet: Fleet) -> DecodeSide:
-        url = f"http://127.0.0.1:{fleet['vllm-decode'].port}/metrics"
+    def read(platform: Platform) -> DecodeSide:
+        url = platform.metrics_url("kv_consumer")
         return DecodeSide(
             _sum(url, "vllm:nixl_bytes_transferred_count"),
             _sum(url, "vllm:nixl_bytes_transferred_sum"),
@@ -162,13 +202,13 @@ def _stream(platform: Platform, prompt: str) -> tuple[list[str], Any]:
 
 
 def test_a_long_prompt_is_prefilled_on_one_server_and_its_kv_pulled_by_the_other(platform: Platform) -> None:
-    before, posts = DecodeSide.read(platform.fleet), platform.fleet["vllm-prefill"].posts()
+    before, posts = DecodeSide.read(platform), platform.posts("kv_producer")
     transferred = _prefills(platform.gateway, "transferred")
     pieces, usage = _stream(platform, words(400))
     assert len(pieces) > 1  # streamed, not one buffered piece
     assert usage is not None and usage.completion_tokens == 8 and usage.prompt_tokens > 400
-    after = DecodeSide.read(platform.fleet)
-    assert platform.fleet["vllm-prefill"].posts() == posts + 1
+    after = DecodeSide.read(platform)
+    assert platform.posts("kv_producer") == posts + 1
     assert _prefills(platform.gateway, "transferred") == transferred + 1
     assert after.transfers == before.transfers + 1
     assert after.transferred_bytes > before.transferred_bytes
@@ -177,25 +217,25 @@ def test_a_long_prompt_is_prefilled_on_one_server_and_its_kv_pulled_by_the_other
 
 
 def test_a_short_prompt_is_computed_where_it_lands(platform: Platform) -> None:
-    before, posts = DecodeSide.read(platform.fleet), platform.fleet["vllm-prefill"].posts()
+    before, posts = DecodeSide.read(platform), platform.posts("kv_producer")
     short = _prefills(platform.gateway, "short")
     pieces, usage = _stream(platform, "w1 w2 w3")
     assert pieces and usage is not None and usage.prompt_tokens < MIN_UNCACHED_TOKENS
     assert _prefills(platform.gateway, "short") == short + 1
-    assert platform.fleet["vllm-prefill"].posts() == posts
-    assert DecodeSide.read(platform.fleet).transfers == before.transfers
+    assert platform.posts("kv_producer") == posts
+    assert DecodeSide.read(platform).transfers == before.transfers
 
 
 def test_without_its_prefill_server_the_decode_server_computes_the_prompt(platform: Platform) -> None:
     platform.prefill.kill()
     try:
         wait_until(lambda: _ready(platform.gateway, PREFILL) == 0, 30, "the processor to see the prefill server gone")
-        before = DecodeSide.read(platform.fleet)
+        before = DecodeSide.read(platform)
         busy = _prefills(platform.gateway, "busy")
         pieces, usage = _stream(platform, "x " + words(400))
         assert pieces and usage is not None and usage.completion_tokens == 8
         assert _prefills(platform.gateway, "busy") == busy + 1
-        assert DecodeSide.read(platform.fleet).transfers == before.transfers
+        assert DecodeSide.read(platform).transfers == before.transfers
     finally:
         platform.prefill.open()
         wait_until(lambda: _ready(platform.gateway, PREFILL) == 1, 30, "the prefill server back at the processor")
