@@ -84,6 +84,9 @@ VLLM_KV_OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes_total"
 VLLM_KV_OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes_total"
 """Counter: bytes of KV blocks loaded back from the host tier on prefix hits (same source:
 ``vllm:kv_offload_load_bytes``)."""
+VLLM_HOST_TIER_ONLY = (VLLM_KV_OFFLOAD_STORE_BYTES, VLLM_KV_OFFLOAD_LOAD_BYTES)
+"""Series only a server with a host KV tier exposes (the OffloadingConnector registers them), which vLLM's CPU build
+cannot run: the tests check them against vLLM's source, not a CPU server's exposition."""
 VLLM_MODEL_LABEL = "model_name"
 """The label carrying ``--served-model-name`` on every vLLM series."""
 

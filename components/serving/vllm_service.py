@@ -57,12 +57,17 @@ def nixl_transfer_config(role: KvRole, *, efa: bool, device: Literal["cuda", "cp
     On EFA the LIBFABRIC backend: NIXL's default UCX lands on a TCP-speed transport there ("For EFA, the LIBFABRIC
     backend must be selected", NVIDIA Dynamo ``docs/kubernetes/cloud-providers/eks/efa.md``; llm-d's AWS overlay
     passes the same); UCX elsewhere (NVLink, RoCE, TCP). ``device`` is where the KV buffers live: ``cpu`` only in
-    vLLM's CPU build, which the tests run."""
+    vLLM's CPU build, which the tests run.
+
+    ``kv_load_failure_policy: recompute``: a decode replica whose pull fails (the peer's handshake timed out, a
+    transfer failed) computes the prompt itself instead of failing the request (vLLM 0.32's default ``fail``); seen
+    here when a loaded machine kept the prefill side from answering the 5 s handshake."""
     config = {
         "kv_connector": "NixlConnector",
         "kv_role": role,
         "kv_buffer_device": device,
         "kv_connector_extra_config": {"backends": ["LIBFABRIC" if efa else "UCX"]},
+        "kv_load_failure_policy": "recompute",
     }
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 

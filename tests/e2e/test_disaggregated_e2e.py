@@ -141,10 +141,29 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
             processor_patch=_with_prefill_role(prefill.port),
         )
         wait_until(lambda: _ready(gateway, PREFILL) == 1, 30, "the prefill server ready at the processor")
-        yield Platform(gateway, key, procs, ports, prefill)
+        platform = Platform(gateway, key, procs, ports, prefill)
+        attempts = iter(range(1_000_000))
+        wait_until(lambda: _transfers_once(platform, next(attempts)), HANDSHAKE_WAIT_SECONDS, "a first KV transfer")
+        yield platform
     finally:
         procs.stop_all()
         prefill.close()
+
+
+HANDSHAKE_WAIT_SECONDS = 180.0
+"""How long the module waits for its first transfer. The decode server opens NIXL's handshake with the prefill server
+on its first pull and waits 5 s for the answer (vLLM 0.32 ``nixl/base_worker.py``); on a loaded machine that can time
+out (seen in a clean-clone run), the pull then fails and the decode server computes the prompt
+(``kv_load_failure_policy: recompute``), and the next request tries again."""
+
+
+def _transfers_once(platform: Platform, attempt: int) -> bool:
+    """Send one new long prompt through the gateway; whether the decode server pulled its KV cache."""
+    before = DecodeSide.read(platform).transfers
+    platform.client().chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": f"warm {attempt} {words(300)}"}], max_tokens=1
+    )
+    return DecodeSide.read(platform).transfers > before
 
 
 def _sum(url: str, name: str, **labels: str) -> float:

@@ -201,7 +201,9 @@ def test_every_vllm_series_the_plans_and_the_router_read_is_exposed(platform: Pl
     }
     assert len(wanted) >= 10
     missing = {name for name in wanted if name not in exposed and f"{name}_bucket" not in exposed}
-    assert not missing
+    # A host KV tier's series come with its OffloadingConnector, which the CPU build cannot run (checked against
+    # vLLM's source instead: tests/observability/test_metrics.py).
+    assert missing == set(engine_metrics.VLLM_HOST_TIER_ONLY)
 
 
 @pytest.mark.parametrize("group", range(10, 14))

@@ -440,6 +440,7 @@ def test_the_kv_transfer_config_is_nixl_and_accepted_by_the_pinned_vllm(role: An
         "kv_role": role,
         "kv_buffer_device": "cuda",
         "kv_connector_extra_config": {"backends": [backend]},
+        "kv_load_failure_policy": "recompute",
     }
     assert vllm_cli.check(cli, ["m", "--kv-transfer-config", config]) == []
     # vLLM 0.32 removed the V0 connectors' fields: the checker refuses them as vLLM's config does.
