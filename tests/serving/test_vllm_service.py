@@ -443,6 +443,8 @@ def test_the_kv_transfer_config_is_nixl_and_accepted_by_the_pinned_vllm(role: An
         "kv_load_failure_policy": "recompute",
     }
     assert vllm_cli.check(cli, ["m", "--kv-transfer-config", config]) == []
+    leased = json.loads(nixl_transfer_config(role, efa=efa, lease_seconds=5))["kv_connector_extra_config"]
+    assert leased == {"backends": [backend], "kv_lease_duration": 5}
     # vLLM 0.32 removed the V0 connectors' fields: the checker refuses them as vLLM's config does.
     removed = json.dumps({"kv_connector": "NixlConnector", "kv_role": role, "kv_rank": 0})
     assert vllm_cli.check(cli, ["m", "--kv-transfer-config", removed]) == [
