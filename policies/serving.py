@@ -91,29 +91,36 @@ def is_model_server(resource: Resource) -> bool:
     return object_labels(resource).get(COMPONENT_LABEL) == MODEL_SERVER or MODEL in object_annotations(resource)
 
 
-def engine_flags(resource: Resource) -> dict[str, str]:
-    """``--flag value`` and ``--flag=value`` pairs from the main containers' command and args (bare flags: "").
+def container_flags(container: dict[str, Any]) -> dict[str, str]:
+    """``--flag value`` and ``--flag=value`` pairs from one container's command and args (bare flags: "").
 
     The model is ``--model``, or the first positional of ``vllm serve <model>``: the ``vllm/vllm-openai`` image's
     entrypoint is ``vllm serve``, so its container args start with the model.
     """
+    command = [t for t in as_list(container.get("command")) if isinstance(t, str)]
+    args = [t for t in as_list(container.get("args")) if isinstance(t, str)]
+    tokens = command + args
+    flags: dict[str, str] = {}
+    for index, token in enumerate(tokens):
+        if not token.startswith("--"):
+            continue
+        if "=" in token:
+            key, value = token[2:].split("=", maxsplit=1)
+        else:
+            following = tokens[index + 1] if index + 1 < len(tokens) else ""
+            key, value = token[2:], "" if following.startswith("--") else following
+        flags[key] = value
+    positional = tokens[tokens.index("serve") + 1 :] if "serve" in tokens else ([] if command else args)
+    if positional and not positional[0].startswith("-"):
+        flags.setdefault("model", positional[0])
+    return flags
+
+
+def engine_flags(resource: Resource) -> dict[str, str]:
+    """:func:`container_flags` over the main containers, a later container's flag over an earlier one's."""
     flags: dict[str, str] = {}
     for _, container in containers(resource, init=False):
-        command = [t for t in as_list(container.get("command")) if isinstance(t, str)]
-        args = [t for t in as_list(container.get("args")) if isinstance(t, str)]
-        tokens = command + args
-        for index, token in enumerate(tokens):
-            if not token.startswith("--"):
-                continue
-            if "=" in token:
-                key, value = token[2:].split("=", maxsplit=1)
-            else:
-                following = tokens[index + 1] if index + 1 < len(tokens) else ""
-                key, value = token[2:], "" if following.startswith("--") else following
-            flags[key] = value
-        positional = tokens[tokens.index("serve") + 1 :] if "serve" in tokens else ([] if command else args)
-        if positional and not positional[0].startswith("-"):
-            flags.setdefault("model", positional[0])
+        flags.update(container_flags(container))
     return flags
 
 
@@ -371,17 +378,6 @@ def gpu_memory_utilization(resource: Resource, config: Config, report: Report) -
         report(f"gpu-memory-utilization {value} is outside {config['min']}-{config['max']}")
 
 
-def _flag_value(container: dict[str, Any], flag: str) -> str | None:
-    """The value of ``--flag value`` or ``--flag=value`` in one container's command and args."""
-    tokens = [t for key in ("command", "args") for t in as_list(container.get(key)) if isinstance(t, str)]
-    for index, token in enumerate(tokens):
-        if token == flag and index + 1 < len(tokens):
-            return tokens[index + 1]
-        if token.startswith(f"{flag}="):
-            return token.split("=", maxsplit=1)[1]
-    return None
-
-
 @resource_policy(
     name="inference-server-require-host-kv-fit",
     description=(
@@ -401,11 +397,12 @@ def host_kv_fit(resource: Resource, config: Config, report: Report) -> None:
         return
     shm = memory_volumes_bytes(resource)
     for path, container in containers(resource, init=False):
-        size = _float(_flag_value(container, "--kv-offloading-size"))
+        flags = container_flags(container)
+        size = _float(flags.get("kv-offloading-size"))
         if size is None:
             continue
         limit = quantity_bytes(as_dict(as_dict(container.get("resources")).get("limits")).get("memory"))
-        tp = _int(_flag_value(container, "--tensor-parallel-size")) or 1
+        tp = _int(flags.get("tensor-parallel-size")) or 1
         if limit is None or shm is None:
             report(f"{container_label(path, container)}: --kv-offloading-size {size:g} with no bounded memory limit")
             continue
