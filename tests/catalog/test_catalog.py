@@ -31,9 +31,28 @@ def test_instance_row_matches_describe_instance_types(name: str, described: dict
     assert row.vcpus == api["VCpuInfo"]["DefaultVCpus"]
     assert row.memory_mib == api["MemoryInfo"]["SizeInMiB"]
     assert row.efa_max_interfaces == api["NetworkInfo"].get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)
+    assert row.network_gbps == _sustained_gbps(api["NetworkInfo"])
     assert row.local_nvme_gb == api.get("InstanceStorageInfo", {}).get("TotalSizeInGB", 0)
     assert row.capacity_block == ("capacity-block" in api["SupportedUsageClasses"])
     assert row.spot == ("spot" in api["SupportedUsageClasses"])
+
+
+def _sustained_gbps(network: dict[str, Any]) -> float:
+    """A node's sustained bandwidth from ``NetworkPerformance`` ("3200 Gigabit", "4x 100 Gigabit"); an "Up to N
+    Gigabit" type sustains only its first card's ``BaselineBandwidthInGbps`` (N is a burst)."""
+    performance = network["NetworkPerformance"]
+    if performance.startswith("Up to"):
+        return float(network["NetworkCards"][0]["BaselineBandwidthInGbps"])
+    count, _, rate = performance.removesuffix(" Gigabit").rpartition("x ")
+    return float(rate) * (int(count) if count else 1)
+
+
+def test_efa_interface_line_rate_is_the_nodes_bandwidth_over_its_interfaces() -> None:
+    assert INSTANCE_TYPES["p5.48xlarge"].efa_interface_gbps == 100
+    assert INSTANCE_TYPES["p5en.48xlarge"].efa_interface_gbps == 200
+    assert INSTANCE_TYPES["g6e.12xlarge"].efa_interface_gbps == 100
+    assert INSTANCE_TYPES["g6e.xlarge"].efa_interface_gbps is None
+    assert INSTANCE_TYPES["ct5lp-hightpu-4t"].efa_interface_gbps is None
 
 
 @pytest.mark.parametrize(
