@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["bool", "store_true", "json", "int", "float", "choice", "str"]
+Kind = Literal["bool", "store_true", "json", "int", "float", "choice", "many", "str"]
 
 _ALIAS_SOURCES = ("vllm/config", "vllm/model_executor/layers/quantization/__init__.py")
 _CLASS_SOURCES = ("vllm/config", "vllm/entrypoints/launchers/cli_args.py")
@@ -74,6 +74,9 @@ class VllmCli:
         choices = self.literal_values(annotation)
         if choices:
             return Flag(names, "choice", choices=choices, source=source)
+        if referenced & {"list", "tuple", "set"}:
+            # ``collection_to_kwargs``: nargs "+", one or more values up to the next flag.
+            return Flag(names, "many", source=source)
         if "int" in referenced:
             return Flag(names, "int", source=source)
         if "float" in referenced:
@@ -219,6 +222,15 @@ def check(cli: VllmCli, args: list[str]) -> list[str]:
             if inline:
                 problems.append(f"{name}: takes no value")
             i += 1
+            continue
+        if flag.kind == "many" and not inline:
+            values = []
+            while i + 1 < len(args) and not args[i + 1].startswith("--"):
+                values.append(args[i + 1])
+                i += 1
+            i += 1
+            if not values:
+                problems.append(f"{name}: missing value")
             continue
         if inline:
             value = inline
