@@ -195,8 +195,9 @@ def parse_upstream(text: str) -> Upstream:
 
 
 def gateway_models(spec: PlatformSpec, cluster: gc.Cluster) -> tuple[str, ...]:
-    """The model deployments the gateway of ``cluster`` routes to."""
-    return tuple(d.name for d in spec.models if gc.cluster_of(spec, d) == cluster)
+    """The model deployments the gateway of ``cluster`` routes to, with the prefill roles of disaggregated ones (whose
+    servers its processor calls for their models' prefill step)."""
+    return tuple(d.name for d in spec.serving_deployments if gc.cluster_of(spec, d) == cluster)
 
 
 def choose_cluster(spec: PlatformSpec, stack: str, given: str | None) -> gc.Cluster:
@@ -216,7 +217,7 @@ def group_upstreams(
 ) -> dict[str, tuple[Upstream, ...]]:
     """Per model of ``cluster``'s gateway, its ``--upstream`` servers in the order given."""
     models = gateway_models(spec, cluster)
-    elsewhere = {d.name: gc.cluster_of(spec, d) for d in spec.models}
+    elsewhere = {d.name: gc.cluster_of(spec, d) for d in spec.serving_deployments}
     grouped: dict[str, list[Upstream]] = {m: [] for m in models}
     for text in given:
         upstream = parse_upstream(text)
@@ -547,7 +548,7 @@ def _write_private(path: Path, text: str) -> None:
 def link_tokenizers(plan: RunPlan, directory: Path) -> dict[str, Path | None]:
     """Per model, the tokenizer file found (linked under ``directory`` as the processor expects it), or None."""
     found: dict[str, Path | None] = {}
-    for deployment in plan.spec.models:
+    for deployment in plan.spec.serving_deployments:
         if deployment.name not in plan.upstreams:
             continue
         relative = gc.tokenizer_file(deployment)
@@ -774,6 +775,8 @@ def validate_envoy(envoy: Path, config: Path) -> tuple[bool, str]:
 
 
 def _no_server(model: ModelConfig) -> str:
+    if model.role == "prefill":
+        return "no --upstream: its model's replicas compute every prompt"
     if model.scale_to_zero:
         return f"no --upstream: held up to {model.cold_start_hold_seconds:g} s (it scales to zero), then 503"
     return "no --upstream: 503 (no replica reachable)"
@@ -782,14 +785,16 @@ def _no_server(model: ModelConfig) -> str:
 def route_lines(config: ProcessorConfig, upstreams: Mapping[str, tuple[Upstream, ...]]) -> list[str]:
     """One line per model and per tier: what a request naming it reaches."""
     width = max(len(name) for name in [*(m.name for m in config.models), *(t.name for t in config.tiers)])
+    role_of = {m.prefill.model: m.name for m in config.models if m.prefill is not None}
     lines = []
     for model in config.models:
         servers = ", ".join(u.url for u in upstreams.get(model.name, ())) or _no_server(model)
         fallback = [f for t in config.tiers if model.name in t.models for f in t.fallback if f != model.name]
         extra = f"; fallback {', '.join(dict.fromkeys(fallback))}" if fallback else ""
-        lines.append(
-            f"    {model.name:<{width}}  model, tier {model.tier}, context {model.max_model_len} -> {servers}{extra}"
-        )
+        if model.prefill is not None:
+            extra += f"; long prompts prefilled on {model.prefill.model}"
+        what = f"prefill role of {role_of[model.name]}" if model.name in role_of else f"model, tier {model.tier}"
+        lines.append(f"    {model.name:<{width}}  {what}, context {model.max_model_len} -> {servers}{extra}")
     for tier in config.tiers:
         extra = f"; fallback {', '.join(tier.fallback)}" if tier.fallback else ""
         lines.append(f"    {tier.name:<{width}}  tier -> {', '.join(tier.models)}{extra}")

@@ -58,6 +58,7 @@ def render_result(console: Console, result: SizingResult) -> None:
         f"--dtype {flags.dtype}"
         + (f" --quantization {flags.quantization}" if flags.quantization else "")
         + (f" --kv-offloading-size {flags.kv_offloading_size_gib}" if flags.kv_offloading_size_gib else "")
+        + (f" (KV transfer: {flags.kv_transfer.role}, {flags.kv_transfer.backend})" if flags.kv_transfer else "")
     )
     trt = result.trtllm
     console.print(
@@ -93,10 +94,10 @@ def sizing_table(plan: PlatformSizing) -> Table:
         "$/h max",
     ):
         table.add_column(column)
-    for d in plan.deployments:
+    for d in (role for deployment in plan.deployments for role in deployment.roles):
         r = d.result
         table.add_row(
-            d.name,
+            d.name if d.role == "aggregated" else f"{d.name} ({d.role})",
             d.pool,
             f"{r.accelerator} ({d.instance_type})",
             str(r.tensor_parallel_size),
@@ -172,6 +173,16 @@ def render_platform(console: Console, plan: PlatformSizing) -> None:
             f"(autoscaled at {e.target_cpu_utilization}% CPU) x ({e.cpus} CPU, {e.memory_bytes // 2**20} MiB), "
             f"{e.dimensions} dimensions, start ~{e.start_seconds:.0f} s"
         )
+    for d in plan.deployments:
+        if d.transfer is not None:
+            t = d.transfer
+            time = "no EFA device" if t.seconds_at_context is None else f"{t.seconds_at_context * 1000:,.0f} ms"
+            fabric = f"EFA, {t.efa_interfaces} interfaces" if t.backend == "LIBFABRIC" else "TCP"
+            console.print(
+                f"KV transfer ({d.name}): NIXL {t.backend} over {fabric}, {t.bytes_per_second / 1e9:,.1f} GB/s; a "
+                f"{t.context:,}-token prompt moves {t.bytes_at_context / 1e9:,.2f} GB in {time} (TTFT objective "
+                f"{t.ttft_slo_ms} ms)"
+            )
     console.print(
         f"{plan.environment}: {plan.total_gpus_max} accelerators at max scale, "
         f"{_usd(plan.hourly_usd_min)}/h at min, {_usd(plan.hourly_usd_max)}/h at max (on-demand)"

@@ -50,13 +50,16 @@ from inferplane.components.capacity.sizing import PoolSizing
 from inferplane.components.catalog import INSTANCE_TYPES, AcceleratorId, InstanceType
 from inferplane.components.spec.input_errors import raise_input_errors
 from inferplane.components.spec.platform_spec import AmiFamily, CapacityType
-from inferplane.components.spec.scheduling import ACCELERATOR_LABEL, GPU_TAINT, NVIDIA_GPU_RESOURCE, POOL_LABEL
+from inferplane.components.spec.scheduling import (
+    ACCELERATOR_LABEL,
+    EFA_RESOURCE,
+    GPU_TAINT,
+    NVIDIA_GPU_RESOURCE,
+    POOL_LABEL,
+)
 
 AMI_FAMILY_LABEL = "inferplane.io/ami-family"
 """``al2023`` or ``bottlerocket``: the NVIDIA device plugin runs only where the AMI does not bring its own."""
-
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-"""The extended resource the EFA device plugin advertises."""
 
 EksAmiType = Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"]
 EksCapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]

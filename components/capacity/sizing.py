@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity.embedder import EmbedderSizing, size_embedder
 from inferplane.components.capacity.host_memory import engine_host_bytes, host_kv_tier_bytes, replica_host_share
+from inferplane.components.capacity.kv_transfer import KvTransferSizing, TransferBackend, size_transfer
 from inferplane.components.capacity.prometheus import (
     PrometheusSizing,
     cluster_series,
@@ -111,6 +112,10 @@ MAX_BATCHED_TOKENS = 16384
 """Bounds on the per-step token budget; vLLM's online-serving default is 2048, throughput peaks near 8-16k."""
 
 
+ServingRole = Literal["aggregated", "prefill", "decode"]
+"""What a model's replicas do: both phases (aggregated), or one role of a disaggregated model."""
+
+
 def weights_bytes(model: ModelArchitecture, dtype: WeightsDtype) -> int:
     """Bytes of the weights in ``dtype``; quantized formats keep embeddings and LM head in 16 bits."""
     if dtype in ("bf16", "fp16"):
@@ -161,6 +166,20 @@ replaces it with a warning (``_mla_backend_page_constraints``, ``_fa4_page_const
 (``validation_hook.py``)."""
 
 
+KvRole = Literal["kv_producer", "kv_consumer"]
+"""A disaggregated replica's side of the KV transfer: the prefill role produces, the decode role consumes (vLLM 0.32
+``KVTransferConfig.kv_role``; ``kv_both`` is deprecated with NixlConnector, whose roles come per request)."""
+
+
+class KvTransferSettings(BaseModel):
+    """A disaggregated role's NixlConnector: its side and NIXL's backend (rendered as ``--kv-transfer-config``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: KvRole = Field(description="``kv_producer`` on the prefill role, ``kv_consumer`` on the decode role.")
+    backend: TransferBackend = Field(description="NIXL backend: LIBFABRIC where both roles' pools have EFA, else UCX.")
+
+
 class VllmSettings(BaseModel):
     """vLLM engine arguments, named as the CLI flags (``--tensor-parallel-size`` ...)."""
 
@@ -185,6 +204,11 @@ class VllmSettings(BaseModel):
         description="``--kv-offloading-size``: GiB of host memory holding KV blocks beyond the device pool, summed "
         "over the tensor-parallel ranks (vLLM 0.32 ``CacheConfig.kv_offloading_size``), with the ``native`` backend "
         "(its OffloadingConnector); None: no host tier.",
+    )
+    kv_transfer: KvTransferSettings | None = Field(
+        default=None,
+        description="The KV transfer of a disaggregated role (NixlConnector; with a host tier, both connectors "
+        "under vLLM's MultiConnector); None when aggregated.",
     )
 
 
@@ -308,6 +332,11 @@ class SizingRequest:
     host_kv_node: InstanceType | None = None
     """The node type whose host memory holds a host KV tier for each replica (vLLM's KV offloading), sized from the
     replica's share of it; None: no host tier."""
+    role: ServingRole = "aggregated"
+    """What the replicas do: both phases, or one role of a disaggregated model (a prefill replica runs no decodes, so
+    its step budget is not bounded by the ITL objective)."""
+    transfer_backend: TransferBackend = "UCX"
+    """NIXL's backend for a disaggregated role's KV transfer (LIBFABRIC where both roles' pools have EFA)."""
 
 
 def tensor_parallel_candidates(request: SizingRequest) -> list[int]:
@@ -363,7 +392,10 @@ def _peak_tflops(request: SizingRequest) -> float:
 
 
 def _batched_tokens(request: SizingRequest, tp: int) -> int:
-    """Tokens per engine step: as many prefill tokens as compute within one ITL objective, within bounds."""
+    """Tokens per engine step: as many prefill tokens as compute within one ITL objective, within bounds; a prefill
+    role's steps carry no decodes to keep flowing, so it takes the largest budget (the fewest, fullest steps)."""
+    if request.role == "prefill":
+        return max(MAX_BATCHED_TOKENS if request.chunked_prefill else request.context, request.concurrency)
     if not request.chunked_prefill:
         # Without chunking a whole prompt is one step, so the budget must hold the longest one.
         return max(request.context, request.concurrency)
@@ -678,6 +710,11 @@ def _vllm_settings(
         enable_chunked_prefill=request.chunked_prefill,
         block_size=VLLM_BLOCK_SIZE,
         kv_offloading_size_gib=host_kv_bytes // GIB if host_kv_bytes else None,
+        kv_transfer=None
+        if request.role == "aggregated"
+        else KvTransferSettings(
+            role="kv_producer" if request.role == "prefill" else "kv_consumer", backend=request.transfer_backend
+        ),
     )
 
 
@@ -840,6 +877,18 @@ class DeploymentSizing(BaseModel):
     replica_hourly_usd: float | None = Field(description="Share of the node price one replica occupies.")
     hourly_usd_min: float | None
     hourly_usd_max: float | None
+    role: ServingRole = Field(default="aggregated", description="What these replicas do.")
+    prefill: DeploymentSizing | None = Field(
+        default=None, description="A disaggregated model's prefill role (this sizing is then its decode role)."
+    )
+    transfer: KvTransferSizing | None = Field(
+        default=None, description="A disaggregated model's KV transfer from its prefill role to its decode role."
+    )
+
+    @property
+    def roles(self) -> tuple[DeploymentSizing, ...]:
+        """This sizing and its prefill role's: every set of replicas the model runs."""
+        return (self,) if self.prefill is None else (self, self.prefill)
 
 
 class PoolSizing(BaseModel):
@@ -888,9 +937,18 @@ class PlatformSizing(BaseModel):
         """True when every model fits and every limit holds."""
         return not self.problems
 
+    def serving(self, name: str) -> DeploymentSizing:
+        """The sizing of a model, or of a disaggregated model's prefill role, by name (``spec.serving_deployments``)."""
+        return next(role for d in self.deployments for role in d.roles if role.name == name)
 
-def request_for(deployment: ModelDeploymentSpec, spec: PlatformSpec) -> SizingRequest:
-    """The sizing question a deployment of a validated spec asks."""
+
+def request_for(
+    deployment: ModelDeploymentSpec,
+    spec: PlatformSpec,
+    role: ServingRole = "aggregated",
+    transfer_backend: TransferBackend = "UCX",
+) -> SizingRequest:
+    """The sizing question a deployment (or one role of it) of a validated spec asks."""
     pool = spec.pool(deployment.pool)
     instance = get_instance_type(pool.instance_type)
     accelerator = ACCELERATORS[instance.accelerator]
@@ -911,6 +969,8 @@ def request_for(deployment: ModelDeploymentSpec, spec: PlatformSpec) -> SizingRe
         whole_node=accelerator.vendor == "google",
         prefix_heavy=deployment.prefix_heavy,
         host_kv_node=instance if deployment.host_kv_cache else None,
+        role=role,
+        transfer_backend=transfer_backend,
     )
 
 
@@ -1012,7 +1072,7 @@ def _size_prometheus(
         system_type, system_nodes = system_node_counts(spec, cluster)
         nodes = [(p.max_nodes, get_instance_type(p.instance_type).vcpus) for p in on_cluster]
         series = cluster_series(
-            model_replicas=sum(d.max_replicas for d in deployments if cluster_of[d.name] == cluster),
+            model_replicas=sum(r.max_replicas for d in deployments if cluster_of[d.name] == cluster for r in d.roles),
             gpus=sum(p.max_nodes * p.accelerators_per_node for p in on_cluster if cluster == "eks"),
             nodes=[*nodes, (system_nodes[1], system_type.vcpus)],
             gateway_pods=spec.gateway.replicas * SCALE_OUT_FACTOR,
@@ -1028,14 +1088,38 @@ def _pool_cluster(pool: PoolSizing) -> ServingCluster:
     return "eks" if get_instance_type(pool.instance_type).cloud == "aws" else "gke"
 
 
-def _size_deployment(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> DeploymentSizing:
-    """Size one deployment on its pool's instance type and price its replicas."""
+def _size_deployment(
+    spec: PlatformSpec,
+    deployment: ModelDeploymentSpec,
+    role: ServingRole | None = None,
+    transfer_backend: TransferBackend = "UCX",
+) -> DeploymentSizing:
+    """Size one deployment on its pool's instance type and price its replicas; a disaggregated one as its decode
+    role, with its prefill role and the KV transfer between them."""
     pool = spec.pool(deployment.pool)
     instance = get_instance_type(pool.instance_type)
-    result = size(request_for(deployment, spec))
+    prefill_role = deployment.prefill_role
+    prefill_pool = None if prefill_role is None else spec.pool(prefill_role.pool)
+    if prefill_pool is not None:
+        transfer_backend = "LIBFABRIC" if pool.efa and prefill_pool.efa else "UCX"
+    role = role or ("decode" if prefill_role is not None else "aggregated")
+    result = size(request_for(deployment, spec, role, transfer_backend))
     price = hourly_price(instance.cloud, instance.name)
     gpus = result.tensor_parallel_size
     replica_price = None if price is None else price * gpus / instance.accelerators_per_node
+    prefill = transfer = None
+    if prefill_role is not None and prefill_pool is not None:
+        prefill = _size_deployment(spec, prefill_role, "prefill", transfer_backend)
+        transfer = size_transfer(
+            decode_instance=instance,
+            decode_gpus=gpus,
+            prefill_instance=get_instance_type(prefill_pool.instance_type),
+            prefill_gpus=prefill.gpus_per_replica,
+            efa=transfer_backend == "LIBFABRIC",
+            bytes_per_token=round(result.kv_cache_bytes_per_token * result.kv_head_replication),
+            context=deployment.max_context,
+            ttft_slo_ms=deployment.slo.ttft_p95_ms,
+        )
     return DeploymentSizing(
         name=deployment.name,
         pool=pool.name,
@@ -1048,22 +1132,29 @@ def _size_deployment(spec: PlatformSpec, deployment: ModelDeploymentSpec) -> Dep
         replica_hourly_usd=None if replica_price is None else round(replica_price, 4),
         hourly_usd_min=None if replica_price is None else round(replica_price * deployment.min_replicas, 4),
         hourly_usd_max=None if replica_price is None else round(replica_price * deployment.max_replicas, 4),
+        role=role,
+        prefill=prefill,
+        transfer=transfer,
     )
 
 
 def _misfits(deployments: list[DeploymentSizing]) -> list[str]:
     """A problem for each deployment that does not fit, in the order of ``spec.models``."""
-    return [
-        f"models[{index}] {sizing.name}: does not fit: {sizing.result.reason}"
-        for index, sizing in enumerate(deployments)
-        if not sizing.result.fits
-    ]
+    problems = []
+    for index, sizing in enumerate(deployments):
+        for role in sizing.roles:
+            if not role.result.fits:
+                label = sizing.name if role is sizing else f"{sizing.name} (prefill role {role.name})"
+                problems.append(f"models[{index}] {label}: does not fit: {role.result.reason}")
+        if sizing.transfer is not None and sizing.transfer.problem is not None:
+            problems.append(f"models[{index}] {sizing.name}: the KV transfer does not fit: {sizing.transfer.problem}")
+    return problems
 
 
 def _size_pool(spec: PlatformSpec, pool: PoolSpec, deployments: list[DeploymentSizing]) -> PoolSizing:
     """Node counts and cost of one pool from the replicas of the deployments placed on it."""
     instance = get_instance_type(pool.instance_type)
-    placed = [d for d in deployments if d.pool == pool.name]
+    placed = [role for d in deployments for role in d.roles if role.pool == pool.name]
     per_node = instance.accelerators_per_node
     # Replica sizes are powers of two dividing the node, so replicas pack nodes without fragments. Prod
     # spreads each deployment's replicas over zones, so those replicas never share a node.

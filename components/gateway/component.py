@@ -230,6 +230,10 @@ def policy_annotations(config: ProcessorConfig) -> dict[str, str]:
         for model in (*tier.models, *tier.fallback):
             if tier.name not in routes[model]:
                 routes[model].append(tier.name)
+    # A prefill role is reached through its model's tiers: the processor sends it the model's long prompts.
+    for served in config.models:
+        if served.prefill is not None:
+            routes[served.prefill.model] = list(routes[served.name])
     annotations = gateway_annotations(
         auth="api_key" if config.auth_required else "none",
         requests_per_minute=max((t.requests_per_minute for t in tenants), default=None),

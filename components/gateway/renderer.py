@@ -34,7 +34,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -74,6 +74,7 @@ from inferplane.processor.config import (
     LoadSeries,
     MetricSelector,
     ModelConfig,
+    PrefillConfig,
     ProcessorConfig,
     RoutingConfig,
     TenantConfig,
@@ -323,7 +324,7 @@ def index_blocks(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: De
     (:data:`components.capacity.system_nodes.PREFIX_INDEX_BLOCKS_PER_WORKER`) over every replica its gateway may
     route to (each model's ``max_replicas`` on the deployment's cluster)."""
     cluster = serving_cluster(spec, deployment)
-    replicas = sum(d.max_replicas for d in spec.models if serving_cluster(spec, d) == cluster)
+    replicas = sum(d.max_replicas for d in spec.serving_deployments if serving_cluster(spec, d) == cluster)
     return max(1, min(kv_pool_blocks(sizing), PREFIX_INDEX_BLOCKS_PER_WORKER // replicas))
 
 
@@ -406,6 +407,44 @@ def _tenant(tenant: TenantSpec, spec: PlatformSpec, tiers: tuple[str, ...]) -> T
     )
 
 
+def _model_config(
+    spec: PlatformSpec,
+    deployment: ModelDeploymentSpec,
+    sizing: DeploymentSizing,
+    addresses: GatewayAddresses,
+    *,
+    longer: tuple[str, ...] = (),
+    role: Literal["serve", "prefill"] = "serve",
+    prefill: PrefillConfig | None = None,
+) -> ModelConfig:
+    """The processor's view of one model, or of a disaggregated model's prefill role (``role="prefill"``: reached only
+    through its model's prefill step, in the model's tier for its dashboards but no tier's list)."""
+    gateway = spec.gateway
+    endpoints = addresses.upstreams.get(deployment.name) or (
+        (model_endpoints_host(deployment.name), model_service_port(deployment.engine)),
+    )
+    seqs = max_num_seqs(sizing)
+    return ModelConfig(
+        name=deployment.name,
+        tier=deployment.routing_tier,
+        engine=deployment.engine,
+        endpoints=tuple(f"{host}:{port}" for host, port in endpoints),
+        max_model_len=max_model_len(sizing),
+        max_num_seqs=seqs,
+        # With Redis down each worker keeps to its share, so that all that may run stay within max_num_seqs.
+        fallback_share=max(1, seqs // gateway_max_workers(spec)),
+        queue_max=gateway.admission.queue_max,
+        queue_timeout_seconds=gateway.admission.queue_timeout_seconds,
+        scale_to_zero=deployment.scale_to_zero,
+        cold_start_hold_seconds=round(sizing.result.cold_start_seconds * gateway.admission.cold_start_hold_factor, 1),
+        tokenizer_path=f"{addresses.tokenizers_dir}/{tokenizer_file(deployment)}",
+        longer_context=longer,
+        routing=routing_config(spec, deployment, sizing),
+        role=role,
+        prefill=prefill,
+    )
+
+
 def processor_config(
     spec: PlatformSpec, sizing: PlatformSizing, cluster: Cluster, addresses: GatewayAddresses
 ) -> ProcessorConfig:
@@ -418,32 +457,17 @@ def processor_config(
     lengths = {d.name: max_model_len(s) for d, s in placed}
     models = []
     for deployment, deployment_sizing in placed:
-        endpoints = addresses.upstreams.get(deployment.name) or (
-            (model_endpoints_host(deployment.name), model_service_port(deployment.engine)),
-        )
         same_tier = {m for t in tiers if deployment.name in t.models for m in t.models}
         longer = sorted((m for m in same_tier if lengths[m] > lengths[deployment.name]), key=lambda m: lengths[m])
-        seqs = max_num_seqs(deployment_sizing)
+        role, role_sizing = deployment.prefill_role, deployment_sizing.prefill
+        prefill = None
+        if role is not None and role_sizing is not None and deployment.disaggregation is not None:
+            # It routes as its model does: a tier's routing speaks for its primaries, and the role is its model's.
+            routed = role.model_copy(update={"routing": routing_of(spec, deployment)})
+            models.append(_model_config(spec, routed, role_sizing, addresses, role="prefill"))
+            prefill = PrefillConfig(model=role.name, min_uncached_tokens=deployment.disaggregation.min_uncached_tokens)
         models.append(
-            ModelConfig(
-                name=deployment.name,
-                tier=deployment.routing_tier,
-                engine=deployment.engine,
-                endpoints=tuple(f"{host}:{port}" for host, port in endpoints),
-                max_model_len=lengths[deployment.name],
-                max_num_seqs=seqs,
-                # With Redis down each worker keeps to its share, so that all that may run stay within max_num_seqs.
-                fallback_share=max(1, seqs // gateway_max_workers(spec)),
-                queue_max=gateway.admission.queue_max,
-                queue_timeout_seconds=gateway.admission.queue_timeout_seconds,
-                scale_to_zero=deployment.scale_to_zero,
-                cold_start_hold_seconds=round(
-                    deployment_sizing.result.cold_start_seconds * gateway.admission.cold_start_hold_factor, 1
-                ),
-                tokenizer_path=f"{addresses.tokenizers_dir}/{tokenizer_file(deployment)}",
-                longer_context=tuple(longer),
-                routing=routing_config(spec, deployment, deployment_sizing),
-            )
+            _model_config(spec, deployment, deployment_sizing, addresses, longer=tuple(longer), prefill=prefill)
         )
     tier_names = {t.name for t in tiers}
     tenants = []
@@ -641,7 +665,7 @@ def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[st
         return model.max_num_seqs * max_replicas[model.name] + model.queue_max
 
     clusters = []
-    for model in config.models:
+    for model in (m for m in config.models if m.role == "serve"):
         clusters.append({**_replica_cluster(model_cluster_name(model.name), [model]), **_guards(ceiling(model))})
         fallbacks = [by_name[f] for f in _fallbacks(model.name, config.tiers)]
         if fallbacks:
@@ -967,7 +991,8 @@ def _model_matcher(model: str) -> dict[str, Any]:
 
 
 def _api_listener(config: ProcessorConfig, spec: PlatformSpec, addresses: GatewayAddresses) -> dict[str, Any]:
-    routes = [_model_list_route(), *(_route(m, config, spec) for m in config.models)]
+    # A prefill role has no route: clients never name it, and the processor calls its replicas itself.
+    routes = [_model_list_route(), *(_route(m, config, spec) for m in config.models if m.role == "serve")]
     routes.append(
         {
             "name": "not-found",
@@ -1069,7 +1094,7 @@ def render_gateway(
     envoy_yaml = yaml.safe_dump(envoy_bootstrap(config, spec, cluster, addresses), sort_keys=False, width=200)
     processor_json = config.model_dump_json(indent=2)
     checksum = hashlib.sha256(f"{envoy_yaml}\0{processor_json}".encode()).hexdigest()
-    deployments = {d.name: d for d in spec.models}
+    deployments = {d.name: d for d in spec.serving_deployments}
     return RenderedGateway(
         cluster=cluster,
         models=tuple(m.name for m in config.models),

@@ -226,6 +226,30 @@ class RoutingArgs(TypedDict):
     """Hold a request whose prefix's replica is full for that replica, at most as long as the prefill it would save elsewhere (ski rental), instead of spilling at once. Off by default: at GPU speed a slot frees within milliseconds anyway, and with several gateways holding piled requests onto one replica."""
 
 
+class PrefillRoleArgs(TypedDict):
+    """The prefill role of a disaggregated model: replicas that compute prompts and hold their KV blocks until the decode replicas (the model's own ``pool``, ``gpus_per_replica`` and replica range) pull them over the pools' interconnect (vLLM's NixlConnector)."""
+
+    pool: NotRequired[str]
+    """Pool of the prefill replicas; the model's own pool when unset."""
+    gpus_per_replica: NotRequired[int]
+    """Force the prefill role's tensor-parallel size; by default sizing picks the smallest fit."""
+    concurrency: NotRequired[int]
+    """Prompts one prefill replica holds at once, computing or waiting for the decode's pull; the model's concurrency when unset."""
+    min_replicas: NotRequired[int]
+    """Prefill replicas kept when idle."""
+    max_replicas: NotRequired[int]
+    """Prefill replica ceiling for the autoscaler."""
+
+
+class DisaggregationArgs(TypedDict):
+    """Serve the model as two roles: long prompts are computed on prefill replicas and their KV cache moved to the decode replicas, so a burst of long prompts never stalls running streams. Worth it for medium-large models with long prompts (llm-d's guide: "10k ISL | 1k OSL, not 200 ISL | 200 OSL"); vLLM's own docs: it "DOES NOT improve throughput"."""
+
+    prefill: NotRequired[PrefillRoleArgs]
+    """The prefill role."""
+    min_uncached_tokens: NotRequired[int]
+    """Prompts with fewer tokens than this beyond the decode replica's cached prefix skip the prefill role and are computed where they decode (llm-d's ``nonCachedTokens``)."""
+
+
 class SpeculativeMethod(StrEnum):
     """One of: ngram, draft_model, eagle, eagle3."""
 
@@ -306,6 +330,8 @@ class ModelDeploymentArgs(TypedDict):
     """Split long prompts so decodes keep flowing."""
     host_kv_cache: NotRequired[bool]
     """Keep prefix blocks beyond the device's KV pool in the node's host memory (vLLM's KV offloading, ``--kv-offloading-size``), sized from the replica's share of the node's memory: prefix reuse is then capped by host memory (2 TiB on a p5), not HBM. vLLM on NVIDIA GPUs, with prefix_caching."""
+    disaggregation: NotRequired[DisaggregationArgs]
+    """Serve prefill and decode as separate roles with a KV transfer between them (vLLM on NVIDIA pools); aggregated (one role doing both) when unset."""
     speculative_decoding: NotRequired[SpeculativeDecodingArgs]
     """Optional speculation."""
     slo: NotRequired[SloArgs]

@@ -161,7 +161,8 @@ def _caches(
 def _serving_targets(
     spec: PlatformSpec, servers: Mapping[str, ModelServer], clusters: Mapping[str, str]
 ) -> dict[str, ServingTarget]:
-    """What the autoscalers scale and the dashboards watch: each deployment's server, on its pool's cluster."""
+    """What the autoscalers scale and the dashboards watch: each deployment's server (a disaggregated model's prefill
+    role's too), on its pool's cluster."""
     return {
         deployment.name: ServingTarget(
             deployment=servers[deployment.name].deployment_name,
@@ -170,7 +171,7 @@ def _serving_targets(
             # A model at zero replicas exposes no queue: the gateway's pending requests wake it.
             wake_query=wake_query(deployment.name) if deployment.scale_to_zero else None,
         )
-        for deployment in spec.models
+        for deployment in spec.serving_deployments
     }
 
 
@@ -189,7 +190,7 @@ def _gateway_inputs(
     """Each serving cluster's gateway inputs, declared after the cluster's KEDA, monitoring and model servers."""
     inputs: dict[str, ClusterInputs] = {}
     for cluster, stack in observability.clusters.items():
-        served = [servers[m.name] for m in spec.models if clusters[m.pool] == cluster]
+        served = [servers[d.name] for d in spec.serving_deployments if clusters[d.pool] == cluster]
         after = (stack.keda, stack.monitoring, *served)
         if cluster == "eks":
             inputs[cluster] = _eks_gateway_inputs(

@@ -97,8 +97,8 @@ def build_gateways(
     missing = [c for c in serving_clusters(spec) if c not in clusters]
     if missing:
         raise pulumi.RunError(f"gateways cannot be built: no inputs for serving cluster(s) {', '.join(missing)}")
-    sizing = {d.name: d for d in plan.deployments}
-    engines = {m.name: m.engine for m in spec.models}
+    sizing = {role.name: role for d in plan.deployments for role in d.roles}
+    engines = {m.name: m.engine for m in spec.serving_deployments}
     gateways: dict[str, Gateway] = {}
     for cluster in serving_clusters(spec):
         inputs = clusters[cluster]

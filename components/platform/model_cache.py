@@ -27,7 +27,7 @@ def model_cache_accounts(spec: PlatformSpec) -> list[ServiceAccountRef]:
             name=ms.service_account_name(deployment.name),
             write=deployment.engine == "triton",
         )
-        for deployment in spec.models
+        for deployment in spec.serving_deployments
         if get_instance_type(spec.pool(deployment.pool).instance_type).cloud == "aws"
     ]
     # The EKS gateway's processor reads the models' tokenizer files from the cache.

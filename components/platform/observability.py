@@ -87,7 +87,7 @@ def build_observability(
     names to its Kubernetes provider; a missing or unknown name is refused before anything is declared.
     """
     _require_targets(spec, providers, targets)
-    sizing = {d.name: d for d in plan.deployments}
+    sizing = {role.name: role for d in plan.deployments for role in d.roles}
     clusters: dict[str, ClusterObservability] = {}
     autoscalers: dict[str, QueueDepthAutoscaler] = {}
     # The primary cluster first, so its stack keeps the unprefixed names whatever else serves.
@@ -106,7 +106,7 @@ def _require_targets(
     targets: Mapping[str, ServingTarget],
 ) -> None:
     """Refuse targets that miss a deployment, name an unknown one or a cluster without a provider."""
-    names = [m.name for m in spec.models]
+    names = [d.name for d in spec.serving_deployments]
     problems = [f"models: no serving target for deployment {n!r}" for n in names if n not in targets]
     problems += [f"targets: {n!r} is not a model deployment of the spec" for n in targets if n not in names]
     problems += [
@@ -151,6 +151,14 @@ def _observe_cluster(
         alerts, panels = _model_inputs(model, target, sizing[model.name], autoscaler)
         alert_inputs.append((model.name, alerts))
         dashboard_inputs.append((model.name, panels))
+        # A prefill role scales on its own queue (prompts waiting to be computed) and has its own alerts (its KV
+        # pool preempts too); the dashboards are the client's view of the model and stay one per model.
+        role = model.prefill_role
+        if role is not None:
+            role_target, role_sizing = targets[role.name], sizing[role.name]
+            role_autoscaler = _autoscaler(spec, role, role_target, role_sizing, monitoring, opts=after_crds)
+            autoscalers[role.name] = role_autoscaler
+            alert_inputs.append((role.name, _model_inputs(role, role_target, role_sizing, role_autoscaler)[0]))
     rules = ServingRules(
         f"{prefix}serving-rules",
         ServingRulesArgs(namespace=monitoring.namespace, models=alert_inputs, labels=dict(SCRAPE_LABELS)),

@@ -23,7 +23,11 @@ from inferplane.components.gateway.renderer import fallback_aliases
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving.annotations import PLATFORM_NAMESPACE_LABELS
 from inferplane.components.serving.naming import SERVING_NAMESPACE, SGLANG_PORT, TRITON_OPENAI_PORT, VLLM_PORT
-from inferplane.components.serving.network_policy import ServingNetworkPolicy, ServingNetworkPolicyArgs
+from inferplane.components.serving.network_policy import (
+    KvTransferFlow,
+    ServingNetworkPolicy,
+    ServingNetworkPolicyArgs,
+)
 from inferplane.components.serving.sglang_service import SglangService, SglangServiceArgs
 from inferplane.components.serving.triton_service import TritonTrtLlmService, TritonTrtLlmServiceArgs
 from inferplane.components.serving.vllm_service import VllmService, VllmServiceArgs
@@ -78,6 +82,8 @@ class _ServingCluster:
     secret: k8s.core.v1.Secret
     api_ports: set[int] = field(default_factory=set)
     metrics_ports: set[int] = field(default_factory=set)
+    kv_transfers: list[KvTransferFlow] = field(default_factory=list)
+    """Disaggregated models served here: their roles' pods reach each other for the KV transfer."""
 
 
 def build_model_servers(
@@ -103,18 +109,31 @@ def build_model_servers(
     # Keyed by the provider's identity: pools on the same provider share one cluster's namespace and Secret.
     clusters: dict[int, _ServingCluster] = {}
     servers: dict[str, ModelServer] = {}
-    for deployment, sizing in zip(spec.models, plan.deployments, strict=True):
-        provider = providers_by_pool[sizing.pool]
-        cloud = get_instance_type(sizing.instance_type).cloud
-        if id(provider) not in clusters:
-            clusters[id(provider)] = _serving_cluster(clusters.values(), cloud, provider, hf_token, tags, parent=parent)
-        cluster = clusters[id(provider)]
-        api_ports, metrics_ports = ENGINE_PORTS[deployment.engine]
-        cluster.api_ports.update(api_ports)
-        cluster.metrics_ports.update(metrics_ports)
-        servers[deployment.name] = _model_server(
-            spec, deployment, sizing, cluster, tags, model_cache_uri=model_cache_uri, parent=parent
-        )
+    for model, model_sizing in zip(spec.models, plan.deployments, strict=True):
+        # A disaggregated model's prefill role is a server of its own, answering to the model's names too: the
+        # gateway's prefill step sends it the client's body unchanged but for the transfer parameters.
+        roles = [(model, model_sizing, fallback_aliases(spec, model.name))]
+        if model.prefill_role is not None and model_sizing.prefill is not None:
+            roles.append((model.prefill_role, model_sizing.prefill, (model.name, *roles[0][2])))
+        for deployment, sizing, aliases in roles:
+            provider = providers_by_pool[sizing.pool]
+            cloud = get_instance_type(sizing.instance_type).cloud
+            if id(provider) not in clusters:
+                clusters[id(provider)] = _serving_cluster(
+                    clusters.values(), cloud, provider, hf_token, tags, parent=parent
+                )
+            cluster = clusters[id(provider)]
+            api_ports, metrics_ports = ENGINE_PORTS[deployment.engine]
+            cluster.api_ports.update(api_ports)
+            cluster.metrics_ports.update(metrics_ports)
+            transfer = sizing.result.vllm.kv_transfer
+            if transfer is not None and transfer.role == "kv_producer":
+                cluster.kv_transfers.append(
+                    KvTransferFlow(decode=model.name, prefill=deployment.name, any_port=transfer.backend == "UCX")
+                )
+            servers[deployment.name] = _model_server(
+                spec, deployment, sizing, cluster, tags, aliases=aliases, model_cache_uri=model_cache_uri, parent=parent
+            )
     for cluster in clusters.values():
         _network_policy(cluster, tags, parent=parent)
     return servers
@@ -122,7 +141,7 @@ def build_model_servers(
 
 def _require_providers(plan: PlatformSizing, providers_by_pool: Mapping[str, pulumi.ProviderResource]) -> None:
     """Refuse a plan with a serving pool that no Kubernetes provider reaches, before anything is declared."""
-    missing = sorted({d.pool for d in plan.deployments} - set(providers_by_pool))
+    missing = sorted({r.pool for d in plan.deployments for r in d.roles} - set(providers_by_pool))
     if missing:
         raise pulumi.InputPropertiesError(
             "every pool that serves a model needs a Kubernetes provider",
@@ -154,6 +173,7 @@ def _model_server(
     cluster: _ServingCluster,
     tags: Mapping[str, str],
     *,
+    aliases: tuple[str, ...],
     model_cache_uri: pulumi.Input[str] | None,
     parent: pulumi.Resource | None,
 ) -> ModelServer:
@@ -172,7 +192,6 @@ def _model_server(
         labels=tags,
         image_digests=spec.image_digests_for(deployment, engine_image(deployment.engine, tpu=cloud == "gcp")),
     )
-    aliases = fallback_aliases(spec, deployment.name)
     if deployment.engine == "vllm":
         # TPU pools on GKE read the hub: the S3 cache is reached through EKS Pod Identity.
         cache = model_cache_uri if cloud == "aws" else None
@@ -199,6 +218,7 @@ def _network_policy(cluster: _ServingCluster, tags: Mapping[str, str], *, parent
             api_ports=sorted(cluster.api_ports),
             metrics_ports=sorted(cluster.metrics_ports),
             pod_identity=cluster.cloud == "aws",
+            kv_transfers=tuple(cluster.kv_transfers),
             labels={**tags, **PLATFORM_NAMESPACE_LABELS},
         ),
         pulumi.ResourceOptions(parent=parent, providers=[cluster.provider], depends_on=[cluster.namespace]),

@@ -26,6 +26,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from inferplane.components.capacity.host_memory import replica_host_share
+from inferplane.components.capacity.kv_transfer import efa_interfaces_per_replica
 from inferplane.components.capacity.sizing import DeploymentSizing
 from inferplane.components.catalog import ACCELERATORS, Accelerator, InstanceType, get_instance_type
 from inferplane.components.catalog.images import image_reference
@@ -40,6 +41,7 @@ from inferplane.components.serving.annotations import (
 from inferplane.components.serving.naming import model_endpoints_service_name, model_service_name
 from inferplane.components.spec.platform_spec import Engine, Environment, ModelDeploymentSpec
 from inferplane.components.spec.scheduling import (
+    EFA_RESOURCE,
     GKE_TPU_ACCELERATOR_LABEL,
     GKE_TPU_TOPOLOGY_LABEL,
     GKE_TPU_V5E_ACCELERATOR,
@@ -154,10 +156,16 @@ class Placement:
 
 
 def accelerator_resources(placement: Placement, sizing: DeploymentSizing) -> dict[str, str]:
-    """The device request: ``nvidia.com/gpu`` = tensor parallel size, or ``google.com/tpu`` = the host's chips."""
+    """The device request: ``nvidia.com/gpu`` = tensor parallel size, or ``google.com/tpu`` = the host's chips; a
+    disaggregated replica moving its KV cache over EFA also takes its share of the node's EFA interfaces."""
     if placement.is_tpu:
         return {TPU_RESOURCE: str(placement.instance.accelerators_per_node)}
-    return {NVIDIA_GPU_RESOURCE: str(sizing.result.tensor_parallel_size)}
+    gpus = sizing.result.tensor_parallel_size
+    devices = {NVIDIA_GPU_RESOURCE: str(gpus)}
+    transfer = sizing.result.vllm.kv_transfer
+    if transfer is not None and transfer.backend == "LIBFABRIC":
+        devices[EFA_RESOURCE] = str(efa_interfaces_per_replica(placement.instance, gpus))
+    return devices
 
 
 @dataclass(frozen=True)

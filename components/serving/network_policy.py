@@ -17,6 +17,12 @@ component's name, every policy in ``namespace``):
   reach the Pod Identity agent on the node (``169.254.170.23``, TCP 80) for the model cache's credentials. The
   instance metadata service is not allowed (it is also unreachable by hop limit).
 
+* ``{name}-kv-transfer-<model>``, per disaggregated model: its decode pods may reach its prefill pods on NIXL's
+  side channel (:data:`KV_SIDE_CHANNEL_PORT`, where the decode's handshake goes); over UCX on TCP also on any TCP port
+  both ways, as UCX opens its data connections on listener ports of its own choosing (no port range is documented
+  for it); over EFA the data moves by SRD, which bypasses the kernel's IP stack and NetworkPolicy alike (the pools'
+  EFA security group admits it).
+
 Enforcement: on EKS the vpc-cni network policy agent (``enableNetworkPolicy`` in ``components.aws.eks_cluster``), on GKE
 Dataplane V2 (``components.gcp.gke_cluster``). Kubelet probes come from the node itself and are not pod traffic.
 """
@@ -34,6 +40,7 @@ from inferplane.components.serving.annotations import (
     ENGINE_BUILD,
     GATEWAY_POD_LABELS,
     MODEL_SERVER,
+    NAME_LABEL,
     PLATFORM_NAMESPACE_LABELS,
 )
 from inferplane.components.serving.naming import MONITORING_NAMESPACE
@@ -69,6 +76,22 @@ pod-id-how-it-works.html)."""
 
 HTTPS_PORT = 443
 
+KV_SIDE_CHANNEL_PORT = 5600
+"""NIXL's handshake port on a disaggregated replica (vLLM's ``VLLM_NIXL_SIDE_CHANNEL_PORT`` default, which the
+servers set; :data:`components.serving.vllm_service.NIXL_SIDE_CHANNEL_PORT` renders it)."""
+
+
+@dataclass(frozen=True)
+class KvTransferFlow:
+    """The pods of one disaggregated model that move KV blocks between them."""
+
+    decode: str
+    """The decode role's server name (its pods' ``app.kubernetes.io/name``): the side that pulls."""
+    prefill: str
+    """The prefill role's server name: the side that holds the blocks and answers the handshake."""
+    any_port: bool
+    """UCX on TCP: the data connections use ports of UCX's choosing, so every TCP port between the two roles."""
+
 
 @dataclass(frozen=True)
 class ServingNetworkPolicyArgs:
@@ -84,6 +107,8 @@ class ServingNetworkPolicyArgs:
     """Namespace of the Prometheus that scrapes the servers."""
     pod_identity: bool = True
     """Allow the EKS Pod Identity agent (EKS clusters; GKE has none)."""
+    kv_transfers: Sequence[KvTransferFlow] = ()
+    """Disaggregated models whose roles reach each other for the KV transfer."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Labels of every policy."""
 
@@ -167,6 +192,8 @@ class ServingNetworkPolicy(pulumi.ComponentResource):
         self._policy(name, "dns", args, _dns_spec())
         self._policy(name, "model-server-ingress", args, _model_server_ingress_spec(args))
         self._policy(name, "model-loading-egress", args, _model_loading_egress_spec(args))
+        for flow in args.kv_transfers:
+            self._policy(name, f"kv-transfer-{flow.decode}", args, _kv_transfer_spec(flow))
         self.register_outputs({"defaultDeny": self.default_deny.metadata.name})
 
     def _policy(
@@ -233,3 +260,26 @@ def _model_loading_egress_spec(args: ServingNetworkPolicyArgs) -> k8s.networking
         ]
     )
     return k8s.networking.v1.NetworkPolicySpecArgs(pod_selector=loaders, policy_types=["Egress"], egress=egress)
+
+
+def _kv_transfer_spec(flow: KvTransferFlow) -> k8s.networking.v1.NetworkPolicySpecArgs:
+    """The pods of one disaggregated model's two roles reach each other, and no other pod: on the side channel (the
+    decode opens the handshake; both ways, as vLLM's push mode reverses it), over UCX on any TCP port."""
+    ports = (
+        [k8s.networking.v1.NetworkPolicyPortArgs(protocol="TCP")]
+        if flow.any_port
+        else _ports([KV_SIDE_CHANNEL_PORT], "TCP")
+    )
+    roles = k8s.meta.v1.LabelSelectorArgs(
+        match_expressions=[
+            k8s.meta.v1.LabelSelectorRequirementArgs(key=NAME_LABEL, operator="In", values=[flow.decode, flow.prefill])
+        ],
+        match_labels={COMPONENT_LABEL: MODEL_SERVER},
+    )
+    peers = [k8s.networking.v1.NetworkPolicyPeerArgs(pod_selector=roles)]
+    return k8s.networking.v1.NetworkPolicySpecArgs(
+        pod_selector=roles,
+        policy_types=["Ingress", "Egress"],
+        ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=peers, ports=ports)],
+        egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=peers, ports=ports)],
+    )

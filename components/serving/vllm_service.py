@@ -18,7 +18,7 @@ from typing import Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from inferplane.components.capacity.sizing import VllmSettings
+from inferplane.components.capacity.sizing import KvRole, VllmSettings
 from inferplane.components.catalog.images import engine_image, image_reference
 from inferplane.components.serving import model_server as ms
 from inferplane.components.serving.naming import VLLM_HEALTH_PATH, VLLM_PORT
@@ -40,10 +40,6 @@ by ``tpu-inference``."""
 HEALTH_PATH = VLLM_HEALTH_PATH
 """200 once the engine is up, 503 when it died (``EngineDeadError``)."""
 
-
-KvRole = Literal["kv_producer", "kv_consumer"]
-"""A disaggregated replica's side of the KV transfer: the prefill role produces, the decode role consumes (vLLM 0.32
-``KVTransferConfig.kv_role``; ``kv_both`` is deprecated with NixlConnector, whose roles come per request)."""
 
 NIXL_SIDE_CHANNEL_PORT = 5600
 """Where a NixlConnector engine's scheduler answers the handshake its peers open before pulling blocks
@@ -78,6 +74,36 @@ def nixl_transfer_config(
             **({"kv_lease_duration": lease_seconds} if lease_seconds is not None else {}),
         },
         "kv_load_failure_policy": "recompute",
+    }
+    return json.dumps(config, separators=(",", ":"), sort_keys=True)
+
+
+OFFLOADING_CONNECTOR = "OffloadingConnector"
+"""vLLM's native host-memory KV tier, what ``--kv-offloading-size ... --kv-offloading-backend native`` installs."""
+
+
+def kv_transfer_config(settings: VllmSettings) -> str | None:
+    """``--kv-transfer-config`` of a disaggregated role: its NixlConnector; with a host KV tier as well, vLLM's
+    MultiConnector over both, the NixlConnector first (``kv_connector_extra_config.connectors``). vLLM 0.32's
+    ``--kv-offloading-size`` overwrites the connector of a given ``--kv-transfer-config``
+    (``VllmConfig._post_init_kv_transfer_config``), so with a transfer the tier goes into the MultiConnector as the
+    OffloadingConnector with the ``cpu_bytes_to_use`` that flag would have set (GiB x 2^30, summed over the ranks).
+    None when the replica is aggregated."""
+    transfer = settings.kv_transfer
+    if transfer is None:
+        return None
+    nixl = nixl_transfer_config(transfer.role, efa=transfer.backend == "LIBFABRIC")
+    if settings.kv_offloading_size_gib is None:
+        return nixl
+    offloading = {
+        "kv_connector": OFFLOADING_CONNECTOR,
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": settings.kv_offloading_size_gib * 2**30},
+    }
+    config = {
+        "kv_connector": "MultiConnector",
+        "kv_role": transfer.role,
+        "kv_connector_extra_config": {"connectors": [json.loads(nixl), offloading]},
     }
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 
@@ -133,7 +159,10 @@ def vllm_args(
         args += ["--quantization", settings.quantization]
     args.append("--enable-prefix-caching" if settings.enable_prefix_caching else "--no-enable-prefix-caching")
     args.append("--enable-chunked-prefill" if settings.enable_chunked_prefill else "--no-enable-chunked-prefill")
-    if settings.kv_offloading_size_gib is not None:
+    transfer = kv_transfer_config(settings)
+    if transfer is not None:
+        args += ["--kv-transfer-config", transfer]
+    elif settings.kv_offloading_size_gib is not None:
         # ``native`` is vLLM's own OffloadingConnector, which takes the size; ``lmcache`` would ignore it.
         args += ["--kv-offloading-size", str(settings.kv_offloading_size_gib), "--kv-offloading-backend", "native"]
     if speculative is not None:
@@ -241,7 +270,21 @@ def _server_process(args: VllmServiceArgs, placement: ms.Placement, model: str, 
         ),
         ports=PORTS,
         health_path=HEALTH_PATH,
-        env=(k8s.core.v1.EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),),
+        env=(
+            k8s.core.v1.EnvVarArgs(name="VLLM_NO_USAGE_STATS", value="1"),
+            *(_side_channel_env() if args.sizing.result.vllm.kv_transfer is not None else ()),
+        ),
+    )
+
+
+def _side_channel_env() -> tuple[k8s.core.v1.EnvVarArgs, ...]:
+    """Where a disaggregated replica answers NIXL's handshake: its pod's IP (the default ``localhost`` is unreachable
+    from the peer pod; KServe's and llm-d's manifests set the same from the downward API) and the fixed port the
+    NetworkPolicy opens between the roles."""
+    pod_ip = k8s.core.v1.EnvVarSourceArgs(field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="status.podIP"))
+    return (
+        k8s.core.v1.EnvVarArgs(name="VLLM_NIXL_SIDE_CHANNEL_HOST", value_from=pod_ip),
+        k8s.core.v1.EnvVarArgs(name="VLLM_NIXL_SIDE_CHANNEL_PORT", value=str(NIXL_SIDE_CHANNEL_PORT)),
     )
 
 

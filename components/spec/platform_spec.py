@@ -48,6 +48,8 @@ SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3"]
 RoutingPolicy = Literal["prefix_aware", "least_request"]
 
 # RFC 1123 label: every name becomes part of Kubernetes and AWS resource names.
+NAME_MAX_LENGTH = 40
+"""Longest name of a pool, model or tier (what :data:`Name` admits)."""
 _DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=_DNS_LABEL, description="Lower-case RFC 1123 label, at most 40 characters.")]
 _AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
@@ -243,6 +245,58 @@ class SpeculativeDecodingSpec(_Spec):
         return self
 
 
+PREFILL_ROLE_SUFFIX = "-prefill"
+"""The prefill role of a disaggregated model is named ``<model>-prefill`` (its Deployment, Service, scaler and the
+gateway's cluster)."""
+
+
+class PrefillRoleSpec(_Spec):
+    """The prefill role of a disaggregated model: replicas that compute prompts and hold their KV blocks until the
+    decode replicas (the model's own ``pool``, ``gpus_per_replica`` and replica range) pull them over the pools'
+    interconnect (vLLM's NixlConnector)."""
+
+    pool: Name | None = Field(
+        default=None, description="Pool of the prefill replicas; the model's own pool when unset."
+    )
+    gpus_per_replica: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_GPUS_PER_REPLICA,
+        description="Force the prefill role's tensor-parallel size; by default sizing picks the smallest fit.",
+    )
+    concurrency: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CONCURRENCY,
+        description="Prompts one prefill replica holds at once, computing or waiting for the decode's pull; the "
+        "model's concurrency when unset.",
+    )
+    min_replicas: int = Field(default=1, ge=1, description="Prefill replicas kept when idle.")
+    max_replicas: int = Field(default=1, ge=1, le=256, description="Prefill replica ceiling for the autoscaler.")
+
+    @model_validator(mode="after")
+    def _range(self) -> PrefillRoleSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas {self.min_replicas} exceeds max_replicas {self.max_replicas}")
+        return self
+
+
+class DisaggregationSpec(_Spec):
+    """Serve the model as two roles: long prompts are computed on prefill replicas and their KV cache moved to the
+    decode replicas, so a burst of long prompts never stalls running streams. Worth it for medium-large models with
+    long prompts (llm-d's guide: "10k ISL | 1k OSL, not 200 ISL | 200 OSL"); vLLM's own docs: it "DOES NOT improve
+    throughput"."""
+
+    prefill: PrefillRoleSpec = Field(default_factory=PrefillRoleSpec, description="The prefill role.")
+    min_uncached_tokens: int = Field(
+        default=256,
+        ge=1,
+        le=MAX_CONTEXT_TOKENS,
+        description="Prompts with fewer tokens than this beyond the decode replica's cached prefix skip the prefill "
+        "role and are computed where they decode (llm-d's ``nonCachedTokens``).",
+    )
+
+
 class SloSpec(_Spec):
     """Latency objectives at p95; alerts and engine batching budgets derive from them."""
 
@@ -355,6 +409,11 @@ class ModelDeploymentSpec(_Spec):
         "``--kv-offloading-size``), sized from the replica's share of the node's memory: prefix reuse is then capped "
         "by host memory (2 TiB on a p5), not HBM. vLLM on NVIDIA GPUs, with prefix_caching.",
     )
+    disaggregation: DisaggregationSpec | None = Field(
+        default=None,
+        description="Serve prefill and decode as separate roles with a KV transfer between them (vLLM on NVIDIA "
+        "pools); aggregated (one role doing both) when unset.",
+    )
     speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
     image_digest: str | None = Field(
@@ -386,6 +445,28 @@ class ModelDeploymentSpec(_Spec):
     def model_label(self) -> str:
         """What to call the model in messages: the catalog id or the custom repository."""
         return self.model or self.architecture_resolved.hf_repo
+
+    @property
+    def prefill_role(self) -> ModelDeploymentSpec | None:
+        """The prefill role of a disaggregated model as a deployment of its own (named ``<name>-prefill``, on its
+        pool, with its size and replica range; the same model, precisions, context and prefix cache); None when the
+        model is aggregated. Its engine settings are sized for the role (:mod:`components.capacity.sizing`)."""
+        if self.disaggregation is None:
+            return None
+        role = self.disaggregation.prefill
+        return self.model_copy(
+            update={
+                "name": f"{self.name}{PREFILL_ROLE_SUFFIX}",
+                "pool": role.pool or self.pool,
+                "gpus_per_replica": role.gpus_per_replica,
+                "concurrency": role.concurrency or self.concurrency,
+                "min_replicas": role.min_replicas,
+                "max_replicas": role.max_replicas,
+                "scale_to_zero": False,
+                "speculative_decoding": None,
+                "disaggregation": None,
+            }
+        )
 
 
 CacheEvictionPolicy = Literal[
@@ -689,6 +770,12 @@ class PlatformSpec(_Spec):
         """The pool called ``name`` (valid after :func:`check_platform`)."""
         return next(p for p in self.pools if p.name == name)
 
+    @property
+    def serving_deployments(self) -> tuple[ModelDeploymentSpec, ...]:
+        """Every set of replicas the platform runs: each model, then its prefill role when it is disaggregated (a
+        server, an autoscaler and a model-cache identity each; clients and tiers know the models only)."""
+        return tuple(d for model in self.models for d in (model, model.prefill_role) if d is not None)
+
 
 @dataclass(frozen=True)
 class SpecIssue:
@@ -891,7 +978,7 @@ def _check_pools(spec: PlatformSpec, add: Any) -> None:
             add(SpecIssue(f"{at}.efa", f"{pool.instance_type} does not support EFA"))
         elif pool.efa and pool.zone is None and instance.cloud == "aws":
             add(SpecIssue(f"{at}.zone", "EFA pools need one zone: a cluster placement group lives in a single zone"))
-        if pool.min_nodes == 0 and not any(m.pool == pool.name for m in spec.models):
+        if pool.min_nodes == 0 and not any(m.pool == pool.name for m in spec.serving_deployments):
             # A standby pool (min_nodes > 0, no model yet) is fine; one that can never hold a node is a mistake.
             add(
                 SpecIssue(
@@ -987,6 +1074,7 @@ def _check_models(spec: PlatformSpec, add: Any) -> None:
             )
         _check_sglang(deployment, at, add)
         _check_host_kv_cache(deployment, accelerator.vendor, at, add)
+        _check_disaggregation(spec, deployment, pool, at, add)
         if deployment.engine == "triton" and deployment.weights_dtype == "int4":
             add(SpecIssue(f"{at}.weights_dtype", "int4 (AWQ) is served with vLLM; build TensorRT-LLM engines in fp8"))
 
@@ -1023,6 +1111,87 @@ def _check_host_kv_cache(deployment: ModelDeploymentSpec, accelerator_vendor: st
         add(SpecIssue(where, "vLLM offloads KV blocks from CUDA devices only; TPU pools cannot have a host KV tier"))
     if not deployment.prefix_caching:
         add(SpecIssue(where, "the host KV tier extends the prefix cache: set prefix_caching"))
+
+
+def _check_disaggregation(
+    spec: PlatformSpec, deployment: ModelDeploymentSpec, pool: PoolSpec, at: str, add: Any
+) -> None:
+    """What two roles with a KV transfer between them need: vLLM's NixlConnector on NVIDIA pools of one cluster, a
+    role name that is a valid and unused name, and, where EFA carries the transfer, both roles in one zone (EFA does
+    not cross availability zones: AWS ParallelCluster's docs; llm-d pins the roles to one zone for it)."""
+    disaggregation = deployment.disaggregation
+    if disaggregation is None:
+        return
+    where = f"{at}.disaggregation"
+    if deployment.engine != "vllm":
+        add(
+            SpecIssue(
+                where,
+                f"disaggregated serving is rendered for vLLM (NixlConnector); {deployment.engine}'s disaggregated mode "
+                "(SGLang's --disaggregation-mode, TensorRT-LLM's disaggregated executor) is not sized or rendered "
+                "yet: serve with vllm or leave disaggregation unset",
+            )
+        )
+    role = deployment.prefill_role
+    assert role is not None
+    if len(role.name) > NAME_MAX_LENGTH:
+        add(
+            SpecIssue(
+                f"{at}.name",
+                f"the prefill role is named {role.name!r}, longer than {NAME_MAX_LENGTH} characters: shorten the name "
+                f"to at most {NAME_MAX_LENGTH - len(PREFILL_ROLE_SUFFIX)}",
+            )
+        )
+    if any(m.name == role.name for m in spec.models):
+        add(SpecIssue(f"{at}.name", f"the prefill role's name {role.name!r} is another model's name"))
+    _check_disaggregated_pools(spec, role, pool, where, add)
+
+
+def _check_disaggregated_pools(
+    spec: PlatformSpec, role: ModelDeploymentSpec, pool: PoolSpec, where: str, add: Any
+) -> None:
+    """The prefill role's pool: known, NVIDIA, a valid size for its node, on the decode pool's fabric and zone."""
+    pools = {p.name: p for p in spec.pools}
+    prefill_pool = pools.get(role.pool)
+    if prefill_pool is None:
+        add(SpecIssue(f"{where}.prefill.pool", f"no pool named {role.pool!r} ({', '.join(pools)})"))
+        return
+    instances = [INSTANCE_TYPES.get(p.instance_type) for p in (pool, prefill_pool)]
+    if any(i is None for i in instances):
+        return  # refused where the pools are checked
+    if any(get_accelerator(i.accelerator).vendor != "nvidia" for i in instances if i is not None):
+        add(
+            SpecIssue(
+                where,
+                "the KV transfer is rendered for NVIDIA pools (NIXL over EFA or UCX); TPU pools serve aggregated",
+            )
+        )
+        return
+    if role.gpus_per_replica is not None:
+        problem = tensor_parallel_problem(
+            role.gpus_per_replica,
+            INSTANCE_TYPES[prefill_pool.instance_type].accelerators_per_node,
+            prefill_pool.instance_type,
+        )
+        if problem:
+            add(SpecIssue(f"{where}.prefill.gpus_per_replica", problem))
+    if pool.efa != prefill_pool.efa:
+        add(
+            SpecIssue(
+                f"{where}.prefill.pool",
+                f"pool {pool.name!r} {'has' if pool.efa else 'lacks'} EFA and pool {prefill_pool.name!r} "
+                f"{'has' if prefill_pool.efa else 'lacks'} it: the KV transfer runs over one fabric, so both roles' "
+                "pools set efa alike",
+            )
+        )
+    elif pool.efa and pool.zone != prefill_pool.zone:
+        add(
+            SpecIssue(
+                f"{where}.prefill.pool",
+                f"pools {pool.name!r} ({pool.zone}) and {prefill_pool.name!r} ({prefill_pool.zone}) are in different "
+                "zones: EFA does not cross availability zones, so both roles' pools need the same zone",
+            )
+        )
 
 
 ServingCluster = Literal["eks", "gke"]

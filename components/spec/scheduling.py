@@ -16,6 +16,9 @@ ACCELERATOR_LABEL = "inferplane.io/accelerator"
 
 NVIDIA_GPU_RESOURCE = "nvidia.com/gpu"
 TPU_RESOURCE = "google.com/tpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+"""The extended resource the EFA device plugin advertises: node groups tag it for the cluster autoscaler, and a
+disaggregated replica on EFA requests its share of the node's interfaces."""
 
 GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"

@@ -466,6 +466,7 @@ def _prod_platform(program: Any) -> Evaluation:
 def test_composition_binds_every_aws_server_and_lets_triton_write() -> None:
     assert model_cache_accounts(stack_spec("prod")) == [
         ServiceAccountRef(namespace="inference", name="llama-70b-sa", write=False),
+        ServiceAccountRef(namespace="inference", name="llama-70b-prefill-sa", write=False),  # its prefill role
         ServiceAccountRef(namespace="inference", name="llama-8b-sa", write=True),
         ServiceAccountRef(namespace="inference", name="gateway-sa", write=False),  # the gateway reads tokenizers
     ]

@@ -28,7 +28,7 @@ def test_prods_prometheus_follows_what_it_scrapes_at_the_ceiling() -> None:
     plan = size_platform(stack_spec("prod"))
     (eks,) = plan.prometheus
     spec = stack_spec("prod")
-    replicas = sum(d.max_replicas for d in plan.deployments)
+    replicas = sum(role.max_replicas for d in plan.deployments for role in d.roles)
     gpus = sum(pool.max_nodes * pool.accelerators_per_node for pool in plan.pools)
     assert (replicas, gpus, spec.gateway.replicas * 4) == (16, 40, 12)
     assert (eks.cluster, eks.replicas, eks.series) == ("eks", 2, 116_880)

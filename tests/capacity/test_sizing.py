@@ -309,3 +309,60 @@ def test_the_plan_carries_the_embedder_of_the_stack_that_serves_one() -> None:
         stack_spec("prod").cache, fetch_bytes_per_second=WEIGHTS_FETCH_BYTES_PER_SECOND, gateway_scale_out=4
     )
     assert size_platform(stack_spec("dev")).embedder is None
+
+
+def test_prods_70b_is_sized_as_two_roles_with_their_own_step_budgets() -> None:
+    plan = size_platform(stack_spec("prod"))
+    decode = plan.deployments[0]
+    prefill = decode.prefill
+    assert prefill is not None
+    assert (decode.name, decode.role, prefill.name, prefill.role) == (
+        "llama-70b",
+        "decode",
+        "llama-70b-prefill",
+        "prefill",
+    )
+    assert plan.serving("llama-70b-prefill") is prefill
+    assert (prefill.pool, prefill.gpus_per_replica, prefill.min_replicas, prefill.max_replicas) == ("h100", 4, 2, 3)
+    # A prefill replica runs no decodes: its step takes the largest budget; the decode role keeps the ITL's.
+    assert prefill.result.vllm.max_num_batched_tokens == 16384
+    assert decode.result.vllm.max_num_batched_tokens < 16384
+    assert decode.result.vllm.kv_transfer is not None and prefill.result.vllm.kv_transfer is not None
+    assert decode.result.vllm.kv_transfer.model_dump() == {"role": "kv_consumer", "backend": "LIBFABRIC"}
+    assert prefill.result.vllm.kv_transfer.model_dump() == {"role": "kv_producer", "backend": "LIBFABRIC"}
+    # Both roles keep the host tier (917 GiB per TP-4 replica of a p5); the transfer is 16 interfaces' worth.
+    assert decode.result.vllm.kv_offloading_size_gib == prefill.result.vllm.kv_offloading_size_gib == 917
+    transfer = decode.transfer
+    assert transfer is not None
+    assert (transfer.efa_interfaces, transfer.bytes_per_token, transfer.bytes_at_context) == (
+        16,
+        163_840,
+        5_368_709_120,
+    )
+    assert transfer.seconds_at_context == pytest.approx(0.1398, abs=1e-4)
+    assert transfer.problem is None
+    # The pool holds both roles: (2 + 2) x 4 GPUs at the floor, (5 + 3) x 4 at the ceiling, 8 per node.
+    h100 = plan.pools[0]
+    assert (h100.min_nodes, h100.max_nodes) == (2, 4)
+    assert plan.ok, plan.problems
+
+
+def test_a_transfer_over_tcp_is_refused_in_the_plan() -> None:
+    spec = stack_spec("prod")
+    pools = (spec.pools[0].model_copy(update={"efa": False, "zone": None}), *spec.pools[1:])
+    plan = size_platform(spec.model_copy(update={"pools": pools}))
+    assert plan.deployments[0].transfer is not None
+    assert plan.deployments[0].result.vllm.kv_transfer is not None
+    assert plan.deployments[0].result.vllm.kv_transfer.backend == "UCX"
+    assert (
+        "models[0] llama-70b: the KV transfer does not fit: moving the KV of a 32,768-token prompt (5.37 GB) to a "
+        "decode replica takes 53,687 ms over TCP (no EFA on the pools) at 0.10 GB/s, more than the 1500 ms TTFT "
+        "objective: use EFA pools (p5, p5e, p5en), an fp8 KV cache, a shorter max_context, or serve aggregated"
+    ) in plan.problems
+
+
+def test_an_aggregated_model_has_no_roles_and_no_transfer() -> None:
+    plan = size_platform(stack_spec("prod"))
+    eight_b = plan.deployments[1]
+    assert (eight_b.role, eight_b.prefill, eight_b.transfer, eight_b.roles) == ("aggregated", None, None, (eight_b,))
+    assert eight_b.result.vllm.kv_transfer is None

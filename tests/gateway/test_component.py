@@ -372,9 +372,14 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
     # Without Redis or a model cache (the GKE cluster), neither port opens.
     bare = _evaluate(_args(rendered, redis_url=None, model_cache_uri=None)).named("gateway-netpol").inputs["spec"]
     assert bare["egress"] == [*policy["egress"][:2], policy["egress"][-1]]
-    # The ports are the replicas' own (each endpoint's), once each: two vLLM replicas on 8100, Triton on 9100.
+    # The ports are the replicas' own (each endpoint's), once each: two vLLM replicas and the prefill role's one on
+    # 8100, Triton on 9100.
     spec = stack_spec("prod")
-    replicas = {"llama-70b": (("10.0.0.5", 8100), ("10.0.0.6", 8100)), "llama-8b": (("10.0.0.7", 9100),)}
+    replicas = {
+        "llama-70b": (("10.0.0.5", 8100), ("10.0.0.6", 8100)),
+        "llama-70b-prefill": (("10.0.0.8", 8100),),
+        "llama-8b": (("10.0.0.7", 9100),),
+    }
     moved = render_gateway(spec, size_platform(spec), "eks", GatewayAddresses(upstreams=replicas))
     egress = _evaluate(_args(moved)).named("gateway-netpol").inputs["spec"]["egress"]
     assert egress[0]["ports"] == [{"port": 8100, "protocol": "TCP"}, {"port": 9100, "protocol": "TCP"}]
@@ -752,6 +757,9 @@ def test_policy_annotations_round_trip_over_the_config_space(
     assert parsed.routes is not None
     assert {name: r.max_context for name, r in parsed.routes.items()} == {m.name: m.max_model_len for m in models}
     reached = {m for t in config.tiers for m in (*t.models, *t.fallback)}
+    # A prefill role is reached through its model's tiers (prod's llama-70b-prefill through llama-70b's).
+    reached |= {m.prefill.model for m in models if m.prefill is not None and m.name in reached}
+    assert "llama-70b-prefill" in reached
     assert {name for name, r in parsed.routes.items() if r.tiers} == reached
 
 
@@ -773,6 +781,7 @@ def test_a_model_its_tier_does_not_list_joins_the_tier_by_its_routing_tier() -> 
     routes = parse_gateway_annotations(policy_annotations(config)).routes
     assert routes is not None
     assert {name: route.tiers for name, route in routes.items()} == {
+        "llama-70b-prefill": ("premium", "standard"),
         "llama-70b": ("premium", "standard"),
         "llama-8b": ("standard",),
     }

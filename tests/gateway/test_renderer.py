@@ -191,9 +191,30 @@ def test_prod_routes_each_model_with_its_tier_fallback(tmp_path: Path) -> None:
     assert routes["model-llama-8b"]["route"]["cluster"] == "model-llama-8b"
     assert routes["not-found"]["direct_response"]["status"] == 404
     assert rendered.upstream_hosts == {
+        "llama-70b-prefill": ("llama-70b-prefill-endpoints.inference.svc.cluster.local:8000",),
         "llama-70b": ("llama-70b-endpoints.inference.svc.cluster.local:8000",),
         "llama-8b": ("llama-8b-endpoints.inference.svc.cluster.local:9000",),
     }
+    # The prefill role has neither route nor cluster: clients never name it, the processor calls it itself.
+    assert "model-llama-70b-prefill" not in routes
+    assert "model-llama-70b-prefill" not in clusters
+
+
+def test_prods_disaggregated_model_names_its_prefill_role(tmp_path: Path) -> None:
+    spec = stack_spec("prod")
+    plan = size_platform(spec)
+    config = ProcessorConfig.model_validate_json(_rendered("prod", "eks", tmp_path).processor_json)
+    decode, role = config.model("llama-70b"), config.model("llama-70b-prefill")
+    assert decode is not None and role is not None
+    assert decode.prefill is not None
+    assert (decode.role, decode.prefill.model, decode.prefill.min_uncached_tokens) == ("serve", role.name, 256)
+    assert (role.role, role.prefill, role.longer_context, role.tier) == ("prefill", None, (), "premium")
+    assert role.endpoints == ("llama-70b-prefill-endpoints.inference.svc.cluster.local:8000",)
+    prefill_sizing = plan.serving("llama-70b-prefill")
+    assert role.max_num_seqs == gc.max_num_seqs(prefill_sizing) == 24
+    # Both roles hash the engine's 16-token blocks (the processor refuses a role hashing others).
+    assert role.routing.block_tokens == decode.routing.block_tokens == 16
+    assert all("llama-70b-prefill" not in (*t.models, *t.fallback) for t in config.tiers)
 
 
 def test_each_model_cluster_resolves_its_replicas_and_takes_the_processors_pick(tmp_path: Path) -> None:
@@ -236,15 +257,15 @@ def test_each_model_cluster_resolves_its_replicas_and_takes_the_processors_pick(
                 "explicit_http_config": {"http_protocol_options": {}},
             }
         },
-        # (max_num_seqs 24 x max_replicas 8 + queue_max 64) x 2, retries a quarter of the ceiling
+        # (max_num_seqs 24 x max_replicas 5 + queue_max 64) x 2, retries a quarter of the ceiling
         "circuit_breakers": {
             "thresholds": [
                 {
                     "priority": "DEFAULT",
-                    "max_connections": 512,
-                    "max_pending_requests": 512,
-                    "max_requests": 512,
-                    "max_retries": 64,
+                    "max_connections": 368,
+                    "max_pending_requests": 368,
+                    "max_requests": 368,
+                    "max_retries": 46,
                 }
             ]
         },
@@ -427,7 +448,7 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
         assert model.routing.block_tokens == block
         # What a replica holds, in blocks: with a host KV tier (prod's llama-70b: 917 GiB per replica) what the
         # tier holds. The index remembers that within its share of a worker's 192 MiB at 150 bytes a block, over
-        # the 16 replicas (8 + 8) the EKS gateway may route to.
+        # the 16 replicas the EKS gateway may route to (llama-70b's 5 and its prefill role's 3, llama-8b's 8).
         held = result.host_kv_cache_bytes if deployment.host_kv_cache else result.kv_pool_bytes
         assert held == {"llama-70b": 917 * 2**30}.get(deployment.name, result.kv_pool_bytes)
         share = 192 * 2**20 // 150 // 16
@@ -455,7 +476,7 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
             8.0,
             True,
         )
-    assert {m.name: m.fallback_share for m in config.models} == {"llama-70b": 1, "llama-8b": 2}
+    assert {m.name: m.fallback_share for m in config.models} == {"llama-70b-prefill": 1, "llama-70b": 1, "llama-8b": 2}
     assert config.workers == spec.gateway.processor_workers == 2
     assert config.auth_required and config.anonymous_tenant is None
     assistant = next(t for t in config.tenants if t.name == "assistant")
@@ -497,13 +518,22 @@ def test_routing_comes_from_the_model_then_its_tier_then_the_gateway() -> None:
     config = gc.processor_config(spec, size_platform(spec), "eks", gc.GatewayAddresses())
     picked = {m.name: (m.routing.policy, m.routing.overlap_weight, m.routing.load_bound) for m in config.models}
     # A tier's routing speaks for its primaries only: the fallback llama-8b takes the gateway's.
-    assert picked == {"llama-70b": ("prefix_aware", 2.5, True), "llama-8b": ("least_request", 0.0, True)}
+    # llama-70b's prefill role routes as its model does (it is in its model's tier).
+    assert picked == {
+        "llama-70b-prefill": ("prefix_aware", 2.5, True),
+        "llama-70b": ("prefix_aware", 2.5, True),
+        "llama-8b": ("least_request", 0.0, True),
+    }
     raw["gateway"]["tiers"][1]["routing"] = {"overlap_weight": 3.0}  # standard: llama-8b
     raw["models"][0]["routing"] = {"load_bound": False}  # llama-70b's own, over premium's
     spec = _parse(raw)
     config = gc.processor_config(spec, size_platform(spec), "eks", gc.GatewayAddresses())
     picked = {m.name: (m.routing.policy, m.routing.overlap_weight, m.routing.load_bound) for m in config.models}
-    assert picked == {"llama-70b": ("prefix_aware", 8.0, False), "llama-8b": ("prefix_aware", 3.0, True)}
+    assert picked == {
+        "llama-70b-prefill": ("prefix_aware", 8.0, False),
+        "llama-70b": ("prefix_aware", 8.0, False),
+        "llama-8b": ("prefix_aware", 3.0, True),
+    }
 
 
 def _raw(stack: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def platform(stack: str) -> PlatformSpec:
 
 
 def targets(spec: PlatformSpec) -> dict[str, ServingTarget]:
-    return {m.name: ServingTarget(deployment=f"{m.name}-server", namespace="models") for m in spec.models}
+    return {m.name: ServingTarget(deployment=f"{m.name}-server", namespace="models") for m in spec.serving_deployments}
 
 
 def build(spec: PlatformSpec, serving: dict[str, ServingTarget] | None = None) -> Evaluation:
@@ -53,8 +53,11 @@ def test_every_model_deployment_scales_on_a_prometheus_queue_metric(stack: str) 
     spec = platform(stack)
     result = build(spec)
     scaled = result.of_type("kubernetes:keda.sh/v1alpha1:ScaledObject")
-    assert sorted(r.name for r in scaled) == sorted(f"{m.name}-autoscaler-scaledobject" for m in spec.models)
-    for model in spec.models:
+    # A disaggregated model's prefill role scales too, on its own queue.
+    assert sorted(r.name for r in scaled) == sorted(
+        f"{m.name}-autoscaler-scaledobject" for m in spec.serving_deployments
+    )
+    for model in spec.serving_deployments:
         so = result.named(f"{model.name}-autoscaler-scaledobject")
         assert so.inputs["spec"]["scaleTargetRef"]["name"] == f"{model.name}-server"
         triggers = so.inputs["spec"]["triggers"]
@@ -86,7 +89,7 @@ def test_every_custom_resource_validates_against_its_crd(stack: str) -> None:
 def test_every_stacks_rule_file_passes_promtool(stack: str, tmp_path: Path) -> None:
     spec = platform(stack)
     rules = [r for r in custom_resources(build(spec)) if r["kind"] == "PrometheusRule"]
-    assert len(rules) == len(spec.models) + 1  # one per model, one for the GPUs
+    assert len(rules) == len(spec.serving_deployments) + 1  # one per server (a prefill role's too), one for the GPUs
     groups = [g for r in rules for g in r["spec"]["groups"]]
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": groups}))
@@ -105,11 +108,14 @@ def test_prod_registers_the_whole_set() -> None:
             ("kubernetes:monitoring.coreos.com/v1:PodMonitor", "monitoring-dcgm"),
             ("inferplane:index:QueueDepthAutoscaler", "llama-70b-autoscaler"),
             ("kubernetes:keda.sh/v1alpha1:ScaledObject", "llama-70b-autoscaler-scaledobject"),
+            ("inferplane:index:QueueDepthAutoscaler", "llama-70b-prefill-autoscaler"),
+            ("kubernetes:keda.sh/v1alpha1:ScaledObject", "llama-70b-prefill-autoscaler-scaledobject"),
             ("inferplane:index:QueueDepthAutoscaler", "llama-8b-autoscaler"),
             ("kubernetes:keda.sh/v1alpha1:ScaledObject", "llama-8b-autoscaler-scaledobject"),
             ("inferplane:index:ServingRules", "serving-rules"),
             ("kubernetes:monitoring.coreos.com/v1:PrometheusRule", "serving-rules-gpus"),
             ("kubernetes:monitoring.coreos.com/v1:PrometheusRule", "serving-rules-llama-70b"),
+            ("kubernetes:monitoring.coreos.com/v1:PrometheusRule", "serving-rules-llama-70b-prefill"),
             ("kubernetes:monitoring.coreos.com/v1:PrometheusRule", "serving-rules-llama-8b"),
             ("inferplane:index:ServingDashboards", "serving-dashboards"),
             ("kubernetes:core/v1:ConfigMap", "serving-dashboards-llama-70b"),
@@ -144,6 +150,7 @@ def test_missing_and_unknown_targets_are_refused_before_anything_is_declared() -
         )
     assert str(raised.value) == (
         "observability cannot be built:\n"
+        "models: no serving target for deployment 'llama-70b-prefill'\n"
         "models: no serving target for deployment 'llama-8b'\n"
         "targets: 'mistral' is not a model deployment of the spec\n"
         "targets: 'llama-70b' is served on cluster 'gke', which has no provider"

@@ -43,12 +43,13 @@ def test_every_model_server_deployment_scales_on_its_queue(evaluations: dict[str
     result = evaluations[stack]
     spec = load_stack(PROJECT_DIR, stack).platform
     deployments = _server_deployments(result)
-    assert sorted(deployments) == sorted(m.name for m in spec.models)
+    # Every server scales: each model's and a disaggregated model's prefill role's, on its own queue.
+    assert sorted(deployments) == sorted(m.name for m in spec.serving_deployments)
     scaled = {
         r.inputs["spec"]["scaleTargetRef"]["name"]: r
         for r in result.of_type("kubernetes:keda.sh/v1alpha1:ScaledObject")
     }
-    for model in spec.models:
+    for model in spec.serving_deployments:
         deployment = deployments[model.name]
         scaled_object = scaled[deployment.inputs["metadata"]["name"]]
         triggers = scaled_object.inputs["spec"]["triggers"]
@@ -94,7 +95,7 @@ def test_gpu_servers_read_the_model_cache(evaluations: dict[str, Evaluation], st
 def test_outputs_and_the_response_cache(evaluations: dict[str, Evaluation], stack: str) -> None:
     result = evaluations[stack]
     spec = load_stack(PROJECT_DIR, stack).platform
-    assert set(result.outputs["modelServers"]) == {m.name for m in spec.models}
+    assert set(result.outputs["modelServers"]) == {m.name for m in spec.serving_deployments}
     (group,) = result.of_type("aws:elasticache/replicationGroup:ReplicationGroup")
     assert group.inputs["transitEncryptionEnabled"] is True
     assert group.inputs["authToken"] == SECRET_PLACEHOLDER
@@ -121,7 +122,7 @@ def test_every_model_server_has_the_headless_service_its_gateway_resolves(
     spec = load_stack(PROJECT_DIR, stack).platform
     deployments = _server_deployments(result)
     services = {r.inputs["metadata"]["name"]: r for r in result.of_type("kubernetes:core/v1:Service")}
-    assert len(deployments) == len(spec.models)
+    assert len(deployments) == len(spec.serving_deployments)
     for deployment in deployments.values():
         name = deployment.inputs["metadata"]["name"]
         headless = services[f"{name}-endpoints"]
@@ -135,7 +136,7 @@ def test_every_model_server_has_the_headless_service_its_gateway_resolves(
         if GATEWAY_ROUTING in gateway.inputs["metadata"].get("annotations", {})
         for model, policy in json.loads(gateway.inputs["metadata"]["annotations"][GATEWAY_ROUTING]).items()
     }
-    assert routed == {m.name: routing_of(spec, m).model_dump(mode="json") for m in spec.models}
+    assert routed == {m.name: routing_of(spec, m).model_dump(mode="json") for m in spec.serving_deployments}
 
 
 AUTOSCALERS = ("kubernetes:keda.sh/v1alpha1:ScaledObject", "kubernetes:autoscaling/v2:HorizontalPodAutoscaler")

@@ -92,7 +92,7 @@ def _closed(schema: dict[str, Any]) -> dict[str, Any]:
 def test_pod_monitors_validate_against_the_prometheus_operator_crd(stack: str) -> None:
     schema = _crd_schema("monitoring.coreos.com_podmonitors.yaml")
     monitors = evaluate_servers(stack_spec(stack)).of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
-    assert len(monitors) == len(stack_spec(stack).models)
+    assert len(monitors) == len(stack_spec(stack).serving_deployments)
     for monitor in monitors:
         manifest = _manifest(monitor)
         assert crd_errors(manifest) == []
@@ -115,7 +115,8 @@ def test_the_token_reaches_pods_only_as_a_mounted_file(stack: str) -> None:
     assert [s.inputs["stringData"] for s in secrets] == ["[secret]"] * len(secrets)
     for registration in evaluation.registrations:
         for env in _env_vars(registration.inputs):
-            assert env["name"] != "HF_TOKEN" and "valueFrom" not in env
+            # No secret reaches an environment (a disaggregated server's pod IP does, from the downward API).
+            assert env["name"] != "HF_TOKEN" and set(env.get("valueFrom", {})) <= {"fieldRef"}
             assert "value" not in env or "hf_" not in str(env["value"])
 
 
@@ -232,6 +233,33 @@ def test_each_serving_namespace_denies_by_default_and_admits_the_gateway_prometh
 
 
 @pytest.mark.parametrize(
+    ("efa", "ports"), [(True, [{"port": 5600, "protocol": "TCP"}]), (False, [{"protocol": "TCP"}])]
+)
+def test_a_disaggregated_models_roles_reach_each_other_and_no_one_else(efa: bool, ports: list[dict[str, Any]]) -> None:
+    spec = stack_spec("prod")
+    pools = (spec.pools[0].model_copy(update={"efa": efa, "zone": "us-east-1a" if efa else None}), *spec.pools[1:])
+    evaluation = evaluate_servers(spec.model_copy(update={"pools": pools}))
+    roles = {
+        "matchExpressions": [
+            {"key": "app.kubernetes.io/name", "operator": "In", "values": ["llama-70b", "llama-70b-prefill"]}
+        ],
+        "matchLabels": {"app.kubernetes.io/component": "model-server"},
+    }
+    # EFA moves the blocks by SRD, past the IP stack: only NIXL's handshake port; UCX on TCP picks its own ports.
+    assert _policy_spec(evaluation, "eks-serving-network-policy-kv-transfer-llama-70b") == {
+        "podSelector": roles,
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{"from": [{"podSelector": roles}], "ports": ports}],
+        "egress": [{"to": [{"podSelector": roles}], "ports": ports}],
+    }
+    for name in ("llama-70b", "llama-70b-prefill"):
+        labels = evaluation.named(f"{name}-deployment").inputs["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == name
+    names = {p.name for p in evaluation.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    assert "eks-serving-network-policy-kv-transfer-llama-8b" not in names
+
+
+@pytest.mark.parametrize(
     ("model", "component", "port"),
     [
         ("llama-70b", "inferplane:index:VllmService", {"name": "http", "port": 8000}),
@@ -270,6 +298,7 @@ def test_every_deployment_gets_its_engine() -> None:
     components = {r.name: r.type for r in evaluation.registrations if r.type.startswith("inferplane:")}
     assert components == {
         "llama-70b": "inferplane:index:VllmService",
+        "llama-70b-prefill": "inferplane:index:VllmService",
         "llama-8b": "inferplane:index:TritonTrtLlmService",
         "eks-serving-network-policy": "inferplane:index:ServingNetworkPolicy",
     }
@@ -341,7 +370,12 @@ def test_on_the_aws_foundation_every_object_goes_through_the_eks_clusters_provid
     [provider] = evaluation.of_type("pulumi:providers:kubernetes")
     objects = kubernetes_objects(evaluation)
     served = [r for r in objects if r.type in ("kubernetes:apps/v1:Deployment", "kubernetes:batch/v1:Job")]
-    assert {r.name for r in served} == {"llama-70b-deployment", "llama-8b-deployment", "llama-8b-engine-build"}
+    assert {r.name for r in served} == {
+        "llama-70b-deployment",
+        "llama-70b-prefill-deployment",
+        "llama-8b-deployment",
+        "llama-8b-engine-build",
+    }
     assert {r.provider for r in objects} == {f"{provider.urn}::{provider.id}"}
 
 

@@ -63,6 +63,28 @@ def _tail(drain: int) -> list[str]:
     return ["--host", "0.0.0.0", "--port", "8000", "--shutdown-timeout", str(drain)]
 
 
+def _multi_connector(role: str) -> str:
+    """The disaggregated prod 70B's ``--kv-transfer-config``: NIXL over EFA, then the 917 GiB host tier."""
+    nixl = {
+        "kv_connector": "NixlConnector",
+        "kv_role": role,
+        "kv_buffer_device": "cuda",
+        "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+        "kv_load_failure_policy": "recompute",
+    }
+    offloading = {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": 917 * 2**30},
+    }
+    config = {
+        "kv_connector": "MultiConnector",
+        "kv_role": role,
+        "kv_connector_extra_config": {"connectors": [nixl, offloading]},
+    }
+    return json.dumps(config, separators=(",", ":"), sort_keys=True)
+
+
 def test_prod_llama_70b_on_p5_flags() -> None:
     assert _vllm_args(stack_spec("prod"), "llama-70b") == [
         "/models/meta-llama/Llama-3.3-70B-Instruct",
@@ -77,12 +99,54 @@ def test_prod_llama_70b_on_p5_flags() -> None:
         "--block-size", "16",  # the gateway's prefix-index block (sizing's VllmSettings.block_size)
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
-        # The host KV tier (host_kv_cache): the replica's 984,637 MiB share of the p5 less 16 GiB of /dev/shm and
-        # 4 + 4 x 6 GiB for the engine's processes, in whole GiB (components/capacity/host_memory.py).
-        "--kv-offloading-size", "917",
-        "--kv-offloading-backend", "native",
+        # The decode role pulls prompts' KV from the prefill role (NIXL over EFA); its host KV tier (host_kv_cache:
+        # the replica's 984,637 MiB share of the p5 less 16 GiB of /dev/shm and 4 + 4 x 6 GiB for the engine's
+        # processes, in whole GiB) rides beside it in vLLM's MultiConnector, as --kv-offloading-size would replace
+        # the transfer's connector.
+        "--kv-transfer-config", _multi_connector("kv_consumer"),
         *_tail(300),
     ]  # fmt: skip
+
+
+def test_prod_llama_70b_prefill_role_flags() -> None:
+    assert _vllm_args(stack_spec("prod"), "llama-70b-prefill") == [
+        "/models/meta-llama/Llama-3.3-70B-Instruct",
+        # Its own name first (its metrics' model_name, which its autoscaler reads), then the model's: the gateway's
+        # prefill step sends the client's body, whose model is the model's name.
+        "--served-model-name", "llama-70b-prefill", "llama-70b",
+        "--tensor-parallel-size", "4",
+        "--max-model-len", "32768",
+        "--max-num-seqs", "24",
+        # No decodes share its steps: the largest budget, not the ITL objective's.
+        "--max-num-batched-tokens", "16384",
+        "--gpu-memory-utilization", "0.9",
+        "--kv-cache-dtype", "fp8",
+        "--dtype", "bfloat16",
+        "--block-size", "16",
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--kv-transfer-config", _multi_connector("kv_producer"),
+        *_tail(300),
+    ]  # fmt: skip
+
+
+def test_disaggregated_roles_advertise_their_pod_ip_and_take_their_efa_share() -> None:
+    evaluation = evaluate_servers(stack_spec("prod"))
+    for name in ("llama-70b", "llama-70b-prefill"):
+        deployment = evaluation.named(f"{name}-deployment")
+        server = container(deployment, "vllm")
+        env = {e["name"]: e for e in server["env"]}
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == {
+            "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+        }
+        assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": "5600"}
+        # A TP-4 replica of a p5 (8 GPUs, 32 EFA interfaces) takes half of each.
+        for bound in ("requests", "limits"):
+            assert server["resources"][bound]["nvidia.com/gpu"] == "4"
+            assert server["resources"][bound]["vpc.amazonaws.com/efa"] == "16"
+    eight_b = container(evaluation.named("llama-8b-deployment"), "triton")
+    assert "vpc.amazonaws.com/efa" not in eight_b["resources"]["limits"]
 
 
 def test_dev_llama_8b_on_l4_flags() -> None:
@@ -402,7 +466,7 @@ def test_every_shipped_argument_list_is_accepted_by_the_pinned_vllm() -> None:
         ("custom", _vllm_args(spec_from(CUSTOM), "llama-8b-awq")),
         ("custom", _vllm_args(spec_from(CUSTOM), "llama-70b-fp8")),
     ]
-    assert len(arg_lists) == 6
+    assert len(arg_lists) == 7  # dev 2 x 1, staging 1, prod 2 (both roles of llama-70b), custom 2
     for where, args in arg_lists:
         assert vllm_cli.check(cli, args) == [], where
 
@@ -428,6 +492,13 @@ def test_the_checker_refuses_what_vllm_would() -> None:
     assert vllm_cli.check(cli, ["m", "--speculative-config", '{"draft": "x"}']) == [
         "--speculative-config: 'draft' is not a field of SpeculativeConfig"
     ]
+    # ``served_model_name: str | list[str] | None`` takes one or more names (argparse nargs "+"); a single-valued
+    # flag takes one, and what follows it is a stray positional.
+    assert vllm_cli.check(cli, ["m", "--served-model-name", "a", "b", "--max-num-seqs", "4"]) == []
+    assert vllm_cli.check(cli, ["m", "--served-model-name", "--max-num-seqs", "4"]) == [
+        "--served-model-name: missing value"
+    ]
+    assert vllm_cli.check(cli, ["m", "--max-num-seqs", "4", "8"]) == ["unexpected positional argument '8'"]
 
 
 @pytest.mark.parametrize("role", ["kv_producer", "kv_consumer"])

@@ -62,6 +62,14 @@ def _set(path: str, value: Any) -> Mutation:
     return apply
 
 
+def _both(*mutations: Mutation) -> Mutation:
+    def apply(raw: dict[str, Any]) -> None:
+        for mutation in mutations:
+            mutation(raw)
+
+    return apply
+
+
 def _delete(path: str) -> Mutation:
     def apply(raw: dict[str, Any]) -> None:
         node: Any = raw
@@ -110,7 +118,7 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
     ("zero-min-without-scale-to-zero", "dev", _set("models[0].scale_to_zero", False), "models[0]",
      "min_replicas 0 needs scale_to_zero: true"),
     ("min-above-max", "prod", _set("models[0].min_replicas", 9), "models[0]",
-     "min_replicas 9 exceeds max_replicas 8"),
+     "min_replicas 9 exceeds max_replicas 5"),
     ("model-and-architecture", "dev", _set("models[0].architecture", {"hf_repo": "x/y"}),
      "models[0].architecture.parameters", "Field required"),
     ("utilization-above-cap", "dev", _set("models[0].gpu_memory_utilization", 0.95), "models[0].gpu_memory_utilization",
@@ -151,6 +159,35 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
      "vLLM offloads KV blocks from CUDA devices only; TPU pools cannot have a host KV tier"),
     ("host-kv-without-prefix-cache", "prod", _set("models[0].prefix_caching", False), "models[0].host_kv_cache",
      "the host KV tier extends the prefix cache: set prefix_caching"),
+    ("disaggregated-triton", "prod", _set("models[1].disaggregation", {}), "models[1].disaggregation",
+     "disaggregated serving is rendered for vLLM (NixlConnector); triton's disaggregated mode (SGLang's "
+     "--disaggregation-mode, TensorRT-LLM's disaggregated executor) is not sized or rendered yet: serve with vllm or "
+     "leave disaggregation unset"),
+    ("disaggregated-tpu", "staging", _set("models[1].disaggregation", {}), "models[1].disaggregation",
+     "the KV transfer is rendered for NVIDIA pools (NIXL over EFA or UCX); TPU pools serve aggregated"),
+    ("disaggregated-unknown-pool", "prod", _set("models[0].disaggregation.prefill.pool", "h200"),
+     "models[0].disaggregation.prefill.pool", "no pool named 'h200' (h100, l40s)"),
+    ("disaggregated-efa-and-not", "prod", _set("models[0].disaggregation.prefill.pool", "l40s"),
+     "models[0].disaggregation.prefill.pool",
+     "pool 'h100' has EFA and pool 'l40s' lacks it: the KV transfer runs over one fabric, so both roles' pools set "
+     "efa alike"),
+    ("disaggregated-two-zones", "prod",
+     _both(_set("pools[0].name", "h100-a"), _set("pools[1]", {"name": "h100", "accelerator": "h100-80gb",
+                                                             "instance_type": "p5.48xlarge", "efa": True,
+                                                             "zone": "us-east-1b"}),
+           _set("models[1].pool", "h100"), _set("models[0].disaggregation.prefill.pool", "h100-a")),
+     "models[0].disaggregation.prefill.pool",
+     "pools 'h100' (us-east-1b) and 'h100-a' (us-east-1a) are in different zones: EFA does not cross availability "
+     "zones, so both roles' pools need the same zone"),
+    ("disaggregated-name-too-long", "prod", _set("models[0].name", "a" * 33), "models[0].name",
+     f"the prefill role is named '{'a' * 33}-prefill', longer than 40 characters: shorten the name to at most 32"),
+    ("disaggregated-name-taken", "prod", _set("models[1].name", "llama-70b-prefill"), "models[0].name",
+     "the prefill role's name 'llama-70b-prefill' is another model's name"),
+    ("disaggregated-prefill-tp", "prod", _set("models[0].disaggregation.prefill.gpus_per_replica", 3),
+     "models[0].disaggregation.prefill.gpus_per_replica", "3 does not divide the 8 accelerators of a p5.48xlarge node"),
+    ("disaggregated-prefill-range", "prod",
+     _set("models[0].disaggregation.prefill", {"min_replicas": 3, "max_replicas": 2}),
+     "models[0].disaggregation.prefill", "min_replicas 3 exceeds max_replicas 2"),
     ("tpu-fp8", "staging", _set("models[1].weights_dtype", "fp8"), "models[1].weights_dtype",
      "TPU v5e serves bf16 weights and KV cache"),
     ("tpu-without-gcp", "staging", _delete("gcp"), "pools[1].instance_type",

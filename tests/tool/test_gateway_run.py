@@ -557,6 +557,7 @@ def test_repeated_upstreams_are_replicas_in_order_and_a_model_without_is_empty()
             gr.Upstream(model="llama-70b", host="127.0.0.1", port=8001),
             gr.Upstream(model="llama-70b", host="127.0.0.1", port=8002),
         ),
+        "llama-70b-prefill": (),  # the prefill role takes its own --upstream
         "llama-8b": (),
     }
 
@@ -634,6 +635,7 @@ def test_models_without_a_server_point_at_the_closed_port(tmp_path: Path, fake_e
     plan = _plan(tmp_path, "prod", ["llama-70b=http://10.0.0.7:8000", "llama-70b=http://10.0.0.8:8000"], fake_envoy)
     rendered = gr.render_local(plan, PORTS, tmp_path)
     assert rendered.upstream_hosts == {
+        "llama-70b-prefill": ("127.0.0.1:20009",),
         "llama-70b": ("10.0.0.7:8000", "10.0.0.8:8000"),
         "llama-8b": ("127.0.0.1:20009",),
     }
@@ -669,10 +671,13 @@ def test_the_summary_names_url_keys_routes_and_logs(tmp_path: Path, fake_envoy: 
         f"    assistant        {'A' * 43}  tiers premium, standard; 1200 requests and 2000000 tokens a minute",
         f"    batch-summaries  {'B' * 43}  tiers standard; 300 requests and 400000 tokens a minute",
         '  routes    a request\'s "model" names a model or a tier',
-        "    llama-70b  model, tier premium, context 32768 -> http://127.0.0.1:8001; fallback llama-8b",
-        "    llama-8b   model, tier standard, context 8192 -> no --upstream: 503 (no replica reachable)",
-        "    premium    tier -> llama-70b; fallback llama-8b",
-        "    standard   tier -> llama-8b",
+        "    llama-70b-prefill  prefill role of llama-70b, context 32768 -> no --upstream: its model's replicas "
+        "compute every prompt",
+        "    llama-70b          model, tier premium, context 32768 -> http://127.0.0.1:8001; fallback llama-8b; long "
+        "prompts prefilled on llama-70b-prefill",
+        "    llama-8b           model, tier standard, context 8192 -> no --upstream: 503 (no replica reachable)",
+        "    premium            tier -> llama-70b; fallback llama-8b",
+        "    standard           tier -> llama-8b",
         f"  logs      {tmp_path}/logs: envoy.log (access log), processor.log, redis.log (removed on exit)",
         "  metrics   Envoy http://127.0.0.1:20001/stats/prometheus, processor http://127.0.0.1:20005/metrics",
     ]

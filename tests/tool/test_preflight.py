@@ -243,8 +243,9 @@ def test_a_healthy_account_passes_every_check_for_prod(healthy: Account) -> None
     ]
     assert report.ok
     assert report.skipped == ()
+    # The EFA pool is pinned to one zone (prod's disaggregated llama-70b).
     assert finding(report, "instance-zones", "pool h100").message == (
-        "p5.48xlarge is offered in all 3 zone(s): us-east-1a, us-east-1b, us-east-1c"
+        "p5.48xlarge is offered in all 1 zone(s): us-east-1a"
     )
     assert finding(report, "accelerator-facts", "p5.48xlarge").message == (
         "8 x H100 81920 MiB, 192 vCPUs, as the catalog says"
@@ -864,7 +865,7 @@ def test_cli_preflight_of_prod_against_moto_server(moto_server: str, capsys: pyt
             "instance-zones",
             "pool h100",
             "pass",
-            "p5.48xlarge is offered in all 3 zone(s): us-east-1a, us-east-1b, us-east-1c",
+            "p5.48xlarge is offered in all 1 zone(s): us-east-1a",
         ),
         (
             "instance-zones",

@@ -252,7 +252,7 @@ def test_a_plan_diffed_against_itself_reports_no_change(tmp_path: Path) -> None:
 def test_diff_reports_added_removed_nested_and_replaced_resources(tmp_path: Path) -> None:
     def change(platform: dict[str, Any]) -> None:
         platform["models"][1]["name"] = "llama-8b-v2"  # removes llama-8b, adds llama-8b-v2
-        platform["models"][0]["max_replicas"] = 12  # h100 max nodes 4 -> 6: a nested in-place update
+        platform["models"][0]["max_replicas"] = 9  # (9 + 3 prefill) x 4 GPUs: h100 max nodes 4 -> 6, a nested update
         platform["pools"][1]["instance_type"] = "g6e.2xlarge"  # ForceNew: the l40s node group is replaced
         platform["gateway"]["tiers"][1]["models"] = ["llama-8b-v2"]
         platform["gateway"]["tiers"][0]["fallback"] = ["llama-8b-v2"]
