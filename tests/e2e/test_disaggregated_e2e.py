@@ -150,10 +150,11 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
         prefill.close()
 
 
-LEASE_SECONDS = 5
-"""The prefill side's hold on a request's blocks. On vLLM 0.32's CPU build a decode request that pulls takes about a
-lease longer than one that does not (32.5 s at vLLM's default 30 s, 8 s at 5 s, measured by hand), so the module's
-pulls are kept short."""
+LEASE_SECONDS = 30
+"""The prefill side's hold on a request's blocks: vLLM's default. On vLLM 0.32's CPU build a decode request that pulls
+takes about a lease longer than one that does not (32.5 s at 30 s, 8 s at 5 s, measured by hand), but a 5 s lease
+raced the pull on a loaded machine: in a clean-clone run (ci67) no pull succeeded within 180 s, the blocks presumably
+expiring before the decode side asked for them (not diagnosed further); ci64 passed at 30 s."""
 HANDSHAKE_WAIT_SECONDS = 180.0
 """How long the module waits for its first transfer. The decode server opens NIXL's handshake with the prefill server
 on its first pull and waits 5 s for the answer (vLLM 0.32 ``nixl/base_worker.py``); on a loaded machine that can time
