@@ -937,9 +937,15 @@ class PlatformSizing(BaseModel):
         """True when every model fits and every limit holds."""
         return not self.problems
 
+    @property
+    def servings(self) -> dict[str, DeploymentSizing]:
+        """Every set of replicas by name: each model's sizing and a disaggregated model's prefill role's
+        (``spec.serving_deployments``)."""
+        return {role.name: role for d in self.deployments for role in d.roles}
+
     def serving(self, name: str) -> DeploymentSizing:
-        """The sizing of a model, or of a disaggregated model's prefill role, by name (``spec.serving_deployments``)."""
-        return next(role for d in self.deployments for role in d.roles if role.name == name)
+        """The sizing of a model, or of a disaggregated model's prefill role, by name."""
+        return self.servings[name]
 
 
 def request_for(

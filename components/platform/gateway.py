@@ -97,7 +97,7 @@ def build_gateways(
     missing = [c for c in serving_clusters(spec) if c not in clusters]
     if missing:
         raise pulumi.RunError(f"gateways cannot be built: no inputs for serving cluster(s) {', '.join(missing)}")
-    sizing = {role.name: role for d in plan.deployments for role in d.roles}
+    sizing = plan.servings
     engines = {m.name: m.engine for m in spec.serving_deployments}
     gateways: dict[str, Gateway] = {}
     for cluster in serving_clusters(spec):

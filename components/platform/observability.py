@@ -87,7 +87,7 @@ def build_observability(
     names to its Kubernetes provider; a missing or unknown name is refused before anything is declared.
     """
     _require_targets(spec, providers, targets)
-    sizing = {role.name: role for d in plan.deployments for role in d.roles}
+    sizing = plan.servings
     clusters: dict[str, ClusterObservability] = {}
     autoscalers: dict[str, QueueDepthAutoscaler] = {}
     # The primary cluster first, so its stack keeps the unprefixed names whatever else serves.

@@ -112,10 +112,11 @@ def build_model_servers(
     for model, model_sizing in zip(spec.models, plan.deployments, strict=True):
         # A disaggregated model's prefill role is a server of its own, answering to the model's names too: the
         # gateway's prefill step sends it the client's body unchanged but for the transfer parameters.
-        roles = [(model, model_sizing, fallback_aliases(spec, model.name))]
+        aliases = fallback_aliases(spec, model.name)
+        roles = [(model, model_sizing, aliases)]
         if model.prefill_role is not None and model_sizing.prefill is not None:
-            roles.append((model.prefill_role, model_sizing.prefill, (model.name, *roles[0][2])))
-        for deployment, sizing, aliases in roles:
+            roles.append((model.prefill_role, model_sizing.prefill, (model.name, *aliases)))
+        for deployment, sizing, names in roles:
             provider = providers_by_pool[sizing.pool]
             cloud = get_instance_type(sizing.instance_type).cloud
             if id(provider) not in clusters:
@@ -132,7 +133,7 @@ def build_model_servers(
                     KvTransferFlow(decode=model.name, prefill=deployment.name, any_port=transfer.backend == "UCX")
                 )
             servers[deployment.name] = _model_server(
-                spec, deployment, sizing, cluster, tags, aliases=aliases, model_cache_uri=model_cache_uri, parent=parent
+                spec, deployment, sizing, cluster, tags, aliases=names, model_cache_uri=model_cache_uri, parent=parent
             )
     for cluster in clusters.values():
         _network_policy(cluster, tags, parent=parent)
