@@ -2,8 +2,15 @@
 
 GPU utilisation sits near 100% whenever a batch runs and engines take ~90% of device memory at start, so CPU, GPU
 and memory say nothing about demand. The queue does: requests waiting for a batch slot. Each model server gets a
-KEDA ScaledObject with one Prometheus trigger on its waiting requests (:meth:`ModelSeries.queue_depth`), never a
+KEDA ScaledObject with a Prometheus trigger on its waiting requests (:meth:`ModelSeries.queue_depth`), never a
 CPU or memory trigger.
+
+A disaggregated model's decode role scales on two more: its running sequences and its KV-cache use. Its requests
+arrive with their prompt already computed, so its capacity is batch slots and KV blocks, and long contexts fill the
+KV pool well before the batch: by the time requests queue there, the engine is already preempting. Dynamo's planner
+splits the roles' signals the same way (its load-based mode: prefill on its queue, decode on average KV-cache
+utilisation; docs.nvidia.com/dynamo/latest/components/planner/planner-guide). The prefill role, like an aggregated
+replica, scales on its queue: prompts waiting to be computed.
 
 The numbers come from the sizing, not from guesses:
 
@@ -11,7 +18,9 @@ The numbers come from the sizing, not from guesses:
   (``SizingResult.vllm.max_num_seqs`` or ``SizingResult.trtllm.max_batch_size``), at least 1;
 * scale down only after a stabilisation window of twice the cold start (``SizingResult.cold_start_seconds``), at
   least five minutes: a replica given back costs a full cold start to get again;
-* scale up at once (no stabilisation), doubling or adding four replicas per 15 s, whichever is more.
+* scale up at once (no stabilisation), doubling or adding four replicas per 15 s, whichever is more;
+* a decode role also aims at ``RUNNING_TARGET_FRACTION`` of its batch running per replica and at an average KV-cache
+  use of ``KV_USAGE_TARGET`` (the HPA takes the largest replica count any trigger asks for).
 
 KEDA reference: keda-docs ``content/docs/2.22/reference/scaledobject-spec.md`` and ``scalers/prometheus.md``
 (facts.md 7.1); the spec is validated against the ScaledObject CRD in ``../shared/schemas/crds``.
@@ -27,7 +36,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
-from inferplane.components.capacity.sizing import SizingResult
+from inferplane.components.capacity.sizing import ServingRole, SizingResult
 from inferplane.components.observability.metrics import Engine, ModelSeries
 
 KEDA_CHART = "keda"
@@ -39,6 +48,15 @@ QUEUE_TARGET_FRACTION = 0.25
 """Waiting requests per replica the autoscaler aims for, as a share of the batch. A queue of a quarter of the batch
 is admitted as a quarter of the running sequences finish, so time to first token stays bounded, while a few waiting
 requests (bursts shorter than a poll) do not buy a GPU node."""
+
+RUNNING_TARGET_FRACTION = 0.8
+"""Running sequences per decode replica the autoscaler aims for, as a share of the batch: the rest is room for the
+requests that arrive while a new replica starts (minutes), at the utilisation HPA users aim CPU at."""
+
+KV_USAGE_TARGET = 0.8
+"""Average KV-cache use (``vllm:kv_cache_usage_perc``: blocks held by requests, not cached free ones) a decode role
+aims for; below ``alerts.KV_CACHE_ALERT_RATIO`` (0.95, where new sequences start preempting running ones) by the
+blocks one more replica's worth of streams take while it starts."""
 
 MIN_SCALE_DOWN_WINDOW_SECONDS = 300
 """Never give a replica back sooner than the HPA default (5 minutes), even for fast-starting models."""
@@ -65,11 +83,22 @@ class AutoscalingPolicy(BaseModel):
     scale_down_window_seconds: int = Field(description="HPA scale-down stabilisation, longer than the cold start.")
     cooldown_seconds: int = Field(description="``cooldownPeriod``: idle time before going to zero.")
     fallback_replicas: int = Field(ge=1, description="Replicas held when Prometheus cannot be read.")
+    target_running_per_replica: int | None = Field(
+        default=None, ge=1, description="Decode role: running sequences per replica the ``running`` trigger aims for."
+    )
+    target_kv_usage: float | None = Field(
+        default=None, gt=0, lt=1, description="Decode role: average KV-cache use the ``kv-usage`` trigger aims for."
+    )
 
 
 def target_waiting_per_replica(batch: int) -> int:
     """The trigger threshold for an engine running ``batch`` sequences (``QUEUE_TARGET_FRACTION`` of it, >= 1)."""
     return max(1, math.floor(batch * QUEUE_TARGET_FRACTION))
+
+
+def target_running_per_replica(batch: int) -> int:
+    """The decode role's ``running`` threshold for a batch of ``batch`` (``RUNNING_TARGET_FRACTION`` of it, >= 1)."""
+    return max(1, math.floor(batch * RUNNING_TARGET_FRACTION))
 
 
 def autoscaling_policy(
@@ -80,6 +109,7 @@ def autoscaling_policy(
     max_replicas: int,
     scale_to_zero: bool,
     scrape_interval_seconds: int,
+    role: ServingRole = "aggregated",
 ) -> AutoscalingPolicy:
     """The autoscaling policy for one model deployment.
 
@@ -101,6 +131,7 @@ def autoscaling_policy(
         "triton": sizing.trtllm.max_batch_size,
         "sglang": sizing.sglang.max_running_requests,
     }[engine]
+    decode = role == "decode"
     return AutoscalingPolicy(
         min_replicas=min_replicas,
         max_replicas=max_replicas,
@@ -113,6 +144,8 @@ def autoscaling_policy(
         cooldown_seconds=window,
         # Never below the spec's floor, never zero; KEDA keeps the current count when it is higher.
         fallback_replicas=max(1, min_replicas),
+        target_running_per_replica=target_running_per_replica(batch) if decode else None,
+        target_kv_usage=KV_USAGE_TARGET if decode else None,
     )
 
 
@@ -124,9 +157,16 @@ def scaled_object_spec(
     wake_query: str | None = None,
 ) -> dict[str, Any]:
     """The ScaledObject ``spec`` (keda.sh/v1alpha1) for ``series``'s Deployment."""
-    triggers = [_prometheus_trigger("queue-depth", series.queue_depth(), policy, prometheus_url)]
+    waiting = str(policy.target_waiting_per_replica)
+    triggers = [_prometheus_trigger("queue-depth", series.queue_depth(), waiting, policy, prometheus_url)]
+    if policy.target_running_per_replica is not None:
+        running = str(policy.target_running_per_replica)
+        triggers.append(_prometheus_trigger("running", series.running(), running, policy, prometheus_url))
+    if policy.target_kv_usage is not None:
+        usage = f"{policy.target_kv_usage:g}"
+        triggers.append(_prometheus_trigger("kv-usage", series.kv_cache_usage_total(), usage, policy, prometheus_url))
     if wake_query is not None:
-        triggers.append(_prometheus_trigger("wake", wake_query, policy, prometheus_url))
+        triggers.append(_prometheus_trigger("wake", wake_query, waiting, policy, prometheus_url))
     spec: dict[str, Any] = {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": series.deployment},
         "pollingInterval": policy.polling_interval_seconds,
@@ -149,17 +189,19 @@ def scaled_object_spec(
     return spec
 
 
-def _prometheus_trigger(name: str, query: str, policy: AutoscalingPolicy, prometheus_url: str) -> dict[str, Any]:
-    """A Prometheus trigger aiming at the policy's waiting requests per replica."""
+def _prometheus_trigger(
+    name: str, query: str, threshold: str, policy: AutoscalingPolicy, prometheus_url: str
+) -> dict[str, Any]:
+    """A Prometheus trigger on ``query`` (a sum over the replicas) aiming at ``threshold`` per replica."""
     return {
         "type": "prometheus",
         "name": name,
-        # AverageValue: desired = ceil(total waiting / target per replica); fallback requires it.
+        # AverageValue: desired = ceil(sum over replicas / target per replica); fallback requires it.
         "metricType": "AverageValue",
         "metadata": {
             "serverAddress": prometheus_url,
             "query": query,
-            "threshold": str(policy.target_waiting_per_replica),
+            "threshold": threshold,
             "activationThreshold": str(policy.activation_waiting),
             # An empty result (no replica exposes the metric) reads as 0 rather than an error.
             "ignoreNullValues": "true",
@@ -241,13 +283,17 @@ class QueueDepthAutoscalerArgs:
     prometheus_url: pulumi.Input[str]
     """Prometheus KEDA queries (``MonitoringStack.prometheus_url``)."""
     scrape_interval_seconds: int = 15
+    role: ServingRole = "aggregated"
+    """What the replicas do (``DeploymentSizing.role``): a decode role also scales on its running sequences and
+    KV-cache use."""
     wake_query: str | None = None
     """PromQL that is above zero when requests wait for this model outside the engine (e.g. the gateway's pending
     requests). A deployment at zero replicas exposes no engine queue, so without it nothing wakes it from zero."""
 
 
 class QueueDepthAutoscaler(pulumi.ComponentResource):
-    """A KEDA ScaledObject scaling one model server's Deployment on its queue of waiting requests."""
+    """A KEDA ScaledObject scaling one model server's Deployment on its queue of waiting requests (a decode role's
+    also on its running sequences and KV-cache use: :func:`scaled_object_spec`)."""
 
     scaled_object: k8s.apiextensions.CustomResource
     policy: AutoscalingPolicy
@@ -311,6 +357,7 @@ def _validated_policy(name: str, args: QueueDepthAutoscalerArgs) -> AutoscalingP
                 max_replicas=args.max_replicas,
                 scale_to_zero=args.scale_to_zero,
                 scrape_interval_seconds=args.scrape_interval_seconds,
+                role=args.role,
             )
         except ValueError as exc:
             error("sizing", str(exc))

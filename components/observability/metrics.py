@@ -245,11 +245,19 @@ class ModelSeries:
     # --- saturation ------------------------------------------------------------------------------------------
     def kv_cache_usage(self) -> str:
         """The fullest replica's KV-cache usage, 0-1."""
+        return self._kv_cache_usage("max")
+
+    def kv_cache_usage_total(self) -> str:
+        """KV-cache usage summed over the replicas (0-1 each): one element, which KEDA's ``AverageValue`` target
+        reads as the average usage per replica."""
+        return self._kv_cache_usage("sum")
+
+    def _kv_cache_usage(self, aggregation: str) -> str:
         if self.engine == "vllm":
-            return f"max({VLLM_KV_CACHE_USAGE}{{{self.engine_selector}}})"
+            return f"{aggregation}({VLLM_KV_CACHE_USAGE}{{{self.engine_selector}}})"
         if self.engine == "sglang":
-            return f"max({SGLANG_TOKEN_USAGE}{{{self.engine_selector}}})"
-        return f'max({TRTLLM_KV_CACHE_BLOCKS}{{{self.engine_selector},kv_cache_block_type="fraction"}})'
+            return f"{aggregation}({SGLANG_TOKEN_USAGE}{{{self.engine_selector}}})"
+        return f'{aggregation}({TRTLLM_KV_CACHE_BLOCKS}{{{self.engine_selector},kv_cache_block_type="fraction"}})'
 
     def preemptions_rate(self) -> str | None:
         """Preemptions per second over 5m (SGLang: retractions); None for Triton (TensorRT-LLM exports no preemption

@@ -184,7 +184,8 @@ def _autoscaler(
     *,
     opts: pulumi.ResourceOptions,
 ) -> QueueDepthAutoscaler:
-    """The deployment's KEDA autoscaler, on its queue depth as its cluster's Prometheus sees it."""
+    """The deployment's KEDA autoscaler, on its queue depth as its cluster's Prometheus sees it (a decode role's
+    also on its running sequences and KV-cache use)."""
     return QueueDepthAutoscaler(
         f"{model.name}-autoscaler",
         QueueDepthAutoscalerArgs(
@@ -198,6 +199,7 @@ def _autoscaler(
             scale_to_zero=model.scale_to_zero,
             prometheus_url=monitoring.prometheus_url,
             scrape_interval_seconds=spec.observability.scrape_interval_seconds,
+            role=deployment.role,
             wake_query=target.wake_query,
         ),
         opts=opts,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplane.components.capacity.sizing import PlatformSizing, SizingResult, size_platform
+from inferplane.components.capacity.sizing import PlatformSizing, ServingRole, SizingResult, size_platform
 from inferplane.components.observability.keda import (
     KEDA_CHART_VERSION,
     Keda,
@@ -180,6 +180,46 @@ def test_the_crd_check_catches_a_broken_scaled_object() -> None:
     ]
 
 
+def test_a_decode_role_also_scales_on_its_running_sequences_and_kv_use() -> None:
+    result = sizing("prod", "llama-70b")  # disaggregated: the model's own server is its decode role
+    policy = autoscaling_policy(
+        result,
+        engine="vllm",
+        min_replicas=2,
+        max_replicas=5,
+        scale_to_zero=False,
+        scrape_interval_seconds=15,
+        role="decode",
+    )
+    series = ModelSeries("llama-70b", "vllm", "models", "llama-70b-server")
+    spec = scaled_object_spec(policy, series, prometheus_url=URL)
+    selector = 'namespace="models",pod=~"llama-70b-server-[a-z0-9]+-[a-z0-9]+",model_name="llama-70b"'
+    assert result.vllm.max_num_seqs == 24
+    assert [(t["name"], t["metadata"]["query"], t["metadata"]["threshold"]) for t in spec["triggers"]] == [
+        ("queue-depth", f"sum(vllm:num_requests_waiting{{{selector}}})", "6"),
+        ("running", f"sum(vllm:num_requests_running{{{selector}}})", "19"),  # floor(0.8 x 24)
+        ("kv-usage", f"sum(vllm:kv_cache_usage_perc{{{selector}}})", "0.8"),  # an average of 0.8 a replica
+    ]
+    assert {t["metricType"] for t in spec["triggers"]} == {"AverageValue"}
+    assert errors(scaled_object(spec, "llama-70b-server")) == []
+
+
+@pytest.mark.parametrize("role", ["aggregated", "prefill"])
+def test_aggregated_and_prefill_replicas_scale_on_their_queue_alone(role: ServingRole) -> None:
+    policy = autoscaling_policy(
+        sizing("prod", "llama-70b"),
+        engine="vllm",
+        min_replicas=2,
+        max_replicas=5,
+        scale_to_zero=False,
+        scrape_interval_seconds=15,
+        role=role,
+    )
+    spec = scaled_object_spec(policy, ModelSeries("m", "vllm", "ns", "d"), prometheus_url=URL)
+    assert (policy.target_running_per_replica, policy.target_kv_usage) == (None, None)
+    assert [t["name"] for t in spec["triggers"]] == ["queue-depth"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     cold_start=st.floats(min_value=1, max_value=3599),
@@ -188,9 +228,10 @@ def test_the_crd_check_catches_a_broken_scaled_object() -> None:
     extra=st.integers(min_value=0, max_value=64),
     scale_to_zero=st.booleans(),
     scrape=st.integers(min_value=5, max_value=120),
+    role=st.sampled_from(["aggregated", "prefill", "decode"]),
 )
 def test_every_policy_scales_on_queue_and_waits_out_the_cold_start(
-    *, cold_start: float, batch: int, min_replicas: int, extra: int, scale_to_zero: bool, scrape: int
+    *, cold_start: float, batch: int, min_replicas: int, extra: int, scale_to_zero: bool, scrape: int, role: ServingRole
 ) -> None:
     if min_replicas == 0:
         scale_to_zero = True
@@ -206,6 +247,7 @@ def test_every_policy_scales_on_queue_and_waits_out_the_cold_start(
         max_replicas=max_replicas,
         scale_to_zero=scale_to_zero,
         scrape_interval_seconds=scrape,
+        role=role,
     )
     spec = scaled_object_spec(policy, ModelSeries("m", "vllm", "ns", "d"), prometheus_url=URL)
     behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
@@ -213,7 +255,11 @@ def test_every_policy_scales_on_queue_and_waits_out_the_cold_start(
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] <= 3600
     assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
     assert 1 <= policy.target_waiting_per_replica <= max(1, batch)
-    assert [t["type"] for t in spec["triggers"]] == ["prometheus"]  # never cpu or memory
+    triggers = [t["name"] for t in spec["triggers"]]
+    assert triggers == (["queue-depth", "running", "kv-usage"] if role == "decode" else ["queue-depth"])
+    assert {t["type"] for t in spec["triggers"]} == {"prometheus"}  # never cpu or memory
+    if role == "decode":
+        assert 1 <= (policy.target_running_per_replica or 0) <= max(1, batch)
     assert ("idleReplicaCount" in spec) == (scale_to_zero and min_replicas > 0)
     assert spec["fallback"]["replicas"] >= 1
     assert errors(scaled_object(spec)) == []

@@ -68,6 +68,10 @@ def test_every_model_deployment_scales_on_a_prometheus_queue_metric(stack: str) 
             "sglang": "sglang:num_queue_reqs",
         }[model.engine]
         assert waiting in triggers[0]["metadata"]["query"]
+        # A decode role (a disaggregated model's own server) also scales on its running sequences and KV use.
+        decode = model.disaggregation is not None
+        expected = ["queue-depth", "running", "kv-usage"] if decode else ["queue-depth"]
+        assert [t["name"] for t in triggers if t["name"] != "wake"] == expected
         assert so.inputs["spec"]["minReplicaCount"] == model.min_replicas
         assert so.inputs["spec"]["maxReplicaCount"] == model.max_replicas
         # Created after KEDA and the monitoring stack (their charts bring the CRDs): depending on a component

@@ -53,8 +53,12 @@ def test_every_model_server_deployment_scales_on_its_queue(evaluations: dict[str
         deployment = deployments[model.name]
         scaled_object = scaled[deployment.inputs["metadata"]["name"]]
         triggers = scaled_object.inputs["spec"]["triggers"]
-        # Never cpu or memory; a model that may sleep at zero also wakes on the gateway's pending requests.
-        assert [t["type"] for t in triggers] == ["prometheus"] * (2 if model.scale_to_zero else 1)
+        # Never cpu or memory; a decode role also on its running sequences and KV use; a model that may sleep at
+        # zero also wakes on the gateway's pending requests.
+        expected = ["queue-depth"] + (["running", "kv-usage"] if model.disaggregation is not None else [])
+        expected += ["wake"] if model.scale_to_zero else []
+        assert [t["name"] for t in triggers] == expected
+        assert {t["type"] for t in triggers} == {"prometheus"}
         queue = {
             "vllm": "vllm:num_requests_waiting",
             "triton": 'request_type="waiting"',
