@@ -40,7 +40,7 @@ from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from inferplane.components.capacity import perf_model
-from inferplane.components.capacity.planner import REFUSED_SHARE, Candidate, Filters, Plan, Workload, plan
+from inferplane.components.capacity.planner import REFUSED_SHARE, Candidate, Filters, Plan, ServingMode, Workload, plan
 from inferplane.components.capacity.sizing import SizingResult, size_platform
 from inferplane.components.catalog import (
     PRICES,
@@ -207,6 +207,7 @@ def _workload_and_filters(args: argparse.Namespace) -> tuple[Workload, Filters]:
         else AdmissionSpec(queue_timeout_seconds=args.queue_timeout_seconds),
     )
     filters = Filters(
+        serving=tuple(dict.fromkeys(cast(list[ServingMode], args.serving))) if args.serving else Filters().serving,
         accelerators=tuple(cast(list[AcceleratorId], args.accelerator or [])),
         engines=(cast(Engine, args.engine),) if args.engine else Filters().engines,
         weights_dtypes=tuple(cast(list[WeightsDtype], args.weights_dtype or ["bf16"])),
@@ -269,6 +270,28 @@ def why_none(result: Plan) -> str:
     )
 
 
+def _serving(c: Candidate) -> str:
+    """``aggregated``, or ``xPyD`` (prefill and decode replicas at the steady rate) with the prefill role's TP."""
+    if c.serving == "aggregated":
+        return "aggregated"
+    return f"{c.prefill_replicas}P{c.replicas}D, P TP {c.prefill_tensor_parallel_size}"
+
+
+def _written_replicas(c: Candidate) -> str:
+    if c.serving == "aggregated":
+        return f"{c.replicas}-{c.max_replicas} replicas"
+    return (
+        f"decode {c.replicas}-{c.max_replicas} replicas, prefill {c.prefill_replicas}-{c.prefill_max_replicas} "
+        f"of TP {c.prefill_tensor_parallel_size}"
+    )
+
+
+def _replicas(c: Candidate) -> str:
+    if c.serving == "aggregated":
+        return f"{c.replicas}-{c.max_replicas}"
+    return f"P {c.prefill_replicas}-{c.prefill_max_replicas}, D {c.replicas}-{c.max_replicas}"
+
+
 def _render(out: Console, workload: Workload, result: Plan, shown: tuple[Candidate, ...]) -> None:
     out.print(
         f"{workload.model_label}: {workload.requests_per_second:g} req/s (peak {workload.peak_requests_per_second:g}), "
@@ -282,15 +305,16 @@ def _render(out: Console, workload: Workload, result: Plan, shown: tuple[Candida
     )
     table = Table(title="Candidates, cheapest first", title_justify="left")
     for column in (
-        "#", "accelerator", "instance", "TP", "engine", "weights/KV", "replicas", "$/h", "$/M out",
-        "TTFT p95", "ITL p95", "tok/s/replica", "headroom", "limit",
+        "#", "accelerator", "instance", "TP", "engine", "weights/KV", "serving", "replicas", "$/h", "$/M out",
+        "TTFT p95", "KV move", "ITL p95", "tok/s/replica", "headroom", "limit",
     ):  # fmt: skip
         table.add_column(column)
     for index, c in enumerate(shown, start=1):
         table.add_row(
             str(index), c.accelerator, c.instance_type, str(c.tensor_parallel_size), c.engine,
-            f"{c.weights_dtype}/{c.kv_cache_dtype}", f"{c.replicas}-{c.max_replicas}", f"{c.hourly_cost_usd:,.2f}",
-            f"{c.cost_per_million_output_tokens_usd:,.2f}", f"{c.ttft_p95_ms:,.0f} ms", f"{c.itl_p95_ms:,.1f} ms",
+            f"{c.weights_dtype}/{c.kv_cache_dtype}", _serving(c), _replicas(c), f"{c.hourly_cost_usd:,.2f}",
+            f"{c.cost_per_million_output_tokens_usd:,.2f}", f"{c.ttft_p95_ms:,.0f} ms",
+            "-" if c.serving == "aggregated" else f"{c.kv_transfer_ms:,.0f} ms", f"{c.itl_p95_ms:,.1f} ms",
             f"{c.max_output_tokens_per_second:,.0f}", f"{c.headroom:.0%}", c.limit,
         )  # fmt: skip
     out.print(table)
@@ -350,8 +374,10 @@ def _named_by_plan(name: str, base: str) -> bool:
     return name == base or (numbered is not None and _numbered(base, int(numbered[1])) == name)
 
 
-def _pool_fields(args: argparse.Namespace, c: Candidate) -> dict[str, Any]:
-    """The pool a candidate needs, without its name."""
+def _pool_fields(args: argparse.Namespace, c: Candidate, stack: Stack) -> dict[str, Any]:
+    """The pool a candidate needs, without its name. A disaggregated candidate on a node type with EFA gets an EFA pool
+    (its KV transfer was planned over EFA), pinned to the platform's first zone: a cluster placement group, and EFA,
+    stay in one zone."""
     instance = get_instance_type(c.instance_type)
     if instance.cloud == "gcp":
         return {
@@ -359,7 +385,10 @@ def _pool_fields(args: argparse.Namespace, c: Candidate) -> dict[str, Any]:
             "instance_type": c.instance_type,
             "tpu_topology": instance.tpu_topologies[0],
         }
-    return {"accelerator": c.accelerator, "instance_type": c.instance_type, "capacity_type": args.capacity_type}
+    fields = {"accelerator": c.accelerator, "instance_type": c.instance_type, "capacity_type": args.capacity_type}
+    if c.serving == "disaggregated" and instance.efa_max_interfaces > 0:
+        fields.update(efa=True, zone=stack.platform.zones[0])
+    return fields
 
 
 def _matches(pool: PoolSpec, fields: dict[str, Any]) -> bool:
@@ -373,7 +402,7 @@ def _placements(args: argparse.Namespace, c: Candidate, stack: Stack) -> list[di
     (reused: a second write never collides with the first), then a new pool named ``plan-<instance type>`` or, should
     a pool have that name already, the first free ``plan-<instance type>-N``. A reused pool is ``{"name": ...}``
     alone. The team's own pools are left to them, even when the hardware matches."""
-    fields = _pool_fields(args, c)
+    fields = _pool_fields(args, c, stack)
     base = _name(f"plan-{c.instance_type}")
     pools = stack.platform.pools
     reused = [{"name": p.name} for p in pools if _named_by_plan(p.name, base) and _matches(p, fields)][:1]
@@ -381,7 +410,7 @@ def _placements(args: argparse.Namespace, c: Candidate, stack: Stack) -> list[di
 
 
 def _deployment(args: argparse.Namespace, workload: Workload, c: Candidate, name: str, pool: str) -> dict[str, Any]:
-    return {
+    deployment = {
         "name": name,
         "model": args.model,
         "engine": c.engine,
@@ -395,6 +424,16 @@ def _deployment(args: argparse.Namespace, workload: Workload, c: Candidate, name
         "max_replicas": c.max_replicas,
         "slo": {"ttft_p95_ms": math.ceil(workload.ttft_p95_ms), "itl_p95_ms": math.ceil(workload.itl_p95_ms)},
     }
+    if c.serving == "disaggregated":
+        # The model's own size and replicas are its decode role; the prefill role shares its pool.
+        deployment["disaggregation"] = {
+            "prefill": {
+                "gpus_per_replica": c.prefill_tensor_parallel_size,
+                "min_replicas": c.prefill_replicas,
+                "max_replicas": c.prefill_max_replicas,
+            }
+        }
+    return deployment
 
 
 def _with(stack: Stack, pool: dict[str, Any], deployment: dict[str, Any]) -> dict[str, Any]:
@@ -459,7 +498,7 @@ def _write_stack(
         where = f"wrote pool {pool} and model {name}" if edit.new_pool else f"wrote model {name} on the pool {pool}"
         return EXIT_OK, (
             f"{where} to {stack.display_file} ({c.accelerator} {c.instance_type}, TP {c.tensor_parallel_size}, "
-            f"{c.engine}, {c.replicas}-{c.max_replicas} replicas)"
+            f"{c.engine}, {_written_replicas(c)})"
             + (
                 f"; skipped {len(skipped)} cheaper candidate(s) the stack refuses, first: {skipped[0]}"
                 if skipped
@@ -708,6 +747,12 @@ def add_parser(sub: Any) -> None:
         action="append",
         choices=["bf16", "fp16", "fp8", "int4"],
         help="allowed weight precisions (repeatable; default bf16 only: quantization changes outputs)",
+    )
+    cmd.add_argument(
+        "--serving",
+        action="append",
+        choices=["aggregated", "disaggregated"],
+        help="weigh only these ways of serving (default both; disaggregated: vLLM on NVIDIA GPUs)",
     )
     cmd.add_argument("--capacity-type", choices=["on_demand", "spot", "capacity_block"], default="on_demand")
     cmd.add_argument("--max-gpus", type=whole(MAX_GPUS_PER_REPLICA), help="most accelerators per replica")

@@ -492,7 +492,7 @@ def _erlang_b(servers: int, offered: float) -> float:
     return blocking
 
 
-def _erlang_c(servers: int, offered: float) -> float:
+def erlang_c(servers: int, offered: float) -> float:
     """Probability that an arrival waits in an M/M/c queue (``offered`` = arrival rate x service time < c)."""
     blocking = _erlang_b(servers, offered)
     return servers * blocking / (servers - offered * (1 - blocking))
@@ -539,7 +539,7 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
             batch=batch,
             service_seconds=service,
         )
-    waits = _erlang_c(batch, offered)
+    waits = erlang_c(batch, offered)
     drain = batch / service - rate  # rate at which the queue empties
     wait_mean = waits / drain
     wait_p95 = math.log(waits / TAIL_SHARE) / drain if waits > TAIL_SHARE else 0.0

@@ -18,17 +18,36 @@ each the replica count, over the catalogs and the price book:
 
 Weight and KV-cache quantization change a model's outputs, so only the weight dtypes the caller allows are tried,
 and an FP8 KV cache only when FP8 is among them.
+
+A vLLM configuration on NVIDIA GPUs is also weighed **disaggregated** (:mod:`.disaggregated`): x prefill and y
+decode replicas on one node type, each role with its own TP (as in AIConfigurator's and llm-d's published pairs) and
+sized for itself (the prefill role's step budget is the largest), with the prompt's KV moved between them at the
+node type's modelled rate (:mod:`.kv_transfer`: EFA where it has it, TCP otherwise) inside the TTFT objective. The
+decode role's capacity is the highest rate at which its decode-only steps meet the ITL objective and its slot wait
+stays within ``DECODE_WAIT_SHARE`` of the TTFT objective; the prefill role's, the highest rate at which its queue,
+compute and the transfer fit the rest. Each role's replicas follow from its capacity; both share the pool's nodes,
+priced together and ranked with the aggregated candidates, cheapest first.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inferplane.components.capacity import perf_model
-from inferplane.components.capacity.sizing import SizingRequest, SizingResult, size, tensor_parallel_candidates
+from inferplane.components.capacity import disaggregated, perf_model
+from inferplane.components.capacity.kv_transfer import size_transfer
+from inferplane.components.capacity.sizing import (
+    ServingRole,
+    SizingRequest,
+    SizingResult,
+    size,
+    tensor_parallel_candidates,
+)
 from inferplane.components.catalog import (
     ACCELERATORS,
     Accelerator,
@@ -55,6 +74,10 @@ taken waits at the gateway at most ``admission.queue_timeout_seconds``, behind a
 others. The TTFT objective alone did not bound it: a plan at the rate where TTFT p95 *equals* a 2 s objective waits
 about as long as the gateway's 2 s timeout, and the simulated fleet refused 15-18% of staging's requests there
 (docs/simulate.md, the planner's promise). One in a thousand: a refusal is a failed request, not a slow one."""
+
+
+ServingMode = Literal["aggregated", "disaggregated"]
+"""How a candidate serves: every replica runs both phases, or prefill and decode roles (``models[].disaggregation``)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +110,8 @@ class Filters:
     """Most accelerators per replica."""
     cloud: str | None = None
     """``aws`` or ``gcp``; None for both."""
+    serving: tuple[ServingMode, ...] = ("aggregated", "disaggregated")
+    """Which ways of serving to weigh (disaggregated: vLLM on NVIDIA GPUs only, as the spec allows)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +150,17 @@ class Candidate(BaseModel):
     replica_capacity_rps: float = Field(description="Highest rate one replica serves within both objectives.")
     headroom: float = Field(description="Capacity of the replicas over the steady rate, minus one.")
     limit: str = Field(description="What limits it: kv capacity, itl objective, bandwidth, compute, interconnect.")
+    serving: ServingMode = Field(
+        default="aggregated", description="Both phases per replica, or prefill and decode roles."
+    )
+    prefill_tensor_parallel_size: int = Field(default=0, description="Disaggregated: GPUs per prefill replica.")
+    prefill_replicas: int = Field(
+        default=0, description="Disaggregated: prefill replicas for the steady rate (``replicas`` are decode's)."
+    )
+    prefill_max_replicas: int = Field(default=0, description="Disaggregated: prefill replicas for the peak rate.")
+    kv_transfer_ms: float = Field(
+        default=0.0, description="Disaggregated: moving one prompt's KV to its decode replica."
+    )
 
 
 @dataclass(frozen=True)
@@ -138,6 +174,27 @@ class Rejection:
 @dataclass(frozen=True)
 class Evaluation:
     """A configuration evaluated: its sizing, its replica model, and its per-replica capacity."""
+
+    configuration: Configuration
+    sizing: SizingResult
+    replica: perf_model.Replica
+    capacity_rps: float
+    limit: str
+
+
+@dataclass(frozen=True)
+class PrefillEvaluation:
+    """A configuration sized as a disaggregated model's prefill role (its capacity depends on the transfer to the
+    decode role, so on the node type: :func:`disaggregated_candidate`)."""
+
+    configuration: Configuration
+    sizing: SizingResult
+    replica: perf_model.Replica
+
+
+@dataclass(frozen=True)
+class DecodeEvaluation:
+    """A configuration sized as a disaggregated model's decode role, with one replica's capacity."""
 
     configuration: Configuration
     sizing: SizingResult
@@ -161,7 +218,9 @@ def context_for(workload: Workload) -> int:
     return min(math.ceil(tokens / CONTEXT_GRANULE) * CONTEXT_GRANULE, workload.model.max_context)
 
 
-def _sizing_request(workload: Workload, config: Configuration, concurrency: int) -> SizingRequest:
+def _sizing_request(
+    workload: Workload, config: Configuration, concurrency: int, role: ServingRole = "aggregated"
+) -> SizingRequest:
     return SizingRequest(
         model=workload.model,
         model_label=workload.model_label,
@@ -174,6 +233,7 @@ def _sizing_request(workload: Workload, config: Configuration, concurrency: int)
         tensor_parallel_size=config.tensor_parallel_size,
         itl_slo_ms=max(1, int(workload.itl_p95_ms)),
         whole_node=config.accelerator.vendor == "google",
+        role=role,
     )
 
 
@@ -199,20 +259,29 @@ def meets(workload: Workload, replica: perf_model.Replica, rate: float) -> bool:
     )
 
 
-def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejection:
-    """Size the configuration, choose its batch slots, and find one replica's capacity within the objectives."""
-    first = size(_sizing_request(workload, config, 1))
+def _fitted(workload: Workload, config: Configuration, role: ServingRole) -> SizingResult | Rejection:
+    """The configuration sized for ``role`` with as many batch slots as its KV cache holds (at most
+    :data:`MAX_BATCH_SLOTS`), or why it does not fit."""
+    first = size(_sizing_request(workload, config, 1, role))
     if not first.fits or first.tensor_parallel_size != config.tensor_parallel_size:
         return Rejection(config, f"memory: {first.reason}")
     slots = min(first.max_concurrent_sequences, MAX_BATCH_SLOTS)
     # The logits reserve grows with the batch: shrink until the sizing agrees.
-    sizing = size(_sizing_request(workload, config, slots))
+    sizing = size(_sizing_request(workload, config, slots, role))
     while not sizing.fits and slots > 1:
         slots = max(1, min(slots - 1, sizing.max_concurrent_sequences))
-        sizing = size(_sizing_request(workload, config, slots))
+        sizing = size(_sizing_request(workload, config, slots, role))
     if not sizing.fits:
         return Rejection(config, f"memory: {sizing.reason}")
-    kv_slots = slots
+    return sizing
+
+
+def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejection:
+    """Size the configuration, choose its batch slots, and find one replica's capacity within the objectives."""
+    sizing = _fitted(workload, config, "aggregated")
+    if isinstance(sizing, Rejection):
+        return sizing
+    slots = kv_slots = sizing.concurrency
     replica = replica_model(workload, config, sizing)
     capacity = _capacity(workload, replica)
     if capacity <= 0:
@@ -228,7 +297,10 @@ def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejectio
     # (Llama 3.3 70B FP8 on one H200, 2000 in / 400 out: 0.74 requests/s on 17 slots where the uncapped batch
     # serves 1.4). So: the smallest batch from the requests in service up that still meets everything at this rate.
     allowed = _smallest_batch(
-        workload, replica, capacity, max(1, math.ceil(perf_model.at_rate(replica, _mix(workload), capacity).in_service))
+        functools.partial(meets, workload),
+        replica,
+        capacity,
+        max(1, math.ceil(perf_model.at_rate(replica, _mix(workload), capacity).in_service)),
     )
     if allowed < slots:
         slots = allowed
@@ -244,15 +316,93 @@ def evaluate(workload: Workload, config: Configuration) -> Evaluation | Rejectio
     return Evaluation(configuration=config, sizing=sizing, replica=replica, capacity_rps=capacity, limit=limit)
 
 
-def _smallest_batch(workload: Workload, replica: perf_model.Replica, rate: float, least: int) -> int:
-    """The fewest batch slots, at least ``least``, with which ``replica`` still meets the objectives and the
-    admission at ``rate`` (more slots only shorten the queue: bisection); the replica's own when none fewer does."""
+def decode_meets(workload: Workload, replica: perf_model.Replica, rate: float) -> bool:
+    """Whether one decode replica serving ``rate`` meets the ITL objective, waits at most
+    ``disaggregated.DECODE_WAIT_SHARE`` of the TTFT objective for a slot (p95) and leaves the gateway to refuse at
+    most :data:`REFUSED_SHARE`."""
+    latency = disaggregated.decode_at_rate(replica, _mix(workload), rate)
+    wait_ms = latency.ttft_p95_ms - latency.itl_mean_ms
+    admission = workload.admission
+    return (
+        latency.stable
+        and latency.itl_p95_ms <= workload.itl_p95_ms
+        and wait_ms <= disaggregated.DECODE_WAIT_SHARE * workload.ttft_p95_ms
+        and latency.refused_share(admission.queue_timeout_seconds, admission.queue_max) <= REFUSED_SHARE
+    )
+
+
+def evaluate_prefill(workload: Workload, config: Configuration) -> PrefillEvaluation | Rejection:
+    """Size the configuration as a prefill role (its step budget the largest: no decode waits on a step)."""
+    sizing = _fitted(workload, config, "prefill")
+    if isinstance(sizing, Rejection):
+        return Rejection(config, f"prefill role {sizing.reason}")
+    return PrefillEvaluation(configuration=config, sizing=sizing, replica=replica_model(workload, config, sizing))
+
+
+def evaluate_decode(workload: Workload, config: Configuration) -> DecodeEvaluation | Rejection:
+    """Size the configuration as a decode role, choose its batch slots, and find one replica's capacity."""
+    sizing = _fitted(workload, config, "decode")
+    if isinstance(sizing, Rejection):
+        return Rejection(config, f"decode role {sizing.reason}")
+    replica = replica_model(workload, config, sizing)
+    criterion = functools.partial(decode_meets, workload)
+    saturation = disaggregated.decode_output_tokens_per_second(replica, _mix(workload)) / workload.output_tokens
+    capacity = _bisect(criterion, replica, saturation)
+    if capacity <= 0:
+        return Rejection(config, "itl: a decode replica alone misses the ITL objective (disaggregated)")
+    # As aggregated: the fewest slots that still serve this rate, so an overload queues instead of stretching ITL.
+    in_service = disaggregated.decode_at_rate(replica, _mix(workload), capacity).in_service
+    allowed = _smallest_batch(criterion, replica, capacity, max(1, math.ceil(in_service)))
+    if allowed < sizing.concurrency:
+        sizing = size(_sizing_request(workload, config, allowed, "decode"))
+        replica = replica_model(workload, config, sizing)
+        capacity = _bisect(criterion, replica, saturation)
+    limit = disaggregated.decode_at_rate(replica, _mix(workload), capacity).limit
+    return DecodeEvaluation(
+        configuration=config, sizing=sizing, replica=replica, capacity_rps=capacity, limit=f"decode {limit}"
+    )
+
+
+def _prefill_capacity(
+    workload: Workload, prefill: PrefillEvaluation, decode: DecodeEvaluation, transfer_seconds: float
+) -> float:
+    """Highest rate one prefill replica serves with its queue's p95 wait, the prompt's compute and the transfer
+    within what the decode side leaves of the TTFT objective (0 when even the lightest load misses it)."""
+    first_step_ms = disaggregated.decode_at_rate(decode.replica, _mix(workload), 1e-9).itl_mean_ms
+    budget_s = (workload.ttft_p95_ms * (1 - disaggregated.DECODE_WAIT_SHARE) - first_step_ms) / 1000 - transfer_seconds
+
+    def fits(replica: perf_model.Replica, rate: float) -> bool:
+        latency = disaggregated.prefill_at_rate(replica, _mix(workload), rate)
+        return latency.stable and latency.wait_p95_seconds + latency.compute_seconds <= budget_s
+
+    service = disaggregated.prefill_at_rate(prefill.replica, _mix(workload), 0.0).service_seconds
+    return _bisect(fits, prefill.replica, 1 / service)
+
+
+def _bisect(criterion: Callable[[perf_model.Replica, float], bool], replica: perf_model.Replica, high: float) -> float:
+    """Highest rate below ``high`` at which ``criterion`` holds (it holds below some rate and not above)."""
+    low = 0.0
+    for _ in range(BISECTION_STEPS):
+        middle = (low + high) / 2
+        if criterion(replica, middle):
+            low = middle
+        else:
+            high = middle
+    return low if low > 0 and criterion(replica, low) else 0.0
+
+
+def _smallest_batch(
+    criterion: Callable[[perf_model.Replica, float], bool], replica: perf_model.Replica, rate: float, least: int
+) -> int:
+    """The fewest batch slots, at least ``least``, with which ``replica`` still meets ``criterion`` (the objectives
+    and the admission) at ``rate`` (more slots only shorten the queue: bisection); the replica's own when none fewer
+    does."""
     low, high = least, replica.max_num_seqs
-    if low >= high or not meets(workload, replace(replica, max_num_seqs=high), rate):
+    if low >= high or not criterion(replace(replica, max_num_seqs=high), rate):
         return high
     while low < high:
         middle = (low + high) // 2
-        if meets(workload, replace(replica, max_num_seqs=middle), rate):
+        if criterion(replace(replica, max_num_seqs=middle), rate):
             high = middle
         else:
             low = middle + 1
@@ -287,14 +437,8 @@ def replica_capacity_rps(
 
 def _capacity(workload: Workload, replica: perf_model.Replica) -> float:
     """Highest rate one replica serves within both objectives (0 when even the lightest load misses one)."""
-    low, high = 0.0, perf_model.saturation(replica, _mix(workload)).requests_per_second
-    for _ in range(BISECTION_STEPS):
-        middle = (low + high) / 2
-        if meets(workload, replica, middle):
-            low = middle
-        else:
-            high = middle
-    return low if low > 0 and meets(workload, replica, low) else 0.0
+    high = perf_model.saturation(replica, _mix(workload)).requests_per_second
+    return _bisect(functools.partial(meets, workload), replica, high)
 
 
 def _latency_rejection(workload: Workload, config: Configuration, replica: perf_model.Replica) -> Rejection:
@@ -342,6 +486,91 @@ def candidate(workload: Workload, evaluation: Evaluation, instance: InstanceType
         headroom=round(evaluation.capacity_rps * replicas / workload.requests_per_second - 1, 3),
         limit=evaluation.limit,
     )
+
+
+def disaggregated_candidate(
+    workload: Workload, prefill: PrefillEvaluation, decode: DecodeEvaluation, instance: InstanceType, price: float
+) -> Candidate | Rejection:
+    """Both roles' replicas, nodes and cost on one node type, with the KV transfer its network allows."""
+    config = replace(decode.configuration, accelerators_per_node=instance.accelerators_per_node)
+    tp, prefill_tp = config.tensor_parallel_size, prefill.configuration.tensor_parallel_size
+    sizing = decode.sizing
+    transfer = size_transfer(
+        decode_instance=instance,
+        decode_gpus=tp,
+        prefill_instance=instance,
+        prefill_gpus=prefill_tp,
+        efa=instance.efa_max_interfaces > 0,
+        bytes_per_token=round(sizing.kv_cache_bytes_per_token * sizing.kv_head_replication),
+        context=workload.input_tokens,
+        ttft_slo_ms=max(1, math.floor(workload.ttft_p95_ms)),
+    )
+    shape = f"{prefill_tp}-GPU prefill, {tp}-GPU decode replicas on {instance.name}"
+    if transfer.problem is not None or transfer.seconds_at_context is None:
+        return Rejection(config, f"transfer: {shape}: {transfer.problem}")
+    transfer_s = transfer.seconds_at_context
+    prefill_capacity = _prefill_capacity(workload, prefill, decode, transfer_s)
+    if prefill_capacity <= 0:
+        return Rejection(
+            config,
+            f"ttft: {shape}: a prompt's prefill and its {transfer_s * 1000:,.0f} ms transfer leave nothing of the "
+            "TTFT objective (disaggregated)",
+        )
+
+    def count(rate: float, capacity: float) -> int:
+        return max(1, math.ceil(rate / capacity))
+
+    decode_replicas = count(workload.requests_per_second, decode.capacity_rps)
+    prefill_replicas = count(workload.requests_per_second, prefill_capacity)
+    decode_max = max(decode_replicas, count(workload.peak_requests_per_second, decode.capacity_rps))
+    prefill_max = max(prefill_replicas, count(workload.peak_requests_per_second, prefill_capacity))
+    # Both roles on one pool (the spec's default for the prefill role), so their replicas share its nodes.
+    gpus = decode_replicas * tp + prefill_replicas * prefill_tp
+    nodes = math.ceil(gpus / instance.accelerators_per_node)
+    hourly = nodes * price
+    latency = disaggregated.at_rate(
+        prefill.replica,
+        decode.replica,
+        _mix(workload),
+        prefill_rate=workload.requests_per_second / prefill_replicas,
+        decode_rate=workload.requests_per_second / decode_replicas,
+        transfer_seconds=transfer_s,
+    )
+    output_per_hour = workload.requests_per_second * workload.output_tokens * 3600
+    served = min(decode.capacity_rps * decode_replicas, prefill_capacity * prefill_replicas)
+    return Candidate(
+        accelerator=config.accelerator.id,
+        instance_type=instance.name,
+        tensor_parallel_size=tp,
+        engine=config.engine,
+        weights_dtype=config.weights_dtype,
+        kv_cache_dtype=config.kv_cache_dtype,
+        replicas=decode_replicas,
+        max_replicas=decode_max,
+        nodes=nodes,
+        max_num_seqs=sizing.concurrency,
+        max_context=sizing.context,
+        hourly_cost_usd=round(hourly, 4),
+        cost_per_million_output_tokens_usd=round(hourly / output_per_hour * 1e6, 4),
+        ttft_p95_ms=round(latency.ttft_p95_ms, 1),
+        itl_p95_ms=round(latency.itl_p95_ms, 2),
+        max_output_tokens_per_second=round(
+            disaggregated.decode_output_tokens_per_second(decode.replica, _mix(workload)), 1
+        ),
+        replica_capacity_rps=math.floor(decode.capacity_rps * 1e4) / 1e4,
+        headroom=round(served / workload.requests_per_second - 1, 3),
+        limit=decode.limit,
+        serving="disaggregated",
+        prefill_tensor_parallel_size=prefill_tp,
+        prefill_replicas=prefill_replicas,
+        prefill_max_replicas=prefill_max,
+        kv_transfer_ms=round(transfer_s * 1000, 1),
+    )
+
+
+def disaggregable(config: Configuration) -> bool:
+    """Whether the spec can serve the configuration disaggregated: vLLM (NixlConnector) on NVIDIA GPUs."""
+    return config.engine == "vllm" and config.accelerator.vendor == "nvidia"
 
 
 def _sold_as(instance: InstanceType, capacity_type: CapacityType) -> bool:
@@ -407,37 +636,68 @@ def configurations(workload: Workload, filters: Filters) -> list[tuple[Configura
 
 
 def plan(workload: Workload, filters: Filters) -> Plan:
-    """Every candidate that fits and meets the objectives, cheapest first."""
+    """Every candidate that fits and meets the objectives, aggregated and disaggregated, cheapest first."""
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
+    # Disaggregated: each decode shape with each prefill shape of the same accelerator, precisions and engine.
+    prefill_shapes: dict[tuple[str, str, str, str], list[PrefillEvaluation]] = {}
+    decode_shapes: list[tuple[DecodeEvaluation, list[tuple[InstanceType, float]]]] = []
     for config, hosts in configurations(workload, filters):
-        result = evaluate(workload, config)
-        if isinstance(result, Rejection):
-            rejections.append(result)
-            continue
-        for host in hosts:
-            price = hourly_price(host.cloud, host.name)
-            if price is None:
-                continue
+        priced = [
+            (host, price)
+            for host in hosts
+            if (price := hourly_price(host.cloud, host.name)) is not None
             # TPU replicas take the whole host; GPU replicas of TP t need a node with a multiple of t.
-            if host.accelerators_per_node % config.tensor_parallel_size:
-                continue
-            evaluation = replace(
-                result, configuration=replace(config, accelerators_per_node=host.accelerators_per_node)
-            )
-            candidates.append(candidate(workload, evaluation, host, price))
+            and host.accelerators_per_node % config.tensor_parallel_size == 0
+        ]
+        if "aggregated" in filters.serving:
+            result = evaluate(workload, config)
+            if isinstance(result, Rejection):
+                rejections.append(result)
+            else:
+                for host, price in priced:
+                    evaluation = replace(
+                        result, configuration=replace(config, accelerators_per_node=host.accelerators_per_node)
+                    )
+                    candidates.append(candidate(workload, evaluation, host, price))
+        if "disaggregated" in filters.serving and disaggregable(config):
+            for role in (evaluate_prefill(workload, config), evaluate_decode(workload, config)):
+                if isinstance(role, Rejection):
+                    rejections.append(role)
+                elif isinstance(role, PrefillEvaluation):
+                    prefill_shapes.setdefault(_group(config), []).append(role)
+                else:
+                    decode_shapes.append((role, priced))
+    for decode, priced in decode_shapes:
+        for prefill in prefill_shapes.get(_group(decode.configuration), []):
+            for host, price in priced:
+                if host.accelerators_per_node % prefill.configuration.tensor_parallel_size:
+                    continue
+                found = disaggregated_candidate(workload, prefill, decode, host, price)
+                if isinstance(found, Rejection):
+                    rejections.append(found)
+                else:
+                    candidates.append(found)
     candidates.sort(key=_cost_order)
     return Plan(candidates=tuple(candidates), rejections=tuple(rejections), weights_dtypes=filters.weights_dtypes)
 
 
-def _cost_order(c: Candidate) -> tuple[float, float, float, str, int, str, str, str]:
+def _group(config: Configuration) -> tuple[str, str, str, str]:
+    """What a disaggregated model's two roles share: accelerator, precisions and engine (their TP may differ)."""
+    return (config.accelerator.id, config.weights_dtype, config.kv_cache_dtype, config.engine)
+
+
+def _cost_order(c: Candidate) -> tuple[float, float, bool, float, str, int, str, str, str, int]:
+    # At equal cost aggregated first: one role to run and no transfer to fail.
     return (
         c.hourly_cost_usd,
         c.cost_per_million_output_tokens_usd,
+        c.serving == "disaggregated",
         -c.headroom,
         c.accelerator,
         c.tensor_parallel_size,
         c.instance_type,
         c.engine,
         c.weights_dtype + c.kv_cache_dtype,
+        c.prefill_tensor_parallel_size,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import replace
@@ -35,6 +36,7 @@ from inferplane.components.observability.keda import target_waiting_per_replica
 from inferplane.components.spec.platform_spec import AdmissionSpec
 from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
 
 CANDIDATE_KEYS = {
@@ -52,7 +54,10 @@ CANDIDATE_KEYS = {
     "max_output_tokens_per_second",
 }
 
-FILTERS = Filters(accelerators=("l4-24gb", "l40s-48gb", "tpu-v5e"), weights_dtypes=("bf16", "fp8"))
+FILTERS = Filters(
+    accelerators=("l4-24gb", "l40s-48gb", "tpu-v5e"), weights_dtypes=("bf16", "fp8"), serving=("aggregated",)
+)
+"""The aggregated search, which the brute force below checks (disaggregated: tests/capacity/test_disaggregated.py)."""
 MAX_REPLICAS_TRIED = 256
 """The spec's most replicas for a deployment (``autoscaling.max_replicas``)."""
 
@@ -196,7 +201,7 @@ def test_sglang_configurations_stay_on_nvidia_gpus() -> None:
 
 def test_peak_rate_sets_max_replicas_and_the_batch_sets_the_keda_threshold() -> None:
     workload = _workload(requests_per_second=3.0, peak_requests_per_second=30.0)
-    first = plan(workload, Filters(accelerators=("l4-24gb",), engines=("vllm",))).candidates[0]
+    first = plan(workload, Filters(accelerators=("l4-24gb",), engines=("vllm",), serving=("aggregated",))).candidates[0]
     assert first.max_replicas == math.ceil(30.0 / first.replica_capacity_rps)
     assert first.replicas == math.ceil(3.0 / first.replica_capacity_rps)
     evaluation = evaluate(
@@ -452,3 +457,70 @@ def test_the_batch_cap_keeps_the_capacity_it_was_cut_for() -> None:
     assert meets(workload, evaluation.replica, evaluation.capacity_rps)
     fewer = replace(evaluation.replica, max_num_seqs=evaluation.replica.max_num_seqs - 1)
     assert not meets(workload, fewer, evaluation.capacity_rps)
+
+
+LONG_PROMPTS = [
+    "plan",
+    "--model",
+    "llama-3.1-8b",
+    "--input-tokens",
+    "8000",
+    "--output-tokens",
+    "500",
+    "--requests-per-second",
+    "2",
+    "--ttft-p95-ms",
+    "2000",
+    "--itl-p95-ms",
+    "20",
+    "--accelerator",
+    "l40s-48gb",
+]
+
+
+def test_plan_json_gives_a_disaggregated_candidates_roles(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _plan_json(capsys, [*LONG_PROMPTS, "--serving", "disaggregated", "--json"])
+    assert code == EXIT_OK and out["candidates"]
+    for row in out["candidates"]:
+        assert row["serving"] == "disaggregated" and row["engine"] == "vllm"
+        assert row["prefill_tensor_parallel_size"] >= 1 and 1 <= row["prefill_replicas"] <= row["prefill_max_replicas"]
+        assert row["kv_transfer_ms"] > 0
+    code, out = _plan_json(capsys, [*LONG_PROMPTS, "--serving", "aggregated", "--json"])
+    assert code == EXIT_OK and {row["serving"] for row in out["candidates"]} == {"aggregated"}
+    assert {row["prefill_replicas"] for row in out["candidates"]} == {0}
+
+
+def test_write_stack_writes_a_disaggregated_candidate_with_its_prefill_role_on_an_efa_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The prefill role's TP and replicas under ``disaggregation.prefill``; the pool has EFA (the transfer was planned
+    over it), pinned to the platform's first zone; the write validated and sized the result as ``size`` does."""
+    project = _project_copy(tmp_path)
+    stack_file = project / "stacks" / "Pulumi.staging.yaml"
+    text = stack_file.read_text(encoding="utf-8")
+    roomy = text.replace("max_total_gpus: 16", "max_total_gpus: 64")
+    roomy = re.sub(r"max_hourly_cost_usd: \S+", "max_hourly_cost_usd: 5000", roomy)
+    assert roomy != text
+    stack_file.write_text(roomy, encoding="utf-8")
+    argv = [*LONG_PROMPTS, "--serving", "disaggregated", "--write-stack", "staging", "--project-dir", str(project)]
+    code, out = _plan_json(capsys, [*argv, "--name", "long-8b", "--json"])
+    assert code == EXIT_OK
+    first = out["candidates"][0]
+    platform = load_stack(project, "staging").platform
+    model = next(m for m in platform.models if m.name == "long-8b")
+    pool = platform.pool(model.pool)
+    assert (pool.instance_type, pool.efa, pool.zone) == (first["instance_type"], True, platform.zones[0])
+    assert model.disaggregation is not None
+    prefill = model.disaggregation.prefill
+    assert (prefill.gpus_per_replica, prefill.min_replicas, prefill.max_replicas) == (
+        first["prefill_tensor_parallel_size"],
+        first["prefill_replicas"],
+        first["prefill_max_replicas"],
+    )
+    assert (model.gpus_per_replica, model.min_replicas, model.max_replicas) == (
+        first["tensor_parallel_size"],
+        first["replicas"],
+        first["max_replicas"],
+    )
+    roles = f"prefill {first['prefill_replicas']}-{first['prefill_max_replicas']} of TP {prefill.gpus_per_replica}"
+    assert roles in out["written"]
