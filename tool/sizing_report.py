@@ -104,7 +104,8 @@ def sizing_table(plan: PlatformSizing) -> Table:
             "[green]yes[/green]" if r.fits else "[red]no[/red]",
             str(r.max_concurrent_sequences),
             _kv_pool(r),
-            f"{r.decode_tokens_per_second:,.0f}",
+            # A prefill replica runs no decodes.
+            "-" if d.role == "prefill" else f"{r.decode_tokens_per_second:,.0f}",
             f"{r.cold_start_seconds:,.0f} s",
             _usd(d.hourly_usd_min),
             _usd(d.hourly_usd_max),

@@ -4,8 +4,9 @@ Owns the physics (:mod:`.sizing`: weights, KV cache, tensor parallelism within a
 performance model (:mod:`.perf_model`: prefill, decode and latency from bandwidth and FLOPs) and the planner
 (:mod:`.planner`: the cheapest accelerator, parallelism and replica count within the objectives), and a replica's
 share of its node's CPU and host memory with the host KV tier carved from it (:mod:`.host_memory`), and a
-disaggregated model's KV transfer between its roles (:mod:`.kv_transfer`: bytes, fabric, rate, the TTFT check). Pure:
-no Pulumi.
+disaggregated model's KV transfer between its roles (:mod:`.kv_transfer`: bytes, fabric, rate, the TTFT check) and
+its roles' queues (:mod:`.disaggregated`: prefill replicas, decode replicas, TTFT across both, which the planner weighs
+against aggregated replicas). Pure: no Pulumi.
 
 May import: :mod:`~inferplane.components.catalog`, :mod:`~inferplane.components.spec`.
 """

@@ -124,6 +124,21 @@ def test_the_table_shows_each_clusters_system_nodes_at_floor_and_ceiling(capsys:
     ]
 
 
+def test_the_table_gives_a_prefill_role_no_decode_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    """prod's llama-70b is disaggregated: its decode role has a decode estimate, its prefill role (which runs no
+    decodes) a dash."""
+    assert main(["size", "--stack", "prod", "--project-dir", str(PROJECT_DIR)]) == EXIT_OK
+    rows = {
+        cells[0]: cells
+        for line in capsys.readouterr().out.splitlines()
+        if (cells := [cell.strip() for cell in line.split("│")[1:-1]]) and cells[0].startswith("llama-70b")
+    }
+    # The prefill role's name may wrap onto a second line at a narrow width: its first line starts it.
+    decode = next(cells for name, cells in rows.items() if name.startswith("llama-70b (decode"))
+    prefill = next(cells for name, cells in rows.items() if name.startswith("llama-70b-prefill"))
+    assert decode[7][0].isdigit() and prefill[7] == "-"
+
+
 def _project(tmp_path: Path, platform_edit: Any) -> Path:
     shutil.copy(PROJECT_DIR / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     (tmp_path / "stacks").mkdir()

@@ -112,6 +112,8 @@ class SimulationPlan:
     workload_label: str
     rate: float | None
     rate_limits_lifted: bool
+    served_disaggregated: bool
+    """The stack serves the model disaggregated; the run simulates it aggregated (:func:`simulated_spec`)."""
     envoy: Path
     envoy_version: str
     simulator: Path
@@ -170,6 +172,10 @@ class SimulationResult(BaseModel):
     slo_held: bool = Field(description="TTFT and ITL p95 within the objectives, every request served.")
     usd_per_million_output_tokens: float | None = Field(description="At the plan's price per replica-hour.")
     rate_limits_lifted: bool = Field(description="Whether the tenants' rate limits were lifted for the run.")
+    served_disaggregated: bool = Field(
+        description="The stack serves the model disaggregated; the run simulated it aggregated on its decode role's "
+        "pool, size and replicas (disaggregated fleets are not simulated yet)."
+    )
     duration_s: float = Field(description="First send to last answer.")
 
 
@@ -207,13 +213,15 @@ def replica_count(given: str | None, sizing: DeploymentSizing) -> int:
 def simulated_spec(
     spec: PlatformSpec, deployment: ModelDeploymentSpec, routing: RoutingPolicy | None, lift_limits: bool
 ) -> tuple[PlatformSpec, RoutingPolicy]:
-    """The spec the run renders: ``routing`` for the model (its own otherwise), rate limits lifted when asked."""
+    """The spec the run renders: ``routing`` for the model (its own otherwise), rate limits lifted when asked, and a
+    disaggregated model served aggregated on its decode role's pool, size and replicas: the simulated fleet runs
+    aggregated engines only (the mocker's disaggregated mode rendezvouses through Dynamo's own runtime, which the
+    gateway's prefill step does not speak), so the run says so (:attr:`SimulationResult.served_disaggregated`)
+    rather than send the gateway's prefill step to replicas that do not exist."""
     own = routing_of(spec, deployment)
     policy = routing or own.policy
-    models = tuple(
-        d.model_copy(update={"routing": own.model_copy(update={"policy": policy})}) if d.name == deployment.name else d
-        for d in spec.models
-    )
+    update: dict[str, object] = {"routing": own.model_copy(update={"policy": policy}), "disaggregation": None}
+    models = tuple(d.model_copy(update=update) if d.name == deployment.name else d for d in spec.models)
     gateway = spec.gateway
     if lift_limits:
         gateway = gateway.model_copy(
@@ -300,7 +308,7 @@ def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> Sim
     project_dir = find_project_dir(Path(args.project_dir) if args.project_dir is not None else None)
     stack = load_stack(project_dir, args.stack)
     base = stack.platform
-    deployment = choose_model(base, args.stack, args.model)
+    deployment = chosen = choose_model(base, args.stack, args.model)
     if args.gateway_replicas is not None and not 1 <= args.gateway_replicas <= MAX_GATEWAYS:
         raise SimulationError(f"--gateway-replicas {args.gateway_replicas}: give 1 to {MAX_GATEWAYS}")
     spec, policy = simulated_spec(base, deployment, args.routing, lift_limits=not args.keep_rate_limits)
@@ -349,6 +357,7 @@ def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> Sim
         workload_label=label,
         rate=rate,
         rate_limits_lifted=not args.keep_rate_limits,
+        served_disaggregated=chosen.disaggregation is not None,
         envoy=envoy,
         envoy_version=gr.envoy_version(envoy),
         simulator=simulator,
@@ -481,6 +490,7 @@ def result_of(
         slo_held=held,
         usd_per_million_output_tokens=usd,
         rate_limits_lifted=plan.rate_limits_lifted,
+        served_disaggregated=plan.served_disaggregated,
         duration_s=summary.duration_s,
     )
 
@@ -680,6 +690,11 @@ def report_lines(result: SimulationResult) -> list[str]:
     ]
     if result.rate_limits_lifted:
         lines.append("note: the tenants' rate limits were lifted for the run (--keep-rate-limits keeps them)")
+    if result.served_disaggregated:
+        lines.append(
+            f"note: the stack serves {result.model} disaggregated; this run simulated it aggregated on its decode "
+            "role's pool, size and replicas (disaggregated fleets are not simulated yet)"
+        )
     return lines
 
 

@@ -24,6 +24,7 @@ from inferplane.tool.simulate.workload import (
     words,
     write_workload,
 )
+from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
 from tests.tool.simulate.simulator import simulator_python
 
@@ -119,6 +120,26 @@ def test_the_plans_rate_is_replicas_times_what_one_serves_within_the_slo() -> No
         output_tokens=shape.output_tokens,
     )
     assert f"(the plan's: 3 x {one:.3g} within the slo)" in plan.workload_label
+
+
+def test_a_disaggregated_model_is_simulated_aggregated_on_its_decode_role_and_said_so() -> None:
+    """prod serves llama-70b disaggregated; the simulated fleet runs aggregated engines, so the run renders the model
+    without its prefill role (no prefill step to replicas that do not exist) on the decode role's pool and replicas,
+    and its result says so."""
+    args = _args(stack="prod", model="llama-70b", workload="unique", rate=1.0, duration=5.0)
+    plan = sim.plan_simulation(args, {"INFERPLANE_SIMULATOR_PYTHON": sys.executable})
+    stack_model = next(m for m in load_stack(PROJECT_DIR, "prod").platform.models if m.name == "llama-70b")
+    assert stack_model.disaggregation is not None
+    assert plan.served_disaggregated
+    assert plan.deployment.disaggregation is None and plan.deployment_sizing.prefill is None
+    assert (plan.deployment.pool, plan.deployment.gpus_per_replica, plan.replicas) == (
+        stack_model.pool,
+        stack_model.gpus_per_replica,
+        stack_model.min_replicas,
+    )
+    assert plan.settings.max_num_seqs == plan.deployment_sizing.result.vllm.max_num_seqs
+    dev = sim.plan_simulation(_args(rate=1.0, duration=5.0), {"INFERPLANE_SIMULATOR_PYTHON": sys.executable})
+    assert not dev.served_disaggregated
 
 
 def _args(**given: object) -> argparse.Namespace:
