@@ -35,7 +35,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -452,31 +452,44 @@ def _latency_rejection(workload: Workload, config: Configuration, replica: perf_
     )
 
 
+def _replica_counts(workload: Workload, capacity_rps: float) -> tuple[int, int]:
+    """Replicas of one capacity for the steady rate (at least one) and for the peak."""
+    replicas = max(1, math.ceil(workload.requests_per_second / capacity_rps))
+    return replicas, max(replicas, math.ceil(workload.peak_requests_per_second / capacity_rps))
+
+
+def _priced(
+    workload: Workload, config: Configuration, instance: InstanceType, nodes: int, price: float
+) -> dict[str, Any]:
+    """A candidate's shape and what its nodes cost, aggregated or disaggregated alike."""
+    hourly = nodes * price
+    output_per_hour = workload.requests_per_second * workload.output_tokens * 3600
+    return {
+        "accelerator": config.accelerator.id,
+        "instance_type": instance.name,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "engine": config.engine,
+        "weights_dtype": config.weights_dtype,
+        "kv_cache_dtype": config.kv_cache_dtype,
+        "nodes": nodes,
+        "hourly_cost_usd": round(hourly, 4),
+        "cost_per_million_output_tokens_usd": round(hourly / output_per_hour * 1e6, 4),
+    }
+
+
 def candidate(workload: Workload, evaluation: Evaluation, instance: InstanceType, price: float) -> Candidate:
     """Replicas, nodes and cost of an evaluated configuration on one node type."""
     config = evaluation.configuration
-    tp = config.tensor_parallel_size
-    replicas = max(1, math.ceil(workload.requests_per_second / evaluation.capacity_rps))
-    max_replicas = max(replicas, math.ceil(workload.peak_requests_per_second / evaluation.capacity_rps))
-    nodes = math.ceil(replicas * tp / instance.accelerators_per_node)
-    hourly = nodes * price
+    replicas, max_replicas = _replica_counts(workload, evaluation.capacity_rps)
+    nodes = math.ceil(replicas * config.tensor_parallel_size / instance.accelerators_per_node)
     per_replica_rate = workload.requests_per_second / replicas
     latency = perf_model.at_rate(evaluation.replica, _mix(workload), per_replica_rate)
-    output_per_hour = workload.requests_per_second * workload.output_tokens * 3600
     return Candidate(
-        accelerator=config.accelerator.id,
-        instance_type=instance.name,
-        tensor_parallel_size=tp,
-        engine=config.engine,
-        weights_dtype=config.weights_dtype,
-        kv_cache_dtype=config.kv_cache_dtype,
+        **_priced(workload, config, instance, nodes, price),
         replicas=replicas,
         max_replicas=max_replicas,
-        nodes=nodes,
         max_num_seqs=evaluation.sizing.concurrency,
         max_context=evaluation.sizing.context,
-        hourly_cost_usd=round(hourly, 4),
-        cost_per_million_output_tokens_usd=round(hourly / output_per_hour * 1e6, 4),
         ttft_p95_ms=round(latency.ttft_p95_ms, 1),
         itl_p95_ms=round(latency.itl_p95_ms, 2),
         max_output_tokens_per_second=round(
@@ -517,17 +530,11 @@ def disaggregated_candidate(
             "TTFT objective (disaggregated)",
         )
 
-    def count(rate: float, capacity: float) -> int:
-        return max(1, math.ceil(rate / capacity))
-
-    decode_replicas = count(workload.requests_per_second, decode.capacity_rps)
-    prefill_replicas = count(workload.requests_per_second, prefill_capacity)
-    decode_max = max(decode_replicas, count(workload.peak_requests_per_second, decode.capacity_rps))
-    prefill_max = max(prefill_replicas, count(workload.peak_requests_per_second, prefill_capacity))
+    decode_replicas, decode_max = _replica_counts(workload, decode.capacity_rps)
+    prefill_replicas, prefill_max = _replica_counts(workload, prefill_capacity)
     # Both roles on one pool (the spec's default for the prefill role), so their replicas share its nodes.
     gpus = decode_replicas * tp + prefill_replicas * prefill_tp
     nodes = math.ceil(gpus / instance.accelerators_per_node)
-    hourly = nodes * price
     latency = disaggregated.at_rate(
         prefill.replica,
         decode.replica,
@@ -536,22 +543,13 @@ def disaggregated_candidate(
         decode_rate=workload.requests_per_second / decode_replicas,
         transfer_seconds=transfer_s,
     )
-    output_per_hour = workload.requests_per_second * workload.output_tokens * 3600
     served = min(decode.capacity_rps * decode_replicas, prefill_capacity * prefill_replicas)
     return Candidate(
-        accelerator=config.accelerator.id,
-        instance_type=instance.name,
-        tensor_parallel_size=tp,
-        engine=config.engine,
-        weights_dtype=config.weights_dtype,
-        kv_cache_dtype=config.kv_cache_dtype,
+        **_priced(workload, config, instance, nodes, price),
         replicas=decode_replicas,
         max_replicas=decode_max,
-        nodes=nodes,
         max_num_seqs=sizing.concurrency,
         max_context=sizing.context,
-        hourly_cost_usd=round(hourly, 4),
-        cost_per_million_output_tokens_usd=round(hourly / output_per_hour * 1e6, 4),
         ttft_p95_ms=round(latency.ttft_p95_ms, 1),
         itl_p95_ms=round(latency.itl_p95_ms, 2),
         max_output_tokens_per_second=round(
