@@ -429,6 +429,7 @@ def _deployment(args: argparse.Namespace, workload: Workload, c: Candidate, name
         deployment["disaggregation"] = {
             "prefill": {
                 "gpus_per_replica": c.prefill_tensor_parallel_size,
+                "concurrency": c.prefill_max_num_seqs,
                 "min_replicas": c.prefill_replicas,
                 "max_replicas": c.prefill_max_replicas,
             }

@@ -154,6 +154,9 @@ class Candidate(BaseModel):
         default="aggregated", description="Both phases per replica, or prefill and decode roles."
     )
     prefill_tensor_parallel_size: int = Field(default=0, description="Disaggregated: GPUs per prefill replica.")
+    prefill_max_num_seqs: int = Field(
+        default=0, description="Disaggregated: the prefill role's batch slots (as many prompts as its KV cache holds)."
+    )
     prefill_replicas: int = Field(
         default=0, description="Disaggregated: prefill replicas for the steady rate (``replicas`` are decode's)."
     )
@@ -357,6 +360,8 @@ def evaluate_decode(workload: Workload, config: Configuration) -> DecodeEvaluati
         sizing = size(_sizing_request(workload, config, allowed, "decode"))
         replica = replica_model(workload, config, sizing)
         capacity = _bisect(criterion, replica, saturation)
+        if capacity <= 0:
+            return Rejection(config, "itl: a decode replica alone misses the ITL objective (disaggregated)")
     limit = disaggregated.decode_at_rate(replica, _mix(workload), capacity).limit
     return DecodeEvaluation(
         configuration=config, sizing=sizing, replica=replica, capacity_rps=capacity, limit=f"decode {limit}"
@@ -560,6 +565,7 @@ def disaggregated_candidate(
         limit=decode.limit,
         serving="disaggregated",
         prefill_tensor_parallel_size=prefill_tp,
+        prefill_max_num_seqs=prefill.sizing.concurrency,
         prefill_replicas=prefill_replicas,
         prefill_max_replicas=prefill_max,
         kv_transfer_ms=round(transfer_s * 1000, 1),

@@ -512,8 +512,9 @@ def test_write_stack_writes_a_disaggregated_candidate_with_its_prefill_role_on_a
     assert (pool.instance_type, pool.efa, pool.zone) == (first["instance_type"], True, platform.zones[0])
     assert model.disaggregation is not None
     prefill = model.disaggregation.prefill
-    assert (prefill.gpus_per_replica, prefill.min_replicas, prefill.max_replicas) == (
+    assert (prefill.gpus_per_replica, prefill.concurrency, prefill.min_replicas, prefill.max_replicas) == (
         first["prefill_tensor_parallel_size"],
+        first["prefill_max_num_seqs"],
         first["prefill_replicas"],
         first["prefill_max_replicas"],
     )
