@@ -27,7 +27,7 @@ Pure Python, no Pulumi. The planner (:mod:`.planner`) weighs it against the aggr
 
 Not modelled: the gateway's own fallback (a prompt whose prefill replica is busy is computed where it decodes), a
 prefill replica holding finished prompts' KV until the decode side pulls them (its pool is sized for its batch), and
-roles of different shapes (both roles here run the same accelerator, TP and node type).
+roles on two node types (each role has its own TP, on one accelerator and node type).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class PrefillLatency:
 
 def prefill_at_rate(replica: Replica, workload: Workload, requests_per_second: float) -> PrefillLatency:
     """A prefill replica (sized for the role: its step budget is the largest) serving ``requests_per_second``
-    prompts of the mix (M/M/1 over batched service)."""
+    prompts of the mix (M/D/1 over batched service)."""
     budget = replica.max_num_batched_tokens
     prompt = workload.input_tokens
     full = perf_model.step_time(replica, 0, budget, prompt, prompt).seconds
@@ -121,12 +121,7 @@ def decode_at_rate(replica: Replica, workload: Workload, requests_per_second: fl
     service = workload.output_tokens * step.seconds
     offered = rate * service
     stable = batch >= 1 and offered < batch
-    wait_mean = wait_p95 = math.inf
-    if stable:
-        waits = perf_model.erlang_c(batch, offered)
-        drain = batch / service - rate
-        wait_mean = waits / drain
-        wait_p95 = math.log(waits / TAIL_SHARE) / drain if waits > TAIL_SHARE else 0.0
+    wait_mean, wait_p95 = perf_model.slot_wait(batch, service, rate) if stable else (math.inf, math.inf)
     return Latency(
         requests_per_second=rate,
         concurrency=concurrency if stable else float(batch),

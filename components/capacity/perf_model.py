@@ -492,10 +492,19 @@ def _erlang_b(servers: int, offered: float) -> float:
     return blocking
 
 
-def erlang_c(servers: int, offered: float) -> float:
+def _erlang_c(servers: int, offered: float) -> float:
     """Probability that an arrival waits in an M/M/c queue (``offered`` = arrival rate x service time < c)."""
     blocking = _erlang_b(servers, offered)
     return servers * blocking / (servers - offered * (1 - blocking))
+
+
+def slot_wait(batch: int, service_seconds: float, requests_per_second: float) -> tuple[float, float]:
+    """The mean and p95 wait for one of ``batch`` slots held ``service_seconds`` each, at a rate below their capacity
+    (M/M/c: Erlang C's chance of waiting, then an exponential wait draining at ``batch / service - rate``)."""
+    waits = _erlang_c(batch, requests_per_second * service_seconds)
+    drain = batch / service_seconds - requests_per_second  # rate at which the queue empties
+    wait_p95 = math.log(waits / TAIL_SHARE) / drain if waits > TAIL_SHARE else 0.0
+    return waits / drain, wait_p95
 
 
 def at_rate(replica: Replica, workload: Workload, requests_per_second: float) -> Latency:
@@ -539,10 +548,7 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
             batch=batch,
             service_seconds=service,
         )
-    waits = erlang_c(batch, offered)
-    drain = batch / service - rate  # rate at which the queue empties
-    wait_mean = waits / drain
-    wait_p95 = math.log(waits / TAIL_SHARE) / drain if waits > TAIL_SHARE else 0.0
+    wait_mean, wait_p95 = slot_wait(batch, service, rate)
     return Latency(
         requests_per_second=rate,
         concurrency=concurrency,
