@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import tempfile
@@ -175,11 +174,11 @@ def start_fleet(procs: gr.Processes, directory: Path, bench: Bench, plan: list[R
     worker's ``/metrics``."""
     discovery = directory / "discovery"
     discovery.mkdir()
-    taken: set[int] = set()
+    ports: set[int] = set()
     metrics: list[str] = []
     for i, role in enumerate(plan):
         host = fl.replica_host(i)
-        system = gr.pick_ports(1, taken)
+        system = gr.pick_ports(1, ports)
         metrics.append(f"http://{host}:{system}/metrics")
         env = {**fl.dynamo_env(host, discovery), "DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(system)}
         args = [*fl.mocker_args(role.settings, bench.model_dir, role.profile, NAMESPACE)]
@@ -187,9 +186,9 @@ def start_fleet(procs: gr.Processes, directory: Path, bench: Bench, plan: list[R
         if role.mode != "agg":
             args += ["--kv-transfer-bandwidth", f"{bench.bandwidth_gbps:g}"]
         if role.mode == "prefill":
-            args += ["--bootstrap-ports", str(gr.pick_ports(1, taken))]
+            args += ["--bootstrap-ports", str(gr.pick_ports(1, ports))]
         procs.start(f"{role.mode}-{i}", [str(bench.simulator), *args], env)
-    port = gr.pick_ports(1, taken)
+    port = gr.pick_ports(1, ports)
     serving = sum(1 for r in plan if r.mode != "prefill")
     frontend = [
         *("-m", "dynamo.frontend", "--http-host", gr.LISTEN_HOST, "--http-port", str(port)),
@@ -198,17 +197,15 @@ def start_fleet(procs: gr.Processes, directory: Path, bench: Bench, plan: list[R
     ]
     procs.start("frontend", [str(bench.simulator), *frontend], fl.dynamo_env(gr.LISTEN_HOST, discovery))
     url = f"http://{gr.LISTEN_HOST}:{port}"
-    body = json.dumps({"model": MODEL, "prompt": "w1 w2 w3", "max_tokens": 1}).encode()
+    body = {"model": MODEL, "prompt": "w1 w2 w3", "max_tokens": 1}
+    prefill_metrics = [m for m, role in zip(metrics, plan, strict=True) if role.mode == "prefill"]
 
     def ready() -> bool:
-        request = urllib.request.Request(
-            f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        # A probe answers; with prefill workers, one of them has taken a probe: the frontend's prefill router starts
+        # only once discovery shows it a prefill worker, and until then requests decode where they land.
+        return fl.post_ok(f"{url}/v1/completions", body) and (
+            not prefill_metrics or any(n > 0 for n in taken(prefill_metrics))
         )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return bool(response.status == 200)
-        except (OSError, ValueError):
-            return False
 
     deadline = time.monotonic() + max(60.0, fl.READY_SECONDS_PER_REPLICA * len(plan))
     while not ready():
@@ -216,10 +213,8 @@ def start_fleet(procs: gr.Processes, directory: Path, bench: Bench, plan: list[R
         if gone is not None:
             raise RuntimeError(f"{gone[0]} exited with {gone[1]}: {procs.log_tail(gone[0])}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the frontend did not answer: {procs.log_tail('frontend')}")
+            raise RuntimeError(f"the frontend did not answer through every role: {procs.log_tail('frontend')}")
         time.sleep(0.5)
-    # The prefill router starts once the frontend has seen a prefill worker; give discovery a moment to settle.
-    time.sleep(3.0)
     return url, metrics
 
 

@@ -310,20 +310,13 @@ class KvFleet:
         ]
         self.procs.start("kv-frontend", [str(setup.simulator), *frontend], fl.dynamo_env(gr.LISTEN_HOST, discovery))
         self.url = f"http://{gr.LISTEN_HOST}:{port}"
-        body = json.dumps({"model": MODEL, "prompt": "w0", "max_tokens": 1}).encode()
+        body = {"model": MODEL, "prompt": "w0", "max_tokens": 1}
 
         def ready() -> bool:
             models = _get(f"{self.url}/v1/models")
             if models is None or MODEL.encode() not in models:
                 return False
-            request = urllib.request.Request(
-                f"{self.url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=10) as response:
-                    return bool(response.status == 200)
-            except (OSError, ValueError):
-                return False
+            return fl.post_ok(f"{self.url}/v1/completions", body)
 
         wait_for(self.procs, "kv-frontend", ready, max(60.0, fl.READY_SECONDS_PER_REPLICA * self.count))
 

@@ -238,7 +238,8 @@ def _get(url: str, timeout: float = 2.0) -> bytes | None:
         return None
 
 
-def _post(url: str, body: Mapping[str, object], timeout: float = 10.0) -> bool:
+def post_ok(url: str, body: Mapping[str, object], timeout: float = 10.0) -> bool:
+    """Whether POSTing ``body`` as JSON to ``url`` answers 200 within ``timeout`` (a readiness probe)."""
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
@@ -349,7 +350,7 @@ class SimulatedFleet:
         if models is None or self.settings.served_model.encode() not in models:
             return False
         body = {"model": self.settings.served_model, "prompt": "w0", "max_tokens": 1}
-        if not _post(f"{replica.url}/v1/completions", body):
+        if not post_ok(f"{replica.url}/v1/completions", body):
             return False
         metrics = _get(f"{replica.url}/metrics")
         return metrics is not None and LOAD_SERIES[self.settings.engine].running.name.encode() in metrics
