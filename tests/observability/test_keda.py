@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from inferplane.components.capacity.sizing import PlatformSizing, ServingRole, SizingResult, size_platform
 from inferplane.components.observability.keda import (
     KEDA_CHART_VERSION,
+    AutoscalingPolicy,
     Keda,
     KedaArgs,
     QueueDepthAutoscaler,
@@ -180,17 +181,22 @@ def test_the_crd_check_catches_a_broken_scaled_object() -> None:
     ]
 
 
-def test_a_decode_role_also_scales_on_its_running_sequences_and_kv_use() -> None:
-    result = sizing("prod", "llama-70b")  # disaggregated: the model's own server is its decode role
-    policy = autoscaling_policy(
-        result,
+def _prod_70b_policy(role: ServingRole) -> AutoscalingPolicy:
+    """prod's llama-70b (disaggregated: the model's own server is its decode role) as ``role``, at its decode range."""
+    return autoscaling_policy(
+        sizing("prod", "llama-70b"),
         engine="vllm",
         min_replicas=2,
         max_replicas=5,
         scale_to_zero=False,
         scrape_interval_seconds=15,
-        role="decode",
+        role=role,
     )
+
+
+def test_a_decode_role_also_scales_on_its_running_sequences_and_kv_use() -> None:
+    result = sizing("prod", "llama-70b")
+    policy = _prod_70b_policy("decode")
     series = ModelSeries("llama-70b", "vllm", "models", "llama-70b-server")
     spec = scaled_object_spec(policy, series, prometheus_url=URL)
     selector = 'namespace="models",pod=~"llama-70b-server-[a-z0-9]+-[a-z0-9]+",model_name="llama-70b"'
@@ -206,15 +212,7 @@ def test_a_decode_role_also_scales_on_its_running_sequences_and_kv_use() -> None
 
 @pytest.mark.parametrize("role", ["aggregated", "prefill"])
 def test_aggregated_and_prefill_replicas_scale_on_their_queue_alone(role: ServingRole) -> None:
-    policy = autoscaling_policy(
-        sizing("prod", "llama-70b"),
-        engine="vllm",
-        min_replicas=2,
-        max_replicas=5,
-        scale_to_zero=False,
-        scrape_interval_seconds=15,
-        role=role,
-    )
+    policy = _prod_70b_policy(role)
     spec = scaled_object_spec(policy, ModelSeries("m", "vllm", "ns", "d"), prometheus_url=URL)
     assert (policy.target_running_per_replica, policy.target_kv_usage) == (None, None)
     assert [t["name"] for t in spec["triggers"]] == ["queue-depth"]
