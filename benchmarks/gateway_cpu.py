@@ -13,12 +13,18 @@ messages per request (Envoy's own counters). With ``py-spy`` on PATH or in the v
 the processor worker during each c=32 run and prints its time by stage: each sample goes to the innermost frame that
 names a stage (:data:`STAGES`), the rest to "other".
 
+``--stream-intervals 1,4`` runs each shape with the engine sending every token alone and with four tokens a chunk
+after the first (vLLM's and SGLang's ``--stream-interval``, which sizing sets to floor(``stream_chunk_ms`` / the
+decode step): 4 for prod's llama-70b), side by side; with ``--token-interval-ms`` the stub paces its tokens like an
+engine's decode steps, so each chunk is its own ext_proc message as it would be behind a GPU.
+
 ``--idle 8,32`` measures instead what watching replicas costs with no traffic: the stub on that many ports, each
 serving a vLLM-sized ``/metrics`` (31 KB, synthetic), read by every processor worker every
 ``scrape_interval_seconds``; printed as a share of one core over ``--idle-seconds``.
 
 Usage: ``.venv/bin/python benchmarks/gateway_cpu.py [--requests 400] [--shapes 6000x64,6000x512,200x64]
-[--workers 1]`` or ``... --idle 8,32 [--workers 2] [--idle-seconds 20]``.
+[--workers 1] [--token-interval-ms 20] [--stream-intervals 1,4] [--shared-prefix 60]`` or ``... --idle 8,32
+[--workers 2] [--idle-seconds 20]``.
 Needs ``make envoy`` and the test extra (Redis wheels). This machine's two cores are shared by the load generator,
 the stub, Envoy and the processor: CPU seconds per request are what each process used, not wall time.
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import json
 import random
 import shutil
@@ -172,10 +179,17 @@ async def _stub_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 await writer.drain()
                 continue
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            interval, unsent = max(1, int(request.get("stream_interval") or 1)), 0
             for i in range(output):
                 last = i == output - 1
-                choice = {"index": 0, "delta": {"content": "w1 "}, "finish_reason": "length" if last else None}
-                writer.write(_chunk({**base, "choices": [choice]}))
+                unsent += 1
+                # As vLLM's --stream-interval: the first token alone, then a chunk of `interval`, the rest with
+                # the finish (RequestState.make_request_output).
+                if i == 0 or unsent >= interval or last:
+                    delta = {"content": "w1 " * unsent}
+                    choice = {"index": 0, "delta": delta, "finish_reason": "length" if last else None}
+                    writer.write(_chunk({**base, "choices": [choice]}))
+                    unsent = 0
                 if TOKEN_INTERVAL_SECONDS:
                     await writer.drain()
                     await asyncio.sleep(TOKEN_INTERVAL_SECONDS)  # one decode step a token
@@ -205,17 +219,35 @@ def serve_stub(ports: list[int]) -> None:
 # --- the load -------------------------------------------------------------------------------------------------------
 
 
-def _body(prompt_tokens: int, output_tokens: int, rng: random.Random) -> bytes:
-    """A chat request of ``prompt_tokens`` distinct-looking words (a different prompt each time: no cache hit)."""
-    content = " ".join(rng.choice(WORDS) for _ in range(prompt_tokens))
-    return json.dumps(
-        {
-            "model": MODEL,
-            "messages": [{"role": "user", "content": content}],
-            "max_tokens": output_tokens,
-            "stream": True,
-        }
-    ).encode()
+QUESTION_TOKENS = 300
+"""With ``--shared-prefix``, the unique question after a group's system prompt (llm-d's prefix benchmark: ~300)."""
+
+
+def _body(
+    prompt_tokens: int, output_tokens: int, rng: random.Random, stream_interval: int = 1, groups: int = 0
+) -> bytes:
+    """A chat request of ``prompt_tokens`` distinct-looking words (a different prompt each time: no cache hit), or
+    with ``groups`` a system prompt of one of that many groups and a unique :data:`QUESTION_TOKENS`-word question
+    (the shape of llm-d's prefix benchmark, which issue 33 measured), streamed ``stream_interval`` tokens a chunk:
+    vLLM 0.32's per-request field, which the engine clamps to at least its ``--stream-interval`` (the platform sets
+    that flag from sizing; the stub reads the field, so one stub serves every interval of a run)."""
+    messages: list[dict[str, str]] = []
+    question = prompt_tokens
+    if groups:
+        question = min(QUESTION_TOKENS, prompt_tokens)
+        group = random.Random(rng.randrange(groups))  # the same words for every request of a group
+        system = " ".join(group.choice(WORDS) for _ in range(prompt_tokens - question))
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(question))})
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": output_tokens,
+        "stream": True,
+    }
+    if stream_interval > 1:
+        body["stream_interval"] = stream_interval
+    return json.dumps(body).encode()
 
 
 async def _load(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, int]:
@@ -351,6 +383,18 @@ def main() -> None:
         default=0.0,
         help="the stub's time between streamed tokens (0: all at once; a GPU's decode step is 10-20 ms)",
     )
+    parser.add_argument(
+        "--stream-intervals",
+        default="1",
+        help="tokens a streamed chunk gathers, comma separated (vLLM's --stream-interval; sizing's is "
+        "floor(stream_chunk_ms / decode step), 4 for prod's llama-70b): each shape runs at each",
+    )
+    parser.add_argument(
+        "--shared-prefix",
+        type=int,
+        default=0,
+        help="system prompts shared by this many groups of requests (0: every prompt unique)",
+    )
     parser.add_argument("--serve-stub", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_stub:
@@ -364,6 +408,7 @@ def main() -> None:
             idle(replicas, args.workers, args.idle_seconds)
         return
     shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
+    intervals = [int(n) for n in args.stream_intervals.split(",")]
     directory = Path(tempfile.mkdtemp(prefix="gateway-cpu-"))
     procs = Procs(directory)
     spy = py_spy()
@@ -372,45 +417,46 @@ def main() -> None:
         rng = random.Random(7)
         asyncio.run(_load(url, [_body(200, 8, rng) for _ in range(50)], 4))  # warm-up
         pace = f"a token every {args.token_interval_ms:g} ms" if args.token_interval_ms else "answering at once"
-        print(f"fleet: none (a stub engine {pace}; this 2-core machine)")
+        prompts = f"system prompts of {args.shared_prefix} groups" if args.shared_prefix else "unique prompts"
+        print(f"fleet: none (a stub engine {pace}; {prompts}; this 2-core machine)")
         print(
-            f"{'prompt x out':>13} {'c':>3} {'req/s':>7} {'processor ms':>13} {'Envoy ms':>9} {'sum ms':>7} "
-            f"{'msgs/req':>9} {'non-200':>8}"
+            f"{'prompt x out':>13} {'interval':>8} {'c':>3} {'req/s':>7} {'processor ms':>13} {'Envoy ms':>9} "
+            f"{'sum ms':>7} {'msgs/req':>9} {'non-200':>8}"
         )
         profiles: dict[str, dict[str, float]] = {}
-        for prompt, output in shapes:
-            for concurrency in (1, 32):
-                n = args.requests if concurrency > 1 else max(args.requests // 4, 10)
-                bodies = [_body(prompt, output, rng) for _ in range(n)]
-                spying: subprocess.Popen[bytes] | None = None
-                raw = directory / f"profile-{prompt}x{output}.txt"
-                if spy and concurrency > 1:
-                    spying = subprocess.Popen(
-                        [
-                            *(spy, "record", "--pid", str(worker_pid(processor)), "--format", "raw"),
-                            *("--rate", "250", "--output", str(raw), "--nonblocking"),
-                        ],
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                    time.sleep(1.0)  # py-spy attaches
-                cpu_p, cpu_e = cpu_seconds(processor), cpu_seconds(envoy)
-                messages = ext_proc_messages(stats_url)
-                seconds, failed = asyncio.run(_load(url, bodies, concurrency))
-                per_p = (cpu_seconds(processor) - cpu_p) / n * 1000
-                per_e = (cpu_seconds(envoy) - cpu_e) / n * 1000
-                (sent, streams), (sent_before, streams_before) = ext_proc_messages(stats_url), messages
-                per_message = (sent - sent_before) / max(streams - streams_before, 1)
-                if spying is not None:
-                    spying.send_signal(2)  # SIGINT: py-spy writes its output and exits
-                    spying.wait(timeout=60)
-                    if raw.is_file():
-                        profiles[f"{prompt}x{output}"] = stages(raw)
-                print(
-                    f"{prompt:>6} x {output:<4} {concurrency:>3} {n / seconds:>7.1f} {per_p:>13.2f} {per_e:>9.2f} "
-                    f"{per_p + per_e:>7.2f} {per_message:>9.1f} {failed:>8}",
-                    flush=True,
+        for (prompt, output), interval, concurrency in itertools.product(shapes, intervals, (1, 32)):
+            n = args.requests if concurrency > 1 else max(args.requests // 4, 10)
+            bodies = [_body(prompt, output, rng, interval, args.shared_prefix) for _ in range(n)]
+            spying: subprocess.Popen[bytes] | None = None
+            label = f"{prompt}x{output}" + (f", interval {interval}" if interval > 1 else "")
+            raw = directory / f"profile-{prompt}x{output}-{interval}.txt"
+            if spy and concurrency > 1:
+                spying = subprocess.Popen(
+                    [
+                        *(spy, "record", "--pid", str(worker_pid(processor)), "--format", "raw"),
+                        *("--rate", "250", "--output", str(raw), "--nonblocking"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
                 )
+                time.sleep(1.0)  # py-spy attaches
+            cpu_p, cpu_e = cpu_seconds(processor), cpu_seconds(envoy)
+            messages = ext_proc_messages(stats_url)
+            seconds, failed = asyncio.run(_load(url, bodies, concurrency))
+            per_p = (cpu_seconds(processor) - cpu_p) / n * 1000
+            per_e = (cpu_seconds(envoy) - cpu_e) / n * 1000
+            (sent, streams), (sent_before, streams_before) = ext_proc_messages(stats_url), messages
+            per_message = (sent - sent_before) / max(streams - streams_before, 1)
+            if spying is not None:
+                spying.send_signal(2)  # SIGINT: py-spy writes its output and exits
+                spying.wait(timeout=60)
+                if raw.is_file():
+                    profiles[label] = stages(raw)
+            print(
+                f"{prompt:>6} x {output:<4} {interval:>8} {concurrency:>3} {n / seconds:>7.1f} {per_p:>13.2f} "
+                f"{per_e:>9.2f} {per_p + per_e:>7.2f} {per_message:>9.1f} {failed:>8}",
+                flush=True,
+            )
         if not spy:
             print("\nno py-spy: the processor's stages are not sampled (the bench extra: uv pip install -e .[bench])")
         for shape, shares in profiles.items():

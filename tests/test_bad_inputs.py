@@ -598,6 +598,13 @@ CASES: tuple[Case, ...] = (
     Case("model-routing-overlap-weight-preview", "numbers", PREVIEW, EXIT_INVALID,
          (DEV, f"{P}.models[0].routing.overlap_weight: Input should be less than or equal to 16"),
          absent=("Tuple should have at least",), edit=_set("models[0].routing", {"overlap_weight": 100})),
+    # How long a stream's tokens gather into one chunk (the engines' --stream-interval).
+    Case("model-stream-chunk-negative", "numbers", SIZE, EXIT_INVALID,
+         (DEV, f"{P}.models[0].stream_chunk_ms: Input should be greater than or equal to 0"),
+         edit=_set("models[0].stream_chunk_ms", -5)),
+    Case("model-stream-chunk-text-preview", "validation", PREVIEW, EXIT_INVALID,
+         (DEV, f"{P}.models[0].stream_chunk_ms: Input should be a valid integer"),
+         edit=_set("models[0].stream_chunk_ms", "fast")),
     # The cache's embedder: kind, a served model from the catalog, its replicas, CPUs, timeout and the threshold.
     Case("embedder-kind-unknown", "validation", ("size", "--stack", "prod"), EXIT_INVALID,
          (PROD, f"{P}.cache.embedder.kind: Input should be 'wordllama', 'endpoint' or 'served'"), stack="prod",

@@ -55,6 +55,7 @@ from inferplane.components.catalog import (
 from inferplane.components.spec.platform_spec import (
     PLATFORM_KEY,
     RESPONSE_CACHE_CLUSTERS,
+    STREAM_CHUNK_MS,
     Engine,
     KvCacheDtype,
     ModelDeploymentSpec,
@@ -166,6 +167,16 @@ replaces it with a warning (``_mla_backend_page_constraints``, ``_fa4_page_const
 (``validation_hook.py``)."""
 
 
+def stream_interval(chunk_ms: int, step_ms: float) -> int:
+    """Tokens a streamed chunk gathers (vLLM's and SGLang's ``--stream-interval``): as many decode steps as fit in
+    ``chunk_ms`` at the planned batch's step, at least 1 (every token alone). Both engines send the first token at
+    once and the last with the finish, whatever the interval (vLLM 0.32 ``RequestState.make_request_output``, SGLang
+    0.5.23 ``OutputStreamer.accept``), so time to first token is not delayed; the engines' own inter-token latency
+    metrics are recorded each step, before the chunking (vLLM ``OutputProcessor.process_outputs``), so the ITL alert
+    still sees every token."""
+    return max(1, math.floor(chunk_ms / step_ms)) if step_ms > 0 else 1
+
+
 KvRole = Literal["kv_producer", "kv_consumer"]
 """A disaggregated replica's side of the KV transfer: the prefill role produces, the decode role consumes (vLLM 0.32
 ``KVTransferConfig.kv_role``; ``kv_both`` is deprecated with NixlConnector, whose roles come per request)."""
@@ -209,6 +220,11 @@ class VllmSettings(BaseModel):
         default=None,
         description="The KV transfer of a disaggregated role (NixlConnector; with a host tier, both connectors "
         "under vLLM's MultiConnector); None when aggregated.",
+    )
+    stream_interval: int = Field(
+        ge=1,
+        description="``--stream-interval``: tokens a streamed chunk gathers after the first, sent alone "
+        "(:func:`stream_interval`).",
     )
 
 
@@ -260,6 +276,11 @@ class SglangSettings(BaseModel):
         "``fcfs``."
     )
     disable_radix_cache: bool = Field(description="``--disable-radix-cache``: no prefix cache (RadixAttention off).")
+    stream_interval: int = Field(
+        ge=1,
+        description="``--stream-interval``: tokens a streamed chunk gathers after the first, sent alone "
+        "(:func:`stream_interval`).",
+    )
     page_size: int = Field(
         description="``--page-size``: tokens per KV page; the radix cache reuses whole pages, and the gateway's "
         "prefix index hashes blocks of this size."
@@ -325,6 +346,8 @@ class SizingRequest:
     chunked_prefill: bool = True
     prefix_caching: bool = True
     itl_slo_ms: int = 100
+    stream_chunk_ms: int = STREAM_CHUNK_MS
+    """How long a stream's tokens may gather into one chunk (:func:`stream_interval`)."""
     whole_node: bool = False
     """TPU pods take every chip of their host, so TP is the host's chip count."""
     prefix_heavy: bool = False
@@ -648,6 +671,7 @@ def _result(
     engine_start = weights / WEIGHTS_LOAD_BYTES_PER_SECOND + WARMUP_SECONDS[request.accelerator.vendor]
     kv_engine: Literal["auto", "fp8"] = "fp8" if request.kv_cache_dtype == "fp8" else "auto"
     kv_fraction = _kv_cache_fraction(request, chosen, weights)
+    interval = stream_interval(request.stream_chunk_ms, step_ms)
     return SizingResult(
         model=request.model_label,
         accelerator=request.accelerator.id,
@@ -676,9 +700,9 @@ def _result(
         weights_fetch_seconds=round(fetch, 1),
         engine_start_seconds=round(engine_start, 1),
         cold_start_seconds=round(fetch + engine_start, 1),
-        vllm=_vllm_settings(request, chosen, kv_engine=kv_engine, host_kv_bytes=host_kv_bytes),
+        vllm=_vllm_settings(request, chosen, kv_engine=kv_engine, host_kv_bytes=host_kv_bytes, interval=interval),
         trtllm=_trtllm_settings(request, chosen, kv_engine=kv_engine, kv_fraction=kv_fraction),
-        sglang=_sglang_settings(request, chosen, weights=weights),
+        sglang=_sglang_settings(request, chosen, weights=weights, interval=interval),
     )
 
 
@@ -692,7 +716,12 @@ def _kv_cache_fraction(request: SizingRequest, chosen: _Evaluation, weights: int
 
 
 def _vllm_settings(
-    request: SizingRequest, chosen: _Evaluation, *, kv_engine: Literal["auto", "fp8"], host_kv_bytes: int
+    request: SizingRequest,
+    chosen: _Evaluation,
+    *,
+    kv_engine: Literal["auto", "fp8"],
+    host_kv_bytes: int,
+    interval: int,
 ) -> VllmSettings:
     """vLLM's engine arguments for the chosen evaluation."""
     act = activation_dtype(request.model, request.weights_dtype)
@@ -715,10 +744,11 @@ def _vllm_settings(
         else KvTransferSettings(
             role="kv_producer" if request.role == "prefill" else "kv_consumer", backend=request.transfer_backend
         ),
+        stream_interval=interval,
     )
 
 
-def _sglang_settings(request: SizingRequest, chosen: _Evaluation, *, weights: int) -> SglangSettings:
+def _sglang_settings(request: SizingRequest, chosen: _Evaluation, *, weights: int, interval: int) -> SglangSettings:
     """SGLang's server arguments for the chosen evaluation: the same pool, batch and chunk as the other engines."""
     act = activation_dtype(request.model, request.weights_dtype)
     quantization: Literal["fp8", "awq"] | None = {"fp8": "fp8", "int4": "awq"}.get(request.weights_dtype)  # type: ignore[assignment]
@@ -743,6 +773,7 @@ def _sglang_settings(request: SizingRequest, chosen: _Evaluation, *, weights: in
         schedule_policy="lpm" if request.prefix_heavy and request.prefix_caching else "fcfs",
         disable_radix_cache=not request.prefix_caching,
         page_size=SGLANG_PAGE_SIZE,
+        stream_interval=interval,
     )
 
 
@@ -972,6 +1003,7 @@ def request_for(
         chunked_prefill=deployment.chunked_prefill,
         prefix_caching=deployment.prefix_caching,
         itl_slo_ms=deployment.slo.itl_p95_ms,
+        stream_chunk_ms=deployment.stream_chunk_ms,
         whole_node=accelerator.vendor == "google",
         prefix_heavy=deployment.prefix_heavy,
         host_kv_node=instance if deployment.host_kv_cache else None,

@@ -99,6 +99,8 @@ def sglang_args(
         settings.schedule_policy,
         "--page-size",
         str(settings.page_size),
+        "--stream-interval",
+        str(settings.stream_interval),
     ]
     if settings.quantization is not None:
         args += ["--quantization", settings.quantization]

@@ -159,6 +159,7 @@ def vllm_args(
         args += ["--quantization", settings.quantization]
     args.append("--enable-prefix-caching" if settings.enable_prefix_caching else "--no-enable-prefix-caching")
     args.append("--enable-chunked-prefill" if settings.enable_chunked_prefill else "--no-enable-chunked-prefill")
+    args += ["--stream-interval", str(settings.stream_interval)]
     transfer = kv_transfer_config(settings)
     if transfer is not None:
         args += ["--kv-transfer-config", transfer]

@@ -245,6 +245,13 @@ class SpeculativeDecodingSpec(_Spec):
         return self
 
 
+STREAM_CHUNK_MS = 100
+"""Default longest wait of a streamed token for the ones sent with it: 0.1 s is about the limit for a reader to feel
+the system react instantaneously (J. Nielsen, "Response Times: The 3 Important Limits", 1993, after Card, Moran and
+Newell). At a GPU's 10-30 ms decode step, a token a chunk means 30-100 SSE events a second per stream, each also a
+message through Envoy and the gateway's processor (their CPU per message: docs/gateway.md); a chunk of every token of
+the last 100 ms reads the same."""
+
 PREFILL_ROLE_SUFFIX = "-prefill"
 """The prefill role of a disaggregated model is named ``<model>-prefill`` (its Deployment, Service, scaler and the
 gateway's cluster)."""
@@ -416,6 +423,15 @@ class ModelDeploymentSpec(_Spec):
     )
     speculative_decoding: SpeculativeDecodingSpec | None = Field(default=None, description="Optional speculation.")
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
+    stream_chunk_ms: int = Field(
+        default=STREAM_CHUNK_MS,
+        ge=0,
+        le=2000,
+        description="How long a streamed answer's tokens may gather before they are sent, milliseconds: the engine "
+        "sends the first token at once, then every floor(stream_chunk_ms / decode step) tokens together (vLLM's and "
+        "SGLang's ``--stream-interval``), each chunk one SSE event to the client and one message through the "
+        "gateway's processor; 0 sends every token alone.",
+    )
     image_digest: str | None = Field(
         default=None,
         pattern=DIGEST_PATTERN,

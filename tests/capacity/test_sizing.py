@@ -19,6 +19,7 @@ from inferplane.components.capacity.sizing import (
     kv_cache_bytes_per_token,
     size,
     size_platform,
+    stream_interval,
     weights_bytes,
 )
 from inferplane.components.catalog import ACCELERATORS, MODELS, get_accelerator, get_model, instances_for
@@ -366,3 +367,41 @@ def test_an_aggregated_model_has_no_roles_and_no_transfer() -> None:
     eight_b = plan.deployments[1]
     assert (eight_b.role, eight_b.prefill, eight_b.transfer, eight_b.roles) == ("aggregated", None, None, (eight_b,))
     assert eight_b.result.vllm.kv_transfer is None
+
+
+# --- streamed chunks --------------------------------------------------------------------------------------------
+
+
+def test_prod_streams_four_tokens_a_chunk_at_its_planned_step() -> None:
+    plan = size_platform(stack_spec("prod"))
+    result = plan.serving("llama-70b").result
+    assert result.decode_step_ms == 20.66
+    # floor(100 / 20.66): a chunk every 82.6 ms at 24 sequences, never held past STREAM_CHUNK_MS.
+    assert result.vllm.stream_interval == result.sglang.stream_interval == 4
+    # Triton's TensorRT-LLM backend has no such setting: its settings carry none.
+    assert "stream_interval" not in type(result.trtllm).model_fields
+
+
+def test_a_stack_can_send_every_token_alone() -> None:
+    spec = stack_spec("prod")
+    every = spec.model_copy(update={"models": tuple(m.model_copy(update={"stream_chunk_ms": 0}) for m in spec.models)})
+    for role in size_platform(every).servings.values():
+        assert role.result.vllm.stream_interval == role.result.sglang.stream_interval == 1
+
+
+@pytest.mark.parametrize(
+    ("chunk_ms", "step_ms", "interval"),
+    [(100, 20.66, 4), (100, 25.0, 4), (100, 25.01, 3), (100, 76.15, 1), (100, 150.0, 1), (0, 20.0, 1), (100, 0.0, 1)],
+)
+def test_stream_interval_counts_the_steps_that_fit_in_a_chunk(chunk_ms: int, step_ms: float, interval: int) -> None:
+    assert stream_interval(chunk_ms, step_ms) == interval
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=2000), st.floats(min_value=0.5, max_value=500.0))
+def test_a_chunk_never_waits_longer_than_asked_unless_one_token_already_does(chunk_ms: int, step_ms: float) -> None:
+    interval = stream_interval(chunk_ms, step_ms)
+    assert interval >= 1
+    if interval > 1:
+        assert interval * step_ms <= chunk_ms
+    assert (interval + 1) * step_ms > chunk_ms

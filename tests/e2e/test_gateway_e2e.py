@@ -14,6 +14,7 @@ stopped) come last.
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time
@@ -376,7 +377,9 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
 
 def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> None:
     usage_total = 0
-    for gateway in (platform.a, platform.b):
+    # Through gateway b the tokens come 4 a chunk after the first, as sizing's --stream-interval 4 sends them (here
+    # vLLM's per-request field, the same rule: RequestState.make_request_output): the accounting stays exact.
+    for gateway, interval in ((platform.a, 1), (platform.b, 4)):
         client = platform.client("accounting", gateway)
         usage = _chat(client, "alpha", words(40), max_tokens=16).parse().usage
         usage_total += usage.prompt_tokens + usage.completion_tokens
@@ -387,16 +390,21 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
             messages=[{"role": "user", "content": words(30)}],
             max_tokens=LONG_GENERATION_TOKENS,
             stream=True,
-            extra_body={"ignore_eos": True},
+            extra_body={"ignore_eos": True, **({"stream_interval": interval} if interval > 1 else {})},
         )
         streamed_usage = None
+        token_chunks = 0
         for chunk in stream:
             arrivals.append(time.monotonic() - started)
+            token_chunks += bool(chunk.choices and chunk.choices[0].delta.content)
             if chunk.usage is not None:  # the processor asked vLLM for it (stream_options.include_usage)
                 streamed_usage = chunk.usage
         assert streamed_usage is not None and streamed_usage.completion_tokens == LONG_GENERATION_TOKENS
         usage_total += streamed_usage.prompt_tokens + streamed_usage.completion_tokens
         assert len({round(t, 3) for t in arrivals}) > 10  # chunks over time (unbuffered: see the relay test below)
+        # The first token alone, then a chunk per `interval` tokens, the last with fewer (vLLM may merge more when
+        # its API server falls behind, never split them).
+        assert token_chunks <= 1 + math.ceil((LONG_GENERATION_TOKENS - 1) / interval)
     accounted = sum(_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b))
     assert accounted == usage_total
 

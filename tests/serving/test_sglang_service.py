@@ -82,6 +82,7 @@ def test_prefix_heavy_qwen_on_h100_flags() -> None:
         "--dtype", "bfloat16",
         "--schedule-policy", "lpm",  # prefix_heavy
         "--page-size", "16",
+        "--stream-interval", "5",  # floor(100 ms / an 18.03 ms decode step), as for vLLM
         "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", "Tengyunw/qwen2.5-7b-instruct-eagle3",
         "--speculative-num-steps", "3",
@@ -104,6 +105,7 @@ def test_awq_without_prefix_cache_or_chunking_with_ngram_flags() -> None:
         "--dtype", "float16",
         "--schedule-policy", "fcfs",
         "--page-size", "16",
+        "--stream-interval", "3",
         "--quantization", "awq",
         "--disable-radix-cache",
         "--speculative-algorithm", "NGRAM",
@@ -125,6 +127,7 @@ def test_fp8_with_a_draft_model_flags() -> None:
         "--dtype", "bfloat16",
         "--schedule-policy", "fcfs",
         "--page-size", "16",
+        "--stream-interval", "8",
         "--quantization", "fp8",
         "--speculative-algorithm", "STANDALONE",
         "--speculative-draft-model-path", "meta-llama/Llama-3.2-1B-Instruct",
@@ -267,6 +270,7 @@ def _settings_space() -> Iterator[tuple[SglangSettings, SpeculativeDecodingSpec 
             schedule_policy="lpm" if prefix else "fcfs",
             disable_radix_cache=not prefix,
             page_size=SGLANG_PAGE_SIZE,
+            stream_interval=tp * 3 - 2,  # 1 (every token alone), 4, 10, 22
         )
         yield settings, spec
 

@@ -99,6 +99,7 @@ def test_prod_llama_70b_on_p5_flags() -> None:
         "--block-size", "16",  # the gateway's prefix-index block (sizing's VllmSettings.block_size)
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
+        "--stream-interval", "4",  # floor(100 ms / the 20.66 ms decode step sizing plans at 24 sequences)
         # The decode role pulls prompts' KV from the prefill role (NIXL over EFA); its host KV tier (host_kv_cache:
         # the replica's 984,637 MiB share of the p5 less 16 GiB of /dev/shm and 4 + 4 x 6 GiB for the engine's
         # processes, in whole GiB) rides beside it in vLLM's MultiConnector, as --kv-offloading-size would replace
@@ -125,6 +126,7 @@ def test_prod_llama_70b_prefill_role_flags() -> None:
         "--block-size", "16",
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
+        "--stream-interval", "4",
         "--kv-transfer-config", _multi_connector("kv_producer"),
         *_tail(300),
     ]  # fmt: skip
@@ -163,6 +165,7 @@ def test_dev_llama_8b_on_l4_flags() -> None:
         "--block-size", "16",
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
+        "--stream-interval", "1",  # a 76 ms step: every token alone
         *_tail(300),
     ]  # fmt: skip
 
@@ -184,6 +187,7 @@ def test_staging_qwen_on_tpu_flags_image_and_placement() -> None:
         # no --block-size: vLLM's TPU backend pages its cache with a size of its own
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
+        "--stream-interval", "12",  # a 7.83 ms step
         *_tail(65),
     ]  # fmt: skip
     assert vllm["image"] == VLLM_TPU_IMAGE == "vllm/vllm-tpu:v0.32.0"
@@ -219,6 +223,7 @@ def test_awq_and_fp8_flags_with_speculative_decoding() -> None:
         "--quantization", "awq",
         "--no-enable-prefix-caching",
         "--enable-chunked-prefill",
+        "--stream-interval", "3",  # a 25.85 ms step
         "--speculative-config", '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}',
         *_tail(300),
     ]  # fmt: skip
@@ -237,6 +242,7 @@ def test_awq_and_fp8_flags_with_speculative_decoding() -> None:
         "--quantization", "fp8",
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
+        "--stream-interval", "8",  # a 12.49 ms step
         "--speculative-config",
         '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.3-Instruct-70B","num_speculative_tokens":3}',
         *_tail(300),
@@ -535,6 +541,7 @@ def test_the_kv_transfer_config_is_nixl_and_accepted_by_the_pinned_vllm(role: An
     quantization=st.sampled_from([None, "fp8", "awq"]),
     prefix=st.booleans(),
     chunked=st.booleans(),
+    interval=st.integers(min_value=1, max_value=64),
     speculative=st.sampled_from(
         [
             None,
@@ -556,6 +563,7 @@ def test_every_settings_combination_renders_accepted_flags(  # noqa: PLR0917 - o
     quantization: Any,
     prefix: bool,
     chunked: bool,
+    interval: int,
     speculative: SpeculativeDecodingSpec | None,
 ) -> None:
     cli = vllm_cli.load(vllm_definitions())
@@ -571,6 +579,7 @@ def test_every_settings_combination_renders_accepted_flags(  # noqa: PLR0917 - o
         enable_prefix_caching=prefix,
         enable_chunked_prefill=chunked,
         block_size=16,
+        stream_interval=interval,
     )
     args = vllm_args(
         settings_, model="org/m", served_model_name="m", speculative=speculative, shutdown_timeout_seconds=30
