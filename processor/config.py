@@ -230,6 +230,12 @@ class ProcessorConfig(_Config):
     chat_message_overhead_tokens: int = Field(
         default=8, ge=0, description="Tokens a chat template adds per message (role markers), counted on top."
     )
+    tokenized_text_cache_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Memory a worker keeps the token ids of long prompt texts in (system prompts, earlier turns: "
+        "clients resend them with every request), least recently used out; 0: every prompt is tokenized whole.",
+    )
     inject_stream_usage: bool = Field(
         default=True,
         description="Add ``stream_options.include_usage`` to streamed requests so the final chunk carries usage.",

@@ -371,7 +371,9 @@ class Processor:
         self.metrics = Metrics(registry)
         self.stages = StageClock()
         self.budgets = SharedBudgets(redis, config.redis_key_prefix, self._redis_error)
-        self.tokens = TokenCounter({model.name: model.tokenizer_path for model in config.models})
+        self.tokens = TokenCounter(
+            {model.name: model.tokenizer_path for model in config.models}, config.tokenized_text_cache_bytes
+        )
         self._slots_redis = slots_redis  # closed here; ``redis`` belongs to the budgets
         self.slots = SlotStore(
             slots_redis or redis,

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+from array import array
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,81 @@ from inferplane.processor.prefix_index import MESSAGE_SEPARATOR
 log = logging.getLogger(__name__)
 
 ESTIMATE_BYTES_PER_TOKEN = 3
+CACHED_TEXT_MIN_CHARS = 1024
+"""Texts at least this long keep their token ids (:class:`TokenizedTexts`): system prompts, few-shot preambles and a
+conversation's earlier turns, which clients resend whole with every request and which are most of a long prompt's
+tokens. Shorter ones cost little to tokenize again (0.06 ms for 200 tokens) and would only churn the cache."""
+ENTRY_OVERHEAD_BYTES = 200
+"""What an entry costs beyond its text and ids: the ``OrderedDict`` slot, the key tuple and the array header."""
+SEEN_TEXTS = 16_384
+"""Long texts remembered as seen once (by hash, about 100 bytes each): a text's ids are kept the second time it is
+tokenized, so a question asked once (most user turns) never takes a slot a shared system prompt could use."""
+
+
+class TokenizedTexts:
+    """The token ids of long texts tokenized more than once, per model, least recently used out past
+    ``budget_bytes``.
+
+    Each text of a prompt is tokenized alone (:meth:`TokenCounter.encode`), so a text's ids do not depend on the
+    others and a kept entry is exactly what tokenizing it again would give. A hit costs hashing the text (once per
+    string object) and comparing it with the kept one; ids are kept as 32-bit arrays (4 bytes a token, against 36
+    for a list of Python ints)."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self.used_bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[tuple[str, str], array[int]] = OrderedDict()
+        self._seen: OrderedDict[int, None] = OrderedDict()
+
+    def get(self, model: str, text: str) -> array[int] | None:
+        """The kept ids of ``text`` for ``model`` (now the most recently used), or None."""
+        if self.budget_bytes <= 0 or len(text) < CACHED_TEXT_MIN_CHARS:
+            return None
+        key = (model, text)
+        ids = self._entries.get(key)
+        if ids is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return ids
+
+    def put(self, model: str, text: str, ids: list[int]) -> None:
+        """Keep ``ids`` for a long enough ``text`` tokenized before (:data:`SEEN_TEXTS`); the least recently used
+        entries leave to make room."""
+        if self.budget_bytes <= 0 or len(text) < CACHED_TEXT_MIN_CHARS:
+            return
+        key = (model, text)
+        if key in self._entries or not self._seen_before(hash(key)):
+            return
+        kept = array("i", ids)
+        cost = _entry_bytes(text, kept)
+        if cost > self.budget_bytes:
+            return
+        self._entries[key] = kept
+        self.used_bytes += cost
+        while self.used_bytes > self.budget_bytes:
+            (_, old_text), old_ids = self._entries.popitem(last=False)
+            self.used_bytes -= _entry_bytes(old_text, old_ids)
+
+    def _seen_before(self, digest: int) -> bool:
+        """Whether a text of this hash was tokenized before; remembers it if not (the oldest forgotten first)."""
+        if digest in self._seen:
+            del self._seen[digest]
+            return True
+        self._seen[digest] = None
+        if len(self._seen) > SEEN_TEXTS:
+            self._seen.popitem(last=False)
+        return False
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _entry_bytes(text: str, ids: array[int]) -> int:
+    return sys.getsizeof(text) + ids.itemsize * len(ids) + ENTRY_OVERHEAD_BYTES
 
 
 def _text_parts(content: Any) -> list[str]:
@@ -59,9 +137,10 @@ def prompt_texts(body: Mapping[str, Any]) -> tuple[list[str], int]:
 class TokenCounter:
     """Counts prompt tokens per model; tokenizers load once, on first use."""
 
-    def __init__(self, paths: Mapping[str, str | None]) -> None:
+    def __init__(self, paths: Mapping[str, str | None], cache_bytes: int = 0) -> None:
         self._paths = dict(paths)
         self._loaded: dict[str, Tokenizer | None] = {}
+        self.cache = TokenizedTexts(cache_bytes)
 
     def tokenizer(self, model: str) -> Tokenizer | None:
         """The model's tokenizer, or None when its file is missing or unreadable."""
@@ -101,9 +180,16 @@ class TokenCounter:
         # reads. CPU per call, a word-level tokenizer on this machine (benchmarks/gateway_cpu.py, issue 33): one
         # 6,000-token text 2.75 -> 1.67 ms, one of 200 tokens 0.105 -> 0.059 ms, four of 3,000 5.57 -> 3.47 ms (over
         # encode() one by one); two texts of 20 tokens 0.030 -> 0.044 ms, the one case it loses.
-        encoded = [e.ids for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+        parts: list[array[int] | list[int] | None] = [self.cache.get(model, text) for text in texts]
+        missing = [i for i, part in enumerate(parts) if part is None]
+        if missing:
+            fresh = tokenizer.encode_batch_fast([texts[i] for i in missing], add_special_tokens=False)
+            for i, encoding in zip(missing, fresh, strict=True):
+                parts[i] = encoding.ids
+                self.cache.put(model, texts[i], encoding.ids)
         ids: list[int] = []
-        for part in encoded:
+        for part in parts:
+            assert part is not None
             ids.extend(part)
             ids.append(MESSAGE_SEPARATOR)
-        return len(ids) - len(encoded) + overhead, True, ids
+        return len(ids) - len(parts) + overhead, True, ids

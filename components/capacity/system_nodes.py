@@ -74,19 +74,22 @@ that many."""
 ENVOY_CPU_MILLICORES = 1000
 ENVOY_MEMORY_MIB = 512
 """Envoy: one CPU for two workers (CPU not capped: no CFS throttling of a latency-critical proxy): measured beside the
-processor (:data:`PROCESSOR_CPU_MILLICORES_PER_WORKER`) at 1.0-1.1 ms a request for 200 x 64 and 6,000 x 64, 3-4 ms for
-6,000 x 512, a quarter to a third of the processor's, so two workers' full load is 0.5-0.7 of its core. Memory covers
+processor (:data:`PROCESSOR_CPU_MILLICORES_PER_WORKER`) at 5-6 ms a paced 64-token stream at 4 tokens a chunk (10-11 ms
+at a token a chunk), about half the processor's, so two workers' full load is about one core. Memory covers
 the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by default) for
 about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline. Request and limit."""
 
 PROCESSOR_CPU_MILLICORES_PER_WORKER = 1000
 """One asyncio loop per worker, so one core at most; CPU not capped. Its CPU per request, measured with a stub engine
-at 32 concurrent requests (``benchmarks/gateway_cpu.py``, 2026-12-04, docs/gateway.md "CPU per request"): 2.15 ms
-for a 200-token prompt streamed 64 tokens, 4.35 ms for 6,000 x 64, 11.1 ms for 6,000 x 512 (the prompt's tokenization
-and a message per streamed chunk), so a worker carries about 460, 230 and 90 new requests/s of those shapes."""
+at 32 concurrent requests (``benchmarks/gateway_cpu.py``, docs/gateway.md "CPU per request"): a stream paced as a
+GPU decodes (a token every 20 ms) costs a message per chunk, so with prod's 4 tokens a chunk (sizing's
+``--stream-interval``) a 64-token answer is 20 messages, and 6,000 x 64 on shared system prompts 10-14 ms, 200 x 64
+9-11 ms (2026-12-05; at a token a chunk 21-24 ms); a worker then carries 70-100 new requests/s of those shapes. The
+same machine measured 2-4x less the day before, so these are bounds from a slow day, not a constant."""
 PROCESSOR_MEMORY_MIB_PER_WORKER = 768
 """One processor worker's memory: the Python runtime, gRPC, one Hugging Face tokenizer per model (tens of MiB
-each) and the prefix index (at most :data:`PREFIX_INDEX_MIB_PER_WORKER`). Request and limit."""
+each), the prefix index (at most :data:`PREFIX_INDEX_MIB_PER_WORKER`) and the tokenized texts (at most
+:data:`TOKENIZED_TEXT_CACHE_MIB_PER_WORKER`). Request and limit."""
 
 PREFIX_INDEX_BYTES_PER_BLOCK = 150
 """What the processor's prefix index keeps per block it remembers for a replica: an ``OrderedDict`` slot and its int
@@ -98,6 +101,10 @@ blocks. Without it a host KV tier (hundreds of GiB a replica, hundreds of thousa
 would outgrow the worker; past it the index forgets a replica's oldest blocks first, which costs affinity on those
 prefixes, never correctness."""
 PREFIX_INDEX_BLOCKS_PER_WORKER = PREFIX_INDEX_MIB_PER_WORKER * 2**20 // PREFIX_INDEX_BYTES_PER_BLOCK
+TOKENIZED_TEXT_CACHE_MIB_PER_WORKER = 64
+"""The token ids of long prompt texts a worker keeps within its memory (``ProcessorConfig.tokenized_text_cache_bytes``):
+about 1,200 texts of 6,000 tokens (a 30 KB text and 24 KB of ids each), so a shared preamble or a conversation's
+earlier turns are tokenized once, not with every request."""
 
 TOKENIZER_FETCH_CPU_MILLICORES = 250
 TOKENIZER_FETCH_MEMORY_MIB = 256

@@ -41,7 +41,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing
-from inferplane.components.capacity.system_nodes import PREFIX_INDEX_BLOCKS_PER_WORKER, SCALE_OUT_FACTOR
+from inferplane.components.capacity.system_nodes import (
+    PREFIX_INDEX_BLOCKS_PER_WORKER,
+    SCALE_OUT_FACTOR,
+    TOKENIZED_TEXT_CACHE_MIB_PER_WORKER,
+)
 from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway.cache_renderer import render_cache_config
 from inferplane.components.observability.metrics import (
@@ -495,6 +499,7 @@ def processor_config(
         redis_url_file=f"{REDIS_URL_DIR}/{REDIS_URL_KEY}",
         redis_url_env=REDIS_URL_ENV,
         redis_ca_file=REDIS_CA_PATHS[cluster],
+        tokenized_text_cache_bytes=TOKENIZED_TEXT_CACHE_MIB_PER_WORKER * 2**20,
         models=tuple(models),
         tiers=tiers,
         tenants=tuple(tenants),

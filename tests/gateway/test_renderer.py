@@ -428,6 +428,8 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
     spec = stack_spec("prod")
     plan = size_platform(spec)
     config = ProcessorConfig.model_validate_json(_rendered("prod", "eks", tmp_path).processor_json)
+    # Each worker keeps long prompt texts' token ids within the share of its memory sizing gives them.
+    assert config.tokenized_text_cache_bytes == 64 * 2**20
     for deployment, sizing in zip(spec.models, plan.deployments, strict=True):
         model = config.model(deployment.name)
         assert model is not None
