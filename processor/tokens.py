@@ -3,6 +3,8 @@
 A model whose tokenizer file is missing falls back to an estimate (one token per three UTF-8 bytes, which
 over-counts for English text with Llama-family vocabularies) and the processor counts a ``tokenizer`` error, so
 context admission errs on the side of rejecting early rather than letting an over-long prompt reach the engine.
+Texts a worker tokenizes again (a shared system prompt, a conversation's earlier turns) are answered from
+:class:`TokenizedTexts`.
 """
 
 from __future__ import annotations
