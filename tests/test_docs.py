@@ -513,7 +513,7 @@ def test_an_unknown_flag_a_bad_value_and_a_missing_target_are_found(tmp_path: Pa
         "README.md:10: `inferplane size --gpus two`",
         "README.md:20: `inferplane preview --bogus`: inferplane preview has no option --bogus",
         "README.md:20: `inferplane deploy`: inferplane has no subcommand 'deploy' (it has "
-        "['cache', 'gateway', 'plan', 'preflight', 'preview', 'schema', 'simulate', 'size'])",
+        "['cache', 'gateway', 'plan', 'preflight', 'preview', 'route', 'schema', 'simulate', 'size'])",
         "README.md:20: `make release`: no Makefile target ['release']",
     ]
     assert "unrecognized arguments: --no-such-flag" in problems[1]

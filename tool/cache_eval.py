@@ -191,7 +191,7 @@ def score(pairs: Sequence[Pair], cache: CacheSpec) -> list[Scored]:
     diffs = [difference(p.a, p.b) for p in pairs]
     words = sorted(set().union(*(d.to_embed for d in diffs)))
     texts = sorted({p.a for p in pairs} | {p.b for p in pairs})  # each prompt once: generated sets repeat a side
-    vectors = dict(zip(texts + words, _embed(texts + words, cache), strict=True))
+    vectors = dict(zip(texts + words, embed_texts(texts + words, cache), strict=True))
     bounds = {**CacheConfig().model_dump(include={"word_similarity", "inflection_similarity"}), **word_bounds(cache)}
     scored: list[Scored] = []
     for pair, diff in zip(pairs, diffs, strict=True):
@@ -206,7 +206,9 @@ def embedder_name(cache: CacheSpec) -> str:
     return "wordllama" if cache.embedder.kind == "wordllama" else f"endpoint {cache.embedder.url}"
 
 
-def _embed(texts: list[str], cache: CacheSpec) -> list[Any]:
+def embed_texts(texts: list[str], cache: CacheSpec) -> list[Any]:
+    """The unit vectors of ``texts`` from ``cache``'s embedder (an endpoint in batches); raises
+    :class:`EmbedderFailedError` naming the embedder."""
     config = embedder_config(cache)
     try:
         if isinstance(config, EndpointEmbedderConfig):

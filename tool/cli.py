@@ -54,6 +54,7 @@ from inferplane.tool.preflight import (
     report_json,
     run_preflight,
 )
+from inferplane.tool.route_eval import add_route_commands
 from inferplane.tool.simulate.arguments import add_simulate_command
 from inferplane.tool.sizing_report import render_platform, render_result
 from inferplane.tool.stackfile import InvalidSpecError, StackFileError, find_project_dir, load_stack, printable
@@ -268,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_preflight_parser(sub)
     _add_schema_parser(sub)
     add_cache_commands(sub)
+    add_route_commands(sub)
     add_gateway_commands(sub)
     add_simulate_command(sub)
     return parser
@@ -383,7 +385,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     An empty ``--project-dir ''`` or ``--pairs ''`` would otherwise read as "not given" and fall back to a default,
     and a control character in any argument (``--region``) would reach the terminal wherever the value is shown.
     """
-    names = ("command", "cache_command", "gateway_command")
+    names = ("command", "cache_command", "route_command", "gateway_command")
     command = " ".join(str(getattr(args, name)) for name in names if getattr(args, name, None))
     for name, value in vars(args).items():
         flag = "--" + name.replace("_", "-")
