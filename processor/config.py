@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from inferplane.processor.cache.config import CacheConfig
+from inferplane.processor.cache.config import CacheConfig, EmbedderConfig
 from inferplane.processor.cache.request import CACHE_HEADER
 
 ATTRIBUTES_NAMESPACE = "envoy.filters.http.ext_proc"
@@ -23,6 +23,12 @@ METHOD_ATTRIBUTE = "request.method"
 METADATA_NAMESPACE = "inferplane"
 """Dynamic metadata namespace the gateway's filters share: ``model`` (json_to_metadata, routing) and what the
 processor reports back (``cache_result``); Envoy accepts the processor's metadata in this namespace only."""
+ROUTE_METADATA_KEY = "route"
+"""A difficulty-routed tier's decision on a forwarded request (``strong``, ``cheap`` or ``unscored``); the model
+routes echo it as the response's ``x-inferplane-route``."""
+ROUTE_HEADER = "x-inferplane-route"
+"""Response header: which of a difficulty-routed tier's models the prompt was sent to, and why (see
+:data:`ROUTE_METADATA_KEY`)."""
 CACHE_RESULT_METADATA_KEY = "cache_result"
 """The response cache's verdict on a forwarded request (``miss`` or ``bypass``); the model routes echo it as the
 response's ``x-inferplane-cache`` (response headers do not pass through the processor)."""
@@ -166,12 +172,34 @@ class ModelConfig(_Config):
     )
 
 
+class DifficultyRouteConfig(_Config):
+    """A tier's routing by prompt difficulty (:mod:`inferplane.processor.difficulty`)."""
+
+    cheap: str = Field(description="Model answering prompts scored below ``threshold``.")
+    strong: str = Field(description="Model answering prompts scored at or above ``threshold`` (and unscored ones).")
+    threshold: float = Field(ge=-1.0, le=1.0, description="Least score sent to ``strong``.")
+    neighbours: int = Field(ge=1, le=1000, description="Nearest examples a score averages.")
+    examples_file: str = Field(description="The labelled examples (JSON lines), mounted beside this config.")
+    embedder: EmbedderConfig = Field(description="What embeds prompts and examples: the response cache's embedder.")
+
+
 class TierConfig(_Config):
     """A routing tier: a name clients may ask for instead of a model, and the models behind it."""
 
     name: str = Field(description="Tier name; a request's ``model`` may name it.")
     models: tuple[str, ...] = Field(min_length=1, description="Models serving the tier, preferred first.")
     fallback: tuple[str, ...] = Field(default=(), description="Models Envoy retries when the primary fails.")
+    route: DifficultyRouteConfig | None = Field(
+        default=None, description="Pick between two of ``models`` by the prompt's difficulty; None: the first answers."
+    )
+
+    @model_validator(mode="after")
+    def _route_models(self) -> TierConfig:
+        if self.route is not None:
+            outside = [m for m in (self.route.cheap, self.route.strong) if m not in self.models]
+            if outside:
+                raise ValueError(f"tier {self.name!r} routes to {', '.join(outside)}, not among its models")
+        return self
 
 
 class TenantConfig(_Config):

@@ -42,19 +42,25 @@ from redis.backoff import NoBackoff
 from inferplane.processor import metrics as m
 from inferplane.processor.admission import Hold, ModelGate
 from inferplane.processor.budgets import SharedBudgets, Verdict
+from inferplane.processor.cache.embedders import Embedder, Vector
 from inferplane.processor.cache.metrics import CacheMetrics
+from inferplane.processor.cache.request import last_user_text
 from inferplane.processor.cache.stage import CacheStage, Pending
 from inferplane.processor.cache.store import Lookup, ResponseCache, connect
 from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
     DESTINATION_ENDPOINT_KEY,
     LB_METADATA_NAMESPACE,
+    METADATA_NAMESPACE,
     METHOD_ATTRIBUTE,
     PATH_ATTRIBUTE,
+    ROUTE_HEADER,
+    ROUTE_METADATA_KEY,
     ModelConfig,
     ProcessorConfig,
     TenantConfig,
 )
+from inferplane.processor.difficulty_stage import DifficultyStage, Routed, embedder_key
 from inferplane.processor.endpoints import Endpoint, EndpointTable
 from inferplane.processor.prefill import KV_TRANSFER_PARAMS, PrefillCall, PrefillStage
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, model_seed, token_blocks
@@ -130,6 +136,8 @@ class _Stream:
     accounted: bool = False
     cache_lookup: Lookup | None = None
     cache_pending: Pending | None = None
+    routed: Routed | None = None
+    """A difficulty-routed tier's decision, when the request asked for one."""
 
 
 @dataclass
@@ -276,13 +284,7 @@ class Metrics:
         self.cpu_seconds = Counter(
             _bare(m.PROCESSOR_CPU_SECONDS_TOTAL), "CPU the processor's workers have used.", registry=registry
         )
-        self.prefills = Counter(
-            _bare(m.PREFILL_TOTAL),
-            "Requests of disaggregated models by what became of their prefill step.",
-            [m.MODEL_LABEL, m.OUTCOME_LABEL],
-            registry=registry,
-        )
-        self.prefill = functools.cache(self.prefills.labels)
+        self._stage_series(registry)
         self.stage_cpu_seconds = Counter(
             _bare(m.PROCESSOR_STAGE_CPU_SECONDS_TOTAL),
             "CPU the processor's workers spent in each synchronous stage of the request path.",
@@ -297,6 +299,22 @@ class Metrics:
         self.request = functools.cache(self.requests.labels)
         self.token = functools.cache(self.tokens.labels)
         self.queued = functools.cache(self.queue_seconds.labels)
+
+    def _stage_series(self, registry: CollectorRegistry) -> None:
+        """The series of the stages some tiers use: disaggregated models' prefill steps, difficulty routes."""
+        self.prefills = Counter(
+            _bare(m.PREFILL_TOTAL),
+            "Requests of disaggregated models by what became of their prefill step.",
+            [m.MODEL_LABEL, m.OUTCOME_LABEL],
+            registry=registry,
+        )
+        self.prefill = functools.cache(self.prefills.labels)
+        self.difficulty_routes = Counter(
+            _bare(m.DIFFICULTY_ROUTES_TOTAL),
+            "Requests for difficulty-routed tiers by decision.",
+            [m.TIER_LABEL, m.DECISION_LABEL],
+            registry=registry,
+        )
 
     def _routing_series(self, registry: CollectorRegistry) -> None:
         """The replica router's series: decisions, the prefix index's estimate, replicas and their load."""
@@ -411,6 +429,7 @@ class Processor:
             self.metrics.inflight.labels(model.name).set(0)
         self._tenants = {t.name: t for t in config.tenants}
         self._header_attributes = config.header_attributes()
+        self.difficulty = self._difficulty_stage(config, cache)
         self.prefill_stage = (
             PrefillStage(
                 self._place_prefill, self._unplace, lambda model, outcome: self.metrics.prefill(model, outcome).inc()
@@ -418,6 +437,16 @@ class Processor:
             if any(model.prefill is not None for model in config.models)
             else None
         )
+
+    def _difficulty_stage(self, config: ProcessorConfig, cache: CacheStage | None) -> DifficultyStage | None:
+        """The stage of the tiers routed by difficulty (None without one), sharing the response cache's embedder."""
+        if not any(tier.route is not None for tier in config.tiers):
+            return None
+        shared: dict[str, Embedder] = {}
+        if cache is not None and cache.cache.embedder is not None and config.cache is not None:
+            shared[embedder_key(config.cache.embedder)] = cache.cache.embedder
+        counted = functools.cache(self.metrics.difficulty_routes.labels)
+        return DifficultyStage(config.tiers, shared, lambda tier, outcome: counted(tier, outcome).inc())
 
     @classmethod
     def from_environment(cls, config: ProcessorConfig, registry: CollectorRegistry, worker: int = 0) -> Processor:
@@ -488,6 +517,8 @@ class Processor:
             self._tasks.append(asyncio.ensure_future(table.run(self._replicas_lost(name))))
         self._tasks.append(asyncio.ensure_future(self.slots.heartbeat(tuple(self.tables))))
         self._tasks.append(asyncio.ensure_future(self._count_cpu()))
+        if self.difficulty is not None:
+            await self.difficulty.start()
 
     async def _count_cpu(self) -> None:
         """Add this worker's CPU to :attr:`Metrics.cpu_seconds` every :data:`CPU_COUNT_SECONDS` (once a second
@@ -506,6 +537,8 @@ class Processor:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.difficulty is not None:
+            await self.difficulty.aclose()
         await self.slots.drain()
         if self.prefill_stage is not None:
             await self.prefill_stage.aclose()
@@ -687,8 +720,12 @@ class Processor:
         started = stages.read()
         stream.tenant = tenant = self._tenant(stream.headers)
         body = _json_object(raw)
-        stream.model, stream.tier = self._resolve(_asked_model(body), tenant)
+        asked = _asked_model(body)
+        stream.model, stream.tier = self._resolve(asked, tenant)
         started = stages.add("parse", started)
+        if self.difficulty is not None and asked == stream.tier and self.difficulty.routes_tier(asked):
+            stream.model = await self._route_by_difficulty(stream, body)
+            started = stages.add("difficulty", started)
         prompt, ids, texts = self._count_prompt(stream.model, body)
         started = stages.add("tokenize", started)
         stream.model = model = self._fit_context(body, stream.model, prompt, tenant)
@@ -701,13 +738,19 @@ class Processor:
         self._reserve(stream, verdict, budget, prompt)
         if self.cache is not None:
             body["model"] = model.name  # the key names the deployment that answers, whatever tier was asked
+            routed = stream.routed
             stream.cache_lookup = lookup = await self.cache.lookup(
-                stream.path, body, tenant=tenant.name, tier=stream.tier, headers=stream.headers
+                stream.path,
+                body,
+                tenant=tenant.name,
+                tier=stream.tier,
+                headers=stream.headers,
+                embedded=self._shared(routed),
             )
             if lookup is not None and lookup.hit is not None:
                 self._unreserve(stream, tenant)  # a cached answer spends no model tokens
                 self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
-                return self.cache.reply(lookup)
+                return self.cache.reply(lookup, {ROUTE_HEADER: routed.outcome} if routed else {})
             stream.cache_pending = self.cache.pending_for(lookup)
         await self._take_slot(stream, model, tenant, hashes, prompt)
         await self._prefill(stream, model, body, hashes, prompt)
@@ -716,8 +759,29 @@ class Processor:
         forwarded = self._forward(stream, body, model)
         if self.cache is not None:
             forwarded = self.cache.tag(forwarded, stream.cache_lookup)
+        if stream.routed is not None:
+            # Beside the cache's verdict in the same namespace: the model routes echo it as x-inferplane-route.
+            forwarded.dynamic_metadata.get_or_create_struct(METADATA_NAMESPACE)[ROUTE_METADATA_KEY] = (
+                stream.routed.outcome
+            )
         stages.add("forward", started)
         return forwarded
+
+    def _shared(self, routed: Routed | None) -> tuple[str, Vector] | None:
+        """A routed prompt's text and vector, for the response cache when its embedder made it (one embedding)."""
+        if routed is None or routed.text is None or routed.vector is None or self.config.cache is None:
+            return None
+        if routed.embedder != embedder_key(self.config.cache.embedder):
+            return None
+        return routed.text, routed.vector
+
+    async def _route_by_difficulty(self, stream: _Stream, body: Mapping[str, Any]) -> ModelConfig:
+        """The model of a difficulty-routed tier that answers this prompt (its last user message's score)."""
+        assert self.difficulty is not None
+        stream.routed = routed = await self.difficulty.decide(stream.tier, last_user_text(stream.path, body))
+        model = self.config.model(routed.model)
+        assert model is not None  # ProcessorConfig checks that a route's models are its tier's
+        return model
 
     def _count_prompt(self, model: ModelConfig, body: Mapping[str, Any]) -> tuple[int, list[int] | None, list[str]]:
         """The prompt's tokens with ``model``'s tokenizer (an estimate, counted as an error, without one), their ids

@@ -37,10 +37,11 @@ PROCESSOR_STAGE_CPU_SECONDS_TOTAL: Final = f"{NAMESPACE}_processor_stage_cpu_sec
 """Counter: CPU the processor's workers spent in each synchronous stage of the request path, by ``stage`` (one of
 :data:`CPU_STAGES`); over the requests counter, each stage's CPU per request. What the stages leave of
 :data:`PROCESSOR_CPU_SECONDS_TOTAL` is the event loop, gRPC, the Redis clients and watching the replicas."""
-CPU_STAGES: Final = ("parse", "tokenize", "context", "route", "forward", "response", "account")
-"""The measured stages: ``parse`` the key, the body and the model; ``tokenize`` the prompt; ``context`` fitting it
-and its output in a model's context; ``route`` the prefix hashes and the replicas' ranking; ``forward`` the body sent
-on; ``response`` each response chunk (the usage scan and the cache's copy); ``account`` the tokens counted."""
+CPU_STAGES: Final = ("parse", "difficulty", "tokenize", "context", "route", "forward", "response", "account")
+"""The measured stages: ``parse`` the key, the body and the model; ``difficulty`` a difficulty-routed tier's decision
+(the embedding too where the embedder runs in process); ``tokenize`` the prompt; ``context`` fitting it and its output
+in a model's context; ``route`` the prefix hashes and the replicas' ranking; ``forward`` the body sent on;
+``response`` each response chunk (the usage scan and the cache's copy); ``account`` the tokens counted."""
 
 ROUTING_DECISIONS_TOTAL: Final = f"{NAMESPACE}_routing_decisions_total"
 """Counter: replica picks by ``model`` and ``reason`` (one of :data:`RoutingReason`)."""
@@ -64,7 +65,13 @@ PREFILL_TOTAL: Final = f"{NAMESPACE}_prefill_total"
 """Counter: requests of a disaggregated model by what became of their prefill step, by ``model`` and ``outcome`` (one
 of :data:`PrefillOutcome`)."""
 
+DIFFICULTY_ROUTES_TOTAL: Final = f"{NAMESPACE}_difficulty_routes_total"
+"""Counter: requests for a difficulty-routed tier by ``tier`` and ``decision`` (``strong``, ``cheap``, or
+``unscored``: sent to the strong model because the prompt could not be scored); strong over all is the tier's share of
+strong-model calls, what ``inferplane route eval`` calibrates its threshold for."""
+
 MODEL_LABEL: Final = "model"
+DECISION_LABEL: Final = "decision"
 TIER_LABEL: Final = "tier"
 TENANT_LABEL: Final = "tenant"
 REASON_LABEL: Final = "reason"

@@ -438,12 +438,17 @@ def start_gateway(
     addresses: gc.GatewayAddresses,
     redis_url: str,
     processor_patch: Callable[[dict[str, Any]], None] | None = None,
+    route_examples: Mapping[str, str] | None = None,
 ) -> Gateway:
     """Render the config for ``addresses`` and start the processor and Envoy with it (``processor_patch`` edits the
-    processor's config first: a test that breaks one part on purpose)."""
-    rendered = gc.render_gateway(spec, plan, "eks", addresses)
+    processor's config first: a test that breaks one part on purpose; ``route_examples``: the difficulty-routed
+    tiers' examples, written beside the config as the ConfigMap mounts them)."""
     config_dir = procs.directory / name
     config_dir.mkdir(parents=True, exist_ok=True)
+    addresses = addresses.model_copy(update={"config_dir": str(config_dir)})
+    rendered = gc.render_gateway(spec, plan, "eks", addresses, route_examples)
+    for file_name, text in rendered.route_examples.items():
+        (config_dir / file_name).write_text(text, encoding="utf-8")
     (config_dir / gc.ENVOY_CONFIG_FILE).write_text(rendered.envoy_yaml)
     processor_config = json.loads(rendered.processor_json)
     if processor_patch is not None:

@@ -206,6 +206,25 @@ PROD = "stacks/Pulumi.prod.yaml"
 STAGING = "stacks/Pulumi.staging.yaml"
 P = "inferplane:platform"
 SIZE = ("size", "--stack", "dev")
+AUTO_TIER = {
+    "name": "auto",
+    "models": ["llama-70b", "llama-8b"],
+    "route": {
+        "by": "difficulty",
+        "cheap": "llama-8b",
+        "strong": "llama-70b",
+        "examples": "routes/auto.jsonl",
+        "threshold": 0.1,
+    },
+}
+"""A tier of prod's two models routed by difficulty, its examples in ``routes/auto.jsonl`` of the project."""
+
+
+def _write_route(project: Path, text: str) -> None:
+    (project / "routes").mkdir(exist_ok=True)
+    (project / "routes" / "auto.jsonl").write_text(text, encoding="utf-8")
+
+
 PREVIEW = ("preview", "--stack", "dev")
 PREFLIGHT = ("preflight", "--stack", "dev")
 MODEL_8B = ("size", "--model", "llama-3.1-8b", "--accelerator", "l4-24gb")
@@ -300,6 +319,13 @@ CASES: tuple[Case, ...] = (
     Case("gke-type-as-system-instance-type", "validation", SIZE, EXIT_INVALID,
          (DEV, f"{P}.cluster.system_instance_type: 'e2-standard.8' is not an EKS system node type"),
          edit=_set("cluster.system_instance_type", "e2-standard.8")),
+    Case("route-examples-missing", "validation", ("preview", "--stack", "prod"), EXIT_INVALID,
+         (PROD, f"{P}.gateway.tiers[2].route.examples: ", "routes/auto.jsonl: No such file or directory"),
+         stack="prod", edit=lambda d: _platform_of(d)["gateway"]["tiers"].append(AUTO_TIER)),
+    Case("route-examples-bad-line", "validation", ("size", "--stack", "prod"), EXIT_INVALID,
+         (PROD, f"{P}.gateway.tiers[2].route.examples: ", "routes/auto.jsonl:1: strong_correct: Field required"),
+         stack="prod", edit=lambda d: _platform_of(d)["gateway"]["tiers"].append(AUTO_TIER),
+         setup=lambda project, _: _write_route(project, '{"prompt": "p", "cheap_correct": true}\n')),
     Case("prod-single-cache-node", "validation", ("size", "--stack", "prod"), EXIT_INVALID,
          (PROD, f"{P}.cache.replicas: prod needs at least 2 cache nodes"), stack="prod",
          edit=_set("cache.replicas", 1)),

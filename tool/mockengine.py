@@ -22,6 +22,7 @@ import pulumi
 from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
+from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.settings import reset_options, set_root_resource
 from pulumi.runtime.stack import run_in_stack
@@ -146,10 +147,13 @@ def evaluate(
     config: Mapping[str, Any] | None = None,
     secret_keys: tuple[str, ...] = (),
     preview: bool = True,
+    root_directory: str | None = None,
 ) -> Evaluation:
     """Run ``program`` under ``mocks`` on a fresh event loop and a reset runtime; return what it registered.
 
-    The runtime is reset before and after, so nothing leaks from one evaluation into the next.
+    ``root_directory``: the project's directory, which ``pulumi.get_root_directory()`` returns to the program as
+    under the CLI (the program reads files the stack names relative to it). The runtime is reset before and after,
+    so nothing leaks from one evaluation into the next.
     """
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -158,6 +162,8 @@ def evaluate(
         reset_options()
         set_all_config({k: _config_value(v) for k, v in (config or {}).items()}, list(secret_keys))
         pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
+        # set_mocks takes no root directory; the CLI hands it to the program through the same settings.
+        pulumi_settings.SETTINGS.root_directory = root_directory
         # set_mocks makes a root stack for tests that build resources directly; the program gets its own, as
         # under the CLI, so its exports land on the stack that run_in_stack finishes.
         set_root_resource(None)  # type: ignore[arg-type]

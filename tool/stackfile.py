@@ -23,6 +23,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node
 
+from inferplane.components.gateway.route_examples import read_route_examples
 from inferplane.components.spec.buildable import validate_platform
 from inferplane.components.spec.platform_spec import PLATFORM_KEY, REGION_KEY, PlatformSpec, SpecError
 from inferplane.tool.files import UnreadableFileError, os_reason, read_regular_file
@@ -420,6 +421,7 @@ def platform_stack(stack: StackConfig) -> Stack:
         )
     try:
         platform = validate_platform(raw, region)
+        read_route_examples(platform, stack.project_dir)  # the files the spec names, checked as the program reads them
     except SpecError as exc:
         raise InvalidSpecError(display, exc) from None
     return Stack(

@@ -454,6 +454,7 @@ def _account_and_config(
         data={
             rendered.envoy_config_file: rendered.envoy_yaml,
             rendered.processor_config_file: rendered.processor_json,
+            **rendered.route_examples,  # the routed tiers' examples, read beside the processor's config
         },
         opts=opts,
     )

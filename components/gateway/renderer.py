@@ -47,7 +47,8 @@ from inferplane.components.capacity.system_nodes import (
     TOKENIZED_TEXT_CACHE_MIB_PER_WORKER,
 )
 from inferplane.components.catalog import get_accelerator
-from inferplane.components.gateway.cache_renderer import render_cache_config
+from inferplane.components.gateway.cache_renderer import embedder_config, render_cache_config
+from inferplane.components.gateway.route_examples import CONFIG_MAP_BYTES, route_examples_file
 from inferplane.components.observability.metrics import (
     SGLANG_QUEUE_REQUESTS,
     SGLANG_RUNNING_REQUESTS,
@@ -63,6 +64,7 @@ from inferplane.components.spec.platform_spec import (
     RESPONSE_CACHE_CLUSTERS,
     ModelDeploymentSpec,
     PlatformSpec,
+    RoutingTierSpec,
     ServingCluster,
     TenantSpec,
     gateway_tiers,
@@ -75,6 +77,9 @@ from inferplane.processor.config import (
     DESTINATION_ENDPOINT_KEY,
     LB_METADATA_NAMESPACE,
     METADATA_NAMESPACE,
+    ROUTE_HEADER,
+    ROUTE_METADATA_KEY,
+    DifficultyRouteConfig,
     LoadSeries,
     MetricSelector,
     ModelConfig,
@@ -199,6 +204,10 @@ class GatewayAddresses(BaseModel):
         description="Base URL of the served embedder's OpenAI API, replacing its in-cluster Service (a local run "
         "serves it itself).",
     )
+    config_dir: str = Field(
+        default=CONFIG_DIR,
+        description="Where the processor finds the files mounted beside its config (the routed tiers' examples).",
+    )
 
 
 class RenderedGateway(BaseModel):
@@ -232,6 +241,11 @@ class RenderedGateway(BaseModel):
     )
     auth_required: bool = Field(description="Whether Envoy requires an API key.")
     tenants: tuple[str, ...] = Field(description="Tenants that get an API key (all of the spec's).")
+    route_examples: Mapping[str, str] = Field(
+        default_factory=dict,
+        description="The difficulty-routed tiers' examples by file name, mounted in ``config_dir`` beside the "
+        "processor's config (:func:`~.route_examples.route_examples_file`).",
+    )
     envoy_image: str = Field(default=ENVOY_IMAGE, description="Envoy's image.")
     processor_image: str = Field(default=PROCESSOR_IMAGE, description="The processor's image.")
 
@@ -365,13 +379,30 @@ def fallback_aliases(spec: PlatformSpec, deployment: str) -> tuple[str, ...]:
     cluster = cluster_of(spec, by_name[deployment])
     on_cluster = {d.name for d in spec.models if cluster_of(spec, d) == cluster}
     aliases: list[str] = []
-    for tier in _cluster_tiers(spec, on_cluster):
+    for tier in _cluster_tiers(spec, on_cluster, GatewayAddresses()):
         if deployment in tier.fallback:
             aliases.extend(m for m in tier.models if m not in aliases)
     return tuple(aliases)
 
 
-def _cluster_tiers(spec: PlatformSpec, on_cluster: set[str]) -> tuple[TierConfig, ...]:
+def _difficulty_route(
+    spec: PlatformSpec, tier: RoutingTierSpec, addresses: GatewayAddresses
+) -> DifficultyRouteConfig | None:
+    """A tier's difficulty route as the processor runs it: scored with the response cache's embedder."""
+    route = tier.route
+    if route is None:
+        return None
+    return DifficultyRouteConfig(
+        cheap=route.cheap,
+        strong=route.strong,
+        threshold=route.threshold,
+        neighbours=route.neighbours,
+        examples_file=f"{addresses.config_dir}/{route_examples_file(tier.name)}",
+        embedder=embedder_config(spec.cache, addresses.embedder_url),
+    )
+
+
+def _cluster_tiers(spec: PlatformSpec, on_cluster: set[str], addresses: GatewayAddresses) -> tuple[TierConfig, ...]:
     """The tiers the gateway of the cluster running ``on_cluster`` serves: each tier with a primary here, with its
     primaries here and all of its fallbacks. A tier whose primaries span clusters is served by each cluster's gateway
     with its own primaries; the spec keeps every fallback on the cluster of every primary of its tier
@@ -388,7 +419,11 @@ def _cluster_tiers(spec: PlatformSpec, on_cluster: set[str]) -> tuple[TierConfig
                 f"tier {tier.name!r}: fallback {', '.join(elsewhere)} runs on another cluster than its primaries "
                 "(check_platform refuses this spec)"
             )
-        tiers.append(TierConfig(name=tier.name, models=models, fallback=tier.fallback))
+        tiers.append(
+            TierConfig(
+                name=tier.name, models=models, fallback=tier.fallback, route=_difficulty_route(spec, tier, addresses)
+            )
+        )
     return tuple(tiers)
 
 
@@ -457,7 +492,7 @@ def processor_config(
     placed = [(d, s) for d, s in zip(spec.models, sizing.deployments, strict=True) if cluster_of(spec, d) == cluster]
     if not placed:
         raise ValueError(f"no model is served on cluster {cluster!r}")
-    tiers = _cluster_tiers(spec, {d.name for d, _ in placed})
+    tiers = _cluster_tiers(spec, {d.name for d, _ in placed}, addresses)
     lengths = {d.name: max_model_len(s) for d, s in placed}
     models = []
     for deployment, deployment_sizing in placed:
@@ -733,6 +768,14 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
         "response_headers_to_add": [
             {
                 "header": {"key": UPSTREAM_HEADER, "value": f"%UPSTREAM_METADATA({METADATA_NAMESPACE}:model)%"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            },
+            {
+                # A difficulty-routed tier's decision (strong, cheap or unscored), reported as dynamic metadata.
+                "header": {
+                    "key": ROUTE_HEADER,
+                    "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{ROUTE_METADATA_KEY})%",
+                },
                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
             },
             {
@@ -1090,15 +1133,40 @@ def envoy_bootstrap(
     }
 
 
+def _mounted_examples(config: ProcessorConfig, route_examples: Mapping[str, str]) -> dict[str, str]:
+    """The examples files of the tiers this gateway routes by difficulty, by file name."""
+    routed = [t.name for t in config.tiers if t.route is not None]
+    unread = [t for t in routed if t not in route_examples]
+    if unread:
+        raise ValueError(
+            f"tier {', '.join(unread)} routes by difficulty but its examples were not read (read_route_examples)"
+        )
+    return {route_examples_file(t): route_examples[t] for t in routed}
+
+
 def render_gateway(
-    spec: PlatformSpec, sizing: PlatformSizing, cluster: Cluster, addresses: GatewayAddresses | None = None
+    spec: PlatformSpec,
+    sizing: PlatformSizing,
+    cluster: Cluster,
+    addresses: GatewayAddresses | None = None,
+    route_examples: Mapping[str, str] | None = None,
 ) -> RenderedGateway:
-    """Everything the gateway on ``cluster`` runs with: the Envoy bootstrap, the processor config and constants."""
+    """Everything the gateway on ``cluster`` runs with: the Envoy bootstrap, the processor config and constants.
+
+    ``route_examples``: the difficulty-routed tiers' examples texts by tier
+    (:func:`~.route_examples.read_route_examples`), needed when a tier on this cluster routes by difficulty."""
     addresses = addresses or GatewayAddresses()
     config = processor_config(spec, sizing, cluster, addresses)
     envoy_yaml = yaml.safe_dump(envoy_bootstrap(config, spec, cluster, addresses), sort_keys=False, width=200)
     processor_json = config.model_dump_json(indent=2)
-    checksum = hashlib.sha256(f"{envoy_yaml}\0{processor_json}".encode()).hexdigest()
+    examples = _mounted_examples(config, route_examples or {})
+    size = sum(len(text.encode()) for text in (envoy_yaml, processor_json, *examples.values()))
+    if size > CONFIG_MAP_BYTES:
+        raise ValueError(
+            f"the gateway's ConfigMap would hold {size} bytes; Kubernetes takes at most {CONFIG_MAP_BYTES}"
+        )
+    files = "\0".join((envoy_yaml, processor_json, *(f"{name}\0{text}" for name, text in sorted(examples.items()))))
+    checksum = hashlib.sha256(files.encode()).hexdigest()
     deployments = {d.name: d for d in spec.serving_deployments}
     return RenderedGateway(
         cluster=cluster,
@@ -1123,6 +1191,7 @@ def render_gateway(
         upstream_hosts={m.name: m.endpoints for m in config.models},
         auth_required=config.auth_required,
         tenants=tuple(t.name for t in spec.gateway.tenants),
+        route_examples=examples,
     )
 
 

@@ -457,6 +457,30 @@ class RateLimitArgs(TypedDict):
     """Prompt + completion tokens per key per minute."""
 
 
+class DifficultyRouteBy(StrEnum):
+    """One of: difficulty."""
+
+    DIFFICULTY = "difficulty"
+    """``difficulty``."""
+
+
+class DifficultyRouteArgs(TypedDict):
+    """Route each prompt asked of a tier to its cheap or its strong model by the prompt's difficulty: the mean gain of its nearest labelled examples, as the gateway's embedder places them (docs/routing.md)."""
+
+    by: DifficultyRouteBy
+    """What decides the model: the prompt's difficulty."""
+    cheap: str
+    """The tier's model that answers prompts scored below ``threshold``."""
+    strong: str
+    """The tier's model that answers prompts scored at or above ``threshold``."""
+    examples: str
+    """JSON lines ``{prompt, cheap_correct, strong_correct}``: prompts labelled with whether each model answered them correctly; a path relative to the project directory (the one with Pulumi.yaml)."""
+    threshold: float
+    """Least score (the neighbours' mean of strong correct minus cheap correct) sent to ``strong``; ``inferplane route eval`` prints the threshold for each share of strong calls."""
+    neighbours: NotRequired[int]
+    """Nearest examples a score averages."""
+
+
 class RoutingTierArgs(TypedDict):
     """A gateway tier: the models it routes to, in order of preference."""
 
@@ -470,6 +494,8 @@ class RoutingTierArgs(TypedDict):
     """Deployments tried when all of ``models`` fail."""
     routing: NotRequired[RoutingArgs]
     """How the gateway picks replicas of the tier's primary ``models``; overrides ``gateway.routing`` (a model's own ``routing`` wins over it)."""
+    route: NotRequired[DifficultyRouteArgs]
+    """Send each prompt asked of the tier to one of two of its ``models`` by its difficulty (a client naming a model pins it); without it the tier's first model answers."""
 
 
 class TenantArgs(TypedDict):

@@ -31,6 +31,7 @@ from inferplane.components.platform.gateway import (
     eks_system_nodes,
     gke_system_nodes,
     redis_url,
+    route_examples,
 )
 from inferplane.components.platform.gke_foundation import GkeFoundation, build_gke_foundation
 from inferplane.components.platform.model_cache import build_model_cache
@@ -85,6 +86,7 @@ def compose_platform(
     ``hf_token`` is the Hugging Face token the servers read through a Kubernetes Secret (a secret input).
     """
     plan = _accepted_plan(spec)
+    examples = route_examples(spec)  # read before anything is declared: a bad file is refused whole
     tags = platform_tags(spec)
     aws_foundation = build_aws_foundation(spec, plan, tags, parent=parent)
     gke_foundation = build_gke_foundation(spec, plan, tags, parent=parent)
@@ -112,7 +114,7 @@ def compose_platform(
         model_cache=model_cache,
         budget_store=budget_store,
     )
-    gateways = build_gateways(spec, plan, gateway_inputs, parent=parent)
+    gateways = build_gateways(spec, plan, gateway_inputs, examples, parent=parent)
     return ComposedPlatform(
         spec=spec,
         plan=plan,

@@ -14,8 +14,10 @@ gateway").
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 
@@ -26,9 +28,10 @@ from inferplane.components.catalog import get_instance_type
 from inferplane.components.gateway.component import Gateway, GatewayArgs, service_account_name
 from inferplane.components.gateway.observability import ModelCost
 from inferplane.components.gateway.renderer import render_gateway, serving_clusters
+from inferplane.components.gateway.route_examples import read_route_examples
 from inferplane.components.observability.metrics import ModelSeries
 from inferplane.components.serving.naming import SERVING_NAMESPACE
-from inferplane.components.spec.platform_spec import RESPONSE_CACHE_CLUSTERS, PlatformSpec
+from inferplane.components.spec.platform_spec import RESPONSE_CACHE_CLUSTERS, PlatformSpec, SpecError
 from inferplane.components.spec.tags import kubernetes_labels
 
 GATEWAY_NAME = "gateway"
@@ -83,15 +86,35 @@ def redis_url(host: pulumi.Input[str], token: pulumi.Input[str]) -> pulumi.Outpu
     return pulumi.Output.secret(pulumi.Output.format("rediss://:{0}@{1}:{2}", token, host, REDIS_PORT))
 
 
+def project_dir() -> Path:
+    """The project's directory (the one with ``Pulumi.yaml``), as the CLI tells the program; the working directory
+    where it does not (an older CLI)."""
+    return Path(pulumi.get_root_directory() or os.getcwd())
+
+
+def route_examples(spec: PlatformSpec) -> dict[str, str]:
+    """The difficulty-routed tiers' examples, read from the project; a missing or bad file stops the program with
+    every problem named by key and file, before any resource is declared."""
+    if not any(tier.route is not None for tier in spec.gateway.tiers):
+        return {}
+    try:
+        return read_route_examples(spec, project_dir())
+    except SpecError as exc:
+        raise pulumi.RunError(exc.render(f"Pulumi.{pulumi.get_stack()}.yaml")) from None
+
+
 def build_gateways(
     spec: PlatformSpec,
     plan: PlatformSizing,
     clusters: Mapping[str, ClusterInputs],
+    examples: Mapping[str, str] | None = None,
     *,
     parent: pulumi.Resource | None = None,
 ) -> dict[str, Gateway]:
     """One gateway per serving cluster, keyed by cluster; every serving cluster must be in ``clusters``.
 
+    ``examples``: the difficulty-routed tiers' examples by tier (when not given, read from the project:
+    :func:`route_examples`).
     ``parent``: the component that owns them (:class:`~inferplane.components.platform.Platform`), or None.
     """
     missing = [c for c in serving_clusters(spec) if c not in clusters]
@@ -99,10 +122,12 @@ def build_gateways(
         raise pulumi.RunError(f"gateways cannot be built: no inputs for serving cluster(s) {', '.join(missing)}")
     sizing = plan.servings
     engines = {m.name: m.engine for m in spec.serving_deployments}
+    if examples is None:
+        examples = route_examples(spec)
     gateways: dict[str, Gateway] = {}
     for cluster in serving_clusters(spec):
         inputs = clusters[cluster]
-        rendered = render_gateway(spec, plan, cluster)
+        rendered = render_gateway(spec, plan, cluster, route_examples=examples)
         costs = {
             model: ModelCost(
                 series=ModelSeries(model, engines[model], SERVING_NAMESPACE, model),

@@ -627,6 +627,37 @@ class RateLimitSpec(_Spec):
     tokens_per_minute: int = Field(default=200_000, ge=1, description="Prompt + completion tokens per key per minute.")
 
 
+ROUTE_EXAMPLES_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*\.jsonl$"
+"""A route's examples file: a relative ``.jsonl`` path inside the project (no segment starts with a dot, so no
+``..``), so every machine that runs ``pulumi up`` reads the same file from the same checkout."""
+DEFAULT_ROUTE_NEIGHBOURS = 100
+"""Examples a difficulty score averages by default: the best of 25-200 on RouteLLM's MMLU labels with the shipped
+embedder (``inferplane route eval``, docs/routing.md)."""
+
+
+class DifficultyRouteSpec(_Spec):
+    """Route each prompt asked of a tier to its cheap or its strong model by the prompt's difficulty: the mean gain
+    of its nearest labelled examples, as the gateway's embedder places them (docs/routing.md)."""
+
+    by: Literal["difficulty"] = Field(description="What decides the model: the prompt's difficulty.")
+    cheap: Name = Field(description="The tier's model that answers prompts scored below ``threshold``.")
+    strong: Name = Field(description="The tier's model that answers prompts scored at or above ``threshold``.")
+    examples: str = Field(
+        pattern=ROUTE_EXAMPLES_PATTERN,
+        description="JSON lines ``{prompt, cheap_correct, strong_correct}``: prompts labelled with whether each model "
+        "answered them correctly; a path relative to the project directory (the one with Pulumi.yaml).",
+    )
+    threshold: float = Field(
+        ge=-1.0,
+        le=1.0,
+        description="Least score (the neighbours' mean of strong correct minus cheap correct) sent to ``strong``; "
+        "``inferplane route eval`` prints the threshold for each share of strong calls.",
+    )
+    neighbours: int = Field(
+        default=DEFAULT_ROUTE_NEIGHBOURS, ge=1, le=1000, description="Nearest examples a score averages."
+    )
+
+
 class RoutingTierSpec(_Spec):
     """A gateway tier: the models it routes to, in order of preference."""
 
@@ -640,6 +671,11 @@ class RoutingTierSpec(_Spec):
         default=None,
         description="How the gateway picks replicas of the tier's primary ``models``; overrides ``gateway.routing`` "
         "(a model's own ``routing`` wins over it).",
+    )
+    route: DifficultyRouteSpec | None = Field(
+        default=None,
+        description="Send each prompt asked of the tier to one of two of its ``models`` by its difficulty (a client "
+        "naming a model pins it); without it the tier's first model answers.",
     )
 
 
@@ -1298,9 +1334,34 @@ def _check_gateway(spec: PlatformSpec, add: Any) -> None:
         if overlap:
             add(SpecIssue(f"gateway.tiers[{i}].fallback", f"{', '.join(sorted(overlap))} is both primary and fallback"))
         _check_fallback_clusters(spec, i, effective[i], add)
+        if tier.route is not None:
+            _check_route(spec, i, tier, tier.route, add)
     for i, deployment in enumerate(spec.models):
         if spec.gateway.tiers and deployment.routing_tier not in tier_names:
             add(SpecIssue(f"models[{i}].routing_tier", f"no gateway tier named {deployment.routing_tier!r}"))
+
+
+def _check_route(spec: PlatformSpec, index: int, tier: RoutingTierSpec, route: DifficultyRouteSpec, add: Any) -> None:
+    """The two models of a difficulty route are two of the tier's own models, on one cluster (one gateway decides
+    between them)."""
+    where = f"gateway.tiers[{index}].route"
+    for side in ("cheap", "strong"):
+        if getattr(route, side) not in tier.models:
+            add(SpecIssue(f"{where}.{side}", f"{getattr(route, side)!r} is not one of the tier's models"))
+    if route.cheap == route.strong:
+        add(SpecIssue(f"{where}.strong", f"the strong model is the cheap one ({route.cheap!r})"))
+    pools = {p.name: p for p in spec.pools}
+    clouds = {
+        INSTANCE_TYPES[pools[m.pool].instance_type].cloud
+        for m in spec.models
+        if m.name in (route.cheap, route.strong) and m.pool in pools and pools[m.pool].instance_type in INSTANCE_TYPES
+    }
+    if len(clouds) > 1:
+        add(
+            SpecIssue(
+                where, "the cheap and the strong model run on different clusters; one gateway decides between them"
+            )
+        )
 
 
 def _check_fallback_clusters(spec: PlatformSpec, index: int, tier: RoutingTierSpec, add: Any) -> None:

@@ -194,6 +194,19 @@ def _bypass(config: CacheConfig, endpoint: Endpoint, body: Mapping[str, Any], di
     return None
 
 
+def last_user_text(path: str, body: Mapping[str, Any]) -> str | None:
+    """The text of a request's last user message (a completion's prompt string), or None: what the semantic cache
+    compares and what a difficulty-routed tier scores."""
+    if path == "/v1/completions":
+        prompt = body.get("prompt")
+        return prompt if isinstance(prompt, str) else None
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], Mapping):
+        return None
+    last = messages[-1]
+    return _text_parts(last.get("content")) if last.get("role") == "user" else None
+
+
 def _split_last_text(endpoint: Endpoint, keyed: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """The last user message's text (``None`` when it has none) and the keyed request without it."""
     text: str | None = None

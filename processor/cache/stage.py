@@ -21,6 +21,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 
+from inferplane.processor.cache.embedders import Vector
 from inferplane.processor.cache.request import CACHE_HEADER, Cacheable, Endpoint
 from inferplane.processor.cache.sse import assemble, events
 from inferplane.processor.cache.store import Lookup, ResponseCache
@@ -74,22 +75,32 @@ class CacheStage:
         task.add_done_callback(self._tasks.discard)
 
     async def lookup(
-        self, path: str, body: Mapping[str, Any], *, tenant: str, tier: str, headers: Mapping[str, str]
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        tenant: str,
+        tier: str,
+        headers: Mapping[str, str],
+        embedded: tuple[str, Vector] | None = None,
     ) -> Lookup | None:
-        """The lookup for a completions request (``None`` for other paths)."""
+        """The lookup for a completions request (``None`` for other paths). ``embedded``: a text already embedded
+        for this request (a difficulty route's) with its vector, used if it is the text the cache compares."""
         endpoint = ENDPOINTS.get(path)
         if endpoint is None:
             return None
-        return await self.cache.lookup(endpoint, body, tenant=tenant, tier=tier, header=headers.get(CACHE_HEADER))
+        return await self.cache.lookup(
+            endpoint, body, tenant=tenant, tier=tier, header=headers.get(CACHE_HEADER), embedded=embedded
+        )
 
     @staticmethod
-    def reply(lookup: Lookup) -> Any:
-        """The immediate 200 that answers a hit."""
+    def reply(lookup: Lookup, extra_headers: Mapping[str, str] | None = None) -> Any:
+        """The immediate 200 that answers a hit (with ``extra_headers``: the processor's own, such as the route)."""
         content, content_type = lookup.response()
         mutation = pb.HeaderMutation(
             set_headers=[
                 header("content-type", content_type),
-                *(header(k, v) for k, v in lookup.response_headers().items()),
+                *(header(k, v) for k, v in {**lookup.response_headers(), **(extra_headers or {})}.items()),
             ]
         )
         return pb.ProcessingResponse(

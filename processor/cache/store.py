@@ -249,9 +249,18 @@ class ResponseCache:
         return model if isinstance(model, str) and model in self.config.models else "other"
 
     async def lookup(
-        self, endpoint: Endpoint, body: Mapping[str, Any], *, tenant: str, tier: str, header: str | None = None
+        self,
+        endpoint: Endpoint,
+        body: Mapping[str, Any],
+        *,
+        tenant: str,
+        tier: str,
+        header: str | None = None,
+        embedded: tuple[str, Vector] | None = None,
     ) -> Lookup:
-        """Classify the request and, when cacheable, look for an exact then a semantic answer. Never raises."""
+        """Classify the request and, when cacheable, look for an exact then a semantic answer. Never raises.
+        ``embedded``: a text this request already embedded with this cache's embedder, and its vector: when it is
+        the text compared, it is not embedded again."""
         request = classify(self.config, endpoint, body, tenant=tenant, tier=tier, header=header)
         if isinstance(request, Cacheable) and not self.available:
             request = Bypass("unavailable")
@@ -260,7 +269,10 @@ class ResponseCache:
             return Lookup(request)
         started = time.perf_counter()
         result = Lookup(request)
-        await self._embed(result)
+        if embedded is not None and embedded[0] == request.text:
+            result.vector = embedded[1]
+        else:
+            await self._embed(result)
         candidates: list[tuple[float, dict[str, Any]]] = []
         try:
             async with asyncio.timeout(self._timeout):

@@ -733,3 +733,75 @@ def test_the_processors_metrics_listen_where_envoys_stats_do(tmp_path: Path) -> 
         "0.0.0.0",
         "127.0.0.1",
     )
+
+
+def _routed_prod(threshold: float = 0.12) -> PlatformSpec:
+    """Prod with a third tier, ``auto``, routing between its two models by difficulty."""
+    document = yaml.safe_load((Path(__file__).parents[2] / "stacks" / "Pulumi.prod.yaml").read_text())
+    raw = document["config"]["inferplane:platform"]
+    raw["gateway"]["tiers"].append(
+        {
+            "name": "auto",
+            "models": ["llama-70b", "llama-8b"],
+            "route": {
+                "by": "difficulty",
+                "cheap": "llama-8b",
+                "strong": "llama-70b",
+                "examples": "routes/auto.jsonl",
+                "threshold": threshold,
+                "neighbours": 50,
+            },
+        }
+    )
+    raw["gateway"]["tenants"][0]["tiers"].append("auto")
+    return parse_platform(raw, document["config"]["aws:region"])
+
+
+EXAMPLES = '{"prompt": "hi", "cheap_correct": true, "strong_correct": true}\n' + (
+    '{"prompt": "prove it", "cheap_correct": false, "strong_correct": true}\n'
+)
+
+
+def test_a_routed_tier_is_rendered_with_its_examples_beside_the_processors_config(tmp_path: Path) -> None:
+    spec = _routed_prod()
+    addresses = _write_keys(tmp_path / "keys")
+    rendered = gc.render_gateway(spec, size_platform(spec), "eks", addresses, route_examples={"auto": EXAMPLES})
+    config = ProcessorConfig.model_validate_json(rendered.processor_json)
+    tiers = {t.name: t for t in config.tiers}
+    assert tiers["premium"].route is None
+    route = tiers["auto"].route
+    assert route is not None
+    assert (route.cheap, route.strong, route.threshold, route.neighbours) == ("llama-8b", "llama-70b", 0.12, 50)
+    assert route.examples_file == f"{gc.CONFIG_DIR}/route-auto.jsonl"
+    assert config.cache is not None and route.embedder == config.cache.embedder  # the cache's embedder scores
+    assert rendered.route_examples == {"route-auto.jsonl": EXAMPLES}
+    # The decision is echoed on every model route, beside the cache's verdict.
+    bootstrap = yaml.safe_load(rendered.envoy_yaml)
+    routes = {r["name"]: r for r in _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]}
+    assert {
+        "key": "x-inferplane-route",
+        "value": "%DYNAMIC_METADATA(inferplane:route)%",
+    } in [h["header"] for h in routes["model-llama-8b"]["response_headers_to_add"]]
+    envoy = tmp_path / "envoy.yaml"
+    envoy.write_text(rendered.envoy_yaml)
+    assert validate(envoy).returncode == 0
+    # The examples roll the pods as the configs do: another file, another checksum.
+    other = gc.render_gateway(spec, size_platform(spec), "eks", addresses, route_examples={"auto": EXAMPLES + "\n"})
+    assert other.checksum != rendered.checksum
+    unrouted = gc.render_gateway(stack_spec("prod"), size_platform(stack_spec("prod")), "eks", addresses)
+    assert unrouted.route_examples == {}
+
+
+def test_a_routed_tier_without_its_examples_is_not_rendered(tmp_path: Path) -> None:
+    spec = _routed_prod()
+    with pytest.raises(ValueError, match="tier auto routes by difficulty but its examples were not read"):
+        gc.render_gateway(spec, size_platform(spec), "eks", _write_keys(tmp_path / "keys"))
+
+
+def test_a_config_map_over_a_mebibyte_is_refused(tmp_path: Path) -> None:
+    spec = _routed_prod()
+    huge = EXAMPLES * (2**20 // len(EXAMPLES) + 1)
+    with pytest.raises(
+        ValueError, match=r"the gateway's ConfigMap would hold .* bytes; Kubernetes takes at most 1048576"
+    ):
+        gc.render_gateway(spec, size_platform(spec), "eks", _write_keys(tmp_path / "k"), route_examples={"auto": huge})

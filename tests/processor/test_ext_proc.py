@@ -548,6 +548,7 @@ def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
         gm.PROCESSOR_CPU_SECONDS_TOTAL.removesuffix("_total"),
         gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL.removesuffix("_total"),
         gm.PREFILL_TOTAL.removesuffix("_total"),
+        gm.DIFFICULTY_ROUTES_TOTAL.removesuffix("_total"),
     }
     assert names == exposed
 
@@ -604,9 +605,11 @@ def test_each_stage_of_a_streamed_request_is_timed_once_where_it_runs(tokenizer_
         assert {stage: registry.labels(stage)._value.get() for stage in gm.CPU_STAGES} == spent
         return spent
 
-    # route: the prefix hashes, then the replicas' ranking; response: each of the two chunks.
+    # route: the prefix hashes, then the replicas' ranking; response: each of the two chunks; no tier routes by
+    # difficulty.
     assert asyncio.run(run()) == {
-        "parse": 1, "tokenize": 1, "context": 1, "route": 2, "forward": 1, "response": 2, "account": 1,
+        "parse": 1, "difficulty": 0, "tokenize": 1, "context": 1, "route": 2, "forward": 1, "response": 2,
+        "account": 1,
     }  # fmt: skip
 
 

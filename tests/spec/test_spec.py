@@ -16,6 +16,7 @@ from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.spec.platform_spec import (
     LOG_RETENTION_VALUES,
     PLATFORM_KEY,
+    ROUTE_EXAMPLES_PATTERN,
     PlatformSpec,
     RoutingSpec,
     SpecError,
@@ -90,6 +91,9 @@ SEVENTY_B = {
     "min_replicas": 2,
     "max_replicas": 2,
 }
+
+ROUTE = {"by": "difficulty", "cheap": "llama-8b", "strong": "llama-70b", "examples": "routes/a.jsonl", "threshold": 0.1}
+"""A difficulty route between prod's two models."""
 
 CASES: list[tuple[str, str, Mutation, str, str]] = [
     # (id, stack, mutation, key path, message)
@@ -258,6 +262,19 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
      "models[0].routing.overlap_weight", "Input should be greater than or equal to 0"),
     ("routing-unknown-policy", "prod", _set("gateway.tiers[0].routing", {"policy": "round_robin"}),
      "gateway.tiers[0].routing.policy", "Input should be 'prefix_aware' or 'least_request'"),
+    ("route-cheap-outside-tier", "prod", _set("gateway.tiers[0].route", ROUTE), "gateway.tiers[0].route.cheap",
+     "'llama-8b' is not one of the tier's models"),
+    ("route-one-model", "prod",
+     _set("gateway.tiers[1]", {"name": "standard", "models": ["llama-8b", "llama-70b"],
+                               "route": {**ROUTE, "strong": "llama-8b"}}),
+     "gateway.tiers[1].route.strong", "the strong model is the cheap one ('llama-8b')"),
+    ("route-examples-outside-project", "prod", _set("gateway.tiers[0].route", {**ROUTE, "examples": "../l.jsonl"}),
+     "gateway.tiers[0].route.examples", f"String should match pattern '{ROUTE_EXAMPLES_PATTERN}'"),
+    ("route-threshold-above-1", "prod", _set("gateway.tiers[0].route", {**ROUTE, "threshold": 1.5}),
+     "gateway.tiers[0].route.threshold", "Input should be less than or equal to 1"),
+    ("route-across-clusters", "staging",
+     _set("gateway.tiers[0].route", {**ROUTE, "cheap": "llama-8b", "strong": "qwen-7b"}), "gateway.tiers[0].route",
+     "the cheap and the strong model run on different clusters; one gateway decides between them"),
 ]  # fmt: skip
 
 

@@ -137,6 +137,7 @@ def evaluate_stack(
         stack=stack.name,
         config=config.values,
         secret_keys=config.secret_keys,
+        root_directory=str(stack.project_dir),
     )
     return evaluation, config
 
