@@ -20,7 +20,9 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferplane.processor.json_lines import JsonLinesError, parse_json_lines
 
 Decision = Literal["strong", "cheap"]
 """Which model of a difficulty-routed tier answers a prompt."""
@@ -64,17 +66,11 @@ class ExamplesError(ValueError):
 
 def parse_examples(text: str, name: str) -> tuple[LabelledExample, ...]:
     """The examples of a JSON-lines text (one :class:`LabelledExample` a line, blank lines skipped), or
-    :class:`ExamplesError` naming ``name`` and the line. Lines split on ``\\n`` only: ``str.splitlines`` would also
-    split at a U+2028 that JSON allows unescaped inside a string."""
-    examples: list[LabelledExample] = []
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            examples.append(LabelledExample.model_validate_json(line))
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'line'}: {e['msg']}" for e in error.errors())
-            raise ExamplesError(f"{name}:{number}: {problems}") from None
+    :class:`ExamplesError` naming ``name`` and the line."""
+    try:
+        examples = parse_json_lines(text, name, LabelledExample)
+    except JsonLinesError as error:
+        raise ExamplesError(str(error)) from None
     if not examples:
         raise ExamplesError(f"{name}: no examples")
     if len({e.gain for e in examples}) < 2:

@@ -24,7 +24,14 @@ import httpx
 import numpy as np
 
 from inferplane.processor.cache.config import EmbedderConfig, EndpointEmbedderConfig
-from inferplane.processor.cache.embedders import Embedder, EmbedderError, EndpointEmbedder, Vector, make_embedder
+from inferplane.processor.cache.embedders import (
+    Embedder,
+    EmbedderError,
+    EndpointEmbedder,
+    Vector,
+    embed_in_batches,
+    make_embedder,
+)
 from inferplane.processor.config import DifficultyRouteConfig, TierConfig
 from inferplane.processor.difficulty import DifficultyScorer, decide, gains, parse_examples, route_text
 
@@ -129,11 +136,7 @@ class DifficultyStage:
         if not isinstance(config, EndpointEmbedderConfig):
             return await self.embedders[embedder_key(config)].embed(texts)
         async with httpx.AsyncClient(timeout=EXAMPLES_TIMEOUT_SECONDS) as client:
-            embedder = EndpointEmbedder(config, client=client)
-            vectors: list[Vector] = []
-            for start in range(0, len(texts), EXAMPLES_BATCH):
-                vectors.extend(await embedder.embed(texts[start : start + EXAMPLES_BATCH]))
-            return vectors
+            return await embed_in_batches(EndpointEmbedder(config, client=client), texts, EXAMPLES_BATCH)
 
     async def decide(self, tier: str, text: str | None) -> Routed:
         """Where a request for ``tier`` (a routed one) goes, given its last user message."""

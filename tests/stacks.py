@@ -27,3 +27,19 @@ def evaluate_shipped_stack(name: str, program: Callable[[], None] = platform_pro
     if name not in _SHIPPED:
         _SHIPPED[name] = evaluate_stack(load_stack(PROJECT_DIR, name), program)[0]
     return copy.deepcopy(_SHIPPED[name])
+
+
+ROUTED_TIER: dict[str, object] = {
+    "name": "auto",
+    "models": ["llama-70b", "llama-8b"],
+    "route": {
+        "by": "difficulty",
+        "cheap": "llama-8b",
+        "strong": "llama-70b",
+        "examples": "routes/auto.jsonl",
+        "threshold": 0.12,
+        "neighbours": 50,
+    },
+}
+"""A tier of prod's two models routed by difficulty, its examples in ``routes/auto.jsonl`` of the project: what a
+test adds to prod's ``gateway.tiers`` (third, index 2)."""

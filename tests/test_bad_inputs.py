@@ -31,6 +31,7 @@ from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
 from tests.spec.test_spec import _set as set_path
+from tests.stacks import ROUTED_TIER
 
 Edit = Callable[[dict[str, Any]], None]
 """Changes a stack file's parsed document in place (the file is then written back as YAML)."""
@@ -206,18 +207,6 @@ PROD = "stacks/Pulumi.prod.yaml"
 STAGING = "stacks/Pulumi.staging.yaml"
 P = "inferplane:platform"
 SIZE = ("size", "--stack", "dev")
-AUTO_TIER = {
-    "name": "auto",
-    "models": ["llama-70b", "llama-8b"],
-    "route": {
-        "by": "difficulty",
-        "cheap": "llama-8b",
-        "strong": "llama-70b",
-        "examples": "routes/auto.jsonl",
-        "threshold": 0.1,
-    },
-}
-"""A tier of prod's two models routed by difficulty, its examples in ``routes/auto.jsonl`` of the project."""
 
 
 def _write_route(project: Path, text: str) -> None:
@@ -321,10 +310,10 @@ CASES: tuple[Case, ...] = (
          edit=_set("cluster.system_instance_type", "e2-standard.8")),
     Case("route-examples-missing", "validation", ("preview", "--stack", "prod"), EXIT_INVALID,
          (PROD, f"{P}.gateway.tiers[2].route.examples: ", "routes/auto.jsonl: No such file or directory"),
-         stack="prod", edit=lambda d: _platform_of(d)["gateway"]["tiers"].append(AUTO_TIER)),
+         stack="prod", edit=lambda d: _platform_of(d)["gateway"]["tiers"].append(ROUTED_TIER)),
     Case("route-examples-bad-line", "validation", ("size", "--stack", "prod"), EXIT_INVALID,
          (PROD, f"{P}.gateway.tiers[2].route.examples: ", "routes/auto.jsonl:1: strong_correct: Field required"),
-         stack="prod", edit=lambda d: _platform_of(d)["gateway"]["tiers"].append(AUTO_TIER),
+         stack="prod", edit=lambda d: _platform_of(d)["gateway"]["tiers"].append(ROUTED_TIER),
          setup=lambda project, _: _write_route(project, '{"prompt": "p", "cheap_correct": true}\n')),
     Case("prod-single-cache-node", "validation", ("size", "--stack", "prod"), EXIT_INVALID,
          (PROD, f"{P}.cache.replicas: prod needs at least 2 cache nodes"), stack="prod",

@@ -37,8 +37,14 @@ from inferplane.components.gateway.cache_renderer import embedder_config, word_b
 from inferplane.components.spec.platform_spec import CacheEmbedderSpec, CacheSpec
 from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig
 from inferplane.processor.cache.counterparts import decide, difference
-from inferplane.processor.cache.embedders import EmbedderError, EndpointEmbedder, WordLlamaEmbedder
+from inferplane.processor.cache.embedders import (
+    EmbedderError,
+    EndpointEmbedder,
+    WordLlamaEmbedder,
+    embed_in_batches,
+)
 from inferplane.processor.cache.guards import GuardName, names, refusals
+from inferplane.processor.json_lines import JsonLinesError, parse_json_lines
 from inferplane.tool.cache_adversary import GENERATED_CLASSES, GeneratedClass, generate
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.files import UnreadableFileError, read_regular_file
@@ -157,16 +163,10 @@ def load_pairs(path: Path | None) -> tuple[str, list[Pair]]:
             name, text = str(path), read_regular_file(path, MAX_PAIRS_FILE_BYTES)
         except UnreadableFileError as error:
             raise PairsError(f"{path}: {error}") from None
-    pairs: list[Pair] = []
-    # "\n" only: str.splitlines would also split at a U+2028 that JSON allows unescaped inside a string.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            pairs.append(Pair.model_validate_json(line))
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'line'}: {e['msg']}" for e in error.errors())
-            raise PairsError(f"{name}:{number}: {problems}") from error
+    try:
+        pairs = parse_json_lines(text, name, Pair)
+    except JsonLinesError as error:
+        raise PairsError(str(error)) from None
     if not pairs:
         raise PairsError(f"{name}: no pairs")
     return name, pairs
@@ -225,11 +225,7 @@ def embed_texts(texts: list[str], cache: CacheSpec) -> list[Any]:
 async def _embed_endpoint(texts: list[str], config: EndpointEmbedderConfig) -> list[Any]:
     """The endpoint's vectors in batches of :data:`ENDPOINT_BATCH`, each request under :data:`OFFLINE_TIMEOUT_S`."""
     async with httpx.AsyncClient(timeout=OFFLINE_TIMEOUT_S) as client:
-        embedder = EndpointEmbedder(config, client=client)
-        vectors: list[Any] = []
-        for start in range(0, len(texts), ENDPOINT_BATCH):
-            vectors.extend(await embedder.embed(texts[start : start + ENDPOINT_BATCH]))
-        return vectors
+        return list(await embed_in_batches(EndpointEmbedder(config, client=client), texts, ENDPOINT_BATCH))
 
 
 def point(scored: Sequence[Scored], threshold: float, guards: bool, leave_out: frozenset[Check] = frozenset()) -> Point:

@@ -179,6 +179,14 @@ class EndpointEmbedder:
         await self._client.aclose()
 
 
+async def embed_in_batches(embedder: Embedder, texts: list[str], batch: int) -> list[Vector]:
+    """``texts`` embedded ``batch`` at a time, so one request's size and time stay bounded whatever their number."""
+    vectors: list[Vector] = []
+    for start in range(0, len(texts), batch):
+        vectors.extend(await embedder.embed(texts[start : start + batch]))
+    return vectors
+
+
 def make_embedder(config: EmbedderConfig) -> WordLlamaEmbedder | EndpointEmbedder:
     """The embedder a config names."""
     if isinstance(config, WordLlamaEmbedderConfig):

@@ -22,6 +22,7 @@ from inferplane.components.spec.platform_spec import PlatformSpec, SpecError, pa
 from inferplane.processor.config import LoadSeries, MetricSelector, ProcessorConfig
 from tests.envoy import validate
 from tests.serving_support import stack_spec
+from tests.stacks import ROUTED_TIER
 
 STACKS = ("dev", "staging", "prod")
 KEYS = {"assistant": "k" * 32, "batch-summaries": "b" * 32, "ml-dev": "d" * 32, "qa": "q" * 32}
@@ -735,24 +736,11 @@ def test_the_processors_metrics_listen_where_envoys_stats_do(tmp_path: Path) -> 
     )
 
 
-def _routed_prod(threshold: float = 0.12) -> PlatformSpec:
+def _routed_prod() -> PlatformSpec:
     """Prod with a third tier, ``auto``, routing between its two models by difficulty."""
     document = yaml.safe_load((Path(__file__).parents[2] / "stacks" / "Pulumi.prod.yaml").read_text())
     raw = document["config"]["inferplane:platform"]
-    raw["gateway"]["tiers"].append(
-        {
-            "name": "auto",
-            "models": ["llama-70b", "llama-8b"],
-            "route": {
-                "by": "difficulty",
-                "cheap": "llama-8b",
-                "strong": "llama-70b",
-                "examples": "routes/auto.jsonl",
-                "threshold": threshold,
-                "neighbours": 50,
-            },
-        }
-    )
+    raw["gateway"]["tiers"].append(ROUTED_TIER)
     raw["gateway"]["tenants"][0]["tiers"].append("auto")
     return parse_platform(raw, document["config"]["aws:region"])
 
