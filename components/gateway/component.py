@@ -747,7 +747,9 @@ def _rules_and_dashboard(
             ),
             data=series.apply(
                 lambda s: {
-                    f"inferplane-{name}.json": gateway_dashboard(s, costs, cache=config.cache is not None).to_json()
+                    f"inferplane-{name}.json": gateway_dashboard(
+                        s, costs, cache=config.cache is not None, difficulty=any(t.route for t in config.tiers)
+                    ).to_json()
                 }
             ),
             opts=opts,

@@ -137,6 +137,13 @@ class GatewaySeries:
         """Requests the processor decided on, per second over 5m, all replicas."""
         return f"sum(rate({gm.REQUESTS_TOTAL}{{{self.pods}}}[5m]))"
 
+    def route_share(self, decision: str) -> str:
+        """Per difficulty-routed tier, the share of its decisions over 5m whose ``decision`` label matches
+        ``decision`` (a PromQL matcher and value: ``'!="cheap"'``)."""
+        routes = gm.DIFFICULTY_ROUTES_TOTAL
+        part = f"sum by ({gm.TIER_LABEL}) (rate({routes}{{{self.pods},{gm.DECISION_LABEL}{decision}}}[5m]))"
+        return f"{part} / sum by ({gm.TIER_LABEL}) (rate({routes}{{{self.pods}}}[5m]))"
+
     def processor_cpu_per_request(self) -> str:
         """The processor's CPU seconds per request it decided on, over 5m, all replicas and workers."""
         return f"sum(rate({gm.PROCESSOR_CPU_SECONDS_TOTAL}{{{self.pods}}}[5m])) / {self.decided_rate()}"
@@ -423,12 +430,14 @@ class ModelCost:
     replica_hourly_usd: float
 
 
-def gateway_dashboard(series: GatewaySeries, costs: Mapping[str, ModelCost], *, cache: bool = False) -> Dashboard:
+def gateway_dashboard(
+    series: GatewaySeries, costs: Mapping[str, ModelCost], *, cache: bool = False, difficulty: bool = False
+) -> Dashboard:
     """Requests, rejections by reason, tokens per tenant and on-demand cost per 1,000 tokens per model; with
-    ``cache``, the response cache's panels below (``components.gateway.cache_observability``)."""
-    panels = two_column_panels(
-        [*_traffic_panels(series), *_routing_panels(series), *_cost_panels(series, costs), _cpu_panel(series)]
-    )
+    ``difficulty`` (a tier routes by it), its strong share per tier; with ``cache``, the response cache's panels below
+    (``components.gateway.cache_observability``)."""
+    routing = [*_routing_panels(series), *([_difficulty_panel(series)] if difficulty else [])]
+    panels = two_column_panels([*_traffic_panels(series), *routing, *_cost_panels(series, costs), _cpu_panel(series)])
     if cache:
         # Starting on the row after the last one the panels above occupy.
         panels += cache_panels(series.pods, first_id=len(panels) + 1, y=((len(panels) + 1) // 2) * PANEL_HEIGHT)
@@ -451,8 +460,8 @@ def _cpu_panel(series: GatewaySeries) -> PanelDraft:
         ],
         description="CPU seconds the processor's workers used per request they decided on (watching the replicas "
         "included, which dominates at low traffic), and the share of it each synchronous stage of the request path "
-        "took (parse, tokenize, context, route, forward, response chunks, account); what the stages leave is the "
-        "event loop, gRPC and the Redis clients. Alerted when the total doubles against a day before.",
+        "took (parse, difficulty, tokenize, context, route, forward, response chunks, account); what the stages "
+        "leave is the event loop, gRPC and the Redis clients. Alerted when the total doubles against a day before.",
     )
 
 
@@ -537,6 +546,21 @@ def _routing_panels(series: GatewaySeries) -> list[PanelDraft]:
             "(max_num_seqs summed over them).",
         ),
     ]
+
+
+def _difficulty_panel(series: GatewaySeries) -> PanelDraft:
+    """What the difficulty-routed tiers send to their strong model."""
+    return PanelDraft(
+        "Difficulty routes: strong share per tier",
+        "percentunit",
+        [
+            (series.route_share('!="cheap"'), "strong {{tier}}"),
+            (series.route_share('="unscored"'), "unscored {{tier}}"),
+        ],
+        description="Of the requests for each tier routed by difficulty, the share sent to its strong model "
+        "(unscored ones included: no user text, the embedder failing, the examples not embedded yet), against "
+        "the share the tier's threshold was chosen for with inferplane route eval (docs/routing.md).",
+    )
 
 
 def _cost_panels(series: GatewaySeries, costs: Mapping[str, ModelCost]) -> list[PanelDraft]:

@@ -321,6 +321,22 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
     result = check_expressions(expressions, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [p.title for p in gateway_dashboard(SERIES, {}).panels] == [*titles[:-2], titles[-1]]
+    # A tier routed by difficulty adds its strong share after the routing panels.
+    routed = json.loads(gateway_dashboard(SERIES, {}, difficulty=True).to_json())["panels"]
+    assert [p["title"] for p in routed][8] == "Difficulty routes: strong share per tier"
+    total = f"sum by (tier) (rate(inferplane_gateway_difficulty_routes_total{{{PODS}}}[5m]))"
+    assert [(t["expr"], t["legendFormat"]) for t in routed[8]["targets"]] == [
+        (
+            f'sum by (tier) (rate(inferplane_gateway_difficulty_routes_total{{{PODS},decision!="cheap"}}[5m])) / '
+            f"{total}",
+            "strong {{tier}}",
+        ),
+        (
+            f'sum by (tier) (rate(inferplane_gateway_difficulty_routes_total{{{PODS},decision="unscored"}}[5m])) / '
+            f"{total}",
+            "unscored {{tier}}",
+        ),
+    ]
 
 
 def test_a_gateway_of_many_models_gets_a_cost_query_each() -> None:
