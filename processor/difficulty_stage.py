@@ -1,9 +1,10 @@
 """Routing by difficulty as a stage of the processor: each routed tier's examples embedded once, a decision a request.
 
-:class:`inferplane.processor.ext_proc.Processor` asks :meth:`DifficultyStage.decide` when a request names a tier with
-a ``route``: the last user message (its first :data:`inferplane.processor.difficulty.MAX_ROUTE_CHARS` characters) is
-embedded by the tier's embedder, which is the response cache's (the vector is handed to the cache's lookup, so one
-embedding serves both), and scored against the tier's examples. A prompt that cannot be scored (no user text, the
+:class:`inferplane.processor.ext_proc.Processor` asks :meth:`DifficultyStage.embed`, then
+:meth:`DifficultyStage.decide`, when a request names a tier with a ``route``: the last user message (its first
+:data:`inferplane.processor.difficulty.MAX_ROUTE_CHARS` characters) is embedded by the tier's embedder, which is the
+response cache's (the vector is handed to the cache's lookup, so one embedding serves both), and scored against the
+tier's examples. A prompt that cannot be scored (no user text, the
 embedder failing or slower than its bound, the examples not embedded yet) goes to the strong model: a wrong
 ``cheap`` costs an answer, a wrong ``strong`` only money.
 
@@ -138,24 +139,30 @@ class DifficultyStage:
         async with httpx.AsyncClient(timeout=EXAMPLES_TIMEOUT_SECONDS) as client:
             return await embed_in_batches(EndpointEmbedder(config, client=client), texts, EXAMPLES_BATCH)
 
-    async def decide(self, tier: str, text: str | None) -> Routed:
-        """Where a request for ``tier`` (a routed one) goes, given its last user message."""
+    async def embed(self, tier: str, text: str | None) -> tuple[str | None, Vector | None]:
+        """A request's last user message for ``tier`` as scored (its first characters) and its vector, the
+        embedder's own bound applied; no vector when there is nothing to score, the tier's examples are not embedded
+        yet, or the embedder failed or was late. Awaits: kept apart from :meth:`decide`, whose CPU is measured."""
+        if tier not in self.scorers or not text:
+            return None, None
+        text = route_text(text)
+        try:
+            async with asyncio.timeout(self._timeouts[tier]):
+                return text, (await self.embedders[embedder_key(self.routes[tier].embedder)].embed([text]))[0]
+        except (EmbedderError, TimeoutError) as error:
+            log.debug("tier %s: prompt not embedded (%s); strong model", tier, error)
+            return text, None
+
+    def decide(self, tier: str, text: str | None, vector: Vector | None) -> Routed:
+        """Where a request for ``tier`` (a routed one) goes, from :meth:`embed`'s result; counted."""
         route = self.routes[tier]
         scorer = self.scorers.get(tier)
         key = embedder_key(route.embedder)
         routed = Routed(route.strong, "unscored", None, None, None, key)
-        if scorer is not None and text:
-            text = route_text(text)
-            try:
-                async with asyncio.timeout(self._timeouts[tier]):
-                    vector = (await self.embedders[key].embed([text]))[0]
-            except (EmbedderError, TimeoutError) as error:
-                log.debug("tier %s: prompt not embedded (%s); strong model", tier, error)
-            else:
-                score = scorer.score(vector)
-                outcome = decide(score, route.threshold)
-                model = route.strong if outcome == "strong" else route.cheap
-                routed = Routed(model, outcome, score, text, vector, key)
+        if scorer is not None and vector is not None:
+            score = scorer.score(vector)
+            outcome = decide(score, route.threshold)
+            routed = Routed(route.strong if outcome == "strong" else route.cheap, outcome, score, text, vector, key)
         self._counted(tier, routed.outcome)
         return routed
 

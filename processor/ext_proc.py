@@ -724,7 +724,11 @@ class Processor:
         stream.model, stream.tier = self._resolve(asked, tenant)
         started = stages.add("parse", started)
         if self.difficulty is not None and asked == stream.tier and self.difficulty.routes_tier(asked):
-            stream.model = await self._route_by_difficulty(stream, body)
+            text, vector = await self.difficulty.embed(asked, last_user_text(stream.path, body))
+            started = stages.read()  # the embedding awaited: other requests ran meanwhile
+            stream.routed = routed = self.difficulty.decide(asked, text, vector)
+            stream.model = self.config.model(routed.model)
+            assert stream.model is not None  # ProcessorConfig checks that a route's models are its tier's
             started = stages.add("difficulty", started)
         prompt, ids, texts = self._count_prompt(stream.model, body)
         started = stages.add("tokenize", started)
@@ -738,19 +742,18 @@ class Processor:
         self._reserve(stream, verdict, budget, prompt)
         if self.cache is not None:
             body["model"] = model.name  # the key names the deployment that answers, whatever tier was asked
-            routed = stream.routed
             stream.cache_lookup = lookup = await self.cache.lookup(
                 stream.path,
                 body,
                 tenant=tenant.name,
                 tier=stream.tier,
                 headers=stream.headers,
-                embedded=self._shared(routed),
+                embedded=self._shared(stream.routed),
             )
             if lookup is not None and lookup.hit is not None:
                 self._unreserve(stream, tenant)  # a cached answer spends no model tokens
                 self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
-                return self.cache.reply(lookup, {ROUTE_HEADER: routed.outcome} if routed else {})
+                return self.cache.reply(lookup, {ROUTE_HEADER: stream.routed.outcome} if stream.routed else {})
             stream.cache_pending = self.cache.pending_for(lookup)
         await self._take_slot(stream, model, tenant, hashes, prompt)
         await self._prefill(stream, model, body, hashes, prompt)
@@ -774,14 +777,6 @@ class Processor:
         if routed.embedder != embedder_key(self.config.cache.embedder):
             return None
         return routed.text, routed.vector
-
-    async def _route_by_difficulty(self, stream: _Stream, body: Mapping[str, Any]) -> ModelConfig:
-        """The model of a difficulty-routed tier that answers this prompt (its last user message's score)."""
-        assert self.difficulty is not None
-        stream.routed = routed = await self.difficulty.decide(stream.tier, last_user_text(stream.path, body))
-        model = self.config.model(routed.model)
-        assert model is not None  # ProcessorConfig checks that a route's models are its tier's
-        return model
 
     def _count_prompt(self, model: ModelConfig, body: Mapping[str, Any]) -> tuple[int, list[int] | None, list[str]]:
         """The prompt's tokens with ``model``'s tokenizer (an estimate, counted as an error, without one), their ids

@@ -38,10 +38,11 @@ PROCESSOR_STAGE_CPU_SECONDS_TOTAL: Final = f"{NAMESPACE}_processor_stage_cpu_sec
 :data:`CPU_STAGES`); over the requests counter, each stage's CPU per request. What the stages leave of
 :data:`PROCESSOR_CPU_SECONDS_TOTAL` is the event loop, gRPC, the Redis clients and watching the replicas."""
 CPU_STAGES: Final = ("parse", "difficulty", "tokenize", "context", "route", "forward", "response", "account")
-"""The measured stages: ``parse`` the key, the body and the model; ``difficulty`` a difficulty-routed tier's decision
-(the embedding too where the embedder runs in process); ``tokenize`` the prompt; ``context`` fitting it and its output
-in a model's context; ``route`` the prefix hashes and the replicas' ranking; ``forward`` the body sent on;
-``response`` each response chunk (the usage scan and the cache's copy); ``account`` the tokens counted."""
+"""The measured stages: ``parse`` the key, the body and the model; ``difficulty`` a difficulty-routed tier's
+decision (the score; its embedding, awaited like the cache's, is not a stage); ``tokenize`` the prompt; ``context``
+fitting it and its output in a model's context; ``route`` the prefix hashes and the replicas' ranking; ``forward``
+the body sent on; ``response`` each response chunk (the usage scan and the cache's copy); ``account`` the tokens
+counted."""
 
 ROUTING_DECISIONS_TOTAL: Final = f"{NAMESPACE}_routing_decisions_total"
 """Counter: replica picks by ``model`` and ``reason`` (one of :data:`RoutingReason`)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 from inferplane.infra import program as platform_program
 from inferplane.tool.mockengine import Evaluation
@@ -43,3 +45,15 @@ ROUTED_TIER: dict[str, object] = {
 }
 """A tier of prod's two models routed by difficulty, its examples in ``routes/auto.jsonl`` of the project: what a
 test adds to prod's ``gateway.tiers`` (third, index 2)."""
+
+
+def copy_project(root: Path) -> Path:
+    """The project's ``Pulumi.yaml``, its program (linked) and shipped stacks under ``root/project``."""
+    project = root / "project"
+    (project / "stacks").mkdir(parents=True)
+    shutil.copy(PROJECT_DIR / "Pulumi.yaml", project / "Pulumi.yaml")
+    # The program Pulumi.yaml's ``main`` names, copied: the preview refuses a ``main`` that resolves outside.
+    shutil.copytree(PROJECT_DIR / "infra", project / "infra", ignore=shutil.ignore_patterns("__pycache__"))
+    for stack in (PROJECT_DIR / "stacks").glob("Pulumi.*.yaml"):
+        shutil.copy(stack, project / "stacks" / stack.name)
+    return project

@@ -31,7 +31,7 @@ from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
 from tests.spec.test_spec import _set as set_path
-from tests.stacks import ROUTED_TIER
+from tests.stacks import ROUTED_TIER, copy_project
 
 Edit = Callable[[dict[str, Any]], None]
 """Changes a stack file's parsed document in place (the file is then written back as YAML)."""
@@ -718,18 +718,6 @@ CASES: tuple[Case, ...] = (
 def _platform_of(document: dict[str, Any]) -> dict[str, Any]:
     platform: dict[str, Any] = document["config"]["inferplane:platform"]
     return platform
-
-
-def copy_project(root: Path) -> Path:
-    """The project's ``Pulumi.yaml``, its program (linked) and shipped stacks under ``root/project``."""
-    project = root / "project"
-    (project / "stacks").mkdir(parents=True)
-    shutil.copy(PROJECT_DIR / "Pulumi.yaml", project / "Pulumi.yaml")
-    # The program Pulumi.yaml's ``main`` names, copied: the preview refuses a ``main`` that resolves outside.
-    shutil.copytree(PROJECT_DIR / "infra", project / "infra", ignore=shutil.ignore_patterns("__pycache__"))
-    for stack in (PROJECT_DIR / "stacks").glob("Pulumi.*.yaml"):
-        shutil.copy(stack, project / "stacks" / stack.name)
-    return project
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

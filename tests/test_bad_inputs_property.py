@@ -27,7 +27,8 @@ from inferplane.components.catalog import ACCELERATORS, MODELS
 from inferplane.components.spec.platform_spec import KvCacheDtype, WeightsDtype
 from inferplane.tool.exitcodes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from tests.conftest import PROJECT_DIR
-from tests.test_bad_inputs import copy_project, run_cli
+from tests.stacks import copy_project
+from tests.test_bad_inputs import run_cli
 
 STACKS = ("dev", "staging", "prod")
 EXAMPLE_TIMEOUT_S = 60

@@ -52,6 +52,7 @@ from rich.console import Console
 
 from inferplane.components.capacity.sizing import PlatformSizing, size_platform
 from inferplane.components.gateway import renderer as gc
+from inferplane.components.gateway.route_examples import read_route_examples
 from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor.config import ModelConfig, ProcessorConfig
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
@@ -159,6 +160,9 @@ class RunPlan(BaseModel):
     envoy: Path = Field(description="The Envoy binary.")
     envoy_version: str = Field(description="Its release, from ``envoy --version``.")
     tokenizer_roots: tuple[Path, ...] = Field(description="Where tokenizer files are looked up, in order.")
+    route_examples: Mapping[str, str] = Field(
+        default_factory=dict, description="The difficulty-routed tiers' examples by tier, read from the project."
+    )
 
 
 # --- input checks (no side effects) ---------------------------------------------------------------------------------
@@ -473,6 +477,7 @@ def plan_run(args: argparse.Namespace, environ: Mapping[str, str]) -> RunPlan:
         envoy=envoy,
         envoy_version=envoy_version(envoy),
         tokenizer_roots=tuple(roots),
+        route_examples=read_route_examples(spec, project_dir),  # load_stack checked them: this cannot fail
     )
 
 
@@ -577,8 +582,9 @@ def render_local(plan: RunPlan, ports: LocalPorts, directory: Path) -> gc.Render
         tokenizers_dir=str(directory / "tokenizers"),
         id_suffix="-local",
         embedder_url=plan.embedder_url,
+        config_dir=str(directory),  # the routed tiers' examples, beside the processor's config
     )
-    return gc.render_gateway(plan.spec, plan.sizing, plan.cluster, addresses)
+    return gc.render_gateway(plan.spec, plan.sizing, plan.cluster, addresses, plan.route_examples)
 
 
 def write_run_files(
@@ -595,6 +601,8 @@ def write_run_files(
         _write_private(keys_dir / gc.API_KEYS_FILE, gc.render_api_key_file(keys))
     _write_private(directory / gc.ENVOY_CONFIG_FILE, rendered.envoy_yaml)
     _write_private(directory / gc.PROCESSOR_CONFIG_FILE, rendered.processor_json)
+    for file_name, text in rendered.route_examples.items():
+        _write_private(directory / file_name, text)
     return keys
 
 
@@ -797,6 +805,9 @@ def route_lines(config: ProcessorConfig, upstreams: Mapping[str, tuple[Upstream,
         lines.append(f"    {model.name:<{width}}  {what}, context {model.max_model_len} -> {servers}{extra}")
     for tier in config.tiers:
         extra = f"; fallback {', '.join(tier.fallback)}" if tier.fallback else ""
+        if tier.route is not None:
+            route = tier.route
+            extra += f"; by difficulty: {route.cheap} below {route.threshold:g}, else {route.strong}"
         lines.append(f"    {tier.name:<{width}}  tier -> {', '.join(tier.models)}{extra}")
     return lines
 

@@ -23,7 +23,7 @@ from inferplane.processor.config import (
     TenantConfig,
     TierConfig,
 )
-from inferplane.processor.difficulty_stage import DifficultyStage, Outcome
+from inferplane.processor.difficulty_stage import DifficultyStage, Outcome, Routed
 from inferplane.processor.ext_proc import Processor
 from tests.ports import free_port
 from tests.processor.test_ext_proc import _chat, _forwarded, _model, _request
@@ -67,6 +67,12 @@ def _tier(examples: str, **overrides: Any) -> TierConfig:
     return TierConfig(name="auto", models=("large", "small"), route=_route(examples, **overrides))
 
 
+async def _decide(stage: DifficultyStage, tier: str, text: str | None) -> Routed:
+    """What the processor does: embed (awaiting the embedder), then decide."""
+    scored, vector = await stage.embed(tier, text)
+    return stage.decide(tier, scored, vector)
+
+
 async def _until(condition: Any, seconds: float = 20.0) -> None:
     """Wait for ``condition()`` (examples are embedded in the background), polling; fail after ``seconds``."""
     deadline = asyncio.get_running_loop().time() + seconds
@@ -81,15 +87,15 @@ def test_the_stage_sends_easy_prompts_to_the_cheap_model_and_hard_ones_to_the_st
     async def run() -> None:
         stage = DifficultyStage((_tier(examples),), {}, lambda tier, outcome: counted.append((tier, outcome)))
         assert stage.routes_tier("auto") and not stage.routes_tier("other")
-        unready = await stage.decide("auto", EASY_ASKED)  # examples not embedded yet: strong, unscored
+        unready = await _decide(stage, "auto", EASY_ASKED)  # examples not embedded yet: strong, unscored
         assert (unready.model, unready.outcome, unready.vector) == ("large", "unscored", None)
         await stage.start()
         await _until(lambda: "auto" in stage.scorers)
-        easy, hard = await stage.decide("auto", EASY_ASKED), await stage.decide("auto", HARD_ASKED)
+        easy, hard = await _decide(stage, "auto", EASY_ASKED), await _decide(stage, "auto", HARD_ASKED)
         assert (easy.model, easy.outcome, easy.score) == ("small", "cheap", 0.0)
         assert (hard.model, hard.outcome, hard.score) == ("large", "strong", 1.0)
         assert easy.text == EASY_ASKED and easy.vector is not None and len(easy.vector) == 256
-        nothing = await stage.decide("auto", None)  # no user text (a tool result last): strong
+        nothing = await _decide(stage, "auto", None)  # no user text (a tool result last): strong
         assert (nothing.model, nothing.outcome) == ("large", "unscored")
         await stage.aclose()
 
@@ -103,7 +109,7 @@ def test_a_down_embedder_sends_every_prompt_to_the_strong_model(examples: str) -
     async def run() -> None:
         stage = DifficultyStage((_tier(examples, embedder=down),), {}, lambda tier, outcome: None)
         await stage.start()
-        routed = await stage.decide("auto", EASY_ASKED)
+        routed = await _decide(stage, "auto", EASY_ASKED)
         assert (routed.model, routed.outcome) == ("large", "unscored")
         assert "auto" not in stage.scorers  # still trying the examples, backing off
         await stage.aclose()

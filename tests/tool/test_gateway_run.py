@@ -39,6 +39,7 @@ from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
 from tests.ports import free_port
 from tests.redis_server import redis_server
+from tests.stacks import ROUTED_TIER, copy_project
 from tests.tiny_model import ARCHITECTURE, write_model
 
 FAKE_ENVOY = """#!/bin/sh
@@ -810,3 +811,46 @@ def test_a_run_without_servers_answers_and_sigterm_leaves_nothing(tmp_path: Path
         assert "inferplane gateway run: stopping envoy, processor, redis, removing" in gateway.out
     finally:
         gateway.kill()
+
+
+EXAMPLES = (
+    '{"prompt": "hi", "cheap_correct": true, "strong_correct": true}\n'
+    '{"prompt": "prove it", "cheap_correct": false, "strong_correct": true}\n'
+)
+
+
+def test_a_routed_tier_runs_with_its_examples_beside_the_config(tmp_path: Path, fake_envoy: Path) -> None:
+    """A stack whose tier routes by difficulty: the examples are read from the project with the stack, written
+    beside the processor's config (private), and the summary says how the tier decides."""
+    project = copy_project(tmp_path)
+    stack_file = project / "stacks" / "Pulumi.prod.yaml"
+    document = yaml.safe_load(stack_file.read_text())
+    document["config"]["inferplane:platform"]["gateway"]["tiers"].append(ROUTED_TIER)
+    stack_file.write_text(yaml.safe_dump(document))
+    (project / "routes").mkdir()
+    (project / "routes" / "auto.jsonl").write_text(EXAMPLES)
+    args = Namespace(
+        project_dir=str(project),
+        stack="prod",
+        cluster=None,
+        upstream=[],
+        redis=None,
+        embedder_url=None,
+        tokenizers=None,
+        envoy=str(fake_envoy),
+        check=True,
+        port=8080,
+    )
+    plan = gr.plan_run(args, {"HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": ""})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    rendered = gr.render_local(plan, PORTS, run_dir)
+    gr.write_run_files(rendered, run_dir)
+    examples = run_dir / "route-auto.jsonl"
+    assert examples.read_text() == EXAMPLES and examples.stat().st_mode & 0o777 == 0o600
+    config = ProcessorConfig.model_validate_json(rendered.processor_json)
+    route = next(t.route for t in config.tiers if t.name == "auto")
+    assert route is not None and route.examples_file == str(examples)
+    assert gr.route_lines(config, plan.upstreams)[-1] == (
+        "    auto               tier -> llama-70b, llama-8b; by difficulty: llama-8b below 0.12, else llama-70b"
+    )
