@@ -31,6 +31,7 @@ from inferplane.processor.cache.embedders import (
     EndpointEmbedder,
     Vector,
     embed_in_batches,
+    embed_timeout,
     make_embedder,
 )
 from inferplane.processor.config import DifficultyRouteConfig, TierConfig
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 
 Outcome = Literal["strong", "cheap", "unscored"]
 """A routed request's decision as counted and echoed: ``unscored`` went to the strong model unscored."""
-OUTCOMES: tuple[Outcome, ...] = ("strong", "cheap", "unscored")
 EXAMPLES_BATCH = 64
 """Examples per embeddings request at start."""
 EXAMPLES_TIMEOUT_SECONDS = 60.0
@@ -75,11 +75,9 @@ class DifficultyStage:
         tiers: tuple[TierConfig, ...],
         shared: Mapping[str, Embedder],
         counted: Callable[[str, Outcome], None],
-        examples_dir: Path | None = None,
     ) -> None:
         """``shared``: embedders already made (the response cache's), by :func:`embedder_key`; ``counted`` is
-        called with the tier and the outcome of every decision; ``examples_dir`` resolves relative example paths
-        (local runs)."""
+        called with the tier and the outcome of every decision."""
         self.routes: dict[str, DifficultyRouteConfig] = {t.name: t.route for t in tiers if t.route is not None}
         self.embedders: dict[str, Embedder] = dict(shared)
         self._made: list[Embedder] = []
@@ -90,11 +88,7 @@ class DifficultyStage:
                 self._made.append(made)
         self.scorers: dict[str, DifficultyScorer] = {}
         self._counted = counted
-        self._examples_dir = examples_dir
-        self._timeouts = {
-            tier: route.embedder.timeout_ms / 1000 if isinstance(route.embedder, EndpointEmbedderConfig) else None
-            for tier, route in self.routes.items()
-        }
+        self._timeouts = {tier: embed_timeout(route.embedder) for tier, route in self.routes.items()}
         self._tasks: list[asyncio.Task[None]] = []
 
     def routes_tier(self, tier: str) -> bool:
@@ -114,9 +108,7 @@ class DifficultyStage:
 
     async def _embed_tier(self, tier: str) -> None:
         route = self.routes[tier]
-        path = Path(route.examples_file)
-        if not path.is_absolute() and self._examples_dir is not None:
-            path = self._examples_dir / path
+        path = Path(route.examples_file)  # the renderer writes where it mounts them: absolute
         examples = parse_examples(path.read_text(encoding="utf-8"), str(path))
         texts = [route_text(e.prompt) for e in examples]
         wait = 1.0

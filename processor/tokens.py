@@ -55,7 +55,7 @@ class TokenizedTexts:
 
     def get(self, model: str, text: str) -> array[int] | None:
         """The kept ids of ``text`` for ``model`` (now the most recently used), or None."""
-        if self.budget_bytes <= 0 or len(text) < CACHED_TEXT_MIN_CHARS:
+        if not self._keeps(text):
             return None
         key = (model, text)
         ids = self._entries.get(key)
@@ -69,7 +69,7 @@ class TokenizedTexts:
     def put(self, model: str, text: str, ids: list[int]) -> None:
         """Keep ``ids`` for a long enough ``text`` tokenized before (:data:`SEEN_TEXTS`); the least recently used
         entries leave to make room."""
-        if self.budget_bytes <= 0 or len(text) < CACHED_TEXT_MIN_CHARS:
+        if not self._keeps(text):
             return
         key = (model, text)
         if key in self._entries or not self._seen_before(hash(key)):
@@ -83,6 +83,10 @@ class TokenizedTexts:
         while self.used_bytes > self.budget_bytes:
             (_, old_text), old_ids = self._entries.popitem(last=False)
             self.used_bytes -= _entry_bytes(old_text, old_ids)
+
+    def _keeps(self, text: str) -> bool:
+        """Whether texts like ``text`` are kept at all: long enough, and a budget to keep them in."""
+        return self.budget_bytes > 0 and len(text) >= CACHED_TEXT_MIN_CHARS
 
     def _seen_before(self, digest: int) -> bool:
         """Whether a text of this hash was tokenized before; remembers it if not (the oldest forgotten first)."""

@@ -187,6 +187,12 @@ async def embed_in_batches(embedder: Embedder, texts: list[str], batch: int) -> 
     return vectors
 
 
+def embed_timeout(config: EmbedderConfig) -> float | None:
+    """Seconds one prompt's embedding may take on the request path: an endpoint's own ``timeout_ms``; None for an
+    in-process embedder, which runs synchronously (nothing to time out)."""
+    return config.timeout_ms / 1000 if isinstance(config, EndpointEmbedderConfig) else None
+
+
 def make_embedder(config: EmbedderConfig) -> WordLlamaEmbedder | EndpointEmbedder:
     """The embedder a config names."""
     if isinstance(config, WordLlamaEmbedderConfig):

@@ -42,9 +42,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig
+from inferplane.processor.cache.config import CacheConfig
 from inferplane.processor.cache.counterparts import WordVectors, decide, difference
-from inferplane.processor.cache.embedders import Embedder, EmbedderError, Vector, make_embedder
+from inferplane.processor.cache.embedders import Embedder, EmbedderError, Vector, embed_timeout, make_embedder
 from inferplane.processor.cache.guards import all_pass
 from inferplane.processor.cache.metrics import CacheMetrics
 from inferplane.processor.cache.request import (
@@ -162,10 +162,7 @@ class ResponseCache:
         self.doc_prefix = f"{config.key_prefix}:s:{ident}:"
         self.exact_prefix = f"{config.key_prefix}:x:"
         self._timeout = config.timeout_ms / 1000
-        # An in-process embedder runs synchronously (nothing to time out); an endpoint has its own bound.
-        self._embed_timeout = (
-            config.embedder.timeout_ms / 1000 if isinstance(config.embedder, EndpointEmbedderConfig) else None
-        )
+        self._embed_timeout = embed_timeout(config.embedder)
 
     # --- availability ---------------------------------------------------------------------------------------------
 
