@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import httpx
 import numpy as np
@@ -38,8 +38,10 @@ from inferplane.components.spec.platform_spec import CacheEmbedderSpec, CacheSpe
 from inferplane.processor.cache.config import CacheConfig, EndpointEmbedderConfig
 from inferplane.processor.cache.counterparts import decide, difference
 from inferplane.processor.cache.embedders import (
+    Embedder,
     EmbedderError,
     EndpointEmbedder,
+    Vector,
     WordLlamaEmbedder,
     embed_in_batches,
 )
@@ -49,6 +51,8 @@ from inferplane.tool.cache_adversary import GENERATED_CLASSES, GeneratedClass, g
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.files import UnreadableFileError, read_regular_file
 from inferplane.tool.stackfile import find_project_dir, load_stack, printable
+
+T = TypeVar("T")
 
 SHIPPED_PAIRS = "cache/eval_pairs.jsonl"
 """The labelled set shipped in the package (``inferplane.processor``), used when ``--pairs`` is not given."""
@@ -206,14 +210,20 @@ def embedder_name(cache: CacheSpec) -> str:
     return "wordllama" if cache.embedder.kind == "wordllama" else f"endpoint {cache.embedder.url}"
 
 
-def embed_texts(texts: list[str], cache: CacheSpec) -> list[Any]:
-    """The unit vectors of ``texts`` from ``cache``'s embedder (an endpoint in batches); raises
-    :class:`EmbedderFailedError` naming the embedder."""
+def with_offline_embedder(cache: CacheSpec, use: Callable[[Embedder], Awaitable[T]]) -> T:
+    """``use`` run with ``cache``'s embedder as the CLI runs it: wordllama in process, or an endpoint through a client
+    whose per-request bound (:data:`OFFLINE_TIMEOUT_S`) suits batches; raises :class:`EmbedderFailedError` naming the
+    embedder."""
     config = embedder_config(cache)
-    try:
+
+    async def run() -> T:
         if isinstance(config, EndpointEmbedderConfig):
-            return asyncio.run(_embed_endpoint(texts, config))
-        return WordLlamaEmbedder(config).embed_now(texts)
+            async with httpx.AsyncClient(timeout=OFFLINE_TIMEOUT_S) as client:
+                return await use(EndpointEmbedder(config, client=client))
+        return await use(WordLlamaEmbedder(config))
+
+    try:
+        return asyncio.run(run())
     except EmbedderError as error:
         raise EmbedderFailedError(f"embedder {embedder_name(cache)} failed: {error}") from None
     # wordllama's files missing or unreadable; a URL httpx cannot use (InvalidURL is no HTTPError, which the embedder
@@ -222,10 +232,16 @@ def embed_texts(texts: list[str], cache: CacheSpec) -> list[Any]:
         raise EmbedderFailedError(f"embedder {embedder_name(cache)} failed: {type(error).__name__}: {error}") from None
 
 
-async def _embed_endpoint(texts: list[str], config: EndpointEmbedderConfig) -> list[Any]:
-    """The endpoint's vectors in batches of :data:`ENDPOINT_BATCH`, each request under :data:`OFFLINE_TIMEOUT_S`."""
-    async with httpx.AsyncClient(timeout=OFFLINE_TIMEOUT_S) as client:
-        return list(await embed_in_batches(EndpointEmbedder(config, client=client), texts, ENDPOINT_BATCH))
+def embed_texts(texts: list[str], cache: CacheSpec) -> list[Vector]:
+    """The unit vectors of ``texts`` from ``cache``'s embedder (an endpoint in batches of :data:`ENDPOINT_BATCH`,
+    wordllama in one call); raises :class:`EmbedderFailedError` naming the embedder."""
+
+    async def embed(embedder: Embedder) -> list[Vector]:
+        if isinstance(embedder, EndpointEmbedder):
+            return await embed_in_batches(embedder, texts, ENDPOINT_BATCH)
+        return await embedder.embed(texts)
+
+    return with_offline_embedder(cache, embed)
 
 
 def point(scored: Sequence[Scored], threshold: float, guards: bool, leave_out: frozenset[Check] = frozenset()) -> Point:

@@ -52,7 +52,6 @@ from rich.console import Console
 
 from inferplane.components.capacity.sizing import PlatformSizing, size_platform
 from inferplane.components.gateway import renderer as gc
-from inferplane.components.gateway.route_examples import read_route_examples
 from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor.config import ModelConfig, ProcessorConfig
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
@@ -477,7 +476,7 @@ def plan_run(args: argparse.Namespace, environ: Mapping[str, str]) -> RunPlan:
         envoy=envoy,
         envoy_version=envoy_version(envoy),
         tokenizer_roots=tuple(roots),
-        route_examples=read_route_examples(spec, project_dir),  # load_stack checked them: this cannot fail
+        route_examples=stack.route_examples,
     )
 
 

@@ -23,27 +23,24 @@ Exit 0 with the figures, 2 when the labels are invalid (named by file and line),
 from __future__ import annotations
 
 import argparse
-import asyncio
 import csv
 import io
 import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import numpy.typing as npt
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from inferplane.components.gateway.cache_renderer import embedder_config
 from inferplane.components.spec.platform_spec import CacheSpec
-from inferplane.processor.cache.config import EndpointEmbedderConfig
-from inferplane.processor.cache.embedders import EmbedderError, EndpointEmbedder, WordLlamaEmbedder
+from inferplane.processor.cache.embedders import Embedder
 from inferplane.processor.difficulty import (
     DifficultyScorer,
     ExamplesError,
@@ -54,11 +51,11 @@ from inferplane.processor.difficulty import (
     route_text,
 )
 from inferplane.tool.cache_eval import (
-    OFFLINE_TIMEOUT_S,
     EmbedderFailedError,
     embed_texts,
     embedder_name,
     embedder_option,
+    with_offline_embedder,
 )
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from inferplane.tool.files import UnreadableFileError, read_regular_file
@@ -87,6 +84,16 @@ class Labels:
     name: str
     examples: tuple[LabelledExample, ...]
     excluded: int
+
+    @cached_property
+    def cheap_correct(self) -> npt.NDArray[np.bool_]:
+        """Whether the cheap model answered each prompt, in order."""
+        return np.array([e.cheap_correct for e in self.examples])
+
+    @cached_property
+    def strong_correct(self) -> npt.NDArray[np.bool_]:
+        """Whether the strong model answered each prompt, in order."""
+        return np.array([e.strong_correct for e in self.examples])
 
 
 @dataclass(frozen=True)
@@ -193,13 +200,11 @@ def evaluate_split(
         train = train[:max_examples]
     examples = [labels.examples[i] for i in train]
     scorer = DifficultyScorer(vectors[train], gains(examples), neighbours)
-    cheap = np.array([e.cheap_correct for e in labels.examples])
-    strong = np.array([e.strong_correct for e in labels.examples])
     test_scores = scorer.scores(vectors[test])
     return Split(
         seed=seed,
         scorer=scorer,
-        routed=curve(test_scores, cheap[test], strong[test]),
+        routed=curve(test_scores, labels.cheap_correct[test], labels.strong_correct[test]),
         training_scores=scorer.scores(vectors[train], leave_out_self=True),
         test_scores=test_scores,
         test=test,
@@ -228,8 +233,7 @@ class Calibrated:
 
 def calibrate(split: Split, labels: Labels) -> list[Calibrated]:
     """The threshold for each of :data:`SHARES`, chosen on the training prompts' scores, applied to the test."""
-    cheap = np.array([labels.examples[i].cheap_correct for i in split.test])
-    strong = np.array([labels.examples[i].strong_correct for i in split.test])
+    cheap, strong = labels.cheap_correct[split.test], labels.strong_correct[split.test]
     rows = []
     for target in SHARES:
         threshold = threshold_for_share(split.training_scores, target)
@@ -364,30 +368,16 @@ def render(out: Console, report: Report) -> None:
 def embed_micros(texts: Sequence[str], cache: CacheSpec) -> list[float]:
     """Microseconds of embedding one prompt, one at a time with one embedder (what a request pays before the
     decision); raises :class:`EmbedderFailedError`."""
-    config = embedder_config(cache)
-    try:
-        if isinstance(config, EndpointEmbedderConfig):
-            return asyncio.run(_endpoint_micros(texts, config))
-        embedder = WordLlamaEmbedder(config)
-        timings = []
-        for text in texts:
-            started = time.perf_counter()
-            embedder.embed_now([text])
-            timings.append((time.perf_counter() - started) * 1e6)
-        return timings
-    except (EmbedderError, OSError, ValueError, RuntimeError, httpx.InvalidURL) as error:
-        raise EmbedderFailedError(f"embedder {embedder_name(cache)} failed: {error}") from None
 
-
-async def _endpoint_micros(texts: Sequence[str], config: EndpointEmbedderConfig) -> list[float]:
-    async with httpx.AsyncClient(timeout=OFFLINE_TIMEOUT_S) as client:
-        embedder = EndpointEmbedder(config, client=client)
+    async def timed(embedder: Embedder) -> list[float]:
         timings = []
         for text in texts:
             started = time.perf_counter()
             await embedder.embed([text])
             timings.append((time.perf_counter() - started) * 1e6)
         return timings
+
+    return with_offline_embedder(cache, timed)
 
 
 def _configured(args: argparse.Namespace) -> CacheSpec:
@@ -404,8 +394,7 @@ def build_report(args: argparse.Namespace, labels: Labels, cache: CacheSpec) -> 
     options = {"test_share": args.test_share, "neighbours": args.neighbours, "max_examples": args.max_examples}
     main = evaluate_split(vectors, labels, seed=args.seed, **options)
     repeats = [evaluate_split(vectors, labels, seed=args.seed + i, **options) for i in range(1, args.repeat + 1)]
-    cheap = np.array([labels.examples[i].cheap_correct for i in main.test])
-    strong = np.array([labels.examples[i].strong_correct for i in main.test])
+    cheap, strong = labels.cheap_correct[main.test], labels.strong_correct[main.test]
     sample = [route_text(labels.examples[i].prompt) for i in main.test[: args.embed_sample]]
     return Report(
         labels=labels,

@@ -113,6 +113,8 @@ class Stack(StackConfig):
     """One stack of an inferplane platform: its config and the platform spec it carries."""
 
     platform: PlatformSpec
+    route_examples: Mapping[str, str] = field(default_factory=dict, kw_only=True, repr=False, compare=False)
+    """The difficulty-routed tiers' examples by tier, read from the project and checked with the stack."""
 
 
 def find_project_dir(start: Path | None = None) -> Path:
@@ -421,7 +423,7 @@ def platform_stack(stack: StackConfig) -> Stack:
         )
     try:
         platform = validate_platform(raw, region)
-        read_route_examples(platform, stack.project_dir)  # the files the spec names, checked as the program reads them
+        route_examples = read_route_examples(platform, stack.project_dir)  # checked as the program reads them
     except SpecError as exc:
         raise InvalidSpecError(display, exc) from None
     return Stack(
@@ -433,6 +435,7 @@ def platform_stack(stack: StackConfig) -> Stack:
         project_file=stack.project_file,
         source=stack.source,
         platform=platform,
+        route_examples=route_examples,
     )
 
 
