@@ -126,6 +126,16 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = N
     raise TimeoutError(f"{url} not ready after {timeout:.0f} s")
 
 
+def gateway_metric(gateway: Gateway, name: str, **labels: str) -> float:
+    """The sum of the gateway processor's ``name`` samples whose labels include ``labels``."""
+    total = 0.0
+    for sample, value in scrape(gateway.metrics_url).items():
+        metric, _, rest = sample.partition("{")
+        if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            total += value
+    return total
+
+
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
     """Poll ``condition`` until it holds; fails naming ``what`` was awaited."""
     deadline = time.monotonic() + timeout
@@ -442,12 +452,12 @@ def start_gateway(
 ) -> Gateway:
     """Render the config for ``addresses`` and start the processor and Envoy with it (``processor_patch`` edits the
     processor's config first: a test that breaks one part on purpose; ``route_examples``: the difficulty-routed
-    tiers' examples, written beside the config as the ConfigMap mounts them)."""
+    tiers' examples, written beside the config as the ConfigMap mounts them, as are the providers' SDS files)."""
     config_dir = procs.directory / name
     config_dir.mkdir(parents=True, exist_ok=True)
     addresses = addresses.model_copy(update={"config_dir": str(config_dir)})
     rendered = gc.render_gateway(spec, plan, "eks", addresses, route_examples)
-    for file_name, text in rendered.route_examples.items():
+    for file_name, text in {**rendered.route_examples, **rendered.provider_files}.items():
         (config_dir / file_name).write_text(text, encoding="utf-8")
     (config_dir / gc.ENVOY_CONFIG_FILE).write_text(rendered.envoy_yaml)
     processor_config = json.loads(rendered.processor_json)

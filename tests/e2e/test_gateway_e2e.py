@@ -38,6 +38,7 @@ from tests.gateway_support import (
     Relay,
     StoredAnswers,
     gateway_addresses,
+    gateway_metric,
     most_at_once,
     scrape,
     start_gateway,
@@ -146,16 +147,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
         relay.close()
 
 
-def _metric(gateway: Gateway, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples whose labels include ``labels``."""
-    total = 0.0
-    for sample, value in scrape(gateway.metrics_url).items():
-        metric, _, rest = sample.partition("{")
-        if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
-            total += value
-    return total
-
-
 def _fresh_window() -> None:
     """Budgets count per clock minute: do not start a budget test in a window's last seconds."""
     left = 60 - time.time() % 60
@@ -209,7 +200,7 @@ def test_request_limit_is_shared_by_the_replicas(platform: Platform) -> None:
         _chat(b, "alpha")
     assert error.value.code == "rate_limit_exceeded"
     assert 1 <= int(error.value.response.headers["retry-after"]) <= 60
-    assert _metric(platform.b, gm.REJECTIONS_TOTAL, reason="requests_per_minute") == 1
+    assert gateway_metric(platform.b, gm.REJECTIONS_TOTAL, reason="requests_per_minute") == 1
 
 
 def test_token_limit_is_shared_by_the_replicas(platform: Platform) -> None:
@@ -291,7 +282,7 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     client = platform.client("team-a")
     _wait_idle(platform, "vllm-beta")
     retries_before = _retries(platform, "beta")
-    rejections_before = _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta")
+    rejections_before = gateway_metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta")
     server = platform.fleet["vllm-beta"]
     log_before = len(server.log())
     peak = gateway_peak = 0
@@ -371,7 +362,7 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     assert 1 <= logged <= cap + retried, message
     assert peak <= cap + retried and gateway_peak <= cap, message
     assert statuses.count(200) >= cap and statuses.count(429) >= 1
-    rejections = _metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") - rejections_before
+    rejections = gateway_metric(platform.a, gm.REJECTIONS_TOTAL, reason="kv_capacity", model="beta") - rejections_before
     assert rejections == statuses.count(429)
 
 
@@ -405,7 +396,9 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
         # The first token alone, then a chunk per `interval` tokens, the last with fewer (vLLM may merge more when
         # its API server falls behind, never split them).
         assert token_chunks <= 1 + math.ceil((LONG_GENERATION_TOKENS - 1) / interval)
-    accounted = sum(_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b))
+    accounted = sum(
+        gateway_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b)
+    )
     assert accounted == usage_total
 
 
@@ -419,14 +412,14 @@ def test_scale_from_zero_holds_until_a_replica_is_ready(platform: Platform) -> N
     caller = threading.Thread(target=call)
     caller.start()
     deadline = time.monotonic() + 10
-    while _metric(platform.a, gm.PENDING_REQUESTS, model="gamma") != 1:
+    while gateway_metric(platform.a, gm.PENDING_REQUESTS, model="gamma") != 1:
         assert time.monotonic() < deadline, "the pending gauge never rose"
         time.sleep(0.1)
     assert caller.is_alive()  # held at the gateway, not refused
     platform.relay.open()  # a replica comes up
     caller.join(timeout=30)
     assert result["response"].status_code == 200
-    assert _metric(platform.a, gm.PENDING_REQUESTS, model="gamma") == 0
+    assert gateway_metric(platform.a, gm.PENDING_REQUESTS, model="gamma") == 0
 
 
 # --- the response cache (issue 14): Redis 8.2 with RediSearch, so exact and semantic ---------------------------------
@@ -459,7 +452,7 @@ def cache_up(platform: Platform) -> None:
     machine marks it down (requests bypass it) until the next ping, at most 5 s later, succeeds: wait for that rather
     than read a bypass as a wrong verdict."""
     deadline = time.monotonic() + 15
-    while not all(_metric(gateway, cm.UP) == 1 for gateway in (platform.a, platform.b)):
+    while not all(gateway_metric(gateway, cm.UP) == 1 for gateway in (platform.a, platform.b)):
         assert time.monotonic() < deadline, _cache_state(platform)
         time.sleep(0.2)
 
@@ -515,8 +508,11 @@ def test_cache_answers_repeats_and_paraphrases_without_vllm(platform: Platform) 
     assert _vllm_requests(platform) == before  # vLLM never saw them
     near_miss = _cached(client, "How do I not reset my password?")  # a guard (negation) refuses the match
     assert near_miss[0] == "miss" and _vllm_requests(platform) == before + 1
-    assert _metric(platform.a, cm.HITS, kind="exact") >= 1 and _metric(platform.a, cm.HITS, kind="semantic") >= 1
-    assert _metric(platform.a, gm.REQUESTS_TOTAL, outcome="cached") >= 2
+    assert (
+        gateway_metric(platform.a, cm.HITS, kind="exact") >= 1
+        and gateway_metric(platform.a, cm.HITS, kind="semantic") >= 1
+    )
+    assert gateway_metric(platform.a, gm.REQUESTS_TOTAL, outcome="cached") >= 2
 
 
 @pytest.mark.usefixtures("cache_up")
@@ -571,7 +567,7 @@ def test_redis_down_fails_open_and_envoys_own_limit_holds(platform: Platform) ->
     platform.procs.stop("redis")
     client = platform.client("team-a")
     assert _chat(client, "alpha").parse().model == "alpha"
-    assert _metric(platform.a, gm.PROCESSOR_ERRORS_TOTAL, stage="redis") >= 1
+    assert gateway_metric(platform.a, gm.PROCESSOR_ERRORS_TOTAL, stage="redis") >= 1
     # Without the shared budget, each replica's Envoy bucket (3 a minute for rpm-tight) still limits the tenant.
     tight = platform.client("rpm-tight", platform.a)
     with pytest.raises(openai.RateLimitError) as error:
@@ -585,7 +581,9 @@ def test_redis_down_fails_open_and_envoys_own_limit_holds(platform: Platform) ->
     response = _chat(client, "alpha", RESET, temperature=0)
     assert response.status_code == 200 and response.headers["x-inferplane-cache"] in ("miss", "bypass")
     assert time.monotonic() - started < 10
-    assert _metric(platform.a, cm.ERRORS) >= 1 or _metric(platform.a, cm.BYPASSES, reason="unavailable") >= 1
+    assert (
+        gateway_metric(platform.a, cm.ERRORS) >= 1 or gateway_metric(platform.a, cm.BYPASSES, reason="unavailable") >= 1
+    )
 
 
 def test_fallback_when_the_primary_is_killed(platform: Platform) -> None:

@@ -36,6 +36,7 @@ from tests.gateway_support import (
     Procs,
     Relay,
     gateway_addresses,
+    gateway_metric,
     most_at_once,
     scrape,
     start_gateway,
@@ -142,18 +143,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
         procs.stop_all()
 
 
-def _metric(gateway: Gateway, name: str, **labels: str) -> float:
-    total = 0.0
-    for sample, value in scrape(gateway.metrics_url).items():
-        metric, _, rest = sample.partition("{")
-        if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
-            total += value
-    return total
-
-
 def _wait_metric(gateway: Gateway, name: str, expected: float, timeout: float = 10.0, **labels: str) -> None:
     deadline = time.monotonic() + timeout
-    while (value := _metric(gateway, name, **labels)) != expected and time.monotonic() < deadline:
+    while (value := gateway_metric(gateway, name, **labels)) != expected and time.monotonic() < deadline:
         time.sleep(0.1)
     assert value == expected, f"{name}{labels} = {value}, expected {expected}"
 
@@ -189,7 +181,7 @@ def test_requests_sharing_a_prefix_stay_on_one_replica(platform: Platform) -> No
     client = platform.client("a")
     served = _served_by(platform, lambda: [_ask(client, _prefix(1), q) for q in range(6)])
     assert list(served.values()) == [6]
-    assert _metric(platform.gateways["a"], gm.ROUTING_DECISIONS_TOTAL, model=MODEL, reason="prefix_hit") >= 5
+    assert gateway_metric(platform.gateways["a"], gm.ROUTING_DECISIONS_TOTAL, model=MODEL, reason="prefix_hit") >= 5
 
 
 def test_every_vllm_series_the_plans_and_the_router_read_is_exposed(platform: Platform) -> None:
@@ -244,7 +236,7 @@ def test_a_full_replica_spills_and_none_ever_holds_more_than_max_num_seqs(platfo
     decided every one. What each engine held is read from its own request log, every request counted, not sampled."""
     seqs = platform.max_num_seqs
     before = {r: len(platform.servers[r].log()) for r in REPLICAS}
-    refused_before = sum(_metric(platform.gateways[g], gm.REJECTIONS_TOTAL, reason="kv_capacity") for g in "ab")
+    refused_before = sum(gateway_metric(platform.gateways[g], gm.REJECTIONS_TOTAL, reason="kv_capacity") for g in "ab")
 
     sent = 3 * seqs + 2
     clients = {g: platform.client(g) for g in "ab"}  # made before, so no request waits on a client being built
@@ -272,21 +264,21 @@ def test_a_full_replica_spills_and_none_ever_holds_more_than_max_num_seqs(platfo
     logs = {r: platform.servers[r].log()[before[r] :] for r in REPLICAS}
     assert len(refusals) <= 2, refusals  # only the two beyond the cap ever waited
     assert all(waited >= QUEUE_TIMEOUT_SECONDS for waited in refusals), refusals
-    refused = sum(_metric(platform.gateways[g], gm.REJECTIONS_TOTAL, reason="kv_capacity") for g in "ab")
+    refused = sum(gateway_metric(platform.gateways[g], gm.REJECTIONS_TOTAL, reason="kv_capacity") for g in "ab")
     assert refused - refused_before == len(refusals)
     assert sum(log.count("Received request ") for log in logs.values()) == sent - len(refusals), logs
     held = {r: most_at_once(log)[0] for r, log in logs.items()}
     assert max(held.values()) == seqs, (held, _outcomes(logs))
     assert sum(1 for h in held.values() if h > 0) >= 2, held
-    spills = sum(_metric(platform.gateways[g], gm.ROUTING_DECISIONS_TOTAL, reason="load_spill") for g in "ab")
+    spills = sum(gateway_metric(platform.gateways[g], gm.ROUTING_DECISIONS_TOTAL, reason="load_spill") for g in "ab")
     assert spills >= 1
-    assert sum(_metric(platform.gateways[g], gm.SLOT_STORE_FALLBACKS_TOTAL) for g in "ab") == 0
+    assert sum(gateway_metric(platform.gateways[g], gm.SLOT_STORE_FALLBACKS_TOTAL) for g in "ab") == 0
 
 
 def test_without_the_processors_pick_envoy_still_balances(platform: Platform) -> None:
     served = _served_by(platform, lambda: [_ask(platform.client("c"), _prefix(3), q) for q in range(6)])
     assert sum(served.values()) == 6
-    assert _metric(platform.gateways["c"], gm.ROUTING_DECISIONS_TOTAL, model=MODEL, reason="fallback") >= 6
+    assert gateway_metric(platform.gateways["c"], gm.ROUTING_DECISIONS_TOTAL, model=MODEL, reason="fallback") >= 6
 
 
 def test_the_cap_follows_replicas_going_and_coming(platform: Platform) -> None:

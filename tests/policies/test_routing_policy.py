@@ -21,6 +21,7 @@ from inferplane.policies.gateway import require_load_bound
 from inferplane.policies.pack import policy_named
 from inferplane.policies.resource_types import T
 from inferplane.tool.analyzer import policy_config_path
+from tests.policies.gateways import gateway_with
 
 NAME = "gateway-routing-require-load-bound"
 PROD = {"required": True}
@@ -30,15 +31,8 @@ BOUNDED = {"llama-70b": RoutingSpec(), "llama-8b": RoutingSpec(policy="least_req
 
 
 def gateway(routing: Any, *, labels: Any = None) -> Resource:
-    """A gateway Deployment whose metadata carries ``routing`` as the routing annotation (omitted when None)."""
-    annotations = {} if routing is None else {GATEWAY_ROUTING: routing}
-    metadata = {"name": "gateway", "labels": {COMPONENT_LABEL: GATEWAY} if labels is None else labels}
-    return Resource(
-        type=T.DEPLOYMENT,
-        name="gateway",
-        urn="urn:gateway",
-        props={"metadata": {**metadata, "annotations": annotations}},
-    )
+    """A gateway Deployment carrying ``routing`` as the routing annotation (omitted when None)."""
+    return gateway_with(GATEWAY_ROUTING, routing, labels=labels)
 
 
 def test_the_policy_is_registered_mandatory_and_on_only_where_prod_asks() -> None:

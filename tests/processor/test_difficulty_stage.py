@@ -27,19 +27,11 @@ from inferplane.processor.difficulty_stage import DifficultyStage, Outcome, Rout
 from inferplane.processor.ext_proc import Processor
 from tests.ports import free_port
 from tests.processor.test_ext_proc import _chat, _forwarded, _model, _request
-from tests.tiny_model import build_tokenizer
 
 EASY = [f"hello there, how is the weather in city number {i} today? any sunshine?" for i in range(12)]
 HARD = [f"prove the theorem on prime gaps and modular forms for lemma {i} rigorously" for i in range(12)]
 EASY_ASKED = "hello, how is the weather in the city today? sunshine?"
 HARD_ASKED = "prove the theorem on prime gaps and modular forms rigorously"
-
-
-@pytest.fixture(scope="module")
-def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
-    build_tokenizer().save(str(path))
-    return str(path)
 
 
 @pytest.fixture

@@ -10,18 +10,11 @@ from hypothesis import strategies as st
 from inferplane.processor import tokens
 from inferplane.processor.prefix_index import MESSAGE_SEPARATOR
 from inferplane.processor.tokens import CACHED_TEXT_MIN_CHARS, TokenCounter, TokenizedTexts
-from tests.tiny_model import build_tokenizer, words
+from tests.tiny_model import words
 
 LONG = words(600)  # 600 tokens, about 2,900 characters: kept
 SHORT = words(20)  # under CACHED_TEXT_MIN_CHARS: tokenized each time
 assert len(LONG) >= CACHED_TEXT_MIN_CHARS > len(SHORT)
-
-
-@pytest.fixture(scope="module")
-def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
-    build_tokenizer().save(str(path))
-    return str(path)
 
 
 def _counter(tokenizer_file: str, cache_bytes: int) -> TokenCounter:
