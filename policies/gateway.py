@@ -20,12 +20,14 @@ from inferplane.components.serving.annotations import (
     COMPONENT_LABEL,
     GATEWAY,
     GATEWAY_AUTH,
+    GATEWAY_PROVIDERS,
     GATEWAY_REQUESTS_PER_MINUTE,
     GATEWAY_ROUTES,
     GATEWAY_ROUTING,
     GATEWAY_TOKENS_PER_MINUTE,
     SERVED_MODEL_LABEL,
     AnnotationError,
+    GatewayAnnotations,
     GatewayRoute,
     parse_gateway_annotations,
 )
@@ -70,6 +72,20 @@ def _annotations(resource: Resource) -> dict[str, Any] | _Unknown:
             return unknown
     annotations: dict[str, Any] = object_annotations(resource)
     return annotations
+
+
+def _parsed(resource: Resource, key: str, what: str, report: Report) -> GatewayAnnotations | None:
+    """The gateway's ``key`` annotation read back; None where it is unknown (preview), absent, or malformed (then
+    reported, naming ``what`` it holds)."""
+    annotations = _annotations(resource)
+    raw = UNKNOWN if isinstance(annotations, _Unknown) else annotations.get(key)
+    if raw is UNKNOWN or raw is None:
+        return None
+    try:
+        return parse_gateway_annotations({key: raw})
+    except AnnotationError as exc:
+        report(f"{workload_name(resource)} has a {what} annotation that does not parse: {exc}")
+        return None
 
 
 def _routes(resource: Resource) -> dict[str, GatewayRoute] | _Unknown | None:
@@ -300,22 +316,49 @@ def require_load_bound(resource: Resource, config: Config, report: Report) -> No
     turns no model's bound off (the spec's default keeps it on)."""
     if not is_gateway(resource) or not config["required"]:
         return
-    annotations = _annotations(resource)
-    if isinstance(annotations, _Unknown):
-        return
-    raw = annotations.get(GATEWAY_ROUTING)
-    if raw is UNKNOWN or raw is None:
-        return
-    try:
-        routing = parse_gateway_annotations({GATEWAY_ROUTING: raw}).routing or {}
-    except AnnotationError as exc:
-        report(f"{workload_name(resource)} has a routing annotation that does not parse: {exc}")
-        return
+    parsed = _parsed(resource, GATEWAY_ROUTING, "routing", report)
+    routing = (parsed.routing if parsed is not None else None) or {}
     unbounded = sorted(name for name, spec in routing.items() if not spec.load_bound)
     if unbounded:
         report(
             f"{workload_name(resource)} routes {', '.join(unbounded)} without a load bound "
             f"({GATEWAY_ROUTING}: load_bound false)"
+        )
+
+
+@resource_policy(
+    name="gateway-providers-require-tenant-consent",
+    description=(
+        "A hosted provider receives prompts only from tenants it lists: prompts leave the VPC by each tenant's "
+        "consent, and a provider with no tenant list is refused rather than read as 'nobody' or 'everybody'."
+    ),
+    severity=Severity.HIGH,
+    enforcement=EnforcementLevel.MANDATORY,
+    types=_TYPES,
+    config={
+        "required": {
+            "type": "boolean",
+            "default": False,
+            "description": "Whether every hosted provider must name the tenants whose prompts may reach it.",
+        }
+    },
+    remediation="List the consenting tenants under gateway.providers[].tenants, or remove the provider.",
+)
+def require_provider_consent(resource: Resource, config: Config, report: Report) -> None:
+    """Anchors: vLLM Semantic Router's goals ("authorization, privacy, data residency ... eliminates invalid paths
+    first", ``overview/goals.md``); LiteLLM's per-key eligibility (tag routing with
+    ``reject_clientside_metadata_tags``). Judged by the
+    :data:`~inferplane.components.serving.annotations.GATEWAY_PROVIDERS` annotation; a gateway without one sends
+    nothing out."""
+    if not is_gateway(resource) or not config["required"]:
+        return
+    parsed = _parsed(resource, GATEWAY_PROVIDERS, "providers", report)
+    providers = (parsed.providers if parsed is not None else None) or {}
+    unlisted = sorted(name for name, provider in providers.items() if not provider.tenants)
+    if unlisted:
+        report(
+            f"{workload_name(resource)} may send prompts to hosted provider {', '.join(unlisted)} with no tenant "
+            f"list ({GATEWAY_PROVIDERS})"
         )
 
 
@@ -325,4 +368,5 @@ POLICIES: list[AnyPolicy] = [
     require_model_routes,
     limit_context,
     require_load_bound,
+    require_provider_consent,
 ]

@@ -29,6 +29,9 @@ routes echo it as the response's ``x-inferplane-route``."""
 ROUTE_HEADER = "x-inferplane-route"
 """Response header: which of a difficulty-routed tier's models the prompt was sent to, and why (see
 :data:`ROUTE_METADATA_KEY`)."""
+PROVIDER_METADATA_KEY = "provider"
+"""The hosted provider the processor hands a request to (its name): the provider's route matches on it, so only the
+processor (never a client, who cannot set dynamic metadata) sends a request out of the VPC."""
 CACHE_RESULT_METADATA_KEY = "cache_result"
 """The response cache's verdict on a forwarded request (``miss`` or ``bypass``); the model routes echo it as the
 response's ``x-inferplane-cache`` (response headers do not pass through the processor)."""
@@ -183,6 +186,21 @@ class DifficultyRouteConfig(_Config):
     embedder: EmbedderConfig = Field(description="What embeds prompts and examples: the response cache's embedder.")
 
 
+class ProviderConfig(_Config):
+    """A hosted provider: where Envoy sends a request the processor hands it (its own route and cluster: TLS, the
+    injected credential), the model id it answers to, its prices and who consented."""
+
+    name: str = Field(description="Provider name: the route's metadata key and the metrics' ``provider`` label.")
+    model: str = Field(description="The provider's model id the body's ``model`` is rewritten to.")
+    input_usd_per_million: float = Field(ge=0, description="Price per million prompt tokens, USD.")
+    output_usd_per_million: float = Field(ge=0, description="Price per million completion tokens, USD.")
+    tenants: tuple[str, ...] = Field(default=(), description="Tenants whose requests may go to this provider.")
+
+    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """What a request's usage costs at this provider's prices."""
+        return (prompt_tokens * self.input_usd_per_million + completion_tokens * self.output_usd_per_million) / 1e6
+
+
 class TierConfig(_Config):
     """A routing tier: a name clients may ask for instead of a model, and the models behind it."""
 
@@ -191,6 +209,11 @@ class TierConfig(_Config):
     fallback: tuple[str, ...] = Field(default=(), description="Models Envoy retries when the primary fails.")
     route: DifficultyRouteConfig | None = Field(
         default=None, description="Pick between two of ``models`` by the prompt's difficulty; None: the first answers."
+    )
+    providers: tuple[str, ...] = Field(
+        default=(),
+        description="Hosted providers answering, in order, what ``models`` cannot take (no ready replica, no slot "
+        "within the queue timeout), for consenting tenants.",
     )
 
     @model_validator(mode="after")
@@ -272,6 +295,7 @@ class ProcessorConfig(_Config):
     models: tuple[ModelConfig, ...] = Field(min_length=1, description="Models this gateway routes to.")
     tiers: tuple[TierConfig, ...] = Field(default=(), description="Routing tiers.")
     tenants: tuple[TenantConfig, ...] = Field(default=(), description="Callers and their budgets.")
+    providers: tuple[ProviderConfig, ...] = Field(default=(), description="Hosted providers the tiers fall back to.")
     cache: CacheConfig | None = Field(
         default=None, description="Exact and semantic response caching in the same Redis/Valkey (none: off)."
     )
@@ -292,6 +316,13 @@ class ProcessorConfig(_Config):
             if other not in names
         ]
         problems += self._prefill_problems()
+        providers = {p.name for p in self.providers}
+        problems += [
+            f"tier {t.name!r} names unknown provider {p!r}"
+            for t in self.tiers
+            for p in t.providers
+            if p not in providers
+        ]
         tier_names = {t.name for t in self.tiers}
         problems += [
             f"tenant {t.name!r} names unknown tier {tier!r}"
@@ -363,3 +394,7 @@ class ProcessorConfig(_Config):
     def tier(self, name: str) -> TierConfig | None:
         """The tier called ``name``, if any."""
         return next((t for t in self.tiers if t.name == name), None)
+
+    def provider(self, name: str) -> ProviderConfig | None:
+        """The provider called ``name``, if any."""
+        return next((p for p in self.providers if p.name == name), None)

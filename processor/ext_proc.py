@@ -54,16 +54,19 @@ from inferplane.processor.config import (
     METADATA_NAMESPACE,
     METHOD_ATTRIBUTE,
     PATH_ATTRIBUTE,
+    PROVIDER_METADATA_KEY,
     ROUTE_HEADER,
     ROUTE_METADATA_KEY,
     ModelConfig,
     ProcessorConfig,
+    ProviderConfig,
     TenantConfig,
 )
 from inferplane.processor.difficulty_stage import DifficultyStage, Routed, embedder_key
 from inferplane.processor.endpoints import Endpoint, EndpointTable
 from inferplane.processor.prefill import KV_TRANSFER_PARAMS, PrefillCall, PrefillStage
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, model_seed, token_blocks
+from inferplane.processor.providers import Providers
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
 from inferplane.processor.tokens import TokenCounter, prompt_texts
@@ -138,6 +141,8 @@ class _Stream:
     cache_pending: Pending | None = None
     routed: Routed | None = None
     """A difficulty-routed tier's decision, when the request asked for one."""
+    provider: ProviderConfig | None = None
+    """The hosted provider the request was handed (its own models could not take it), if any."""
 
 
 @dataclass
@@ -202,11 +207,6 @@ def error_reply(reply: RejectError) -> Any:
     return _immediate(reply.status, body, headers)
 
 
-def _bare(name: str) -> str:
-    """A counter's name as prometheus_client registers it (it appends ``_total`` itself)."""
-    return name.removesuffix("_total")
-
-
 class StageClock:
     """The CPU of the request path's synchronous stages (:data:`metrics.CPU_STAGES`), summed in memory and added to
     :attr:`Metrics.stage_cpu_seconds` with the worker's total (:meth:`Processor._count_cpu`): a thread-CPU clock read
@@ -239,19 +239,19 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
-            _bare(m.REQUESTS_TOTAL),
+            m.counter_name(m.REQUESTS_TOTAL),
             "Requests the processor decided on.",
             [m.MODEL_LABEL, m.TIER_LABEL, m.TENANT_LABEL, m.OUTCOME_LABEL],
             registry=registry,
         )
         self.rejections = Counter(
-            _bare(m.REJECTIONS_TOTAL),
+            m.counter_name(m.REJECTIONS_TOTAL),
             "Requests the processor answered itself.",
             [m.REASON_LABEL, m.MODEL_LABEL],
             registry=registry,
         )
         self.tokens = Counter(
-            _bare(m.TOKENS_TOTAL),
+            m.counter_name(m.TOKENS_TOTAL),
             "Tokens accounted from the model server's usage.",
             [m.TENANT_LABEL, m.TIER_LABEL, m.MODEL_LABEL, m.KIND_LABEL],
             registry=registry,
@@ -279,14 +279,17 @@ class Metrics:
             registry=registry,
         )
         self.errors = Counter(
-            _bare(m.PROCESSOR_ERRORS_TOTAL), "Failures inside the processor.", [m.STAGE_LABEL], registry=registry
+            m.counter_name(m.PROCESSOR_ERRORS_TOTAL),
+            "Failures inside the processor.",
+            [m.STAGE_LABEL],
+            registry=registry,
         )
         self.cpu_seconds = Counter(
-            _bare(m.PROCESSOR_CPU_SECONDS_TOTAL), "CPU the processor's workers have used.", registry=registry
+            m.counter_name(m.PROCESSOR_CPU_SECONDS_TOTAL), "CPU the processor's workers have used.", registry=registry
         )
         self._stage_series(registry)
         self.stage_cpu_seconds = Counter(
-            _bare(m.PROCESSOR_STAGE_CPU_SECONDS_TOTAL),
+            m.counter_name(m.PROCESSOR_STAGE_CPU_SECONDS_TOTAL),
             "CPU the processor's workers spent in each synchronous stage of the request path.",
             [m.STAGE_LABEL],
             registry=registry,
@@ -303,14 +306,14 @@ class Metrics:
     def _stage_series(self, registry: CollectorRegistry) -> None:
         """The series of the stages some tiers use: disaggregated models' prefill steps, difficulty routes."""
         self.prefills = Counter(
-            _bare(m.PREFILL_TOTAL),
+            m.counter_name(m.PREFILL_TOTAL),
             "Requests of disaggregated models by what became of their prefill step.",
             [m.MODEL_LABEL, m.OUTCOME_LABEL],
             registry=registry,
         )
         self.prefill = functools.cache(self.prefills.labels)
         self.difficulty_routes = Counter(
-            _bare(m.DIFFICULTY_ROUTES_TOTAL),
+            m.counter_name(m.DIFFICULTY_ROUTES_TOTAL),
             "Requests for difficulty-routed tiers by decision.",
             [m.TIER_LABEL, m.DECISION_LABEL],
             registry=registry,
@@ -320,13 +323,13 @@ class Metrics:
         """The replica router's series: decisions, the prefix index's estimate, replicas and their load."""
 
         self.routing = Counter(
-            _bare(m.ROUTING_DECISIONS_TOTAL),
+            m.counter_name(m.ROUTING_DECISIONS_TOTAL),
             "Replica picks by reason.",
             [m.MODEL_LABEL, m.REASON_LABEL],
             registry=registry,
         )
         self.prefix_tokens = Counter(
-            _bare(m.PREFIX_TOKENS_TOTAL),
+            m.counter_name(m.PREFIX_TOKENS_TOTAL),
             "Prompt tokens looked up in the prefix index, and those estimated cached on the picked replica.",
             [m.MODEL_LABEL, m.KIND_LABEL],
             registry=registry,
@@ -353,7 +356,7 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         self.slot_fallbacks = Counter(
-            _bare(m.SLOT_STORE_FALLBACKS_TOTAL),
+            m.counter_name(m.SLOT_STORE_FALLBACKS_TOTAL),
             "Slot decisions taken locally because the slot store did not answer.",
             [m.MODEL_LABEL],
             registry=registry,
@@ -430,6 +433,7 @@ class Processor:
         self._tenants = {t.name: t for t in config.tenants}
         self._header_attributes = config.header_attributes()
         self.difficulty = self._difficulty_stage(config, cache)
+        self.providers = Providers(config, registry)
         self.prefill_stage = (
             PrefillStage(
                 self._place_prefill, self._unplace, lambda model, outcome: self.metrics.prefill(model, outcome).inc()
@@ -756,8 +760,10 @@ class Processor:
                 return self.cache.reply(lookup, {ROUTE_HEADER: stream.routed.outcome} if stream.routed else {})
             stream.cache_pending = self.cache.pending_for(lookup)
         await self._take_slot(stream, model, tenant, hashes, prompt)
+        if stream.provider is not None:
+            stream.cache_pending = None  # a provider's answer is not this deployment's: never cached as its
         await self._prefill(stream, model, body, hashes, prompt)
-        self.metrics.request(model.name, stream.tier, tenant.name, "admitted").inc()
+        self.metrics.request(model.name, stream.tier, tenant.name, "provider" if stream.provider else "admitted").inc()
         started = stages.read()
         forwarded = self._forward(stream, body, model)
         if self.cache is not None:
@@ -827,14 +833,23 @@ class Processor:
             table = self.tables[model.name]
             if not table.ready():
                 if not model.scale_to_zero:  # Envoy balances, retries and falls back to the tier's fallback
+                    if not self._fallback_ready(stream.tier) and self._hand_to_provider(stream, tenant, "unavailable"):
+                        return
                     self.metrics.routed(model.name, "fallback").inc()
                     return
-                await self._wait_ready(model, table)
+                try:
+                    await self._wait_ready(model, table)
+                except RejectError:
+                    if self._hand_to_provider(stream, tenant, "cold_start"):
+                        return
+                    raise
             gate = self.gates[model.name]
             placement = await gate.hold_for(lambda hold: self._place(model, hashes, prompt, hold))
             if placement is None:
                 placement = await gate.admit(lambda: self._place(model, hashes, prompt))
             if placement is None:
+                if self._hand_to_provider(stream, tenant, "saturated"):
+                    return
                 raise RejectError(
                     429,
                     "kv_capacity",
@@ -849,6 +864,19 @@ class Processor:
             raise
         finally:
             self.metrics.queued(model.name).observe(time.monotonic() - started)
+
+    def _fallback_ready(self, tier: str) -> bool:
+        """Whether one of the tier's fallback models has a ready replica (Envoy's retries reach it)."""
+        return any(self.tables[f].ready() for f in self.providers.fallbacks(tier) if f in self.tables)
+
+    def _hand_to_provider(self, stream: _Stream, tenant: TenantConfig, reason: m.ProviderReason) -> bool:
+        """Hand the request to the tier's first provider ``tenant`` consented to; False where there is none."""
+        provider = self.providers.choose(stream.tier, tenant)
+        if provider is None:
+            return False
+        stream.provider = provider
+        self.providers.handed(provider, stream.tier, tenant.name, reason)
+        return True
 
     async def _place(
         self, model: ModelConfig, hashes: list[int], prompt: int, hold: Hold | None = None
@@ -955,7 +983,7 @@ class Processor:
             )
 
     def _forward(self, stream: _Stream, body: dict[str, Any], model: ModelConfig) -> Any:
-        body["model"] = model.name
+        body["model"] = model.name if stream.provider is None else stream.provider.model
         if body.get("stream") and self.config.inject_stream_usage:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
@@ -968,6 +996,11 @@ class Processor:
             # body. (Without a headers message Envoy drops the stale length itself and sends the body chunked.)
             common.header_mutation.set_headers.append(_header("content-length", str(len(payload))))
         response = pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
+        if stream.provider is not None:
+            # The provider's route matches on this: only the processor sends a request out of the VPC.
+            response.dynamic_metadata.get_or_create_struct(METADATA_NAMESPACE)[PROVIDER_METADATA_KEY] = (
+                stream.provider.name
+            )
         if stream.placement is not None:
             # The pick and where a retry goes, for Envoy's override_host load balancing (hosts it does not know are
             # skipped; none left: least-request instead).
@@ -1041,9 +1074,12 @@ class Processor:
             stream.reserved_tokens = 0
             return
         prompt, completion = stream.usage
-        labels = (stream.tenant.name, stream.tier, stream.model.name)
-        self.metrics.token(*labels, "prompt").inc(prompt)
-        self.metrics.token(*labels, "completion").inc(completion)
+        if stream.provider is not None:
+            self.providers.account(stream.provider, stream.tier, stream.tenant.name, prompt, completion)
+        else:
+            labels = (stream.tenant.name, stream.tier, stream.model.name)
+            self.metrics.token(*labels, "prompt").inc(prompt)
+            self.metrics.token(*labels, "completion").inc(completion)
         self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
         stream.reserved_tokens = prompt + completion
 

@@ -11,6 +11,12 @@ from typing import Final, Literal, get_args
 
 NAMESPACE: Final = "inferplane_gateway"
 
+
+def counter_name(name: str) -> str:
+    """A counter's name as prometheus_client registers it (it appends ``_total`` itself)."""
+    return name.removesuffix("_total")
+
+
 REQUESTS_TOTAL: Final = f"{NAMESPACE}_requests_total"
 """Counter: requests the processor decided on, by ``model``, ``tier``, ``tenant`` and ``outcome``
 (``admitted``, ``rejected``, or ``cached``: answered from the response cache, ``gateway.cache``)."""
@@ -71,7 +77,18 @@ DIFFICULTY_ROUTES_TOTAL: Final = f"{NAMESPACE}_difficulty_routes_total"
 ``unscored``: sent to the strong model because the prompt could not be scored); strong over all is the tier's share of
 strong-model calls, what ``inferplane route eval`` calibrates its threshold for."""
 
+PROVIDER_REQUESTS_TOTAL: Final = f"{NAMESPACE}_provider_requests_total"
+"""Counter: requests the processor handed a hosted provider, by ``provider``, ``tier``, ``tenant`` and ``reason``
+(one of :data:`ProviderReason`); over :data:`REQUESTS_TOTAL`'s admitted it is the share that left the VPC."""
+PROVIDER_TOKENS_TOTAL: Final = f"{NAMESPACE}_provider_tokens_total"
+"""Counter: tokens a hosted provider's ``usage`` reported, by ``provider``, ``tier``, ``tenant`` and ``kind``
+(``prompt`` or ``completion``); the tenant's token budget is charged the same as for the platform's models."""
+PROVIDER_COST_USD_TOTAL: Final = f"{NAMESPACE}_provider_cost_usd_total"
+"""Counter: what those tokens cost at the provider's prices (``gateway.providers[].*_usd_per_million``), USD, by
+``provider``, ``tier`` and ``tenant``."""
+
 MODEL_LABEL: Final = "model"
+PROVIDER_LABEL: Final = "provider"
 DECISION_LABEL: Final = "decision"
 TIER_LABEL: Final = "tier"
 TENANT_LABEL: Final = "tenant"
@@ -95,6 +112,12 @@ REJECTION_REASONS: Final[tuple[RejectionReason, ...]] = get_args(RejectionReason
 """Every ``reason`` label value of :data:`REJECTIONS_TOTAL`."""
 
 ENDPOINT_LABEL: Final = "endpoint"
+
+ProviderReason = Literal["saturated", "unavailable", "cold_start"]
+"""Why a request went to a hosted provider: ``saturated`` no slot on the model's replicas within the queue timeout
+(else 429); ``unavailable`` no ready replica of the model nor of any of its tier's fallbacks; ``cold_start`` a model
+scaled to zero did not start within its hold (else 503)."""
+PROVIDER_REASONS: Final[tuple[ProviderReason, ...]] = get_args(ProviderReason)
 
 PrefillOutcome = Literal["transferred", "short", "busy", "failed"]
 """What became of a request's prefill step: ``transferred`` a prefill replica computed the prompt and the decode

@@ -51,6 +51,7 @@ from inferplane.components.capacity.system_nodes import (
     TOKENIZER_FETCH_MEMORY_MIB,
 )
 from inferplane.components.gateway.observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
+from inferplane.components.gateway.provider_renderer import ProviderMount
 from inferplane.components.gateway.renderer import (
     REDIS_URL_KEY,
     RenderedGateway,
@@ -62,12 +63,15 @@ from inferplane.components.serving.annotations import (
     CACHE_EMBEDDER,
     COMPONENT_LABEL,
     GATEWAY,
+    GATEWAY_PROVIDERS,
     GATEWAY_ROUTING,
     MODEL_SERVER,
     NAME_LABEL,
     SCRAPE_LABELS,
+    GatewayProvider,
     GatewayRoute,
     gateway_annotations,
+    gateway_providers_annotation,
     gateway_routing_annotation,
 )
 from inferplane.components.serving.embedder_service import EmbedderService, EmbedderServiceArgs
@@ -219,7 +223,7 @@ def service_account_name(name: str) -> str:
     return f"{name}-sa"
 
 
-def policy_annotations(config: ProcessorConfig) -> dict[str, str]:
+def policy_annotations(config: ProcessorConfig, provider_hosts: Mapping[str, str] | None = None) -> dict[str, str]:
     """The gateway annotations (:func:`components.serving.annotations.gateway_annotations`) of what the processor
     enforces.
 
@@ -248,7 +252,19 @@ def policy_annotations(config: ProcessorConfig) -> dict[str, str]:
         )
         for m in config.models
     }
-    return {**annotations, GATEWAY_ROUTING: gateway_routing_annotation(routing)}
+    annotations[GATEWAY_ROUTING] = gateway_routing_annotation(routing)
+    if config.providers:
+        annotations[GATEWAY_PROVIDERS] = gateway_providers_annotation(
+            {
+                p.name: GatewayProvider(
+                    host=(provider_hosts or {}).get(p.name, ""),
+                    tiers=tuple(t.name for t in config.tiers if p.name in t.providers),
+                    tenants=p.tenants,
+                )
+                for p in config.providers
+            }
+        )
+    return annotations
 
 
 def validate(name: str, args: GatewayArgs) -> InputErrors:
@@ -361,7 +377,10 @@ class Gateway(pulumi.ComponentResource):
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=name, namespace=args.namespace, labels=labels, annotations=policy_annotations(config)
+                name=name,
+                namespace=args.namespace,
+                labels=labels,
+                annotations=policy_annotations(config, args.rendered.provider_hosts),
             ),
             spec=_deployment_spec(args, config, account=account, mounted=mounted, selector=selector, labels=labels),
             # KEDA owns the replica count once the ScaledObject exists; Pulumi sets only the first one (else every
@@ -455,6 +474,7 @@ def _account_and_config(
             rendered.envoy_config_file: rendered.envoy_yaml,
             rendered.processor_config_file: rendered.processor_json,
             **rendered.route_examples,  # the routed tiers' examples, read beside the processor's config
+            **rendered.provider_files,  # the SDS files naming each provider's key file (Envoy's)
         },
         opts=opts,
     )
@@ -586,7 +606,23 @@ def _volumes(args: GatewayArgs, mounted: _Mounted) -> list[k8s.core.v1.VolumeArg
         )
     if args.hf_token_secret_name is not None:
         volumes.append(ms.hf_token_volume(args.hf_token_secret_name))
+    for mount in args.rendered.provider_mounts:
+        # The team's own Secret (never the stack's), its one key only, readable by the pod's group (fsGroup).
+        volumes.append(
+            k8s.core.v1.VolumeArgs(
+                name=_provider_volume(mount),
+                secret=k8s.core.v1.SecretVolumeSourceArgs(
+                    secret_name=mount.secret,
+                    items=[k8s.core.v1.KeyToPathArgs(key=mount.key, path=mount.key)],
+                    default_mode=0o440,
+                ),
+            )
+        )
     return volumes
+
+
+def _provider_volume(mount: ProviderMount) -> str:
+    return f"provider-{mount.provider}"
 
 
 def _init_containers(args: GatewayArgs) -> list[k8s.core.v1.ContainerArgs]:
@@ -611,6 +647,12 @@ def _envoy(rendered: RenderedGateway, mounted: _Mounted) -> k8s.core.v1.Containe
         # A directory mount, never subPath: Kubernetes swaps the Secret's files atomically (the ``..data``
         # symlink) and Envoy's watched directory sees the move; a subPath mount would never update.
         mounts.append(k8s.core.v1.VolumeMountArgs(name="api-keys", mount_path=rendered.api_keys_dir, read_only=True))
+    # Each provider's key in Envoy's container alone (its credential injector reads it; the processor never sees
+    # it), a directory mount for the same atomic swap on rotation.
+    mounts += [
+        k8s.core.v1.VolumeMountArgs(name=_provider_volume(m), mount_path=m.mount_dir, read_only=True)
+        for m in rendered.provider_mounts
+    ]
     return k8s.core.v1.ContainerArgs(
         name="envoy",
         image=rendered.envoy_image,
@@ -944,8 +986,13 @@ def _egress(args: GatewayArgs, config: ProcessorConfig) -> list[k8s.networking.v
     ]
     if args.redis_url is not None:
         egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(args.redis_port)))
+    # HTTPS to any address, for the tokenizers' source and for hosted providers (a core NetworkPolicy names no
+    # host; docs/gateway.md says what can: an egress gateway or the CNI's FQDN policies). None without either.
+    anywhere = set(args.rendered.provider_ports)
     if args.model_cache_uri is not None or args.hf_token_secret_name is not None:
-        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(443)))
+        anywhere.add(443)
+    if anywhere:
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(ports=_tcp_ports(*sorted(anywhere))))
     embedder = config.cache.embedder if config.cache is not None and config.cache.semantic else None
     if embedder is not None and embedder.kind == "endpoint":
         if embedder.url == _served_embedder_url(args.namespace):

@@ -48,6 +48,21 @@ from inferplane.components.capacity.system_nodes import (
 )
 from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway.cache_renderer import embedder_config, render_cache_config
+from inferplane.components.gateway.envoy_fields import duration as _duration
+from inferplane.components.gateway.envoy_fields import socket as _socket
+from inferplane.components.gateway.envoy_fields import typed as _any
+from inferplane.components.gateway.provider_renderer import (
+    PROVIDER_SECRETS_DIR,
+    SYSTEM_CA_BUNDLE,
+    ProviderMount,
+    provider_cluster,
+    provider_host,
+    provider_mount,
+    provider_port,
+    provider_route,
+    provider_sds,
+    provider_sds_file,
+)
 from inferplane.components.gateway.route_examples import CONFIG_MAP_BYTES, route_examples_file
 from inferplane.components.observability.metrics import (
     SGLANG_QUEUE_REQUESTS,
@@ -64,6 +79,7 @@ from inferplane.components.spec.platform_spec import (
     RESPONSE_CACHE_CLUSTERS,
     ModelDeploymentSpec,
     PlatformSpec,
+    ProviderSpec,
     RoutingTierSpec,
     ServingCluster,
     TenantSpec,
@@ -85,6 +101,7 @@ from inferplane.processor.config import (
     ModelConfig,
     PrefillConfig,
     ProcessorConfig,
+    ProviderConfig,
     RoutingConfig,
     TenantConfig,
     TierConfig,
@@ -206,7 +223,15 @@ class GatewayAddresses(BaseModel):
     )
     config_dir: str = Field(
         default=CONFIG_DIR,
-        description="Where the processor finds the files mounted beside its config (the routed tiers' examples).",
+        description="Where the processor and Envoy find the files mounted beside their config (the routed tiers' "
+        "examples, the providers' SDS files).",
+    )
+    provider_ca_file: str = Field(
+        default=SYSTEM_CA_BUNDLE,
+        description="The CAs a provider's certificate must chain to (a local run's test CA replaces the system's).",
+    )
+    provider_secrets_dir: str = Field(
+        default=PROVIDER_SECRETS_DIR, description="Where each provider's key is mounted, a directory per provider."
     )
 
 
@@ -245,6 +270,20 @@ class RenderedGateway(BaseModel):
         default_factory=dict,
         description="The difficulty-routed tiers' examples by file name, mounted in ``config_dir`` beside the "
         "processor's config (:func:`~.route_examples.route_examples_file`).",
+    )
+    provider_files: Mapping[str, str] = Field(
+        default_factory=dict,
+        description="The providers' SDS files by file name, mounted in ``config_dir`` "
+        "(:func:`~.provider_renderer.provider_sds_file`).",
+    )
+    provider_mounts: tuple[ProviderMount, ...] = Field(
+        default=(), description="Each provider's Secret, mounted in Envoy's container only."
+    )
+    provider_ports: tuple[int, ...] = Field(
+        default=(), description="The providers' TCP ports (443 for most), which the gateway's egress opens."
+    )
+    provider_hosts: Mapping[str, str] = Field(
+        default_factory=dict, description="Per provider, the host its base URL names (shown in the policy annotation)."
     )
     envoy_image: str = Field(default=ENVOY_IMAGE, description="Envoy's image.")
     processor_image: str = Field(default=PROCESSOR_IMAGE, description="The processor's image.")
@@ -421,7 +460,11 @@ def _cluster_tiers(spec: PlatformSpec, on_cluster: set[str], addresses: GatewayA
             )
         tiers.append(
             TierConfig(
-                name=tier.name, models=models, fallback=tier.fallback, route=_difficulty_route(spec, tier, addresses)
+                name=tier.name,
+                models=models,
+                fallback=tier.fallback,
+                route=_difficulty_route(spec, tier, addresses),
+                providers=tier.providers,
             )
         )
     return tuple(tiers)
@@ -434,6 +477,22 @@ def _fallbacks(model: str, tiers: tuple[TierConfig, ...]) -> tuple[str, ...]:
         if model in tier.models:
             order.extend(m for m in tier.fallback if m != model and m not in order)
     return tuple(order)
+
+
+def cluster_providers(spec: PlatformSpec, tiers: tuple[TierConfig, ...]) -> tuple[ProviderSpec, ...]:
+    """The providers the tiers of one gateway fall back to, in spec order."""
+    used = {p for t in tiers for p in t.providers}
+    return tuple(p for p in spec.gateway.providers if p.name in used)
+
+
+def _provider(provider: ProviderSpec) -> ProviderConfig:
+    return ProviderConfig(
+        name=provider.name,
+        model=provider.model,
+        input_usd_per_million=provider.input_usd_per_million,
+        output_usd_per_million=provider.output_usd_per_million,
+        tenants=provider.tenants,
+    )
 
 
 def _tenant(tenant: TenantSpec, spec: PlatformSpec, tiers: tuple[str, ...]) -> TenantConfig:
@@ -538,19 +597,8 @@ def processor_config(
         models=tuple(models),
         tiers=tiers,
         tenants=tuple(tenants),
+        providers=tuple(_provider(p) for p in cluster_providers(spec, tiers)),
     )
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.3f}s".replace(".000s", "s")
-
-
-def _any(type_name: str, **fields: Any) -> dict[str, Any]:
-    return {"@type": f"type.googleapis.com/{type_name}", **fields}
-
-
-def _socket(host: str, port: int) -> dict[str, Any]:
-    return {"socket_address": {"address": host, "port_value": port}}
 
 
 def _static_cluster(name: str, host: str, *ports: int, http2: bool = False, dns: bool = False) -> dict[str, Any]:
@@ -766,10 +814,7 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
         },
         "route": action,
         "response_headers_to_add": [
-            {
-                "header": {"key": UPSTREAM_HEADER, "value": f"%UPSTREAM_METADATA({METADATA_NAMESPACE}:model)%"},
-                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-            },
+            _upstream_header(f"%UPSTREAM_METADATA({METADATA_NAMESPACE}:model)%"),
             {
                 # A difficulty-routed tier's decision (strong, cheap or unscored), reported as dynamic metadata.
                 "header": {
@@ -788,6 +833,11 @@ def _route(model: ModelConfig, config: ProcessorConfig, spec: PlatformSpec) -> d
             },
         ],
     }
+
+
+def _upstream_header(value: str) -> dict[str, Any]:
+    """The response's :data:`UPSTREAM_HEADER`: which model (or ``provider/<name>``) answered."""
+    return {"header": {"key": UPSTREAM_HEADER, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
 
 
 def _error_body(message: str, error_type: str, code: str) -> dict[str, Any]:
@@ -1003,7 +1053,9 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
     filters.append(
         {
             "name": "envoy.filters.http.router",
-            "typed_config": _any("envoy.extensions.filters.http.router.v3.Router"),
+            # No x-envoy-* request headers upstream: a hosted provider learns nothing of the gateway's timeouts or
+            # the client's Host (providers-routing-facts §1.3), and no engine reads them.
+            "typed_config": _any("envoy.extensions.filters.http.router.v3.Router", suppress_envoy_headers=True),
         }
     )
     return filters
@@ -1039,8 +1091,20 @@ def _model_matcher(model: str) -> dict[str, Any]:
 
 
 def _api_listener(config: ProcessorConfig, spec: PlatformSpec, addresses: GatewayAddresses) -> dict[str, Any]:
-    # A prefill role has no route: clients never name it, and the processor calls its replicas itself.
-    routes = [_model_list_route(), *(_route(m, config, spec) for m in config.models if m.role == "serve")]
+    # A prefill role has no route: clients never name it, and the processor calls its replicas itself. A provider's
+    # route matches on metadata only the processor sets, ahead of the models' (whose match is the body's model).
+    internal = (TENANT_HEADER, CACHE_HEADER)
+    routes = [
+        _model_list_route(),
+        *(
+            {
+                **provider_route(p, spec.gateway.request_timeout_seconds, internal),
+                "response_headers_to_add": [_upstream_header(f"provider/{p.name}")],
+            }
+            for p in cluster_providers(spec, config.tiers)
+        ),
+        *(_route(m, config, spec) for m in config.models if m.role == "serve"),
+    ]
     routes.append(
         {
             "name": "not-found",
@@ -1126,6 +1190,10 @@ def envoy_bootstrap(
             "listeners": [_api_listener(config, spec, addresses), _stats_listener(addresses)],
             "clusters": [
                 *_model_clusters(config, spec),
+                *(
+                    provider_cluster(p, addresses.provider_ca_file, addresses.config_dir)
+                    for p in cluster_providers(spec, config.tiers)
+                ),
                 _processor_cluster(config),
                 _static_cluster(ADMIN_CLUSTER, "127.0.0.1", addresses.admin_port),
             ],
@@ -1160,12 +1228,15 @@ def render_gateway(
     envoy_yaml = yaml.safe_dump(envoy_bootstrap(config, spec, cluster, addresses), sort_keys=False, width=200)
     processor_json = config.model_dump_json(indent=2)
     examples = _mounted_examples(config, route_examples or {})
-    size = sum(len(text.encode()) for text in (envoy_yaml, processor_json, *examples.values()))
+    providers = cluster_providers(spec, config.tiers)
+    sds = {provider_sds_file(p.name): provider_sds(p, addresses.provider_secrets_dir) for p in providers}
+    mounted = {**examples, **sds}
+    size = sum(len(text.encode()) for text in (envoy_yaml, processor_json, *mounted.values()))
     if size > CONFIG_MAP_BYTES:
         raise ValueError(
             f"the gateway's ConfigMap would hold {size} bytes; Kubernetes takes at most {CONFIG_MAP_BYTES}"
         )
-    files = "\0".join((envoy_yaml, processor_json, *(f"{name}\0{text}" for name, text in sorted(examples.items()))))
+    files = "\0".join((envoy_yaml, processor_json, *(f"{name}\0{text}" for name, text in sorted(mounted.items()))))
     checksum = hashlib.sha256(files.encode()).hexdigest()
     deployments = {d.name: d for d in spec.serving_deployments}
     return RenderedGateway(
@@ -1192,6 +1263,10 @@ def render_gateway(
         auth_required=config.auth_required,
         tenants=tuple(t.name for t in spec.gateway.tenants),
         route_examples=examples,
+        provider_files=sds,
+        provider_mounts=tuple(provider_mount(p, addresses.provider_secrets_dir) for p in providers),
+        provider_ports=tuple(sorted({provider_port(p) for p in providers})),
+        provider_hosts={p.name: provider_host(p) for p in providers},
     )
 
 

@@ -496,6 +496,8 @@ class RoutingTierArgs(TypedDict):
     """How the gateway picks replicas of the tier's primary ``models``; overrides ``gateway.routing`` (a model's own ``routing`` wins over it)."""
     route: NotRequired[DifficultyRouteArgs]
     """Send each prompt asked of the tier to one of two of its ``models`` by its difficulty (a client naming a model pins it); without it the tier's first model answers."""
+    providers: NotRequired[list[str]]
+    """Hosted providers (``gateway.providers``) answering, in order, what the tier's own models cannot take (no ready replica, or no slot within the queue timeout), for the tenants each provider lists."""
 
 
 class TenantArgs(TypedDict):
@@ -509,6 +511,36 @@ class TenantArgs(TypedDict):
     """Overrides ``gateway.rate_limit.requests_per_minute`` for this tenant."""
     tokens_per_minute: NotRequired[int]
     """Overrides ``gateway.rate_limit.tokens_per_minute`` for this tenant."""
+
+
+class ProviderCredentialArgs(TypedDict):
+    """Where the gateway finds a provider's API key: a Kubernetes Secret in the gateway's namespace, mounted into Envoy alone (the processor never reads it) and sent as ``Authorization: Bearer <key>``. The value is never in the stack."""
+
+    secret: str
+    """Name of the Secret holding the key (created apart from the stack)."""
+    key: NotRequired[str]
+    """The Secret's data key holding the API key."""
+
+
+class ProviderArgs(TypedDict):
+    """A hosted OpenAI-compatible provider a tier may fall back to, for the tenants that consent."""
+
+    name: str
+    """Provider name: metrics, dashboards and the tiers' ``providers`` use it."""
+    base_url: str
+    """OpenAI-compatible base URL, HTTPS (``https://api.openai.com/v1``); ``/chat/completions`` and ``/completions`` are appended."""
+    model: str
+    """The provider's model id the request's ``model`` is rewritten to."""
+    input_usd_per_million: float
+    """Price per million prompt tokens, USD."""
+    output_usd_per_million: float
+    """Price per million completion tokens, USD."""
+    credential: ProviderCredentialArgs
+    """The Secret holding the provider's API key."""
+    tenants: NotRequired[list[str]]
+    """Tenants whose prompts may leave the VPC for this provider (consent; none by default)."""
+    max_concurrency: NotRequired[int]
+    """Most requests in flight to the provider per gateway pod."""
 
 
 class AdmissionArgs(TypedDict):
@@ -535,6 +567,8 @@ class GatewayArgs(TypedDict):
     """Routing tiers; by default one per ``routing_tier`` named by the models."""
     tenants: NotRequired[list[TenantArgs]]
     """Callers, their tiers and limits (never keys)."""
+    providers: NotRequired[list[ProviderArgs]]
+    """Hosted providers tiers may fall back to (egress on 443 opens only with one)."""
     admission: NotRequired[AdmissionArgs]
     """Queueing beyond KV capacity."""
     routing: NotRequired[RoutingArgs]

@@ -194,6 +194,11 @@ GATEWAY_ROUTING = f"{PREFIX}gateway-routing"
 the model's replica (:class:`~inferplane.components.spec.platform_spec.RoutingSpec`, resolved per model by
 :func:`~inferplane.components.spec.platform_spec.routing_of`); written by :func:`gateway_routing_annotation`."""
 
+GATEWAY_PROVIDERS = f"{PREFIX}gateway-providers"
+"""JSON object: hosted provider name -> ``{"host": ..., "tiers": [...], "tenants": [...]}``, where the gateway may
+send prompts out of the VPC and for whom (``gateway.providers``); absent without a provider. Written by
+:func:`gateway_providers_annotation`, so the preview's diff shows any change of who may reach which provider."""
+
 GatewayAuth = Literal["api_key", "oidc", "none"]
 
 
@@ -206,6 +211,16 @@ class GatewayRoute(BaseModel):
     max_context: int = Field(ge=1, description="Longest prompt + max_tokens the gateway admits for the model.")
 
 
+class GatewayProvider(BaseModel):
+    """Where one hosted provider is, which tiers fall back to it and which tenants' prompts may go there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field(description="The provider's host, from its base URL.")
+    tiers: tuple[str, ...] = Field(description="Tiers that fall back to the provider.")
+    tenants: tuple[str, ...] = Field(description="Tenants whose prompts may be sent to it.")
+
+
 class GatewayAnnotations(BaseModel):
     """The gateway annotations read back from an object; an absent limit is None (unlimited)."""
 
@@ -216,6 +231,7 @@ class GatewayAnnotations(BaseModel):
     tokens_per_minute: int | None = Field(default=None, ge=1, description=GATEWAY_TOKENS_PER_MINUTE)
     routes: dict[str, GatewayRoute] | None = Field(default=None, description=GATEWAY_ROUTES)
     routing: dict[str, RoutingSpec] | None = Field(default=None, description=GATEWAY_ROUTING)
+    providers: dict[str, GatewayProvider] | None = Field(default=None, description=GATEWAY_PROVIDERS)
 
 
 def gateway_annotations(
@@ -243,14 +259,20 @@ def gateway_routing_annotation(routing: Mapping[str, RoutingSpec]) -> str:
     return json.dumps({name: spec.model_dump(mode="json") for name, spec in routing.items()}, sort_keys=True)
 
 
+def gateway_providers_annotation(providers: Mapping[str, GatewayProvider]) -> str:
+    """The value of :data:`GATEWAY_PROVIDERS` (keys sorted, as :func:`gateway_routing_annotation`)."""
+    return json.dumps({name: p.model_dump(mode="json") for name, p in providers.items()}, sort_keys=True)
+
+
 _GATEWAY_FIELDS: dict[str, str] = {
     GATEWAY_AUTH: "auth",
     GATEWAY_REQUESTS_PER_MINUTE: "requests_per_minute",
     GATEWAY_TOKENS_PER_MINUTE: "tokens_per_minute",
     GATEWAY_ROUTES: "routes",
     GATEWAY_ROUTING: "routing",
+    GATEWAY_PROVIDERS: "providers",
 }
-_GATEWAY_JSON = frozenset({GATEWAY_ROUTES, GATEWAY_ROUTING})
+_GATEWAY_JSON = frozenset({GATEWAY_ROUTES, GATEWAY_ROUTING, GATEWAY_PROVIDERS})
 """The gateway annotations whose values are JSON documents."""
 
 

@@ -677,6 +677,11 @@ class RoutingTierSpec(_Spec):
         description="Send each prompt asked of the tier to one of two of its ``models`` by its difficulty (a client "
         "naming a model pins it); without it the tier's first model answers.",
     )
+    providers: tuple[Name, ...] = Field(
+        default=(),
+        description="Hosted providers (``gateway.providers``) answering, in order, what the tier's own models cannot "
+        "take (no ready replica, or no slot within the queue timeout), for the tenants each provider lists.",
+    )
 
 
 class TenantSpec(_Spec):
@@ -689,6 +694,47 @@ class TenantSpec(_Spec):
     )
     tokens_per_minute: int | None = Field(
         default=None, ge=1, description="Overrides ``gateway.rate_limit.tokens_per_minute`` for this tenant."
+    )
+
+
+PROVIDER_BASE_URL_PATTERN = r"^https://[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?(:[0-9]{1,5})?(/[A-Za-z0-9._~-]+)*/?$"
+"""A hosted provider's OpenAI-compatible base URL: HTTPS only (prompts leave the VPC over TLS, verified against the
+system CAs), a DNS host, an optional port and path (``https://api.groq.com/openai/v1``); no query, no credentials."""
+_SECRET_KEY = r"^[-._a-zA-Z0-9]{1,253}$"
+"""A key of a Kubernetes Secret's data (Kubernetes' ``IsConfigMapKey``)."""
+
+
+class ProviderCredentialSpec(_Spec):
+    """Where the gateway finds a provider's API key: a Kubernetes Secret in the gateway's namespace, mounted into
+    Envoy alone (the processor never reads it) and sent as ``Authorization: Bearer <key>``. The value is never in
+    the stack."""
+
+    secret: Name = Field(description="Name of the Secret holding the key (created apart from the stack).")
+    key: str = Field(default="api-key", pattern=_SECRET_KEY, description="The Secret's data key holding the API key.")
+
+
+class ProviderSpec(_Spec):
+    """A hosted OpenAI-compatible provider a tier may fall back to, for the tenants that consent."""
+
+    name: Name = Field(description="Provider name: metrics, dashboards and the tiers' ``providers`` use it.")
+    base_url: str = Field(
+        pattern=PROVIDER_BASE_URL_PATTERN,
+        max_length=300,
+        description="OpenAI-compatible base URL, HTTPS (``https://api.openai.com/v1``); ``/chat/completions`` and "
+        "``/completions`` are appended.",
+    )
+    model: str = Field(
+        min_length=1, max_length=200, description="The provider's model id the request's ``model`` is rewritten to."
+    )
+    input_usd_per_million: float = Field(ge=0, le=1000, description="Price per million prompt tokens, USD.")
+    output_usd_per_million: float = Field(ge=0, le=1000, description="Price per million completion tokens, USD.")
+    credential: ProviderCredentialSpec = Field(description="The Secret holding the provider's API key.")
+    tenants: tuple[Name, ...] = Field(
+        default=(),
+        description="Tenants whose prompts may leave the VPC for this provider (consent; none by default).",
+    )
+    max_concurrency: int = Field(
+        default=64, ge=1, le=MAX_CONCURRENCY, description="Most requests in flight to the provider per gateway pod."
     )
 
 
@@ -721,6 +767,9 @@ class GatewaySpec(_Spec):
         default=(), description="Routing tiers; by default one per ``routing_tier`` named by the models."
     )
     tenants: tuple[TenantSpec, ...] = Field(default=(), description="Callers, their tiers and limits (never keys).")
+    providers: tuple[ProviderSpec, ...] = Field(
+        default=(), description="Hosted providers tiers may fall back to (egress on 443 opens only with one)."
+    )
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec, description="Queueing beyond KV capacity.")
     routing: RoutingSpec = Field(
         default_factory=RoutingSpec,
@@ -1317,8 +1366,36 @@ def _check_tenants(spec: PlatformSpec, add: Any) -> None:
         add(SpecIssue("gateway.auth", "the gateway implements api_key authentication; oidc is not supported yet"))
 
 
+def _check_providers(spec: PlatformSpec, add: Any) -> None:
+    """Providers are named once, apart from models and tiers (one name, one thing in metrics and routes); each
+    tenant a provider lists exists; each tier's providers exist; a provider no tier names is dead config."""
+    gateway = spec.gateway
+    taken = {m.name for m in spec.models} | {t.name for t in gateway_tiers(spec)}
+    tenants = {t.name for t in gateway.tenants}
+    seen: set[str] = set()
+    for i, provider in enumerate(gateway.providers):
+        where = f"gateway.providers[{i}]"
+        if provider.name in seen:
+            add(SpecIssue(f"{where}.name", f"provider {provider.name!r} is defined twice"))
+        elif provider.name in taken:
+            add(SpecIssue(f"{where}.name", f"{provider.name!r} already names a model or a tier"))
+        seen.add(provider.name)
+        for j, tenant in enumerate(provider.tenants):
+            if tenant not in tenants:
+                add(SpecIssue(f"{where}.tenants[{j}]", f"no tenant named {tenant!r}"))
+        if not any(provider.name in tier.providers for tier in gateway.tiers):
+            add(SpecIssue(f"{where}.name", f"no tier names provider {provider.name!r} in its providers"))
+    for i, tier in enumerate(gateway.tiers):
+        for j, name in enumerate(tier.providers):
+            if name not in seen:
+                add(SpecIssue(f"gateway.tiers[{i}].providers[{j}]", f"no provider named {name!r}"))
+        if len(set(tier.providers)) != len(tier.providers):
+            add(SpecIssue(f"gateway.tiers[{i}].providers", "a provider is listed twice"))
+
+
 def _check_gateway(spec: PlatformSpec, add: Any) -> None:
     _check_tenants(spec, add)
+    _check_providers(spec, add)
     names = {m.name for m in spec.models}
     tier_names: set[str] = set()
     effective = gateway_tiers(spec)

@@ -119,7 +119,8 @@ class CacheStage:
         headers do not pass through the processor, and request headers set in the body phase are dropped)."""
         if lookup is not None:
             value = lookup.response_headers()[CACHE_HEADER]
-            forwarded.dynamic_metadata.update({METADATA_NAMESPACE: {CACHE_RESULT_METADATA_KEY: value}})
+            # Beside what the request already carries in the namespace (a provider's name, which its route matches).
+            forwarded.dynamic_metadata.get_or_create_struct(METADATA_NAMESPACE)[CACHE_RESULT_METADATA_KEY] = value
         return forwarded
 
     @staticmethod

@@ -31,6 +31,7 @@ from inferplane.components.gateway.observability import GatewaySeries, render_ru
 from inferplane.components.gateway.renderer import (
     API_KEYS_DIR,
     API_KEYS_FILE,
+    CONFIG_DIR,
     ENVOY_CONFIG_FILE,
     PROCESSOR_CONFIG_FILE,
     PROCESSOR_IMAGE,
@@ -55,6 +56,7 @@ from inferplane.components.serving.annotations import (
     GATEWAY_ROUTES,
     GATEWAY_TOKENS_PER_MINUTE,
     AnnotationError,
+    GatewayProvider,
     parse_gateway_annotations,
 )
 from inferplane.components.serving.model_server import HF_TOKEN_DIR
@@ -153,6 +155,8 @@ def test_the_config_map_holds_the_rendered_files_and_the_checksum_rolls_the_pods
     assert data == {
         rendered.envoy_config_file: rendered.envoy_yaml,
         rendered.processor_config_file: rendered.processor_json,
+        # prod's hosted provider: the SDS file naming its key's file in the mounted Secret
+        "provider-fireworks-llama-70b-sds.yaml": rendered.provider_files["provider-fireworks-llama-70b-sds.yaml"],
     }
     deployment = evaluation.named("gateway-deployment")
     template = deployment.inputs["spec"]["template"]["metadata"]
@@ -265,6 +269,31 @@ def test_policy_annotations_say_what_the_processor_enforces() -> None:
         assert model.tier in parsed.routes[model.name].tiers
     assert set(json.loads(annotations[GATEWAY_ROUTES])) == set(rendered.models)
     assert annotations[GATEWAY_AUTH] == "api_key"
+    # Who may reach which hosted provider, in the diff of every preview that changes it.
+    assert parsed.providers == {
+        "fireworks-llama-70b": GatewayProvider(host="api.fireworks.ai", tiers=("premium",), tenants=("assistant",))
+    }
+
+
+def test_a_providers_key_is_mounted_in_envoy_alone_from_the_teams_secret() -> None:
+    rendered = _rendered("prod")
+    deployment = _evaluate(_args(rendered)).named("gateway-deployment")
+    volume = next(v for v in _pod(deployment)["volumes"] if v["name"] == "provider-fireworks-llama-70b")
+    assert volume == {
+        "name": "provider-fireworks-llama-70b",
+        "secret": {
+            "secretName": "fireworks-api-key",
+            "items": [{"key": "api-key", "path": "api-key"}],
+            "defaultMode": 0o440,
+        },
+    }
+    mount = {
+        "name": "provider-fireworks-llama-70b",
+        "mountPath": "/etc/inferplane/providers/fireworks-llama-70b",
+        "readOnly": True,
+    }
+    assert mount in _container(deployment, "envoy")["volumeMounts"]
+    assert all(m["name"] != volume["name"] for m in _container(deployment, "processor")["volumeMounts"])
 
 
 @pytest.mark.parametrize(
@@ -369,9 +398,24 @@ def test_network_policy_admits_callers_on_the_api_port_and_prometheus_on_the_met
             "ports": [{"port": 8000, "protocol": "TCP"}],
         },
     ]
-    # Without Redis or a model cache (the GKE cluster), neither port opens.
+    # Without Redis or a model cache (the GKE cluster), Redis's port closes; 443 stays open for prod's provider.
     bare = _evaluate(_args(rendered, redis_url=None, model_cache_uri=None)).named("gateway-netpol").inputs["spec"]
-    assert bare["egress"] == [*policy["egress"][:2], policy["egress"][-1]]
+    assert bare["egress"] == [*policy["egress"][:2], *policy["egress"][-2:]]
+    # Without a provider either, HTTPS closes too.
+    spec = stack_spec("prod")
+    unprovided = spec.model_copy(
+        update={
+            "gateway": spec.gateway.model_copy(
+                update={
+                    "providers": (),
+                    "tiers": tuple(t.model_copy(update={"providers": ()}) for t in spec.gateway.tiers),
+                }
+            )
+        }
+    )
+    closed = render_gateway(unprovided, size_platform(unprovided), "eks")
+    none = _evaluate(_args(closed, redis_url=None, model_cache_uri=None)).named("gateway-netpol").inputs["spec"]
+    assert none["egress"] == [*policy["egress"][:2], policy["egress"][-1]]
     # The ports are the replicas' own (each endpoint's), once each: two vLLM replicas and the prefill role's one on
     # 8100, Triton on 9100.
     spec = stack_spec("prod")
@@ -699,8 +743,9 @@ def test_scale_to_zero_models_wake_on_the_gateways_pending_requests(stacks: dict
 def test_every_stacks_planned_gateway_config_passes_envoy_validate(
     stacks: dict[str, Evaluation], stack: str, tmp_path: Path
 ) -> None:
-    """The bootstrap as the plan's ConfigMap holds it; only the key directory moves to where this test wrote a key
-    file (Envoy reads the watched file while validating), since /etc/inferplane is not writable here."""
+    """The bootstrap as the plan's ConfigMap holds it; only the key and config directories move to where this test
+    wrote the key file and the ConfigMap's files (Envoy reads the watched files and the providers' SDS files while
+    validating), since /etc/inferplane is not writable here."""
     evaluation = stacks[stack]
     config_maps = [
         r
@@ -717,8 +762,12 @@ def test_every_stacks_planned_gateway_config_passes_envoy_validate(
         tenants = [t.name for t in processor.tenants] or ["nobody"]
         (keys_dir / API_KEYS_FILE).write_text(render_api_key_file({t: f"test-key-{t}-0123456789" for t in tenants}))
         assert (API_KEYS_DIR in envoy_yaml) == processor.auth_required
+        mounted = tmp_path / f"{config_map.name}-mounted"  # the ConfigMap's files, as its volume holds them
+        mounted.mkdir()
+        for file_name, text in config_map.inputs["data"].items():
+            (mounted / file_name).write_text(text)
         config = tmp_path / f"{config_map.name}.yaml"
-        config.write_text(envoy_yaml.replace(API_KEYS_DIR, str(keys_dir)))
+        config.write_text(envoy_yaml.replace(API_KEYS_DIR, str(keys_dir)).replace(CONFIG_DIR, str(mounted)))
         result = validate(config)
         assert result.returncode == 0, (config_map.name, result.stdout + result.stderr)
 

@@ -75,9 +75,21 @@ vLLM on TPU reports vLLM's series."""
 
 
 def _write_keys(directory: Path) -> gc.GatewayAddresses:
+    """A key file in ``directory`` and a config directory beside it, for the files Envoy reads while validating."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / gc.API_KEYS_FILE).write_text(gc.render_api_key_file(KEYS))
-    return gc.GatewayAddresses(api_keys_dir=str(directory))
+    config_dir = directory.parent / "config"
+    config_dir.mkdir(exist_ok=True)
+    return gc.GatewayAddresses(api_keys_dir=str(directory), config_dir=str(config_dir))
+
+
+def _write_config(rendered: gc.RenderedGateway, tmp_path: Path) -> Path:
+    """The bootstrap, with the providers' SDS files where :func:`_write_keys` put the config directory."""
+    for name, text in rendered.provider_files.items():
+        (tmp_path / "config" / name).write_text(text)
+    config = tmp_path / "envoy.yaml"
+    config.write_text(rendered.envoy_yaml)
+    return config
 
 
 def _rendered(stack: str, cluster: gc.Cluster, tmp_path: Path) -> gc.RenderedGateway:
@@ -92,8 +104,7 @@ def _stack_clusters() -> list[tuple[str, gc.Cluster]]:
 @pytest.mark.parametrize(("stack", "cluster"), _stack_clusters())
 def test_every_stack_renders_a_config_envoy_accepts(stack: str, cluster: gc.Cluster, tmp_path: Path) -> None:
     rendered = _rendered(stack, cluster, tmp_path)
-    config = tmp_path / "envoy.yaml"
-    config.write_text(rendered.envoy_yaml)
+    config = _write_config(rendered, tmp_path)
     result = validate(config)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"configuration '{config}' OK" in result.stdout + result.stderr
@@ -109,7 +120,7 @@ def test_clusters_per_stack() -> None:
 def _mutated(rendered: gc.RenderedGateway, mutate: Any, tmp_path: Path) -> str:
     bootstrap = yaml.safe_load(rendered.envoy_yaml)
     mutate(bootstrap)
-    config = tmp_path / "mutated.yaml"
+    config = _write_config(rendered, tmp_path).with_name("mutated.yaml")
     config.write_text(yaml.safe_dump(bootstrap))
     result = validate(config)
     assert result.returncode != 0
@@ -153,6 +164,109 @@ def test_validation_catches_a_missing_api_key_file(tmp_path: Path) -> None:
     result = validate(config)
     assert result.returncode != 0
     assert f"{tmp_path}/{gc.API_KEYS_FILE}" in result.stdout + result.stderr
+
+
+PROVIDER = "fireworks-llama-70b"
+
+
+def test_prods_provider_is_a_tls_cluster_with_its_key_injected_and_a_route_only_the_processor_selects(
+    tmp_path: Path,
+) -> None:
+    rendered = _rendered("prod", "eks", tmp_path)
+    bootstrap = yaml.safe_load(rendered.envoy_yaml)
+    clusters = {c["name"]: c for c in bootstrap["static_resources"]["clusters"]}
+    cluster = clusters[f"provider-{PROVIDER}"]
+    host = "api.fireworks.ai"
+    assert (cluster["type"], cluster["dns_lookup_family"]) == ("LOGICAL_DNS", "V4_PREFERRED")
+    assert cluster["load_assignment"]["endpoints"] == [
+        {
+            "lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": 443}}, "hostname": host}}
+            ]
+        }
+    ]
+    tls = cluster["transport_socket"]["typed_config"]
+    assert tls == {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+        "sni": host,
+        "common_tls_context": {
+            "validation_context": {
+                "trusted_ca": {"filename": "/etc/ssl/certs/ca-certificates.crt"},
+                "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": host}}],
+            }
+        },
+    }
+    options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    injector, codec = options["http_filters"]
+    assert codec["name"] == "envoy.filters.http.upstream_codec"  # the last upstream filter, as Envoy requires
+    config_dir = str(tmp_path / "config")
+    assert injector["typed_config"]["overwrite"] is True
+    assert injector["typed_config"]["credential"]["typed_config"] == {
+        "@type": "type.googleapis.com/envoy.extensions.http.injected_credentials.generic.v3.Generic",
+        "credential": {
+            "name": f"provider-{PROVIDER}",
+            "sds_config": {
+                "path_config_source": {
+                    "path": f"{config_dir}/provider-{PROVIDER}-sds.yaml",
+                    "watched_directory": {"path": config_dir},
+                }
+            },
+        },
+        "header_value_prefix": "Bearer ",
+    }
+    assert cluster["circuit_breakers"]["thresholds"][0]["max_requests"] == 64
+    assert cluster["outlier_detection"]["consecutive_5xx"] == 5
+    routes = {r["name"]: r for r in _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]}
+    names = list(routes)
+    assert names.index(f"provider-{PROVIDER}") < names.index("model-llama-70b")  # matched before the models
+    route = routes[f"provider-{PROVIDER}"]
+    assert route["match"]["dynamic_metadata"] == [
+        {"filter": "inferplane", "path": [{"key": "provider"}], "value": {"string_match": {"exact": PROVIDER}}}
+    ]
+    assert (route["route"]["prefix_rewrite"], route["route"]["auto_host_rewrite"]) == ("/inference/v1/", True)
+    assert set(route["request_headers_to_remove"]) >= {
+        "authorization", "x-api-key", "api-key", gc.TENANT_HEADER, "x-request-id", "x-forwarded-for",
+    }  # fmt: skip
+    assert route["response_headers_to_add"][0]["header"] == {"key": gc.UPSTREAM_HEADER, "value": f"provider/{PROVIDER}"}
+    router = _api_manager(bootstrap)["http_filters"][-1]
+    assert router["typed_config"]["suppress_envoy_headers"] is True
+    # The key's file in the Secret mounted in Envoy's container, watched for rotation; the processor learns only
+    # the provider's name, model, prices and tenants.
+    sds = yaml.safe_load(rendered.provider_files[f"provider-{PROVIDER}-sds.yaml"])
+    mount = f"/etc/inferplane/providers/{PROVIDER}"
+    assert sds["resources"][0]["generic_secret"] == {
+        "secret": {"filename": f"{mount}/api-key", "watched_directory": {"path": mount}}
+    }
+    assert [m.model_dump() for m in rendered.provider_mounts] == [
+        {"provider": PROVIDER, "secret": "fireworks-api-key", "key": "api-key", "mount_dir": mount}
+    ]
+    assert (rendered.provider_ports, dict(rendered.provider_hosts)) == ((443,), {PROVIDER: host})
+    config = ProcessorConfig.model_validate_json(rendered.processor_json)
+    assert [p.model_dump() for p in config.providers] == [
+        {
+            "name": PROVIDER,
+            "model": "accounts/fireworks/models/llama-v3p3-70b-instruct",
+            "input_usd_per_million": 0.9,
+            "output_usd_per_million": 0.9,
+            "tenants": ("assistant",),
+        }
+    ]
+    assert config.tier("premium").providers == (PROVIDER,)  # type: ignore[union-attr]
+    assert "fireworks-api-key" not in rendered.processor_json
+
+
+def test_validation_catches_the_credential_type_of_the_protos_own_example(tmp_path: Path) -> None:
+    """The CredentialInjector proto's comment names ``...injected_credentials.generic.v3.Generic`` without
+    ``.http.``; Envoy 1.40 refuses it (providers-routing-facts §1.3), so the validation above is not vacuous."""
+    rendered = _rendered("prod", "eks", tmp_path)
+
+    def proto_example(bootstrap: dict[str, Any]) -> None:
+        cluster = next(c for c in bootstrap["static_resources"]["clusters"] if c["name"] == f"provider-{PROVIDER}")
+        options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        credential = options["http_filters"][0]["typed_config"]["credential"]["typed_config"]
+        credential["@type"] = "type.googleapis.com/envoy.extensions.injected_credentials.generic.v3.Generic"
+
+    assert "envoy.extensions.injected_credentials.generic.v3.Generic" in _mutated(rendered, proto_example, tmp_path)
 
 
 def test_prod_routes_each_model_with_its_tier_fallback(tmp_path: Path) -> None:
@@ -760,7 +874,7 @@ def test_a_routed_tier_is_rendered_with_its_examples_beside_the_processors_confi
     route = tiers["auto"].route
     assert route is not None
     assert (route.cheap, route.strong, route.threshold, route.neighbours) == ("llama-8b", "llama-70b", 0.12, 50)
-    assert route.examples_file == f"{gc.CONFIG_DIR}/route-auto.jsonl"
+    assert route.examples_file == f"{addresses.config_dir}/route-auto.jsonl"
     assert config.cache is not None and route.embedder == config.cache.embedder  # the cache's embedder scores
     assert rendered.route_examples == {"route-auto.jsonl": EXAMPLES}
     # The decision is echoed on every model route, beside the cache's verdict.
@@ -770,9 +884,7 @@ def test_a_routed_tier_is_rendered_with_its_examples_beside_the_processors_confi
         "key": "x-inferplane-route",
         "value": "%DYNAMIC_METADATA(inferplane:route)%",
     } in [h["header"] for h in routes["model-llama-8b"]["response_headers_to_add"]]
-    envoy = tmp_path / "envoy.yaml"
-    envoy.write_text(rendered.envoy_yaml)
-    assert validate(envoy).returncode == 0
+    assert validate(_write_config(rendered, tmp_path)).returncode == 0
     # The examples roll the pods as the configs do: another file, another checksum.
     other = gc.render_gateway(spec, size_platform(spec), "eks", addresses, route_examples={"auto": EXAMPLES + "\n"})
     assert other.checksum != rendered.checksum

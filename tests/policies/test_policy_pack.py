@@ -25,6 +25,7 @@ from inferplane.components.serving.annotations import (
     ENGINE_START_SECONDS,
     GATEWAY,
     GATEWAY_AUTH,
+    GATEWAY_PROVIDERS,
     GATEWAY_REQUESTS_PER_MINUTE,
     GATEWAY_ROUTES,
     GATEWAY_ROUTING,
@@ -1017,6 +1018,19 @@ CASES = [
         (
             "gateway-routing-require-load-bound",
             f"gateway routes llama-70b without a load bound ({GATEWAY_ROUTING}: load_bound false)",
+        ),
+    ),
+    _case(
+        "gateway-provider-without-consent",
+        "gateway",
+        _annotation(
+            GATEWAY_PROVIDERS,
+            '{"fireworks-llama-70b": {"host": "api.fireworks.ai", "tenants": [], "tiers": ["premium"]}}',
+        ),
+        (
+            "gateway-providers-require-tenant-consent",
+            "gateway may send prompts to hosted provider fireworks-llama-70b with no tenant list "
+            f"({GATEWAY_PROVIDERS})",
         ),
     ),
     _case(

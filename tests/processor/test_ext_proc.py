@@ -31,16 +31,9 @@ from inferplane.processor.config import (
 from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Processor, connect_redis
 from tests.gateway_support import model_config, routing_config, vllm_load
 from tests.ports import free_port
-from tests.tiny_model import build_tokenizer, words
+from tests.tiny_model import words
 
 OVERHEAD = 8
-
-
-@pytest.fixture(scope="module")
-def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
-    build_tokenizer().save(str(path))
-    return str(path)
 
 
 def _model(name: str, tokenizer: str | None, **overrides: Any) -> ModelConfig:
@@ -549,6 +542,9 @@ def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
         gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL.removesuffix("_total"),
         gm.PREFILL_TOTAL.removesuffix("_total"),
         gm.DIFFICULTY_ROUTES_TOTAL.removesuffix("_total"),
+        gm.PROVIDER_REQUESTS_TOTAL.removesuffix("_total"),
+        gm.PROVIDER_TOKENS_TOTAL.removesuffix("_total"),
+        gm.PROVIDER_COST_USD_TOTAL.removesuffix("_total"),
     }
     assert names == exposed
 

@@ -16,6 +16,7 @@ from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.spec.platform_spec import (
     LOG_RETENTION_VALUES,
     PLATFORM_KEY,
+    PROVIDER_BASE_URL_PATTERN,
     ROUTE_EXAMPLES_PATTERN,
     PlatformSpec,
     RoutingSpec,
@@ -275,6 +276,25 @@ CASES: list[tuple[str, str, Mutation, str, str]] = [
     ("route-across-clusters", "staging",
      _set("gateway.tiers[0].route", {**ROUTE, "cheap": "llama-8b", "strong": "qwen-7b"}), "gateway.tiers[0].route",
      "the cheap and the strong model run on different clusters; one gateway decides between them"),
+    ("provider-plain-http", "prod", _set("gateway.providers[0].base_url", "http://api.fireworks.ai/inference/v1"),
+     "gateway.providers[0].base_url", f"String should match pattern '{PROVIDER_BASE_URL_PATTERN}'"),
+    ("provider-url-with-credentials", "prod",
+     _set("gateway.providers[0].base_url", "https://user:key@api.fireworks.ai/v1"),
+     "gateway.providers[0].base_url", f"String should match pattern '{PROVIDER_BASE_URL_PATTERN}'"),
+    ("provider-url-with-query", "prod", _set("gateway.providers[0].base_url", "https://api.fireworks.ai/v1?key=x"),
+     "gateway.providers[0].base_url", f"String should match pattern '{PROVIDER_BASE_URL_PATTERN}'"),
+    ("provider-named-as-a-model", "prod", _set("gateway.providers[0].name", "llama-8b"), "gateway.providers[0].name",
+     "'llama-8b' already names a model or a tier"),
+    ("provider-unknown-tenant", "prod", _set("gateway.providers[0].tenants", ["assistant", "nobody"]),
+     "gateway.providers[0].tenants[1]", "no tenant named 'nobody'"),
+    ("provider-named-by-no-tier", "prod", _set("gateway.tiers[0].providers", []), "gateway.providers[0].name",
+     "no tier names provider 'fireworks-llama-70b' in its providers"),
+    ("tier-unknown-provider", "prod", _set("gateway.tiers[1].providers", ["openai"]),
+     "gateway.tiers[1].providers[0]", "no provider named 'openai'"),
+    ("provider-credential-value", "prod", _set("gateway.providers[0].credential.value", "sk-live-1"),
+     "gateway.providers[0].credential.value", "unknown key"),
+    ("provider-negative-price", "prod", _set("gateway.providers[0].input_usd_per_million", -1),
+     "gateway.providers[0].input_usd_per_million", "Input should be greater than or equal to 0"),
 ]  # fmt: skip
 
 
