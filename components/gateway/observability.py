@@ -39,6 +39,13 @@ ENVOY_DOWNSTREAM_RQ_XX = "envoy_http_downstream_rq_xx"
 """Counter: responses by class; ``http.<prefix>.downstream_rq_5xx`` exposed with ``envoy_response_code_class``."""
 ENVOY_DOWNSTREAM_RQ_ACTIVE = "envoy_http_downstream_rq_active"
 """Gauge: requests in flight on an HTTP connection manager."""
+ENVOY_CLUSTER_RQ_TOTAL = "envoy_cluster_upstream_rq_total"
+"""Counter: attempts sent to a cluster's hosts (``cluster.<name>.upstream_rq_total``)."""
+ENVOY_CLUSTER_RQ_XX = "envoy_cluster_upstream_rq_xx"
+"""Counter: a cluster's answers by class (``cluster.<name>.upstream_rq_5xx`` with ``envoy_response_code_class``)."""
+ENVOY_CLUSTER_LABEL = "envoy_cluster_name"
+PROVIDER_CLUSTER_PATTERN = "provider-.+"
+"""The hosted providers' Envoy clusters (:func:`~.provider_renderer.provider_cluster_name`)."""
 ENVOY_HCM_LABEL = "envoy_http_conn_manager_prefix"
 """The tag Envoy extracts from ``http.<stat_prefix>.`` statistics (Envoy's default tag specifiers)."""
 ENVOY_CODE_CLASS_LABEL = "envoy_response_code_class"
@@ -153,6 +160,18 @@ class GatewaySeries:
         stages = f"sum by ({gm.STAGE_LABEL}) (rate({gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL}{{{self.pods}}}[5m]))"
         return f"{stages} / on() group_left() {self.decided_rate()}"
 
+    def provider_share(self, tier: str) -> str:
+        """The share of ``tier``'s requests handed to a hosted provider over 5m (prompts that left the VPC)."""
+        handed = f'sum(rate({gm.PROVIDER_REQUESTS_TOTAL}{{{self.pods},{gm.TIER_LABEL}="{tier}"}}[5m]))'
+        return f"{handed} / {self.tier_requests_rate(tier)}"
+
+    def provider_error_ratio(self) -> str:
+        """Per provider cluster, the share of its attempts answered 5xx (or reset) over 5m, Envoy's count."""
+        clusters = f'{self.pods},{ENVOY_CLUSTER_LABEL}=~"{PROVIDER_CLUSTER_PATTERN}"'
+        by = f"sum by ({ENVOY_CLUSTER_LABEL})"
+        errors = f'{by} (rate({ENVOY_CLUSTER_RQ_XX}{{{clusters},{ENVOY_CODE_CLASS_LABEL}="5"}}[5m]))'
+        return f"{errors} / {by} (rate({ENVOY_CLUSTER_RQ_TOTAL}{{{clusters}}}[5m]))"
+
     def queue_wait_p95(self, model: str) -> str:
         """p95 of the admission wait for ``model`` over 5m, seconds."""
         buckets = f'{gm.QUEUE_SECONDS}_bucket{{{self.pods},{gm.MODEL_LABEL}="{model}"}}'
@@ -209,6 +228,7 @@ def gateway_rule_group(series: GatewaySeries, config: ProcessorConfig) -> RuleGr
         *_no_ready_replica_alerts(series, config),
         _slot_store_alert(series),
         *_cpu_per_request_rules(series),
+        *_provider_rules(series, config),
     ]
     return RuleGroup(name=f"inferplane:gateway:{series.namespace}:{series.name}", rules=tuple(rules))
 
@@ -311,6 +331,49 @@ def _cpu_per_request_rules(series: GatewaySeries) -> list[RecordingRule | Alerti
             },
         ),
     ]
+
+
+PROVIDER_SHARE_ALERT = 0.10
+"""Share of a tier's requests handed to hosted providers above which, for 15m, the tier is short of capacity."""
+PROVIDER_ERROR_ALERT = 0.05
+"""Share of a provider's attempts answered 5xx above which, for 5m, its requests fail."""
+
+
+def _provider_rules(series: GatewaySeries, config: ProcessorConfig) -> list[AlertingRule]:
+    """Where a tier falls back to hosted providers: an alert on the share that leaves the VPC, per tier, and one on
+    the providers' errors (nothing without a provider)."""
+    tiers = sorted(t.name for t in config.tiers if t.providers)
+    rules = [
+        AlertingRule(
+            alert="InferplaneProviderShareHigh",
+            expr=f"{series.provider_share(tier)} > {PROVIDER_SHARE_ALERT:g}",
+            for_="15m",
+            labels={**_alert_labels(series), "tier": tier},
+            annotations={
+                "summary": f"{series.name}: more than {PROVIDER_SHARE_ALERT:.0%} of tier {tier} goes to hosted "
+                "providers",
+                "description": "The tier's own models are saturated or down, so consenting tenants' prompts leave the "
+                "VPC and are paid per token: raise the models' max_replicas, or see why their replicas are not ready.",
+            },
+        )
+        for tier in tiers
+    ]
+    if tiers:
+        rules.append(
+            AlertingRule(
+                alert="InferplaneProviderErrors",
+                expr=f"{series.provider_error_ratio()} > {PROVIDER_ERROR_ALERT:g}",
+                for_="5m",
+                labels=_alert_labels(series),
+                annotations={
+                    "summary": f"{series.name}: hosted provider {{{{ $labels.{ENVOY_CLUSTER_LABEL} }}}} answers more "
+                    f"than {PROVIDER_ERROR_ALERT:.0%} 5xx",
+                    "description": "The provider fails or rejects the key (a rotated or revoked Secret shows as 401 in "
+                    "the access log); requests handed to it fail.",
+                },
+            )
+        )
+    return rules
 
 
 def _processor_errors_alert(series: GatewaySeries) -> AlertingRule:

@@ -26,6 +26,7 @@ from inferplane.processor import metrics as gm
 from inferplane.processor.config import (
     ModelConfig,
     ProcessorConfig,
+    ProviderConfig,
     TenantConfig,
     TierConfig,
 )
@@ -567,4 +568,102 @@ def test_the_stage_panel_divides_each_stages_cpu_by_the_requests(tmp_path: Path)
         }
     ]
     result = run_rule_tests([], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+PROVIDED = CONFIG.model_copy(
+    update={
+        "tiers": (CONFIG.tiers[0].model_copy(update={"providers": ("hosted",)}), *CONFIG.tiers[1:]),
+        "providers": (
+            ProviderConfig(
+                name="hosted", model="m", input_usd_per_million=1, output_usd_per_million=2, tenants=("acme",)
+            ),
+        ),
+    }
+)
+"""The test config with the premium tier falling back to hosted provider ``hosted``."""
+PROVIDED_GROUP = gateway_rule_group(SERIES, PROVIDED)
+
+
+def test_provider_alerts_exist_only_where_a_tier_has_a_provider(tmp_path: Path) -> None:
+    names = [r.alert for r in PROVIDED_GROUP.rules if isinstance(r, AlertingRule) and "Provider" in r.alert]
+    assert names == ["InferplaneProviderShareHigh", "InferplaneProviderErrors"]
+    assert not [r for r in GROUP.rules if isinstance(r, AlertingRule) and "Provider" in r.alert]
+    result = check_rules([PROVIDED_GROUP], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_provider_share_alert_fires_when_a_tier_leans_on_its_provider(tmp_path: Path) -> None:
+    """Premium decides 10 requests a second; 2 a second (20%) go to the provider for 20 minutes: the alert fires
+    after its 15; at 0.5 a second (5%) it stays quiet."""
+    decided = _processor(
+        gm.REQUESTS_TOTAL, POD_A, "0+600x30", tier="premium", model="llama-70b", tenant="acme", outcome="admitted"
+    )
+
+    def handed(per_minute: int) -> dict[str, str]:
+        return _processor(
+            gm.PROVIDER_REQUESTS_TOTAL,
+            POD_A,
+            f"0+{per_minute}x30",
+            provider="hosted",
+            tier="premium",
+            tenant="acme",
+            reason="saturated",
+        )
+
+    fired_alert = fired(PROVIDED_GROUP, "InferplaneProviderShareHigh", {"tier": "premium"})
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [decided, handed(120)],
+            "alert_rule_test": [
+                _alerts("InferplaneProviderShareHigh", "10m"),
+                _alerts("InferplaneProviderShareHigh", "25m", fired_alert),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [decided, handed(30)],
+            "alert_rule_test": [_alerts("InferplaneProviderShareHigh", "25m")],
+        },
+    ]
+    result = run_rule_tests([PROVIDED_GROUP], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_provider_error_alert_fires_on_a_providers_5xx_only(tmp_path: Path) -> None:
+    """10% of the provider cluster's attempts answer 5xx for 10 minutes: the alert fires naming the cluster; the
+    same 5xx ratio on a model's own cluster does not fire it."""
+
+    def cluster(name: str, total: int, errors: int) -> list[dict[str, str]]:
+        return [
+            _envoy("envoy_cluster_upstream_rq_total", POD_A, f"0+{total}x20", envoy_cluster_name=name),
+            _envoy(
+                "envoy_cluster_upstream_rq_xx",
+                POD_A,
+                f"0+{errors}x20",
+                envoy_cluster_name=name,
+                envoy_response_code_class="5",
+            ),
+        ]
+
+    fired_alert = fired(
+        PROVIDED_GROUP,
+        "InferplaneProviderErrors",
+        {"envoy_cluster_name": "provider-hosted"},
+        summary="gateway: hosted provider provider-hosted answers more than 5% 5xx",
+    )
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": cluster("provider-hosted", 600, 60),
+            "alert_rule_test": [_alerts("InferplaneProviderErrors", "12m", fired_alert)],
+        },
+        {
+            "interval": "1m",
+            "input_series": cluster("model-llama-70b", 600, 60),
+            "alert_rule_test": [_alerts("InferplaneProviderErrors", "12m")],
+        },
+    ]
+    result = run_rule_tests([PROVIDED_GROUP], tests, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
