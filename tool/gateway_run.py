@@ -52,9 +52,11 @@ from rich.console import Console
 
 from inferplane.components.capacity.sizing import PlatformSizing, size_platform
 from inferplane.components.gateway import renderer as gc
+from inferplane.components.gateway.provider_renderer import SYSTEM_CA_BUNDLE
 from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor.config import ModelConfig, ProcessorConfig
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.gateway_run_providers import ProviderOptionError, local_providers, write_provider_keys
 from inferplane.tool.stackfile import Stack, find_project_dir, load_stack, printable
 
 COMMAND = "inferplane gateway run"
@@ -161,6 +163,15 @@ class RunPlan(BaseModel):
     tokenizer_roots: tuple[Path, ...] = Field(description="Where tokenizer files are looked up, in order.")
     route_examples: Mapping[str, str] = Field(
         default_factory=dict, description="The difficulty-routed tiers' examples by tier, read from the project."
+    )
+    provider_keys: Mapping[str, str] = Field(
+        default_factory=dict, description="Per hosted provider this run reaches, its key (``--provider-key``)."
+    )
+    provider_ca: Path = Field(
+        default=Path(SYSTEM_CA_BUNDLE), description="The CAs providers' certificates chain to (``--provider-ca``)."
+    )
+    providers_left_out: tuple[str, ...] = Field(
+        default=(), description="The stack's providers given no key: this run never reaches them."
     )
 
 
@@ -445,6 +456,11 @@ def plan_run(args: argparse.Namespace, environ: Mapping[str, str]) -> RunPlan:
             f"(inferplane size --stack {args.stack})",
             EXIT_REFUSED,
         )
+    try:
+        providers = local_providers(spec, args.provider or [], args.provider_key or [], args.provider_ca)
+    except ProviderOptionError as exc:
+        raise GatewayRunError(str(exc)) from None
+    spec = providers.spec
     cluster = choose_cluster(spec, args.stack, args.cluster)
     upstreams = group_upstreams(spec, args.stack, cluster, args.upstream or [])
     if spec.gateway.auth != "none" and not spec.gateway.tenants:
@@ -477,6 +493,9 @@ def plan_run(args: argparse.Namespace, environ: Mapping[str, str]) -> RunPlan:
         envoy_version=envoy_version(envoy),
         tokenizer_roots=tuple(roots),
         route_examples=stack.route_examples,
+        provider_keys=providers.keys,
+        provider_ca=providers.ca_file,
+        providers_left_out=providers.left_out,
     )
 
 
@@ -581,16 +600,22 @@ def render_local(plan: RunPlan, ports: LocalPorts, directory: Path) -> gc.Render
         tokenizers_dir=str(directory / "tokenizers"),
         id_suffix="-local",
         embedder_url=plan.embedder_url,
-        config_dir=str(directory),  # the routed tiers' examples, beside the processor's config
+        config_dir=str(directory),  # the routed tiers' examples and the providers' SDS files, beside the configs
+        provider_ca_file=str(plan.provider_ca),
+        provider_secrets_dir=str(directory / "providers"),
     )
     return gc.render_gateway(plan.spec, plan.sizing, plan.cluster, addresses, plan.route_examples)
 
 
 def write_run_files(
-    rendered: gc.RenderedGateway, directory: Path, keys: Mapping[str, str] | None = None
+    rendered: gc.RenderedGateway,
+    directory: Path,
+    keys: Mapping[str, str] | None = None,
+    provider_keys: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The config files and the API-key file (one generated key per tenant, or ``keys``: gateway replicas share
-    them); returns the keys."""
+    """The config files, the API-key file (one generated key per tenant, or ``keys``: gateway replicas share them)
+    and each provider's key where its SDS file names it (``provider_keys``, one per rendered provider); returns the
+    tenants' keys."""
     if keys is None:
         keys = {tenant: secrets.token_urlsafe(32) for tenant in rendered.tenants} if rendered.auth_required else {}
     keys = dict(keys)
@@ -600,8 +625,9 @@ def write_run_files(
         _write_private(keys_dir / gc.API_KEYS_FILE, gc.render_api_key_file(keys))
     _write_private(directory / gc.ENVOY_CONFIG_FILE, rendered.envoy_yaml)
     _write_private(directory / gc.PROCESSOR_CONFIG_FILE, rendered.processor_json)
-    for file_name, text in rendered.route_examples.items():
+    for file_name, text in {**rendered.route_examples, **rendered.provider_files}.items():
         _write_private(directory / file_name, text)
+    write_provider_keys(rendered.provider_mounts, provider_keys or {})
     return keys
 
 
@@ -807,7 +833,21 @@ def route_lines(config: ProcessorConfig, upstreams: Mapping[str, tuple[Upstream,
         if tier.route is not None:
             route = tier.route
             extra += f"; by difficulty: {route.cheap} below {route.threshold:g}, else {route.strong}"
+        if tier.providers:
+            extra += f"; then provider {', '.join(tier.providers)}"
         lines.append(f"    {tier.name:<{width}}  tier -> {', '.join(tier.models)}{extra}")
+    return lines
+
+
+def provider_lines(plan: RunPlan, config: ProcessorConfig) -> list[str]:
+    """One line per hosted provider of the stack: where this run sends it, for whom, or why not at all."""
+    hosts = {p.name: p.base_url for p in plan.spec.gateway.providers}
+    lines = [
+        f"    {p.name}  {hosts[p.name]} as {p.model}, for {', '.join(p.tenants) or 'no tenant'} "
+        f"(key from --provider-key, CAs {plan.provider_ca})"
+        for p in config.providers
+    ]
+    lines += [f"    {name}  left out: no --provider-key {name}=FILE" for name in plan.providers_left_out]
     return lines
 
 
@@ -850,6 +890,11 @@ def summary_lines(plan: RunPlan, rendered: gc.RenderedGateway, keys: Mapping[str
         *key_lines(config, keys),
         '  routes    a request\'s "model" names a model or a tier',
         *route_lines(config, plan.upstreams),
+        *(
+            ["  providers prompts leave this machine only for the tenants listed", *provider_lines(plan, config)]
+            if config.providers or plan.providers_left_out
+            else []
+        ),
         f"  logs      {logs}: envoy.log (access log), processor.log"
         + (", redis.log" if plan.redis_url is None else "")
         + " (removed on exit)",
@@ -961,7 +1006,7 @@ class LocalRun:
             )
             tokenizers = link_tokenizers(self.plan, self.directory / "tokenizers")
             rendered = render_local(self.plan, ports, self.directory)
-            keys = write_run_files(rendered, self.directory)
+            keys = write_run_files(rendered, self.directory, provider_keys=self.plan.provider_keys)
             for note in notes(self.plan, tokenizers):
                 _say(self.err, f"{COMMAND}: note: {note}")
             return self.check() if check else self.serve(rendered, keys, taken)
@@ -1049,6 +1094,23 @@ def add_gateway_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     )
     run.add_argument(
         "--envoy", metavar="PATH", help=f"the Envoy {gc.ENVOY_VERSION} binary (default: ${ENVOY_ENV}, ...)"
+    )
+    run.add_argument(
+        "--provider-key",
+        action="append",
+        metavar="NAME=FILE",
+        help="the stack's hosted provider NAME takes part, with the API key in FILE (without it: left out)",
+    )
+    run.add_argument(
+        "--provider",
+        action="append",
+        metavar="NAME=URL",
+        help="send provider NAME's requests to this https:// base URL instead of the stack's",
+    )
+    run.add_argument(
+        "--provider-ca",
+        metavar="FILE",
+        help=f"the CAs providers' certificates must chain to (default: {SYSTEM_CA_BUNDLE})",
     )
     run.add_argument(
         "--check", action="store_true", help="render, validate with envoy --mode validate, and exit (starts nothing)"

@@ -614,21 +614,30 @@ def test_the_hub_cache_is_hf_hub_cache_then_hf_home() -> None:
 PORTS = gr.LocalPorts(api=8080, stats=20001, admin=20002, processor=20003, processor_metrics=20005, closed=20009)
 
 
-def _plan(
-    tmp_path: Path, stack: str, upstreams: list[str], fake_envoy: Path, embedder_url: str | None = None
-) -> gr.RunPlan:
-    args = Namespace(
-        project_dir=str(PROJECT_DIR),
+def _args(project_dir: Path, stack: str, upstreams: list[str], fake_envoy: Path, **flags: Any) -> Namespace:
+    """``gateway run --check``'s parsed flags; ``flags`` replace the defaults (``embedder_url``, ``provider``...)."""
+    defaults: dict[str, Any] = {
+        "embedder_url": None,
+        "provider": None,
+        "provider_key": None,
+        "provider_ca": None,
+    }
+    return Namespace(
+        project_dir=str(project_dir),
         stack=stack,
         cluster=None,
         upstream=upstreams,
         redis=None,
-        embedder_url=embedder_url,
         tokenizers=None,
         envoy=str(fake_envoy),
         check=True,
         port=8080,
+        **{**defaults, **flags},
     )
+
+
+def _plan(tmp_path: Path, stack: str, upstreams: list[str], fake_envoy: Path, **flags: Any) -> gr.RunPlan:
+    args = _args(PROJECT_DIR, stack, upstreams, fake_envoy, **flags)
     return gr.plan_run(args, {"HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": ""})
 
 
@@ -679,6 +688,8 @@ def test_the_summary_names_url_keys_routes_and_logs(tmp_path: Path, fake_envoy: 
         "    llama-8b           model, tier standard, context 8192 -> no --upstream: 503 (no replica reachable)",
         "    premium            tier -> llama-70b; fallback llama-8b",
         "    standard           tier -> llama-8b",
+        "  providers prompts leave this machine only for the tenants listed",
+        "    fireworks-llama-70b  left out: no --provider-key fireworks-llama-70b=FILE",
         f"  logs      {tmp_path}/logs: envoy.log (access log), processor.log, redis.log (removed on exit)",
         "  metrics   Envoy http://127.0.0.1:20001/stats/prometheus, processor http://127.0.0.1:20005/metrics",
     ]
@@ -829,19 +840,7 @@ def test_a_routed_tier_runs_with_its_examples_beside_the_config(tmp_path: Path, 
     stack_file.write_text(yaml.safe_dump(document))
     (project / "routes").mkdir()
     (project / "routes" / "auto.jsonl").write_text(EXAMPLES)
-    args = Namespace(
-        project_dir=str(project),
-        stack="prod",
-        cluster=None,
-        upstream=[],
-        redis=None,
-        embedder_url=None,
-        tokenizers=None,
-        envoy=str(fake_envoy),
-        check=True,
-        port=8080,
-    )
-    plan = gr.plan_run(args, {"HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": ""})
+    plan = gr.plan_run(_args(project, "prod", [], fake_envoy), {"HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": ""})
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
     rendered = gr.render_local(plan, PORTS, run_dir)
@@ -854,3 +853,99 @@ def test_a_routed_tier_runs_with_its_examples_beside_the_config(tmp_path: Path, 
     assert gr.route_lines(config, plan.upstreams)[-1] == (
         "    auto               tier -> llama-70b, llama-8b; by difficulty: llama-8b below 0.12, else llama-70b"
     )
+
+
+# --- hosted providers -----------------------------------------------------------------------------------------------
+
+PROVIDER = "fireworks-llama-70b"
+"""Prod's hosted provider (the premium tier's last resort, for tenant assistant)."""
+
+
+def _provider_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A key file and a CA file of a local provider."""
+    key, ca = tmp_path / "provider-key", tmp_path / "ca.pem"
+    key.write_text("sk-local-provider-key\n")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")  # read by Envoy only; the command checks it is a file
+    return key, ca
+
+
+def test_a_provider_runs_with_its_key_from_a_file_at_a_local_url(tmp_path: Path, fake_envoy: Path) -> None:
+    key, ca = _provider_files(tmp_path)
+    plan = _plan(
+        tmp_path,
+        "prod",
+        [],
+        fake_envoy,
+        provider=[f"{PROVIDER}=https://localhost:8443/v1"],
+        provider_key=[f"{PROVIDER}={key}"],
+        provider_ca=str(ca),
+    )
+    assert (plan.provider_keys, plan.providers_left_out) == ({PROVIDER: "sk-local-provider-key"}, ())
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    rendered = gr.render_local(plan, PORTS, run_dir)
+    gr.write_run_files(rendered, run_dir, provider_keys=plan.provider_keys)
+    written = run_dir / "providers" / PROVIDER / "api-key"
+    assert written.read_text() == "sk-local-provider-key" and written.stat().st_mode & 0o777 == 0o600
+    sds = yaml.safe_load((run_dir / f"provider-{PROVIDER}-sds.yaml").read_text())
+    assert sds["resources"][0]["generic_secret"]["secret"]["filename"] == str(written)
+    clusters = {c["name"]: c for c in yaml.safe_load(rendered.envoy_yaml)["static_resources"]["clusters"]}
+    cluster = clusters[f"provider-{PROVIDER}"]
+    endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert endpoint["address"]["socket_address"] == {"address": "localhost", "port_value": 8443}
+    tls = cluster["transport_socket"]["typed_config"]
+    assert tls["common_tls_context"]["validation_context"]["trusted_ca"] == {"filename": str(ca.resolve())}
+    config = ProcessorConfig.model_validate_json(rendered.processor_json)
+    assert gr.provider_lines(plan, config) == [
+        f"    {PROVIDER}  https://localhost:8443/v1 as accounts/fireworks/models/llama-v3p3-70b-instruct, for "
+        f"assistant (key from --provider-key, CAs {ca.resolve()})"
+    ]
+    assert gr.route_lines(config, plan.upstreams)[-2] == (
+        "    premium            tier -> llama-70b; fallback llama-8b; then provider fireworks-llama-70b"
+    )
+
+
+def test_without_its_key_a_provider_is_left_out_of_the_run(tmp_path: Path, fake_envoy: Path) -> None:
+    plan = _plan(tmp_path, "prod", [], fake_envoy)
+    assert plan.providers_left_out == (PROVIDER,) and plan.spec.gateway.providers == ()
+    assert all(t.providers == () for t in plan.spec.gateway.tiers)
+    rendered = gr.render_local(plan, PORTS, tmp_path)
+    assert (rendered.provider_files, rendered.provider_mounts) == ({}, ())
+    assert "provider-" not in rendered.envoy_yaml
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            {"provider_key": ["openai=/key"]},
+            f"--provider-key 'openai=/key': the stack has no provider 'openai' (it has: {PROVIDER})",
+        ),
+        ({"provider_key": [PROVIDER]}, f"--provider-key '{PROVIDER}': expected NAME=VALUE"),
+        (
+            {"provider_key": [f"{PROVIDER}=/no/such/key"]},
+            f"--provider-key {PROVIDER}=/no/such/key: cannot read it (No such file or directory)",
+        ),
+        (
+            {"provider": [f"{PROVIDER}=http://localhost:8000/v1"], "provider_key": [f"{PROVIDER}=KEY"]},
+            f"--provider {PROVIDER}=http://localhost:8000/v1: an https:// base URL with a host, no query or user",
+        ),
+        (
+            {"provider": [f"{PROVIDER}=https://localhost:8443/v1"]},
+            f"--provider {PROVIDER}: give its key too (--provider-key {PROVIDER}=FILE)",
+        ),
+        (
+            {"provider_key": [f"{PROVIDER}=KEY"], "provider_ca": "/no/such/ca.pem"},
+            "--provider-ca /no/such/ca.pem: not a file; give the CAs the providers' certificates chain to",
+        ),
+    ],
+    ids=["unknown-provider", "no-file", "unreadable-key", "plain-http", "url-without-key", "missing-ca"],
+)
+def test_bad_provider_flags_are_refused_naming_them(
+    tmp_path: Path, fake_envoy: Path, flags: dict[str, Any], message: str
+) -> None:
+    key, _ = _provider_files(tmp_path)
+    flags = {k: [v.replace("=KEY", f"={key}") for v in vs] if isinstance(vs, list) else vs for k, vs in flags.items()}
+    with pytest.raises(gr.GatewayRunError) as refused:
+        _plan(tmp_path, "prod", [], fake_envoy, **flags)
+    assert str(refused.value) == message

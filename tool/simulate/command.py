@@ -60,6 +60,7 @@ from inferplane.components.spec.platform_spec import (
 from inferplane.processor.metrics import ROUTING_DECISIONS_TOTAL
 from inferplane.tool import gateway_run as gr
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_REFUSED
+from inferplane.tool.gateway_run_providers import local_providers
 from inferplane.tool.simulate import fleet as fl
 from inferplane.tool.simulate.model_dir import write_model_dir
 from inferplane.tool.simulate.profile import timing_profile, write_profile
@@ -549,7 +550,7 @@ class SimulationRun:
         )
         run_plan = gr.RunPlan(
             stack=plan.stack,
-            spec=plan.spec,
+            spec=local_providers(plan.spec, (), (), None).spec,  # the simulated fleet alone: no hosted provider
             sizing=plan.sizing,
             cluster=plan.cluster,
             upstreams=upstreams,
