@@ -18,6 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
+from inferplane.components.serving.annotations import (
+    GATEWAY_PROVIDERS,
+    GatewayProvider,
+    gateway_providers_annotation,
+)
 from inferplane.tool.cli import build_parser
 from inferplane.tool.cli import main as cli_main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
@@ -602,6 +607,45 @@ def test_markdown_holds_counts_diff_cost_and_a_mermaid_picture_of_the_components
         "  c3 --> c1",
         "  c4 --> c2",
     ]
+
+
+def _with_gateway(plan: Plan, providers: str | None) -> Plan:
+    """``plan`` plus a gateway Deployment carrying ``providers`` as its providers annotation (none when None)."""
+    annotations = {} if providers is None else {GATEWAY_PROVIDERS: providers}
+    gateway = PlanResource(
+        urn=f"urn:pulumi:{plan.stack}::inferplane::kubernetes:apps/v1:Deployment::gateway-deployment",
+        type="kubernetes:apps/v1:Deployment",
+        name="gateway-deployment",
+        parent="",
+        provider="",
+        inputs={"metadata": {"name": "gateway", "annotations": annotations}},
+        dependencies=(),
+        protect=False,
+    )
+    return plan.model_copy(update={"resources": (*plan.resources, gateway)})
+
+
+def test_markdown_shows_who_may_reach_which_hosted_provider() -> None:
+    plan = fixture_plan(PROJECT_DIR, "prod")
+    providers = gateway_providers_annotation(
+        {
+            "fireworks": GatewayProvider(host="api.fireworks.ai", tiers=("premium",), tenants=("assistant",)),
+            "openai": GatewayProvider(host="api.openai.com", tiers=("premium", "standard"), tenants=()),
+        }
+    )
+    text = render_markdown(_with_gateway(plan, providers), diff_plans(plan, plan), against=None)
+    assert (
+        "#### Hosted providers\n\n"
+        "| gateway | provider | host | tiers | tenants whose prompts may go there |\n"
+        "|---|---|---|---|---|\n"
+        "| `gateway-deployment` | `fireworks` | api.fireworks.ai | premium | assistant |\n"
+        "| `gateway-deployment` | `openai` | api.openai.com | premium, standard | **none** |\n"
+    ) in text
+    assert "#### Hosted providers" not in render_markdown(
+        _with_gateway(plan, None), diff_plans(plan, plan), against=None
+    )
+    unreadable = render_markdown(_with_gateway(plan, "{"), diff_plans(plan, plan), against=None)
+    assert f"| `gateway-deployment` | unreadable: {GATEWAY_PROVIDERS}=" in unreadable
 
 
 def test_the_cli_writes_the_comment_with_a_mermaid_block(tmp_path: Path) -> None:

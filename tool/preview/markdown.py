@@ -1,5 +1,5 @@
-"""The pull-request comment for one stack: summary counts, the diff, policy results, the cost delta and a Mermaid
-diagram of the platform.
+"""The pull-request comment for one stack: summary counts, the diff, policy results, the cost delta, who may reach
+which hosted provider, and a Mermaid diagram of the platform.
 
 The diagram is drawn from the program's components (type tokens ``inferplane:index:<Noun>``), whatever the program
 registers: each component is a node in the group its noun names, and an arrow joins two components when a resource
@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from inferplane.components.serving.annotations import GATEWAY_PROVIDERS, AnnotationError, parse_gateway_annotations
 from inferplane.tool.preview.diff import PlanDiff
 from inferplane.tool.preview.model import Plan, PlanResource
 from inferplane.tool.preview.render import SYMBOLS, change_heading, cost_delta, property_line, summary_line, usd
@@ -117,6 +118,7 @@ def render_markdown(plan: Plan, diff: PlanDiff, *, against: str | None, notes: t
     out.extend(_changes_section(diff))
     out.extend(_violations_section(plan))
     out.extend(_sizing_section(plan))
+    out.extend(_providers_section(plan))
     out.extend(_platform_section(plan))
     return "\n".join(out)
 
@@ -207,6 +209,32 @@ def _sizing_section(plan: Plan) -> list[str]:
         )
     out.append("")
     return out
+
+
+def _providers_section(plan: Plan) -> list[str]:
+    """Per gateway, the hosted providers its tiers fall back to and the tenants whose prompts may leave the VPC for
+    each (the gateway Deployment's ``inferplane.io/gateway-providers``); nothing without a provider."""
+    rows = []
+    for resource in plan.resources:
+        annotations = resource.inputs.get("metadata", {}).get("annotations", {})
+        raw = annotations.get(GATEWAY_PROVIDERS) if isinstance(annotations, dict) else None
+        if not isinstance(raw, str):
+            continue
+        try:
+            providers = parse_gateway_annotations({GATEWAY_PROVIDERS: raw}).providers or {}
+        except AnnotationError as exc:
+            rows.append(f"| `{_cell(resource.name)}` | unreadable: {_cell(str(exc))} | | | |")
+            continue
+        for name, provider in sorted(providers.items()):
+            tenants = ", ".join(provider.tenants) or "**none**"
+            rows.append(
+                f"| `{_cell(resource.name)}` | `{_cell(name)}` | {_cell(provider.host)} | "
+                f"{_cell(', '.join(provider.tiers))} | {_cell(tenants)} |"
+            )
+    if not rows:
+        return []
+    header = ["#### Hosted providers", "", "| gateway | provider | host | tiers | tenants whose prompts may go there |"]
+    return [*header, "|---|---|---|---|---|", *rows, ""]
 
 
 def _platform_section(plan: Plan) -> list[str]:
