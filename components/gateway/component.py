@@ -790,7 +790,11 @@ def _rules_and_dashboard(
             data=series.apply(
                 lambda s: {
                     f"inferplane-{name}.json": gateway_dashboard(
-                        s, costs, cache=config.cache is not None, difficulty=any(t.route for t in config.tiers)
+                        s,
+                        costs,
+                        cache=config.cache is not None,
+                        difficulty=any(t.route for t in config.tiers),
+                        providers=bool(config.providers),
                     ).to_json()
                 }
             ),

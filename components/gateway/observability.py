@@ -494,12 +494,22 @@ class ModelCost:
 
 
 def gateway_dashboard(
-    series: GatewaySeries, costs: Mapping[str, ModelCost], *, cache: bool = False, difficulty: bool = False
+    series: GatewaySeries,
+    costs: Mapping[str, ModelCost],
+    *,
+    cache: bool = False,
+    difficulty: bool = False,
+    providers: bool = False,
 ) -> Dashboard:
     """Requests, rejections by reason, tokens per tenant and on-demand cost per 1,000 tokens per model; with
-    ``difficulty`` (a tier routes by it), its strong share per tier; with ``cache``, the response cache's panels below
+    ``difficulty`` (a tier routes by it), its strong share per tier; with ``providers`` (a tier falls back to one),
+    the share handed to them and what they cost; with ``cache``, the response cache's panels below
     (``components.gateway.cache_observability``)."""
-    routing = [*_routing_panels(series), *([_difficulty_panel(series)] if difficulty else [])]
+    routing = [
+        *_routing_panels(series),
+        *([_difficulty_panel(series)] if difficulty else []),
+        *([_provider_panel(series)] if providers else []),
+    ]
     panels = two_column_panels([*_traffic_panels(series), *routing, *_cost_panels(series, costs), _cpu_panel(series)])
     if cache:
         # Starting on the row after the last one the panels above occupy.
@@ -623,6 +633,27 @@ def _difficulty_panel(series: GatewaySeries) -> PanelDraft:
         description="Of the requests for each tier routed by difficulty, the share sent to its strong model "
         "(unscored ones included: no user text, the embedder failing, the examples not embedded yet), against "
         "the share the tier's threshold was chosen for with inferplane route eval (docs/routing.md).",
+    )
+
+
+def _provider_panel(series: GatewaySeries) -> PanelDraft:
+    """What the tiers hand to hosted providers, and what it costs."""
+    pods = series.pods
+    handed = f"sum by ({gm.TIER_LABEL}) (rate({gm.PROVIDER_REQUESTS_TOTAL}{{{pods}}}[5m]))"
+    decided = f"sum by ({gm.TIER_LABEL}) (rate({gm.REQUESTS_TOTAL}{{{pods}}}[5m]))"
+    return PanelDraft(
+        "Hosted providers: share per tier, $ per hour",
+        "percentunit",
+        [
+            (f"{handed} / {decided}", "handed out {{tier}}"),
+            (
+                f"sum by ({gm.PROVIDER_LABEL}) (rate({gm.PROVIDER_COST_USD_TOTAL}{{{pods}}}[5m])) * 3600",
+                "$/h {{provider}}",
+            ),
+        ],
+        description="Of each tier's requests, the share its own models could not take and a hosted provider answered "
+        "(consenting tenants only; alerted above 10% for 15m), and each provider's cost per hour at the spec's prices "
+        "from its reported usage (docs/providers.md).",
     )
 
 

@@ -325,6 +325,16 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
     # A tier routed by difficulty adds its strong share after the routing panels.
     routed = json.loads(gateway_dashboard(SERIES, {}, difficulty=True).to_json())["panels"]
     assert [p["title"] for p in routed][8] == "Difficulty routes: strong share per tier"
+    # A tier with a hosted provider adds the share handed out and the providers' cost.
+    provided = json.loads(gateway_dashboard(SERIES, {}, providers=True).to_json())["panels"]
+    assert [p["title"] for p in provided][8] == "Hosted providers: share per tier, $ per hour"
+    provider_exprs = [t["expr"] for t in provided[8]["targets"]]
+    assert provider_exprs == [
+        f"sum by (tier) (rate(inferplane_gateway_provider_requests_total{{{PODS}}}[5m])) / "
+        f"sum by (tier) (rate(inferplane_gateway_requests_total{{{PODS}}}[5m]))",
+        f"sum by (provider) (rate(inferplane_gateway_provider_cost_usd_total{{{PODS}}}[5m])) * 3600",
+    ]
+    assert check_expressions(provider_exprs, tmp_path).returncode == 0
     total = f"sum by (tier) (rate(inferplane_gateway_difficulty_routes_total{{{PODS}}}[5m]))"
     assert [(t["expr"], t["legendFormat"]) for t in routed[8]["targets"]] == [
         (
