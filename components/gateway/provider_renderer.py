@@ -26,8 +26,9 @@ from inferplane.processor.config import METADATA_NAMESPACE, PROVIDER_METADATA_KE
 PROVIDER_SECRETS_DIR = "/etc/inferplane/providers"
 """Where Envoy's container mounts each provider's Secret (a directory per provider); the processor's never does."""
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
-"""The system CAs in Envoy's official image (Ubuntu's ca-certificates bundle), which providers' certificates must
-chain to."""
+"""The system CAs in Envoy's official image, which providers' certificates must chain to: ``envoyproxy/envoy`` is
+built on Ubuntu with ``apt-get install ca-certificates`` (envoyproxy/envoy ``ci/Dockerfile-envoy``, stage ``envoy``;
+the ``distroless`` stage has no bundle, so the gateway uses the Ubuntu image)."""
 CLIENT_CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")
 """A client's own credentials in the headers OpenAI, Anthropic and Azure use: never sent to a provider."""
 FORWARDING_HEADERS = (
