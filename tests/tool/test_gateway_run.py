@@ -8,8 +8,10 @@ URL and keys); the end-to-end test with vLLM (``tests/e2e/test_gateway_run_e2e.p
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -38,6 +40,7 @@ from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
 from tests.ports import free_port
+from tests.provider_server import ProviderServer
 from tests.redis_server import redis_server
 from tests.stacks import ROUTED_TIER, copy_project
 from tests.tiny_model import ARCHITECTURE, write_model
@@ -949,3 +952,53 @@ def test_bad_provider_flags_are_refused_naming_them(
     with pytest.raises(gr.GatewayRunError) as refused:
         _plan(tmp_path, "prod", [], fake_envoy, **flags)
     assert str(refused.value) == message
+
+
+def test_a_run_reaches_a_local_provider_with_the_key_from_a_file(tmp_path: Path) -> None:
+    """Real Envoy, processor and Redis; the model has no server, so the consenting tenant's request goes to the
+    stack's provider, repointed at a local HTTPS server of the test's own (its CA trusted with ``--provider-ca``),
+    with the key read from a file; the other tenant's never does."""
+    envoy = envoy_binary()
+    gr.local_redis_binaries()
+    provider_key = "sk-local-" + secrets.token_urlsafe(12)
+    with ProviderServer(tmp_path / "provider", provider_key) as server:
+        hosted = {
+            "name": "hosted",
+            "base_url": "https://api.provider.example/v1",
+            "model": "vendor/big",
+            "input_usd_per_million": 1,
+            "output_usd_per_million": 2,
+            "credential": {"secret": "hosted-key"},
+            "tenants": ["team-a"],
+        }
+        gateway_section = {
+            "tiers": [{"name": "standard", "models": ["tiny"], "providers": ["hosted"]}],
+            "tenants": [{"name": "team-a", "tiers": ["standard"]}, {"name": "team-b", "tiers": ["standard"]}],
+            "providers": [hosted],
+        }
+        project = write_project(
+            tmp_path / "project", "local", tiny_stack([{"name": "tiny", "routing_tier": "standard"}], gateway_section)
+        )
+        key_file = tmp_path / "hosted.key"
+        key_file.write_text(provider_key + "\n")
+        argv = [
+            *("--project-dir", str(project), "--stack", "local", "--port", str(free_port())),
+            *("--envoy", str(envoy), "--tokenizers", str(write_tokenizers(tmp_path / "tokenizers"))),
+            *("--provider-key", f"hosted={key_file}", "--provider", f"hosted={server.base_url}"),
+            *("--provider-ca", str(server.ca_file)),
+        ]
+        gateway = GatewayRun.start(argv, tmp_path)
+        try:
+            gateway.wait_ready()
+            assert gateway.keys is not None
+            assert f"    hosted  {server.base_url} as vendor/big, for team-a" in gateway.out
+            body = b'{"model": "standard", "messages": [{"role": "user", "content": "w1 w2"}], "max_tokens": 4}'
+            url = f"{gateway.base_url}/chat/completions"
+            status, answer = _status(url, gateway.keys["team-a"], body)
+            assert (status, json.loads(answer)["model"]) == (200, "vendor/big"), answer
+            (seen,) = server.received()
+            assert (seen.headers["authorization"], seen.body["model"]) == (f"Bearer {provider_key}", "vendor/big")
+            assert _status(url, gateway.keys["team-b"], body)[0] == 503  # no consent: the dead model's answer
+            assert len(server.received()) == 1
+        finally:
+            gateway.kill()
