@@ -1069,6 +1069,10 @@ class Processor:
     async def _account(self, stream: _Stream) -> None:
         assert stream.tenant is not None and stream.model is not None
         stream.accounted = True
+        if stream.provider is not None:
+            # A success carries usage (a stream's too, when the gateway asked for it): none is the provider's error.
+            expected = not stream.event_stream or self.config.inject_stream_usage
+            self.providers.answered(stream.provider, ok=stream.usage is not None or not expected)
         if stream.usage is None:
             self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
             stream.reserved_tokens = 0

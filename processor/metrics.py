@@ -86,6 +86,9 @@ PROVIDER_TOKENS_TOTAL: Final = f"{NAMESPACE}_provider_tokens_total"
 PROVIDER_COST_USD_TOTAL: Final = f"{NAMESPACE}_provider_cost_usd_total"
 """Counter: what those tokens cost at the provider's prices (``gateway.providers[].*_usd_per_million``), USD, by
 ``provider``, ``tier`` and ``tenant``."""
+PROVIDER_COOLDOWNS_TOTAL: Final = f"{NAMESPACE}_provider_cooldowns_total"
+"""Counter: times a worker passed a hosted provider over after it failed in a row (``processor/providers.py``), by
+``provider``."""
 
 MODEL_LABEL: Final = "model"
 PROVIDER_LABEL: Final = "provider"

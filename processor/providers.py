@@ -4,16 +4,30 @@ A request goes to a provider only as the last resort before a refusal (no slot w
 start that did not finish) or when neither the model nor any of its tier's fallbacks has a ready replica, and only
 for a tenant the provider lists (``gateway.providers[].tenants``): prompts leave the VPC by consent. Envoy does the
 rest on the provider's own route (TLS, the injected key, the rewritten path and host).
+
+A provider that fails (an answer without usage: its 429 or 5xx, Envoy's 503 once it ejected it, a refused key)
+:data:`ALLOWED_FAILS` times in a row is passed over for :data:`COOLDOWN_SECONDS`, as LiteLLM cools a deployment
+down: the tier's next consenting provider takes its requests, or, with none, the platform answers as it would without
+a provider (429 with Retry-After, 503). The count is the worker's own (LiteLLM keeps it in Redis, fleet-wide).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import time
 
 from prometheus_client import CollectorRegistry, Counter
 
 from inferplane.processor import metrics as m
 from inferplane.processor.config import ProcessorConfig, ProviderConfig, TenantConfig
+
+log = logging.getLogger(__name__)
+
+ALLOWED_FAILS = 3
+"""Failed answers in a row that cool a provider down (LiteLLM's ``DEFAULT_ALLOWED_FAILS``, litellm 1.110.2)."""
+COOLDOWN_SECONDS = 5.0
+"""How long a cooled-down provider is passed over (LiteLLM's ``DEFAULT_COOLDOWN_TIME_SECONDS``)."""
 
 
 class Providers:
@@ -43,6 +57,14 @@ class Providers:
             labels,
             registry=registry,
         )
+        self._cooldowns = Counter(
+            m.counter_name(m.PROVIDER_COOLDOWNS_TOTAL),
+            "Times a hosted provider was passed over after failing in a row.",
+            [m.PROVIDER_LABEL],
+            registry=registry,
+        )
+        self._failed: dict[str, int] = {}
+        self._cool_until: dict[str, float] = {}
         self.request = functools.cache(self._requests.labels)
         self.token = functools.cache(self._tokens.labels)
         self.cost = functools.cache(self._cost.labels)
@@ -52,8 +74,34 @@ class Providers:
         return self._tier_fallbacks.get(tier, ())
 
     def choose(self, tier: str, tenant: TenantConfig) -> ProviderConfig | None:
-        """The tier's first provider ``tenant`` consented to, or None (the request is refused or left to Envoy)."""
-        return next((p for p in self._by_tier.get(tier, ()) if tenant.name in p.tenants), None)
+        """The tier's first provider ``tenant`` consented to that is not cooling down, or None (the request is
+        refused or left to Envoy)."""
+        now = time.monotonic()
+        return next(
+            (
+                p
+                for p in self._by_tier.get(tier, ())
+                if tenant.name in p.tenants and self._cool_until.get(p.name, 0.0) <= now
+            ),
+            None,
+        )
+
+    def answered(self, provider: ProviderConfig, ok: bool) -> None:
+        """Note how ``provider`` answered: a success clears its failures, the :data:`ALLOWED_FAILS`-th failure in a
+        row cools it down for :data:`COOLDOWN_SECONDS`."""
+        if ok:
+            self._failed.pop(provider.name, None)
+            return
+        failed = self._failed.get(provider.name, 0) + 1
+        if failed < ALLOWED_FAILS:
+            self._failed[provider.name] = failed
+            return
+        self._failed.pop(provider.name, None)
+        self._cool_until[provider.name] = time.monotonic() + COOLDOWN_SECONDS
+        self._cooldowns.labels(provider.name).inc()
+        log.warning(
+            "provider %s failed %d times in a row: passed over for %gs", provider.name, failed, COOLDOWN_SECONDS
+        )
 
     def handed(self, provider: ProviderConfig, tier: str, tenant: str, reason: m.ProviderReason) -> None:
         """Count a request handed to ``provider``."""

@@ -545,6 +545,7 @@ def test_metric_names_are_the_ones_registered(tokenizer_file: str) -> None:
         gm.PROVIDER_REQUESTS_TOTAL.removesuffix("_total"),
         gm.PROVIDER_TOKENS_TOTAL.removesuffix("_total"),
         gm.PROVIDER_COST_USD_TOTAL.removesuffix("_total"),
+        gm.PROVIDER_COOLDOWNS_TOTAL.removesuffix("_total"),
     }
     assert names == exposed
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from inferplane.processor import metrics as gm
+from inferplane.processor import providers
 from inferplane.processor.config import (
     PROVIDER_METADATA_KEY,
     ProcessorConfig,
@@ -194,3 +195,67 @@ def test_the_provider_metrics_are_named_once() -> None:
     assert gm.PROVIDER_REQUESTS_TOTAL == "inferplane_gateway_provider_requests_total"
     assert gm.PROVIDER_COST_USD_TOTAL.endswith("_usd_total")
     assert set(gm.PROVIDER_REASONS) == {"saturated", "unavailable", "cold_start"}
+    # LiteLLM 1.110.2's router defaults (providers-routing-facts §1.2), which the cooldown follows.
+    assert (providers.ALLOWED_FAILS, providers.COOLDOWN_SECONDS) == (3, 5.0)
+
+
+async def _spill_and_answer(processor: Processor, answer: bytes) -> Any:
+    """A request the saturated model spills: its forward, and ``answer`` as the whole response body."""
+    stream, forwarded = await _ask(processor)
+    if _provider_of(forwarded) is not None:
+        await stream.send(_response_body(answer, True))
+    return forwarded
+
+
+FAILED = b'{"error": {"message": "overloaded", "type": "server_error", "code": null}}'
+ANSWERED = json.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+
+
+def test_a_provider_failing_three_times_in_a_row_is_passed_over_while_it_cools_down(
+    tokenizer_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failures in a row (answers without usage) cool the provider down: the tier's next consenting provider takes
+    the spill, and with none left the platform refuses as without a provider; a success in between clears the
+    count; once the cooldown passes the provider is used again."""
+    monkeypatch.setattr(providers, "COOLDOWN_SECONDS", 0.2)
+
+    async def run() -> None:
+        second = PROVIDER.model_copy(update={"name": "second", "model": "vendor/other"})
+        config = _config(tokenizer_file)
+        tier = config.tiers[0].model_copy(update={"providers": (PROVIDER.name, "second")})
+        processor = _processor(config.model_copy(update={"tiers": (tier,), "providers": (PROVIDER, second)}))
+        _ready(processor, "short", "127.0.0.1:1")
+        holder, _ = await _ask(processor)
+        for answer in (FAILED, FAILED, ANSWERED, FAILED, FAILED):  # the success clears the first two
+            assert _provider_of(await _spill_and_answer(processor, answer)) == PROVIDER.name
+        assert processor.providers._cooldowns.labels(PROVIDER.name)._value.get() == 0
+        assert _provider_of(await _spill_and_answer(processor, FAILED)) == PROVIDER.name  # the third in a row
+        assert processor.providers._cooldowns.labels(PROVIDER.name)._value.get() == 1
+        assert _provider_of(await _spill_and_answer(processor, FAILED)) == "second"
+        assert _provider_of(await _spill_and_answer(processor, FAILED)) == "second"
+        assert _provider_of(await _spill_and_answer(processor, FAILED)) == "second"  # now both cool down
+        _, refused = await _ask(processor)
+        assert (_status(refused), _error(refused)["code"]) == (429, "capacity_exceeded")
+        deadline = asyncio.get_running_loop().time() + 5
+        while _provider_of(forwarded := (await _ask(processor))[1]) is None:
+            assert asyncio.get_running_loop().time() < deadline, "the cooldown never ended"
+            await asyncio.sleep(0.05)
+        assert _provider_of(forwarded) == PROVIDER.name
+        await holder.close()
+
+    asyncio.run(run())
+
+
+def test_a_stream_without_usage_counts_as_failed_only_when_the_gateway_asked_for_usage(tokenizer_file: str) -> None:
+    async def run() -> None:
+        for inject, failures in ((True, 1), (False, 0)):
+            processor = _processor(_config(tokenizer_file).model_copy(update={"inject_stream_usage": inject}))
+            _ready(processor, "short", "127.0.0.1:1")
+            holder, _ = await _ask(processor)
+            stream, spilled = await _ask(processor, stream=True)
+            assert _provider_of(spilled) == PROVIDER.name
+            await stream.send(_response_body(b'data: {"choices": []}\n\ndata: [DONE]\n\n', True))
+            assert processor.providers._failed.get(PROVIDER.name, 0) == failures
+            await holder.close()
+
+    asyncio.run(run())
