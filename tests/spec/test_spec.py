@@ -425,10 +425,14 @@ def test_routing_model_wins_over_tier_wins_over_gateway() -> None:
     assert routing_of(spec, spec.models[0]) == RoutingSpec(overlap_weight=2.0)
 
 
+PROD_PROVIDERS = ["fireworks-llama-70b"]
+"""Prod's hosted provider, which a tier must keep naming (a provider no tier names is refused)."""
+
+
 def test_routing_of_takes_the_first_tier_listing_the_model_that_sets_one() -> None:
     raw = _raw("prod")
     raw["gateway"]["tiers"] = [
-        {"name": "premium", "models": ["llama-70b", "llama-8b"]},
+        {"name": "premium", "models": ["llama-70b", "llama-8b"], "providers": PROD_PROVIDERS},
         {"name": "standard", "models": ["llama-8b"], "routing": {"overlap_weight": 3.0}},
         {"name": "batch", "models": ["llama-8b"], "routing": {"overlap_weight": 5.0}},
     ]
@@ -442,7 +446,7 @@ def test_routing_of_a_model_joining_its_tier_by_routing_tier() -> None:
     routing."""
     raw = _raw("prod")
     raw["gateway"]["tiers"] = [
-        {"name": "premium", "models": ["llama-70b"]},
+        {"name": "premium", "models": ["llama-70b"], "providers": PROD_PROVIDERS},
         {"name": "standard", "models": ["llama-70b"], "routing": {"policy": "least_request"}},
     ]
     spec = parse_platform(raw, "us-east-1")
