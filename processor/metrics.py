@@ -19,7 +19,8 @@ def counter_name(name: str) -> str:
 
 REQUESTS_TOTAL: Final = f"{NAMESPACE}_requests_total"
 """Counter: requests the processor decided on, by ``model``, ``tier``, ``tenant`` and ``outcome``
-(``admitted``, ``rejected``, or ``cached``: answered from the response cache, ``gateway.cache``)."""
+(``admitted``, ``rejected``, ``cached``: answered from the response cache, ``gateway.cache``, or ``provider``: handed
+to a hosted provider, ``gateway.providers``)."""
 REJECTIONS_TOTAL: Final = f"{NAMESPACE}_rejections_total"
 """Counter: requests answered by the processor itself, by ``reason`` (one of :data:`RejectionReason`) and ``model``."""
 TOKENS_TOTAL: Final = f"{NAMESPACE}_tokens_total"
