@@ -833,7 +833,7 @@ class Processor:
             table = self.tables[model.name]
             if not table.ready():
                 if not model.scale_to_zero:  # Envoy balances, retries and falls back to the tier's fallback
-                    if not self._fallback_ready(stream.tier) and self._hand_to_provider(stream, tenant, "unavailable"):
+                    if self._hand_to_provider(stream, tenant, "unavailable"):
                         return
                     self.metrics.routed(model.name, "fallback").inc()
                     return
@@ -867,12 +867,14 @@ class Processor:
 
     def _fallback_ready(self, tier: str) -> bool:
         """Whether one of the tier's fallback models has a ready replica (Envoy's retries reach it)."""
-        return any(self.tables[f].ready() for f in self.providers.fallbacks(tier) if f in self.tables)
+        config = self.config.tier(tier)
+        return config is not None and any(self.tables[f].ready() for f in config.fallback if f in self.tables)
 
     def _hand_to_provider(self, stream: _Stream, tenant: TenantConfig, reason: m.ProviderReason) -> bool:
-        """Hand the request to the tier's first provider ``tenant`` consented to; False where there is none."""
+        """Hand the request to the tier's first provider ``tenant`` consented to; False where there is none, or,
+        for a model with no ready replica, where one of the tier's fallbacks has one (nothing leaves the VPC)."""
         provider = self.providers.choose(stream.tier, tenant)
-        if provider is None:
+        if provider is None or (reason == "unavailable" and self._fallback_ready(stream.tier)):
             return False
         stream.provider = provider
         self.providers.handed(provider, stream.tier, tenant.name, reason)

@@ -37,7 +37,6 @@ class Providers:
         providers = {p.name: p for p in config.providers}
         # ProcessorConfig checks that a tier names only known providers.
         self._by_tier = {tier.name: tuple(providers[n] for n in tier.providers) for tier in config.tiers}
-        self._tier_fallbacks = {tier.name: tier.fallback for tier in config.tiers}
         labels = [m.PROVIDER_LABEL, m.TIER_LABEL, m.TENANT_LABEL]
         self._requests = Counter(
             m.counter_name(m.PROVIDER_REQUESTS_TOTAL),
@@ -68,10 +67,6 @@ class Providers:
         self.request = functools.cache(self._requests.labels)
         self.token = functools.cache(self._tokens.labels)
         self.cost = functools.cache(self._cost.labels)
-
-    def fallbacks(self, tier: str) -> tuple[str, ...]:
-        """The tier's own fallback models (Envoy retries them before a provider is needed)."""
-        return self._tier_fallbacks.get(tier, ())
 
     def choose(self, tier: str, tenant: TenantConfig) -> ProviderConfig | None:
         """The tier's first provider ``tenant`` consented to that is not cooling down, or None (the request is
