@@ -56,7 +56,7 @@ from inferplane.components.gateway.provider_renderer import SYSTEM_CA_BUNDLE
 from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor.config import ModelConfig, ProcessorConfig
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from inferplane.tool.gateway_run_providers import ProviderOptionError, local_providers, write_provider_keys
+from inferplane.tool.gateway_run_providers import ProviderOptionError, local_providers
 from inferplane.tool.stackfile import Stack, find_project_dir, load_stack, printable
 
 COMMAND = "inferplane gateway run"
@@ -627,7 +627,9 @@ def write_run_files(
     _write_private(directory / gc.PROCESSOR_CONFIG_FILE, rendered.processor_json)
     for file_name, text in {**rendered.route_examples, **rendered.provider_files}.items():
         _write_private(directory / file_name, text)
-    write_provider_keys(rendered.provider_mounts, provider_keys or {})
+    for mount in rendered.provider_mounts:  # each key where the rendered SDS file names its mounted Secret's file
+        Path(mount.mount_dir).mkdir(mode=0o700, parents=True)
+        _write_private(Path(mount.mount_dir) / mount.key, (provider_keys or {})[mount.provider])
     return keys
 
 

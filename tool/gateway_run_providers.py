@@ -8,14 +8,13 @@ endpoint), ``--provider-ca FILE`` trusts other CAs than the system's (a local se
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inferplane.components.gateway.provider_renderer import SYSTEM_CA_BUNDLE, ProviderMount
+from inferplane.components.gateway.provider_renderer import SYSTEM_CA_BUNDLE
 from inferplane.components.spec.platform_spec import PROVIDER_BASE_URL_PATTERN, PlatformSpec, ProviderSpec
 
 
@@ -92,13 +91,3 @@ def local_providers(
         ca_file=trusted.resolve() if keys else trusted,
         left_out=tuple(name for name in known if name not in keys),
     )
-
-
-def write_provider_keys(mounts: Sequence[ProviderMount], keys: Mapping[str, str]) -> None:
-    """Each provider's key where the rendered config expects its mounted Secret, readable by this user only."""
-    for mount in mounts:
-        directory = Path(mount.mount_dir)
-        directory.mkdir(mode=0o700, parents=True)
-        descriptor = os.open(directory / mount.key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(keys[mount.provider])
