@@ -196,8 +196,10 @@ def test_a_lease_granted_after_its_script_timed_out_is_found_and_returned(tmp_pa
         redis = Redis(port=server.port)
         slow = SlotStore(redis, "p:", failures.append, processor="slow", timeout_seconds=0.05, clock=lambda: now[0])
         timely = _store(Redis(port=server.port), "p:", "timely")
-        assert await slow.acquire("warm", ["a:1"], 1, 1) is not None  # loads the script (a late EVALSHA of an
-        # unloaded script would only answer NOSCRIPT)
+        # Ready, with no 50 ms bound (ci82's clean clone failed here on a loaded machine when ``slow`` did it): the
+        # script loaded on the server through ``timely`` (a late EVALSHA of an unloaded script would only answer
+        # NOSCRIPT) and ``slow``'s connection opened (a paused server would never finish its handshake)
+        assert await timely.acquire("warm", ["a:1"], 1, 1) is not None and await redis.ping()
         assert [await late(slow, server) for _ in range(2)] == [None, None] and failures == []
         assert await _counts(redis, "p:", "a:1") == {"slow": 1}  # the first script leased; the second found it full
         assert await timely.acquire("m", ["a:1"], 1, 1) is None  # the late lease holds the slot
