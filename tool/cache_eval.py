@@ -46,6 +46,7 @@ from inferplane.processor.cache.embedders import (
     embed_in_batches,
 )
 from inferplane.processor.cache.guards import GuardName, names, refusals
+from inferplane.processor.cache.synonyms import default_lexicon
 from inferplane.processor.json_lines import JsonLinesError, parse_json_lines
 from inferplane.tool.cache_adversary import GENERATED_CLASSES, GeneratedClass, generate
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
@@ -197,9 +198,10 @@ def score(pairs: Sequence[Pair], cache: CacheSpec) -> list[Scored]:
     texts = sorted({p.a for p in pairs} | {p.b for p in pairs})  # each prompt once: generated sets repeat a side
     vectors = dict(zip(texts + words, embed_texts(texts + words, cache), strict=True))
     bounds = {**CacheConfig().model_dump(include={"word_similarity", "inflection_similarity"}), **word_bounds(cache)}
+    lexicon = default_lexicon()
     scored: list[Scored] = []
     for pair, diff in zip(pairs, diffs, strict=True):
-        verdict = decide(diff, vectors, bounds["word_similarity"], bounds["inflection_similarity"])
+        verdict = decide(diff, vectors, bounds["word_similarity"], bounds["inflection_similarity"], lexicon)
         refused: tuple[str, ...] = refusals(pair.a, pair.b) + (() if verdict.refused is None else ("counterpart",))
         scored.append(Scored(pair, float(np.dot(vectors[pair.a], vectors[pair.b])), refused))
     return scored

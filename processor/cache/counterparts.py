@@ -15,8 +15,9 @@ How two prompts are compared (:func:`difference`):
    "..., please", "... thank you"); words of closed grammatical classes that do not decide an answer are dropped
    anywhere: the articles and the auxiliaries "do", "be" and "have" in any form (their tense is kept and must agree:
    "Is the store open?" / "Was the store open?" is refused). A few forms are read as one ("which"/"what",
-   "whom"/"who", "how can I"/"how do I", an irregular verb's past and participle), a passive's "by" is dropped when
-   its agent is the active's subject, and an indefinite subject when the other prompt is a passive without an agent.
+   "whom"/"who", "how can I" and "how should I"/"how do I", "I would like"/"I want", an irregular verb's past and
+   participle), a passive's "by" is dropped when its agent is the active's subject, and an indefinite subject when
+   the other prompt is a passive without an agent.
    These lists are **fail-safe**: a word missing from them is compared as a content word, which costs a hit, never a
    wrong answer; none of them names a word that changes a meaning.
 3. What is left on each side, less what the other side also has (as multisets), are the differing words. A word holding
@@ -29,12 +30,14 @@ Then (:func:`decide`) every differing word on each side needs a counterpart amon
 a word the embedder scores, as a lone word, at least ``word_similarity`` similar (near-synonyms), or an inflection of
 it (the same stem with a regular inflectional suffix: -s, -es, -ed, -d, -ing, -en, -n; never -er/-est, which change
 degree) that the embedder scores at least ``inflection_similarity`` similar (so "news" is not "new" and "goods" is not
-"good"). A word with none, an insertion or a deletion included ("here", "very", "not", "only"), refuses the hit.
+"good"), or its synonym in WordNet (the most frequent sense of each, in the same inflection: :mod:`.synonyms`;
+"fix"/"repair", "kids"/"children"). A word with none, an insertion or a deletion included ("here", "very", "not",
+"only"), refuses the hit.
 
 The bounds are measured per embedder (``docs/caching.md``): the embedder places antonyms and sibling entities close
 together ("monday"/"tuesday" 0.874, "husband"/"wife" 0.869, "easier"/"harder" 0.842 with all-MiniLM-L6-v2), so its
-near-synonym bound has to sit above them, and in practice it admits little beyond spelling variants: the recall of
-this check comes from reordering, politeness, contractions and inflections, not from synonyms.
+near-synonym bound has to sit above them, and by itself it admits little beyond spelling variants: the synonyms come
+from the dictionary, which lists words of one meaning and never opposites, so what it lacks costs a hit, not an answer.
 
 Cost: the words to embed are only the differing words of the candidates that passed the threshold and the guards,
 :data:`MAX_DIFFERING_WORDS` per candidate at most and ``MAX_WORDS_PER_LOOKUP`` in all (``store.py``), sent in one
@@ -51,6 +54,8 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from inferplane.processor.cache.synonyms import Lexicon
 
 Vector = npt.NDArray[np.float32]
 Refusal = Literal["number", "unread", "tense", "order", "too_different", "no_counterpart"]
@@ -254,11 +259,21 @@ class Difference:
         return frozenset(w for w in (*words_, *phrases) if "@" not in w)
 
 
+_ASKING_MODALS = frozenset({"can", "should"})
+"""Modals that ask for a way after "how"/"where" and a first person: "How can I ...?" and "How should I ...?" ask
+what "How do I ...?" asks. Not "should" elsewhere: "Should I buy it?" is not "Do I buy it?"."""
+_WANTERS = _ASKERS | {"you", "they"}
+"""Subjects after which "would like" is "want" (not "it": "What would it look like?")."""
+
+
 def _sequence(text: str) -> list[str]:
     sequence = [_CASES.get(w, w) for w in _drop_framing(words(text))]
-    for at in range(len(sequence) - 2):  # "How can I ...?" asks what "How do I ...?" asks
-        if sequence[at] in _MANNER and sequence[at + 1] == "can" and sequence[at + 2] in _ASKERS:
+    for at in range(len(sequence) - 2):
+        if sequence[at] in _MANNER and sequence[at + 1] in _ASKING_MODALS and sequence[at + 2] in _ASKERS:
             sequence[at + 1] = "do"
+    for at in range(len(sequence) - 2, 0, -1):  # "I would like ..." (and "I'd like ...") says "I want ..."
+        if sequence[at : at + 2] == ["would", "like"] and sequence[at - 1] in _WANTERS:
+            sequence[at : at + 2] = ["want"]
     return [w if w in IGNORED else _IRREGULAR.get(w, w) for w in sequence]
 
 
@@ -457,9 +472,15 @@ class Verdict:
 
 
 def decide(
-    diff: Difference, vectors: Mapping[str, Vector], word_similarity: float, inflection_similarity: float
+    diff: Difference,
+    vectors: Mapping[str, Vector],
+    word_similarity: float,
+    inflection_similarity: float,
+    lexicon: Lexicon | None,
 ) -> Verdict:
-    """Every differing word has a counterpart on the other side (``vectors`` holds :attr:`Difference.to_embed`)."""
+    """Every differing word has a counterpart on the other side (``vectors`` holds :attr:`Difference.to_embed`):
+    its synonym in ``lexicon`` (:mod:`.synonyms`; ``None``: no dictionary synonyms), a word the embedder scores at
+    least ``word_similarity``, or an inflection of it the embedder scores at least ``inflection_similarity``."""
     if diff.refused is not None:
         return Verdict(diff.refused)
     for acronym, expansion in diff.acronyms:
@@ -472,6 +493,8 @@ def decide(
                 if inflected(word, other):
                     return True
                 continue
+            if lexicon is not None and lexicon.synonyms(word, other):
+                return True  # the dictionary's word, not the embedder's: it scores "mend"/"repair" 0.28
             similarity = float(np.dot(vectors[word], vectors[other]))
             if similarity >= word_similarity or (similarity >= inflection_similarity and inflected(word, other)):
                 return True

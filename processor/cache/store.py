@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -58,6 +59,7 @@ from inferplane.processor.cache.request import (
     storable,
 )
 from inferplane.processor.cache.sse import SSE_CONTENT_TYPE, replay
+from inferplane.processor.cache.synonyms import WORDNET_DISTRIBUTION, default_lexicon
 
 HitKind = Literal["exact", "semantic"]
 KNN_CANDIDATES = 3
@@ -68,6 +70,8 @@ MAX_WORDS_PER_LOOKUP = 16
 would pass it are refused (counted as ``too_different``), so the one extra call stays the size of a short batch."""
 SCORE_FIELD = b"__v_score"
 """The distance field RediSearch and valkey-search add to KNN results (``__<vector field>_score``)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,11 @@ class ResponseCache:
             self.embedder = embedder if embedder is not None else make_embedder(config.embedder)
         self._clock = clock
         self._words = WordVectors()
+        self._lexicon = default_lexicon()
+        if config.semantic and self._lexicon is None:
+            log.warning(
+                "WordNet (%s) is not installed: semantic hits admit no dictionary synonym", WORDNET_DISTRIBUTION
+            )
         self._skip_until = 0.0
         self._backoff = 0.0
         self._index_ready = False
@@ -395,7 +404,9 @@ class ResponseCache:
             self._words.add(missing, embedded)
             vectors |= dict(zip(missing, embedded, strict=True))
         for (similarity, entry), diff in zip(candidates, diffs, strict=True):
-            verdict = decide(diff, vectors, self.config.word_similarity, self.config.inflection_similarity)
+            verdict = decide(
+                diff, vectors, self.config.word_similarity, self.config.inflection_similarity, self._lexicon
+            )
             if verdict.refused is None:
                 result.hit = Hit("semantic", entry["answer"], similarity)
                 return

@@ -61,6 +61,7 @@ def test_the_dockerfile_installs_the_gateway_extra() -> None:
     extra = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gateway"]
     assert {re.split(r"[<>=~]", r)[0] for r in extra} >= {"grpcio", "xds-protos", "redis", "tokenizers", "pydantic"}
     assert "USER 65532:65532" in dockerfile
+    assert "synonyms.keep_only_read_files()" in dockerfile  # WordNet's unread databases left out of the image
 
 
 def test_the_publish_workflow_checks_the_pinned_version() -> None:
