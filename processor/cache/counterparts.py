@@ -296,6 +296,57 @@ def _passive(sequence: list[str]) -> bool:
     return any(w in _BE for w in sequence) and any(w.endswith(("ed", "en", "@past")) for w in sequence)
 
 
+def _past_forms(sequence: Iterable[str]) -> set[str]:
+    """Words that are a verb's past or participle by their form: an irregular one, or a regular "-ed" of five letters
+    or more (so not "red", "bed" or "need"; a longer word that only looks past costs a hit, see :func:`_verb_tense`)."""
+    return {w for w in sequence if w.endswith("@past") or (len(w) >= 5 and w.endswith("ed"))}
+
+
+def _be_tense(sequence: Iterable[str]) -> frozenset[str]:
+    return frozenset(
+        "present" if w in PRESENT else "past" for w in sequence if w in _BE and (w in PRESENT or w in PAST)
+    )
+
+
+def _third_person_participles(active: Counter[str], passive: Counter[str]) -> list[tuple[str, str]]:
+    """Differing words that are one verb's third person (``active``) and its participle (``passive``): "owns" /
+    "owned", "makes" / "made", "carries" / "carried", "cuts" / "cut"."""
+    pairs: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    for word in sorted(active):
+        stems = {word[:-1]} if word.endswith("s") else set()
+        stems |= {word[:-2]} if word.endswith("es") else set()
+        stems |= {word[:-3] + "y"} if word.endswith("ies") else set()
+        for participle in sorted(set(passive) - taken):
+            irregular = participle in {f"{stem}@past" for stem in stems} or participle in stems  # "cuts" / "cut"
+            regular = participle.endswith("d") and any(len(stem) >= 3 and inflected(stem, participle) for stem in stems)
+            if irregular or regular:
+                pairs.append((word, participle))
+                taken.add(participle)
+                break
+    return pairs
+
+
+def _verb_tense(
+    untensed: list[str], tensed: list[str], own: Counter[str], other: Counter[str]
+) -> tuple[frozenset[str], list[tuple[str, str]]]:
+    """The tense of a prompt without a tense-bearing auxiliary where the other prompt's "be" shows its own (empty: not
+    compared), and the pairs of differing words that need no counterpart. Past when it uses as its verb a past form the
+    other uses as a participle ("Who owned Instagram?" / "By whom is Instagram owned?": past against present); present
+    when its verb is the third person of the other's participle ("Who owns Instagram?" / "By whom was Instagram
+    owned?": present against past); a present passive of that verb then asks the same ("Who owns Instagram?" / "By
+    whom is Instagram owned?"), so that pair is set aside."""
+    be = _be_tense(tensed)
+    if not be:
+        return frozenset(), []
+    if _past_forms(untensed) & _past_forms(tensed):
+        return frozenset({"past"}), []
+    pairs = _third_person_participles(own, other)
+    if not pairs:
+        return frozenset(), []
+    return frozenset({"present"}), pairs if be == {"present"} else []
+
+
 def _dropped_agent(active: list[str], passive: list[str]) -> str | None:
     """The indefinite subject of ``active`` that a passive without "by" leaves out ("When did someone first climb
     Everest?" / "When was Everest first climbed?"), when ``passive`` is one and lacks it."""
@@ -376,6 +427,13 @@ def difference(a: str, b: str) -> Difference:
         if dropped is not None:
             counts[dropped] -= 1
     da, db = ca - cb, cb - ca
+    if bool(ta) != bool(tb):  # one prompt shows its tense by its verb alone
+        untensed, tensed, own, other = (sa, sb, da, db) if not ta else (sb, sa, db, da)
+        shown, same = _verb_tense(untensed, tensed, own, other)
+        ta, tb = (shown, tb) if not ta else (ta, shown)
+        for word, participle in same:
+            own[word] -= 1
+            other[participle] -= 1
     ordered = ca & cb
     if agent is not None:
         ordered[agent] -= 1

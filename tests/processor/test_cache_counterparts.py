@@ -76,6 +76,10 @@ def test_words_expand_contractions_split_possessives_read_numbers_and_mark_names
         ("Has anyone reviewed my application?", "Has my application been reviewed?"),  # the passive drops "anyone"
         ("Has the team fixed the login bug?", "Has the login bug been fixed by the team?"),  # subject = agent
         ("Which is healthier, tea or coffee?", "Which is healthier, coffee or tea?"),  # alternatives trade places
+        ("Who owns Instagram?", "By whom is Instagram owned?"),  # a third person and a present passive's participle
+        ("Which company makes the PlayStation?", "By which company is the PlayStation made?"),
+        ("Who cuts the cake?", "By whom is the cake cut?"),
+        ("Who wrote Hamlet?", "By whom was Hamlet written?"),
     ],
 )
 def test_paraphrases_that_differ_in_grammar_only_leave_nothing_to_compare(a: str, b: str) -> None:
@@ -90,6 +94,11 @@ def test_paraphrases_that_differ_in_grammar_only_leave_nothing_to_compare(a: str
         ("Is 17 a prime number?", "Is 15 a prime number?", "number"),
         ("Give me three tips for better sleep.", "Give me five tips for better sleep.", "number"),
         ("Is the store open?", "Was the store open?", "tense"),
+        # An active prompt shows its tense by its verb alone; a passive's "be" shows the other's.
+        ("Who owned Instagram?", "By whom is Instagram owned?", "tense"),
+        ("Who owns Instagram?", "By whom was Instagram owned?", "tense"),
+        ("Who cuts the cake?", "By whom was the cake cut?", "tense"),
+        ("Which company made the PlayStation?", "By which company is the PlayStation made?", "tense"),
         # Another script or an accent: the check vouches only for words it reads (an ideograph run is one word).
         ("北京的天气怎么样\uff1f", "上海的天气怎么样\uff1f", "unread"),
         ("Is the café open?", "Is the cafe open?", "unread"),
