@@ -9,10 +9,14 @@ feature of the two prompts and refuses the semantic hit when it differs:
 * ``entity``: the sequence of names (capitalised words not opening a sentence, or opening it but not a common
   sentence opener; acronyms; tokens mixing letters and digits; quoted strings), compared case-insensitively; a
   sentence's capitalised first word that the other prompt writes in lower case is no name ("Outline the steps" /
-  "Please outline the steps");
-* ``direction``: the multiset of words with an opposite ("increase"/"decrease", "on"/"off", "buy"/"sell", ...);
+  "Please outline the steps"); two names joined by "or"/"and" may trade places ("React or Vue"), and an acronym the
+  other prompt spells out is the name it stands for ("US" / "United States", "AI" / "artificial intelligence");
+* ``direction``: the multiset of words with an opposite ("increase"/"decrease", "on"/"off", "buy"/"sell", ...), an
+  inflection read as its word ("approved" is "approve"); one the other prompt lacks passes only where that prompt has
+  its dictionary synonym instead and no word of opposites of its own ("buy" / "purchase", "start" / "begin");
 * ``relation``: for each relational word both prompts use ("to", "from", "than", "into", "vs", ...), the word it
-  governs must agree ("20 pounds to kilograms" / "20 kilograms to pounds");
+  governs must agree ("20 pounds to kilograms" / "20 kilograms to pounds"); two alternatives it governs may trade
+  places ("to rent or buy" / "to buy or rent");
 * ``unit``: the sequence of units of measure, abbreviations read as the unit ("10 minutes" / "10 seconds",
   "5 kms" = "5 kilometers");
 * ``time``: the sequence of times of day, seasons and relative days ("noon" / "midnight", "summer" / "winter",
@@ -35,6 +39,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from inferplane.processor.cache.synonyms import default_lexicon
 
 GuardName = Literal["number", "negation", "entity", "direction", "relation", "unit", "time", "order"]
 
@@ -339,6 +345,8 @@ class Features:
     sequence: tuple[str, ...] = ()
     openers: frozenset[str] = frozenset()
     subject: tuple[str, str] | None = None
+    acronyms: frozenset[str] = frozenset()
+    """Names written in capitals ("US", "AI"): each may stand for the words its letters open in the other prompt."""
 
 
 def _plain(token: str) -> str:
@@ -356,7 +364,8 @@ def features(text: str) -> Features:
     """The guard features of one prompt."""
     raw = _TOKEN.findall(text.replace("\u2019", "'"))
     numbers: list[str] = []
-    entities: list[str] = []
+    entities: list[tuple[int, str]] = []
+    acronyms: set[str] = set()
     negations = 0
     directions: Counter[str] = Counter()
     words: list[str] = []
@@ -367,7 +376,7 @@ def features(text: str) -> Features:
             opening = True
             continue
         if token[0] in "\"'" and len(token) > 2:
-            entities.append(token[1:-1].lower())
+            entities.append((len(words), token[1:-1].lower()))
             opening = False
             continue
         plain = _plain(token)
@@ -376,24 +385,26 @@ def features(text: str) -> Features:
         elif plain in NUMBER_WORDS:
             numbers.append(NUMBER_WORDS[plain])
         elif _MIXED.match(token) or _name(token, plain, opening):
-            entities.append(plain)
+            entities.append((len(words), plain))
             if opening and not token.isupper():
                 openers.add(plain)
+            if token.isupper() and token.isalpha() and len(token) > 1:
+                acronyms.add(plain)
         if plain in NEGATIONS or token.lower().endswith("n't") or plain.startswith("non-"):
             negations += 1
-        if DIRECTION_ALIASES.get(plain, plain) in DIRECTION_WORDS:
-            directions[DIRECTION_ALIASES.get(plain, plain)] += 1
+        direction = _direction(plain)
+        if direction is not None:
+            directions[direction] += 1
         words.append(plain[:-1] if token.lower().endswith("'s") else plain)  # "employer's" is "employer"
         opening = False
     relations: dict[str, list[str]] = {}
     for index, word in enumerate(words):
         if word in RELATIONS:
-            governed = next((w for w in words[index + 1 :] if w not in _SKIP), "")
-            relations.setdefault(word, []).append(governed)
+            relations.setdefault(word, []).append(_governed(words, index + 1))
     return Features(
         numbers=tuple(numbers),
         negations=negations,
-        entities=tuple(entities),
+        entities=_alternatives_sorted(entities, words),
         directions=tuple(sorted(directions.items())),
         relations={k: tuple(v) for k, v in relations.items()},
         words=frozenset(words),
@@ -402,7 +413,52 @@ def features(text: str) -> Features:
         sequence=tuple("i" if word in FIRST_PERSON else word for word in words),
         openers=frozenset(openers),
         subject=_subject(tuple(words)),
+        acronyms=frozenset(acronyms),
     )
+
+
+def _direction(plain: str) -> str | None:
+    """The word of :data:`OPPOSITES` that ``plain`` is, or is a regular inflection of ("approved" is "approve",
+    "closes" is "close"), with :data:`DIRECTION_ALIASES` read as the word they abbreviate."""
+    plain = DIRECTION_ALIASES.get(plain, plain)
+    if plain in DIRECTION_WORDS:
+        return plain
+    for suffix in ("s", "es", "d", "ed", "ing"):
+        stem = plain.removesuffix(suffix)
+        if stem != plain and len(stem) >= 3 and stem in DIRECTION_WORDS and stem not in DIRECTION_ALIASES:
+            return stem  # not "min": "mins" are minutes
+    return None
+
+
+_ALTERNATIVES = frozenset({"or", "and"})
+
+
+def _next_content(words: Sequence[str], start: int) -> int | None:
+    return next((i for i in range(start, len(words)) if words[i] not in _SKIP), None)
+
+
+def _governed(words: Sequence[str], start: int) -> str:
+    """The word a relation governs, determiners skipped; two alternatives joined by "or"/"and" are read as one, in
+    either order ("to rent or buy" / "to buy or rent", "between a virus and a bacterium")."""
+    first = _next_content(words, start)
+    if first is None:
+        return ""
+    joiner = _next_content(words, first + 1)
+    if joiner is not None and words[joiner] in _ALTERNATIVES:
+        second = _next_content(words, joiner + 1)
+        if second is not None:
+            return "|".join(sorted((words[first], words[second])))
+    return words[first]
+
+
+def _alternatives_sorted(entities: Sequence[tuple[int, str]], words: Sequence[str]) -> tuple[str, ...]:
+    """The names in order, two names joined by "or"/"and" in either order ("React or Vue" / "Vue or React")."""
+    names = [name for _, name in entities]
+    for i in range(len(entities) - 1):
+        at, next_at = entities[i][0], entities[i + 1][0]
+        if next_at == at + 2 and words[at + 1] in _ALTERNATIVES:
+            names[i], names[i + 1] = sorted((names[i], names[i + 1]))
+    return tuple(names)
 
 
 def _unit(word: str) -> tuple[str, ...]:
@@ -504,6 +560,44 @@ def _names(own: Features, other: Features) -> tuple[str, ...]:
     return tuple(name for name in own.entities if name not in common)
 
 
+def _spelled_out(names_: tuple[str, ...], own: Features, other: Features) -> tuple[str, ...]:
+    """``own``'s names with an acronym the other prompt spells out ("US" / "United States", "AI" / "artificial
+    intelligence") left out, and the words that spell out one of the other's acronyms left out too: the acronym and
+    its words are one name. The counterpart check still holds the embedder to the pair."""
+    spelled = {a for a in own.acronyms if _spells(a, other.sequence)}
+    out = [n for n in names_ if n not in spelled]
+    for acronym in other.acronyms:
+        for start in range(len(out) - len(acronym) + 1):
+            run = out[start : start + len(acronym)]
+            if "".join(w[0] for w in run) == acronym and acronym not in own.acronyms:
+                out[start : start + len(acronym)] = []
+                break
+    return tuple(out)
+
+
+def _spells(acronym: str, sequence: Sequence[str]) -> bool:
+    """Whether a run of words in ``sequence`` opens with the acronym's letters in turn."""
+    n = len(acronym)
+    return any("".join(w[:1] for w in sequence[i : i + n]) == acronym for i in range(len(sequence) - n + 1))
+
+
+def _synonymous_directions(a: Features, b: Features) -> bool:
+    """Whether every word of opposites one prompt has and the other lacks has a dictionary synonym among the other's
+    words ("buy" / "purchase", "start" / "begin", "fastest" / "quickest"): a synonym is no change of direction, and
+    the dictionary never lists an opposite as one (:mod:`.synonyms`)."""
+    lexicon = default_lexicon()
+    if lexicon is None:
+        return False
+    da, db = Counter(dict(a.directions)), Counter(dict(b.directions))
+    if (da - db) and (db - da):
+        return False  # a word of opposites on each side that the other lacks: "buy" / "sell"
+    for own, other_words in ((da - db, b.words), (db - da, a.words)):
+        for word in own:
+            if not any(lexicon.synonyms(word, w) for w in other_words if _direction(w) is None):
+                return False
+    return True
+
+
 def refusals(a: str | Features, b: str | Features) -> tuple[GuardName, ...]:
     """The guards that refuse treating ``a`` and ``b`` as the same question; empty when none does."""
     fa = a if isinstance(a, Features) else features(a)
@@ -513,9 +607,9 @@ def refusals(a: str | Features, b: str | Features) -> tuple[GuardName, ...]:
         found.append("number")
     if fa.negations != fb.negations or _negated(fa.words, fb.words) or _negated(fb.words, fa.words):
         found.append("negation")
-    if _names(fa, fb) != _names(fb, fa):
+    if _spelled_out(_names(fa, fb), fa, fb) != _spelled_out(_names(fb, fa), fb, fa):
         found.append("entity")
-    if fa.directions != fb.directions:
+    if fa.directions != fb.directions and not _synonymous_directions(fa, fb):
         found.append("direction")
     if any(fa.relations[r] != fb.relations[r] for r in fa.relations.keys() & fb.relations.keys()):
         found.append("relation")

@@ -63,7 +63,9 @@ def test_the_default_threshold_has_no_false_hit_and_the_counterpart_check_stands
     # tests/tool/test_cache_adversary.py, tests/e2e).
     assert {name for name in CHECKS if without[name] > 0} == set()
     checked_alone = point(shipped, spec.threshold, True, frozenset(names()))
-    assert checked_alone.false_hits == 0 and checked_alone.recall > guarded.recall
+    # ... and the guards refuse no paraphrase the check admits (alternatives trading places, an acronym spelled out,
+    # a synonym or an inflection of a word of opposites: each a guard's refusal until they were read as such).
+    assert checked_alone.false_hits == 0 and checked_alone.recall == guarded.recall
     leaks = {c.kind: c.bare.false_hits for c in by_class(shipped, spec.threshold, True)}
     assert leaks["entity"] == 0 and min(v for k, v in leaks.items() if k in NEAR_MISS_CLASSES and k != "entity") > 0
 
