@@ -246,6 +246,10 @@ class Difference:
     refused: Refusal | None
     """Refused without asking the embedder (another number or tense, too many differing words), else ``None``."""
     acronyms: tuple[tuple[str, str], ...] = ()
+    untensed: bool = False
+    """Neither prompt shows its tense by an auxiliary (nor by its verb against the other's passive): a verb's past
+    against its present form is then the only mark of another tense, so :func:`decide` finds no counterpart in it
+    ("They live in Paris." / "They lived in Paris.", "Who owns Instagram?" / "Who owned Instagram?")."""
     """Acronyms of one prompt and the words of the other whose initials spell them, taken out of ``left`` and
     ``right``: the embedder must score each pair at least ``inflection_similarity``."""
 
@@ -454,7 +458,7 @@ def difference(a: str, b: str) -> Difference:
         refused = "too_different"
     elif bool(left) != bool(right):
         refused = "no_counterpart"  # a word added or dropped: nothing on the other side can stand for it
-    return Difference(left, right, refused, tuple(phrases))
+    return Difference(left, right, refused, tuple(phrases), untensed=not ta and not tb)
 
 
 _COORDINATORS = frozenset({"or", "and"})
@@ -520,6 +524,23 @@ def inflected(a: str, b: str) -> bool:
     return any(long == stem + suffix for stem in stems for suffix in INFLECTIONS)
 
 
+def _past(word: str) -> bool:
+    return word.endswith(("@past", "ed"))
+
+
+def one_stem(a: str, b: str) -> bool:
+    """Whether two words are forms of one stem: one an inflection of the other, or both inflections of a third
+    ("owns" / "owned", "win" / "win@past")."""
+    a, b = a.removesuffix("@past"), b.removesuffix("@past")
+    if a == b or inflected(a, b):
+        return True
+    return any(
+        inflected(a[: len(a) - len(x)], b) and inflected(a[: len(a) - len(x)], a)
+        for x in INFLECTIONS
+        if a.endswith(x) and len(a) - len(x) >= 3
+    )
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The check's answer for one pair: ``refused`` is ``None`` when the hit may be served."""
@@ -547,6 +568,8 @@ def decide(
 
     def counterpart(word: str, others: tuple[str, ...]) -> bool:
         for other in others:
+            if diff.untensed and _past(word) != _past(other) and one_stem(word, other):
+                continue  # another tense, however close the embedder places the two
             if "@" in word or "@" in other:
                 if inflected(word, other):
                     return True

@@ -368,3 +368,27 @@ def test_guards_off_serve_the_candidate_without_the_check(server: RedisServer) -
         {"x-inferplane-cache": "hit", "x-inferplane-cache-kind": "semantic", "x-inferplane-cache-similarity": "1.0000"}
     ]
     assert all(" " in t for c in embedder.calls for t in c)  # prompts only
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "word"),
+    [
+        ("They live in Paris.", "They lived in Paris.", "live"),
+        ("Who owns Instagram?", "Who owned Instagram?", "owns"),  # both inflections of "own": 0.897 as lone words
+        ("They win the cup.", "They won the cup.", "win"),
+        ("I want a refund.", "I wanted a refund.", "want"),
+    ],
+)
+def test_without_an_auxiliary_a_verbs_past_is_no_counterpart_of_its_present(a: str, b: str, word: str) -> None:
+    """Neither prompt shows its tense but by the verb: another tense however close the embedder places the two (here
+    the same vector)."""
+    diff = difference(a, b)
+    assert diff.untensed and diff.refused is None
+    same = {w: unit(1, 0) for w in diff.to_embed}
+    assert decide(diff, same, 0.9, 0.6, None) == Verdict("no_counterpart", word)
+    tensed = difference("Did the system cancel my booking?", "Was my booking canceled by the system?")
+    assert (
+        not tensed.untensed and decide(tensed, {w: unit(1, 0) for w in tensed.to_embed}, 0.9, 0.6, None).refused is None
+    )
+    plural = difference("How many earthquakes hit Japan?", "How many earthquake hit Japan?")  # no past: not a tense
+    assert plural.untensed and decide(plural, {w: unit(1, 0) for w in plural.to_embed}, 0.9, 0.6, None).refused is None
