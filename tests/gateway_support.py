@@ -360,16 +360,13 @@ NIXL_SIDE_CHANNEL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 
 def nixl_env() -> dict[str, str]:
     """A NixlConnector server's environment on this machine: its handshake listener on the loopback at a port of the
-    run's own, UCX over TCP, as between two pods without RDMA, and the AMX state asked for at start."""
+    run's own, and UCX over TCP, as between two pods without RDMA."""
     return {
         NIXL_SIDE_CHANNEL_HOST_ENV: "127.0.0.1",
         NIXL_SIDE_CHANNEL_PORT_ENV: str(free_port()),
         "UCX_TLS": "tcp,self",
         # A fatal signal in a worker (ci83: SIGILL in vLLM's CPU attention) leaves its Python stack in the log.
         "PYTHONFAULTHANDLER": "1",
-        # The AMX tile state asked for before the first kernel (tests/vllm_site/sitecustomize.py says why).
-        "PYTHONPATH": str(Path(__file__).parent / "vllm_site"),
-        "INFERPLANE_TEST_INIT_AMX": "1",
     }
 
 

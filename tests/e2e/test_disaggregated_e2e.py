@@ -15,7 +15,9 @@ the prefill server gone the decode server computes the prompt and the client see
 from __future__ import annotations
 
 import copy
+import json
 import secrets
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +124,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator
             for role in roles
         }
         ports = {role: wait_vllm(procs, role, port) for role, port in started.items()}
+        _compute_locally_first(ports["kv_consumer"])
     except BaseException:
         procs.stop_all()
         raise
@@ -162,12 +165,35 @@ out (seen in a clean-clone run), the pull then fails and the decode server compu
 (``kv_load_failure_policy: recompute``), and the next request tries again."""
 
 
+def _compute_locally_first(port: int) -> None:
+    """One prompt computed by the decode server itself before any KV reaches it. vLLM 0.32's CPU attention takes its
+    AMX kernel where torch reports AMX (bf16, blocks of 32) but never asks Linux for the AMX state; oneDNN asks at its
+    first AMX matmul, a prefill's. A decode server whose first forward was the decode of pulled KV died of SIGILL
+    ("Fatal Python error: Illegal instruction" in ``cpu_attention_with_kv_cache``, ci83, on a machine with AMX)."""
+    body = json.dumps({"model": MODEL, "prompt": f"local {words(300)}", "max_tokens": 1}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", body, {"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert response.status == 200
+
+
+ATTEMPT_TIMEOUT_SECONDS = 40.0
+"""How long one warm-up request may take. When the first handshake timed out (5 s, vLLM's own bound), vLLM 0.32 on
+ci84's machine never handshook again: the next request stayed deferred ("Waiting: 1 reqs, Deferred: 1 reqs") until
+the gateway gave up, or every later prompt was computed locally (511 in 180 s, run after the provider E2E). An
+attempt is cut short so the module fails within its wait rather than hanging on one request."""
+
+
 def _transfers_once(platform: Platform, attempt: int) -> bool:
     """Send one new long prompt through the gateway; whether the decode server pulled its KV cache."""
     before = DecodeSide.read(platform).transfers
-    platform.client().chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": f"warm {attempt} {words(300)}"}], max_tokens=1
-    )
+    try:
+        platform.client().with_options(timeout=ATTEMPT_TIMEOUT_SECONDS, max_retries=0).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": f"warm {attempt} {words(300)}"}], max_tokens=1
+        )
+    except openai.APITimeoutError:
+        return False
     return DecodeSide.read(platform).transfers > before
 
 
