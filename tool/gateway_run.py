@@ -640,6 +640,12 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+STOP_GRACE_SECONDS = 1.0
+"""How long a part found gone waits for this process's own stop before it counts as a failure: a terminal's Ctrl-C
+reaches the whole process group, and a part may exit on it before this process has read its signal (a clean-clone run
+then exited 3, "a part died", where the user had stopped the gateway)."""
+
+
 class Processes:
     """The processes one run started (in this process group, as a terminal's Ctrl-C reaches them), each logging to
     ``<logs>/<name>.log``; :meth:`stop_all` ends them all."""
@@ -1040,7 +1046,7 @@ class LocalRun:
             _say(self.out, "Ready. Ctrl-C stops the gateway and removes its files.")
             while not self.stop.wait(0.5):
                 gone = procs.exited()
-                if gone is not None:
+                if gone is not None and not self.stop.wait(STOP_GRACE_SECONDS):
                     tail = procs.log_tail(gone[0])
                     _say(self.err, f"{COMMAND}: {gone[0]} exited with status {gone[1]}; the end of its log:\n{tail}")
                     return EXIT_FAILED
