@@ -246,12 +246,12 @@ class Difference:
     refused: Refusal | None
     """Refused without asking the embedder (another number or tense, too many differing words), else ``None``."""
     acronyms: tuple[tuple[str, str], ...] = ()
+    """Acronyms of one prompt and the words of the other whose initials spell them, taken out of ``left`` and
+    ``right``: the embedder must score each pair at least ``inflection_similarity``."""
     untensed: bool = False
     """Neither prompt shows its tense by an auxiliary (nor by its verb against the other's passive): a verb's past
     against its present form is then the only mark of another tense, so :func:`decide` finds no counterpart in it
     ("They live in Paris." / "They lived in Paris.", "Who owns Instagram?" / "Who owned Instagram?")."""
-    """Acronyms of one prompt and the words of the other whose initials spell them, taken out of ``left`` and
-    ``right``: the embedder must score each pair at least ``inflection_similarity``."""
 
     @property
     def to_embed(self) -> frozenset[str]:
