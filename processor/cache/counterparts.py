@@ -307,9 +307,7 @@ def _past_forms(sequence: Iterable[str]) -> set[str]:
 
 
 def _be_tense(sequence: Iterable[str]) -> frozenset[str]:
-    return frozenset(
-        "present" if w in PRESENT else "past" for w in sequence if w in _BE and (w in PRESENT or w in PAST)
-    )
+    return _tense(w for w in sequence if w in _BE)
 
 
 def _third_person_participles(active: Counter[str], passive: Counter[str]) -> list[tuple[str, str]]:
