@@ -7,8 +7,12 @@ the processor's picks are hosts Envoy knows. No Kubernetes API access is needed.
 Every ``scrape_interval_seconds`` each replica's ``/metrics`` is read for the engine's running and waiting requests
 and KV-cache usage (:class:`~inferplane.processor.config.LoadSeries`). A replica is ready while it resolves and its
 last scrape answered 200: a replica that dies stops being picked within one interval, before DNS forgets it (up to
-the CoreDNS TTL later). Each scrape reads a few lines of a text the engine builds anyway; at the default 0.5 s with
-three replicas that is six small HTTP requests a second per worker.
+the CoreDNS TTL later). Each scrape reads a few lines of a text the engine builds anyway.
+
+A pod reads each replica once a round whatever its number of workers: the supervisor's watcher
+(:mod:`inferplane.processor.watch`) runs the tables that scrape and sends each round to every worker, which its
+own table follows (:meth:`~EndpointTable.follow`); a worker run alone (tests, or a watcher that went away)
+refreshes its tables itself. At the default 0.5 s with three replicas that is six small HTTP requests a second per pod.
 """
 
 from __future__ import annotations
@@ -57,12 +61,31 @@ class Endpoint:
     inflight_at_scrape: int = field(default=0, repr=False)
     """This processor's requests on the replica when the engine reported its load (the larger of the counts before
     and after the read): the engine's sequences beyond them are other gateways'."""
+    inflight_at_round: int = field(default=0, repr=False)
+    """This processor's requests on the replica when the round being read elsewhere began (:meth:`EndpointTable.
+    begin_round`): the count before the read, when the watcher reads."""
     slow_scrapes: int = field(default=0, repr=False)
 
     @property
     def engine_active(self) -> float:
         """Sequences the engine reported running or waiting at the last scrape (every gateway's requests)."""
         return self.running + self.waiting
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one round read of one replica: the part of an :class:`Endpoint` a watcher sends its workers."""
+
+    address: str
+    ready: bool
+    running: float
+    waiting: float
+    kv_usage: float
+
+    @classmethod
+    def of(cls, endpoint: Endpoint) -> Load:
+        """The round's reading of ``endpoint``."""
+        return cls(endpoint.address, endpoint.ready, endpoint.running, endpoint.waiting, endpoint.kv_usage)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -234,9 +257,36 @@ class EndpointTable:
         self._on_change(self)
         return lost
 
-    async def run(self, on_lost: Callable[[list[str]], None]) -> None:
-        """Refresh forever (cancelled at shutdown); a round's failure is logged and the next round goes on."""
+    def begin_round(self) -> None:
+        """A round read elsewhere begins: note this processor's requests on each replica (see :meth:`follow`)."""
+        for endpoint in self.endpoints.values():
+            endpoint.inflight_at_round = endpoint.inflight
+
+    def follow(self, loads: list[Load]) -> list[str]:
+        """Take a round read elsewhere (the pod's watcher): the table holds exactly the round's replicas, each with
+        its readiness and load; returns the addresses that left or went unready, as :meth:`refresh` does. The
+        engine's count is compared with this processor's requests when the round began or now, the larger, as
+        :meth:`scrape` compares it with the counts before and after its own read."""
+        before = {a for a, e in self.endpoints.items() if e.ready}
+        lost = self.apply({load.address for load in loads})
+        now = self._clock()
+        for load in loads:
+            endpoint = self.endpoints[load.address]
+            if endpoint.ready != load.ready:
+                self._ready_changed.set()
+            endpoint.ready = load.ready
+            endpoint.running, endpoint.waiting, endpoint.kv_usage = load.running, load.waiting, load.kv_usage
+            endpoint.scraped_at = now
+            endpoint.inflight_at_scrape = max(endpoint.inflight_at_round, endpoint.inflight)
+        lost += [a for a in before if a in self.endpoints and not self.endpoints[a].ready]
+        self._on_change(self)
+        return lost
+
+    async def run(self, on_lost: Callable[[list[str]], None], before_round: Callable[[], None] = lambda: None) -> None:
+        """Refresh forever (cancelled at shutdown); a round's failure is logged and the next round goes on.
+        ``before_round`` runs as each round begins (the watcher tells its workers)."""
         while True:
+            before_round()
             try:
                 lost = await self.refresh()
                 if lost:

@@ -70,6 +70,7 @@ from inferplane.processor.providers import Providers
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
 from inferplane.processor.tokens import TokenCounter, prompt_texts
+from inferplane.processor.watch import Feed
 
 log = logging.getLogger(__name__)
 
@@ -504,21 +505,38 @@ class Processor:
         for endpoint in table.endpoints.values():
             self.metrics.endpoint_inflight.labels(name, endpoint.address).set(endpoint.inflight)
 
-    def _replicas_lost(self, model: str) -> Any:
-        def forget(addresses: list[str]) -> None:  # what a replica held died with it (or with its restart)
-            for address in addresses:
-                self.routers[model].index.forget(address)
-                if address not in self.tables[model].endpoints:
-                    with contextlib.suppress(KeyError):
-                        self.metrics.endpoint_inflight.remove(model, address)
+    def _lost(self, model: str, addresses: list[str]) -> None:
+        """Replicas of ``model`` that left or went unready: what they held died with them (or with a restart)."""
+        for address in addresses:
+            self.routers[model].index.forget(address)
+            if address not in self.tables[model].endpoints:
+                with contextlib.suppress(KeyError):
+                    self.metrics.endpoint_inflight.remove(model, address)
 
-        return forget
+    async def _read_replicas(self) -> None:
+        """Read every model's replicas in this worker, round after round (cancelled at shutdown)."""
+        await asyncio.gather(*(table.run(functools.partial(self._lost, name)) for name, table in self.tables.items()))
 
-    async def start(self) -> None:
-        """Start following every model's replicas and renewing the slot lease (the worker's event loop runs)."""
-        for name, table in self.tables.items():
-            await table.refresh()  # a first view before the first request
-            self._tasks.append(asyncio.ensure_future(table.run(self._replicas_lost(name))))
+    async def _follow(self, feed: Feed) -> None:
+        """Follow the watcher's rounds; when it goes away, read the replicas here instead."""
+        try:
+            await feed.run()
+        finally:
+            await feed.aclose()
+        log.error("this worker reads its replicas itself from now on")
+        await self._read_replicas()
+
+    async def start(self, watch_socket: str | None = None) -> None:
+        """Start following every model's replicas and renewing the slot lease (the worker's event loop runs).
+        ``watch_socket``: the pod's replica watcher (:mod:`inferplane.processor.watch`), whose rounds the tables
+        follow; None, or a watcher that cannot be reached: this worker reads its replicas itself."""
+        feed = Feed(watch_socket, self.tables, self._lost) if watch_socket is not None else None
+        if feed is not None and await feed.connect():
+            self._tasks.append(asyncio.ensure_future(self._follow(feed)))
+        else:
+            for table in self.tables.values():
+                await table.refresh()  # a first view before the first request
+            self._tasks.append(asyncio.ensure_future(self._read_replicas()))
         self._tasks.append(asyncio.ensure_future(self.slots.heartbeat(tuple(self.tables))))
         self._tasks.append(asyncio.ensure_future(self._count_cpu()))
         if self.difficulty is not None:

@@ -33,14 +33,17 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
             yield response
 
 
-async def serve(config: ProcessorConfig, worker: int = 0, processor: Processor | None = None) -> None:
-    """Run worker ``worker`` until SIGTERM/SIGINT, then drain for :data:`SHUTDOWN_GRACE_SECONDS`."""
+async def serve(
+    config: ProcessorConfig, worker: int = 0, processor: Processor | None = None, watch_socket: str | None = None
+) -> None:
+    """Run worker ``worker`` until SIGTERM/SIGINT, then drain for :data:`SHUTDOWN_GRACE_SECONDS`; ``watch_socket``:
+    the pod's replica watcher (:mod:`inferplane.processor.watch`)."""
     processor = processor or Processor.from_environment(config, CollectorRegistry(), worker)
     server = grpc.aio.server()
     pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(processor), server)
     port = config.grpc_port + worker
     server.add_insecure_port(f"{config.listen_host}:{port}")
-    await processor.start()
+    await processor.start(watch_socket)
     await server.start()
     if processor.cache is not None:
         await processor.cache.start()

@@ -7,15 +7,18 @@ worker and sends each request's stream to the one with the fewest in flight. Eac
 model's admission queue (:meth:`~inferplane.processor.config.ProcessorConfig.worker_share`); the per-replica slots are
 shared by every worker of every pod through Redis (:mod:`inferplane.processor.slots`), and so are the budgets.
 
-This supervisor starts the workers, serves their metrics as one endpoint (prometheus_client's multiprocess mode:
-counters and histograms add up, the pending and in-flight gauges are the sum over live workers), opens that endpoint
-only once every worker accepts connections (the pod's readiness probe reads it: Envoy answers 500 while a processor
-is away), forwards SIGTERM, and exits non-zero when a worker dies so that Kubernetes restarts the container. A worker
-dies with its supervisor (``PR_SET_PDEATHSIG``), so none outlives it serving stale decisions.
+This supervisor reads the replicas for every worker (its :class:`~inferplane.processor.watch.Watcher`, on a thread:
+each replica read once a round per pod, not per worker), starts the workers, serves their metrics as one endpoint
+(prometheus_client's multiprocess mode: counters and histograms add up, the pending and in-flight gauges are the sum
+over live workers), opens that endpoint only once every worker accepts connections (the pod's readiness probe reads
+it: Envoy answers 500 while a processor is away), forwards SIGTERM, and exits non-zero when a worker dies so that
+Kubernetes restarts the container. A worker dies with its supervisor (``PR_SET_PDEATHSIG``), so none outlives it
+serving stale decisions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import logging
@@ -26,16 +29,20 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, multiprocess, start_http_server
 
 from inferplane.processor.config import ProcessorConfig
+from inferplane.processor.watch import SOCKET_NAME, Watcher
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's multiprocess mode: where each worker writes its samples (an emptyDir in the pod)."""
 WORKER_START_SECONDS = 60.0
+WATCHER_START_SECONDS = 5.0
+"""How long the replica watcher may take to listen; past it each worker reads its replicas itself."""
 """How long workers may take to accept connections (tokenizers load at start) before the supervisor gives up."""
 _PR_SET_PDEATHSIG = 1
 
@@ -68,15 +75,34 @@ def supervise(config_path: str, log_level: str) -> int:
     os.environ[MULTIPROC_ENV] = str(directory)  # the workers inherit it: their samples go there
     for stale in directory.glob("*.db"):  # a restarted container's old samples
         stale.unlink()
+    watch_directory = Path(tempfile.mkdtemp(prefix="inferplane-watch-"))  # mode 0700: only the pod's user
     try:
-        return _run(config, config_path, log_level, directory)
+        watch_socket = _start_watcher(config, str(watch_directory / SOCKET_NAME))
+        return _run(config, config_path, log_level, directory, watch_socket)
     finally:
+        shutil.rmtree(watch_directory, ignore_errors=True)
         if not given:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run(config: ProcessorConfig, config_path: str, log_level: str, directory: Path) -> int:
+def _start_watcher(config: ProcessorConfig, path: str) -> str | None:
+    """The replica watcher on a daemon thread of its own event loop (it ends with the supervisor); its socket, or
+    None when it did not listen in time (each worker then reads its replicas itself)."""
+    listening = threading.Event()
+    watcher = Watcher(config.models, path)
+    threading.Thread(
+        target=lambda: asyncio.run(watcher.serve(listening.set)), name="replica-watcher", daemon=True
+    ).start()
+    if listening.wait(WATCHER_START_SECONDS):
+        return path
+    log.error("the replica watcher did not listen within %.0f s: each worker reads the replicas", WATCHER_START_SECONDS)
+    return None
+
+
+def _run(config: ProcessorConfig, config_path: str, log_level: str, directory: Path, watch_socket: str | None) -> int:
     command = [sys.executable, "-m", "inferplane.processor", "--config", config_path, "--log-level", log_level]
+    if watch_socket is not None:
+        command += ["--watch-socket", watch_socket]
     workers = {
         subprocess.Popen([*command, "--worker", str(index)], preexec_fn=_die_with_parent).pid: index  # noqa: PLW1509
         for index in range(config.workers)

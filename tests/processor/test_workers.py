@@ -7,6 +7,7 @@ restarts the container) rather than run on half."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -104,6 +105,8 @@ class Stub:
 
     def __init__(self) -> None:
         self.port = free_port()
+        self.metrics_reads: list[float] = []
+        """When each ``GET /metrics`` came (monotonic seconds)."""
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._run, daemon=True).start()
@@ -113,7 +116,9 @@ class Stub:
         async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 while True:
-                    await read_http_request(reader)
+                    head, _ = await read_http_request(reader)
+                    if head.startswith(b"GET /metrics "):
+                        self.metrics_reads.append(time.monotonic())
                     writer.write(
                         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
                         + str(len(COMPLETION)).encode()
@@ -133,10 +138,14 @@ class Stub:
 
 
 @pytest.fixture
-def two_workers(tmp_path: Path) -> Iterator[tuple[Procs, Gateway]]:
+def stub() -> Stub:
+    return Stub()
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path, stub: Stub) -> Iterator[tuple[Procs, Gateway]]:
     procs = Procs(tmp_path)
     try:
-        stub = Stub()
         spec = _spec(workers=2)
         keys, tokenizers = tmp_path / "keys", tmp_path / "tokenizers"
         keys.mkdir()
@@ -207,6 +216,24 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     while (inflight := _inflight(gateway)) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert inflight == 0  # the live workers' sum: every slot came back
+
+
+def test_the_pod_reads_each_replica_once_a_round_for_both_workers(
+    two_workers: tuple[Procs, Gateway], stub: Stub
+) -> None:
+    """The supervisor's watcher reads the replica and both workers follow its rounds: the reads come one round apart,
+    where two workers reading on their own would interleave theirs."""
+    _, gateway = two_workers
+    interval = ProcessorConfig.model_validate_json(gateway.rendered.processor_json).models[0].routing
+    seen = len(stub.metrics_reads)
+    deadline = time.monotonic() + 30
+    while len(stub.metrics_reads) < seen + 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reads = stub.metrics_reads[seen : seen + 8]
+    assert len(reads) == 8
+    gaps = [later - earlier for earlier, later in itertools.pairwise(reads)]
+    assert min(gaps) >= 0.8 * interval.scrape_interval_seconds, gaps  # a round sleeps its interval after its read
+    assert _chat(gateway) == 200  # and the workers route from what it read
 
 
 def _cpu_seconds(gateway: Gateway) -> float:

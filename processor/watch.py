@@ -1,0 +1,169 @@
+"""One reader of every replica's metrics per pod, whatever its number of workers.
+
+Each worker routes from a table of its models' replicas (:class:`~inferplane.processor.endpoints.EndpointTable`):
+ready or not, and the engine's running and waiting requests. Were every worker to read every replica, the pod's
+idle cost would be replicas x workers scrapes a round; the supervisor instead runs a :class:`Watcher` on a thread of
+its own, whose tables read each replica once a round and send what they read to every worker over a Unix socket in
+a directory only the pod's user may enter. A worker's :class:`Feed` hands each round to its own table
+(:meth:`~inferplane.processor.endpoints.EndpointTable.follow`), which keeps what only the worker knows: its requests
+on each replica, and so how much of the engine's load is other workers' and other gateways'.
+
+The stream is JSON lines, one per event: ``{"model": M}`` when a round of ``M`` begins (the worker notes its
+requests on each replica, the count before the read) and ``{"model": M, "replicas": [[address, ready, running,
+waiting, kv_usage], ...]}`` when it ends. A worker that connects gets each model's last round at once. When the
+watcher cannot be reached, or goes away, the worker reads its replicas itself (logged): routing never rests on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+
+from inferplane.processor.config import ModelConfig
+from inferplane.processor.endpoints import EndpointTable, Load
+
+log = logging.getLogger(__name__)
+
+SOCKET_NAME = "replicas.sock"
+"""The watcher's socket, in a directory the supervisor makes for it (``mkdtemp``: only the pod's user enters)."""
+LINE_LIMIT_BYTES = 16 * 1024 * 1024
+"""Longest line a worker reads: a round of thousands of replicas (about 60 bytes each)."""
+BACKLOG_LIMIT_BYTES = 4 * 1024 * 1024
+"""A worker that leaves this much unread is cut off (it then reads its replicas itself): a stalled worker must not
+make the supervisor hold rounds without end."""
+FIRST_ROUND_SECONDS = 10.0
+"""How long a starting worker waits for every model's first round (a round waits at most for DNS and the scrape
+timeout); past it the worker starts anyway, its tables filled as rounds come."""
+
+
+def _begin(model: str) -> bytes:
+    return json.dumps({"model": model}).encode() + b"\n"
+
+
+def _round(table: EndpointTable) -> bytes:
+    replicas = [
+        [load.address, load.ready, load.running, load.waiting, load.kv_usage]
+        for load in map(Load.of, table.endpoints.values())
+    ]
+    return json.dumps({"model": table.model.name, "replicas": replicas}).encode() + b"\n"
+
+
+class Watcher:
+    """The pod's reader: every model's replicas read once a round, each round sent to every connected worker."""
+
+    def __init__(self, models: Sequence[ModelConfig], path: str) -> None:
+        self.path = path
+        self.tables = {model.name: EndpointTable(model, self._publish) for model in models}
+        self._latest: dict[str, bytes] = {}
+        self._workers: set[asyncio.StreamWriter] = set()
+
+    async def serve(self, listening: Callable[[], None] = lambda: None) -> None:
+        """Listen on :attr:`path` (``listening`` is called once it does), then read every model's replicas until
+        cancelled."""
+        server = await asyncio.start_unix_server(self._connected, self.path)
+        listening()
+        try:
+            async with server:
+                await asyncio.gather(
+                    *(table.run(lambda _lost: None, self._beginner(name)) for name, table in self.tables.items())
+                )
+        finally:  # the workers read for themselves from now on (a closed server leaves its connections open)
+            for writer in self._workers:
+                writer.close()
+
+    def _beginner(self, model: str) -> Callable[[], None]:
+        line = _begin(model)
+        return lambda: self._send(line)
+
+    def _publish(self, table: EndpointTable) -> None:
+        line = _round(table)
+        self._latest[table.model.name] = line
+        self._send(line)
+
+    def _send(self, line: bytes) -> None:
+        for writer in list(self._workers):
+            if writer.transport.get_write_buffer_size() > BACKLOG_LIMIT_BYTES:
+                log.error("a processor worker left %d bytes of rounds unread: cut off", BACKLOG_LIMIT_BYTES)
+                self._workers.discard(writer)
+                writer.close()
+                continue
+            writer.write(line)
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A worker: every model's last round at once, then each round as it ends, until it goes away."""
+        writer.writelines(list(self._latest.values()))
+        self._workers.add(writer)
+        try:
+            await reader.read()  # a worker sends nothing: this returns when it goes away
+        except OSError:
+            pass
+        finally:
+            self._workers.discard(writer)
+            writer.close()
+
+
+class Feed:
+    """A worker's end of the watcher's socket: each round it sends is followed by the worker's table of that model."""
+
+    def __init__(self, path: str, tables: dict[str, EndpointTable], on_lost: Callable[[str, list[str]], None]) -> None:
+        self.path = path
+        self.tables = tables
+        self._on_lost = on_lost
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def connect(self) -> bool:
+        """Connect and take rounds until every model has had one (at most :data:`FIRST_ROUND_SECONDS`); False when
+        the watcher cannot be reached."""
+        try:
+            self._reader, self._writer = await asyncio.open_unix_connection(self.path, limit=LINE_LIMIT_BYTES)
+        except OSError as error:
+            log.error("the pod's replica watcher at %s cannot be reached (%s)", self.path, error)
+            return False
+        unseen = set(self.tables)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FIRST_ROUND_SECONDS):
+                while unseen and (model := await self._next()) is not None:
+                    unseen.discard(model)
+        if unseen:
+            log.warning("no first round from the replica watcher for %s: starting without", sorted(unseen))
+        return True
+
+    async def run(self) -> None:
+        """Take rounds until the watcher goes away."""
+        while await self._next() is not None:
+            pass
+        log.error("the pod's replica watcher went away")
+
+    async def _next(self) -> str | None:
+        """Take one line; the model of a round that ended (or of a round's beginning: ''), None at the end."""
+        assert self._reader is not None, "connect() first"
+        try:
+            line = await self._reader.readline()
+        except (OSError, ValueError):  # ValueError: a line past the limit, the stream is then unusable
+            return None
+        if not line.endswith(b"\n"):
+            return None
+        event = json.loads(line)
+        table = self.tables.get(event["model"])
+        if table is None:  # a model this worker's config lacks (none today: both read one file)
+            return ""
+        if "replicas" not in event:
+            table.begin_round()
+            return ""
+        lost = table.follow(
+            [Load(str(a), bool(r), float(n), float(w), float(kv)) for a, r, n, w, kv in event["replicas"]]
+        )
+        if lost:
+            self._on_lost(event["model"], lost)
+        return str(event["model"])
+
+    async def aclose(self) -> None:
+        """Disconnect."""
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(OSError):
+                await self._writer.wait_closed()

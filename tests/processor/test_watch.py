@@ -1,0 +1,161 @@
+"""The pod's one reader of the replicas (``processor/watch.py``): a worker's table follows a round read elsewhere
+exactly as it would its own read; one watcher's rounds reach every worker, each replica read once a round however
+many workers follow; and a worker whose watcher is absent or goes away reads its replicas itself."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from inferplane.processor import watch
+from inferplane.processor.config import ModelConfig
+from inferplane.processor.endpoints import EndpointTable, Load
+from inferplane.processor.ext_proc import Processor
+from inferplane.processor.watch import Feed, Watcher
+from tests.gateway_support import model_config, routing_config
+from tests.processor.test_ext_proc import _config
+
+UP, DOWN = "10.0.0.1:8000", "10.0.0.2:8000"
+
+
+def _model(*endpoints: str, tokenizer: str | None = None) -> ModelConfig:
+    routing = routing_config(scrape_interval_seconds=0.05, dns_refresh_seconds=0.05)
+    return model_config("m", endpoints, tokenizer_path=tokenizer, routing=routing)
+
+
+class Replica:
+    """An engine's ``/metrics`` that reports as running requests how many times it has been read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        self.reads += 1
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\nvllm:num_requests_running %d\n" % self.reads)
+        await writer.drain()
+        writer.close()
+
+    def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+async def _until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_a_followed_round_is_read_as_the_tables_own() -> None:
+    """The engine's count is compared with the worker's requests when the round began or when it ended, the larger
+    (as a worker's own read compares the counts before and after it); a replica that left or went unready is lost,
+    and a replica becoming ready wakes a request waiting for one."""
+
+    async def run() -> None:
+        changes: list[int] = []
+        table = EndpointTable(_model(UP), lambda t: changes.append(len(t.ready())))
+        assert table.follow([Load(UP, True, 3, 1, 0.5), Load(DOWN, False, 0, 0, 0)]) == []
+        up = table.endpoints[UP]
+        assert (up.ready, up.running, up.waiting, up.kv_usage, up.engine_active) == (True, 3, 1, 0.5, 4)
+        assert not table.endpoints[DOWN].ready and changes == [1]
+        up.inflight = 3
+        table.begin_round()
+        up.inflight = 1  # two of this worker's requests ended while the watcher read
+        assert table.follow([Load(UP, True, 5, 0, 0), Load(DOWN, False, 0, 0, 0)]) == []
+        assert up.inflight_at_scrape == 3
+        table.begin_round()
+        up.inflight = 2  # one started while the watcher read
+        table.follow([Load(UP, True, 5, 0, 0), Load(DOWN, False, 0, 0, 0)])
+        assert up.inflight_at_scrape == 2
+        waiting = asyncio.ensure_future(table.wait_ready(5.0))
+        assert table.follow([Load(UP, False, 0, 0, 0), Load(DOWN, False, 0, 0, 0)]) == [UP]  # went unready
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        assert table.follow([Load(DOWN, True, 0, 0, 0)]) == [UP]  # left
+        assert await asyncio.wait_for(waiting, 0.1)  # woken by the round, not the 0.25 s poll
+        assert list(table.endpoints) == [DOWN] and changes == [1, 1, 1, 0, 1]
+
+    asyncio.run(run())
+
+
+def _recorder(readings: list[float]) -> Callable[[EndpointTable], None]:
+    """A table's change callback that notes each round's running count of its replica."""
+    return lambda table: readings.extend(e.running for e in table.endpoints.values())
+
+
+def test_one_read_a_round_reaches_every_worker(tmp_path: Path) -> None:
+    """Two workers follow one watcher: both see every round's reading (the replica's read count, one more each
+    round, no round skipped), and the replica is read once a round, not once per worker."""
+
+    async def run() -> None:
+        replica = Replica()
+        model = _model(await replica.start())
+        path = str(tmp_path / watch.SOCKET_NAME)
+        listening = asyncio.Event()
+        watcher = asyncio.ensure_future(Watcher([model], path).serve(listening.set))
+        await listening.wait()
+        seen: list[list[float]] = [[], []]
+        feeds = []
+        for readings in seen:
+            table = EndpointTable(model, _recorder(readings))
+            feed = Feed(path, {"m": table}, lambda _model, _lost: None)
+            assert await feed.connect()
+            feeds.append(feed)
+        followers = [asyncio.ensure_future(feed.run()) for feed in feeds]
+        await _until(lambda: all(len(readings) >= 6 for readings in seen))
+        for readings in seen:
+            assert readings == list(range(int(readings[0]), int(readings[0]) + len(readings)))
+        assert replica.reads - max(r[-1] for r in seen) <= 1  # a round may be in flight
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await asyncio.wait_for(asyncio.gather(*followers), 5)  # the watcher went away: each feed's run ends
+        for feed in feeds:
+            await feed.aclose()
+        replica.close()
+
+    asyncio.run(run())
+
+
+def test_a_worker_reads_its_replicas_itself_without_a_watcher(tmp_path: Path, tokenizer_file: str) -> None:
+    """A watcher that cannot be reached, and one that goes away: either way the worker's table goes on being read,
+    by the worker."""
+
+    async def run() -> None:
+        replica = Replica()
+        config = _config(tokenizer_file, _model(await replica.start(), tokenizer=tokenizer_file))
+        alone = Processor(config, None, CollectorRegistry())
+        await alone.start(str(tmp_path / "absent.sock"))
+        table = alone.tables["m"]
+        assert table.ready()  # read before the first request, as without a watcher
+        reads = replica.reads
+        await _until(lambda: replica.reads > reads + 2 and table.ready()[0].running > reads + 2)
+        await alone.aclose()
+
+        path = str(tmp_path / watch.SOCKET_NAME)
+        listening = asyncio.Event()
+        watcher = asyncio.ensure_future(Watcher(config.models, path).serve(listening.set))
+        await listening.wait()
+        following = Processor(config, None, CollectorRegistry())
+        await following.start(path)
+        table = following.tables["m"]
+        await _until(lambda: bool(table.ready()))
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        reads = replica.reads
+        await _until(lambda: replica.reads > reads + 2 and table.ready()[0].running > reads + 2)
+        await following.aclose()
+        replica.close()
+
+    asyncio.run(run())
