@@ -189,19 +189,29 @@ HANDSHAKE_FAILURES = ("handshake_setup_failed", "handshake_failed")
 CONSUMER_RESTARTS = 2
 """Times the decode server is started again after a failed first handshake, which vLLM 0.32 did not retry (3 of the
 9 runs of this module on ci84's machine, each then failing the module)."""
+STUCK_ATTEMPTS = 2
+"""Attempts in a row that time out before the decode server counts as stuck, as after a failed handshake: in ci89
+the handshake passed late on a loaded machine but the decode server kept the request deferred, logging no failure,
+until the module's wait ran out."""
 
 
 def _first_transfer(platform: Platform) -> None:
-    """Wait for a first KV transfer; where the decode server's handshake failed instead, start it again (same
-    arguments, port and environment) and wait anew, at most :data:`CONSUMER_RESTARTS` times."""
+    """Wait for a first KV transfer; where the decode server's handshake failed instead, or it stopped answering
+    (:data:`STUCK_ATTEMPTS`), start it again (same arguments, port and environment) and wait anew, at most
+    :data:`CONSUMER_RESTARTS` times."""
     attempts = iter(range(1_000_000))
     transferred: list[bool] = []
+    timed_out: list[bool] = []
 
     def settled() -> bool:
-        if _transfers_once(platform, next(attempts)):
+        outcome = _transfers_once(platform, next(attempts))
+        if outcome:
             transferred.append(True)
             return True
-        return any(failure in platform.procs.log("kv_consumer") for failure in HANDSHAKE_FAILURES)
+        timed_out[:] = [*timed_out, True] if outcome is None else []
+        return len(timed_out) >= STUCK_ATTEMPTS or any(
+            failure in platform.procs.log("kv_consumer") for failure in HANDSHAKE_FAILURES
+        )
 
     for restart in range(CONSUMER_RESTARTS + 1):
         wait_until(settled, HANDSHAKE_WAIT_SECONDS, "a first KV transfer or a failed handshake")
@@ -223,15 +233,16 @@ def _restart_consumer(platform: Platform) -> None:
     wait_until(lambda: _ready(platform.gateway, MODEL) == 1, 30, "the decode server ready again at the processor")
 
 
-def _transfers_once(platform: Platform, attempt: int) -> bool:
-    """Send one new long prompt through the gateway; whether the decode server pulled its KV cache."""
+def _transfers_once(platform: Platform, attempt: int) -> bool | None:
+    """Send one new long prompt through the gateway; whether the decode server pulled its KV cache (None: no answer
+    within :data:`ATTEMPT_TIMEOUT_SECONDS`)."""
     before = DecodeSide.read(platform).transfers
     try:
         platform.client().with_options(timeout=ATTEMPT_TIMEOUT_SECONDS, max_retries=0).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": f"warm {attempt} {words(300)}"}], max_tokens=1
         )
     except openai.APITimeoutError:
-        return False
+        return None
     return DecodeSide.read(platform).transfers > before
 
 
