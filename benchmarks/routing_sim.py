@@ -95,6 +95,7 @@ from inferplane.components.spec.platform_spec import (  # noqa: E402
 from inferplane.processor.config import RoutingConfig  # noqa: E402
 from inferplane.processor.metrics import ROUTING_DECISIONS_TOTAL  # noqa: E402
 from inferplane.tool import gateway_run as gr  # noqa: E402
+from inferplane.tool.gateway_run_providers import local_providers  # noqa: E402
 from inferplane.tool.simulate import command as sim  # noqa: E402
 from inferplane.tool.simulate import fleet as fl  # noqa: E402
 from inferplane.tool.simulate.command import CACHE_HEADER, simulated_spec, tenant_for  # noqa: E402
@@ -384,7 +385,7 @@ def start_gateways(
     upstreams[MODEL] = tuple(gr.Upstream(model=MODEL, host=r.host, port=r.port) for r in fleet.replicas)
     plan = gr.RunPlan(
         stack=STACK,
-        spec=spec,
+        spec=local_providers(spec, (), (), None).spec,  # the simulated fleet alone, as simulate runs: no provider
         sizing=setup.sizing,
         cluster=cluster,
         upstreams=upstreams,
