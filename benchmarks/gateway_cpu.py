@@ -62,7 +62,7 @@ from tests.gateway_support import (  # noqa: E402
     start_redis,
     wait_port,
 )
-from tests.ports import free_port  # noqa: E402
+from tests.ports import free_port, free_ports  # noqa: E402
 from tests.tiny_model import ARCHITECTURE, VOCAB_SIZE, tiny_platform, write_model  # noqa: E402
 
 MODEL = "bench"
@@ -341,6 +341,8 @@ def _start(
     redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
     upstreams = {MODEL: [("127.0.0.1", port) for port in ports]}
     addresses = gateway_addresses(upstreams, keys_dir, tokenizers, "-cpu")
+    # Worker i listens on processor_port + i: a block of free ports, not one (a stub's port could follow it).
+    addresses = addresses.model_copy(update={"processor_port": free_ports(workers)})
     gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
     url = f"{gateway.base_url}/chat/completions"
     return url, gateway.stats_url, procs.procs["gw-processor"].pid, procs.procs["gw-envoy"].pid

@@ -69,7 +69,7 @@ from tests.gateway_support import (  # noqa: E402
     wait_port,
     wait_vllm,
 )
-from tests.ports import free_port  # noqa: E402
+from tests.ports import free_port, free_ports  # noqa: E402
 from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model  # noqa: E402
 
 LITELLM_VENV = PROJECT / ".ci" / "cache" / "litellm-venv"
@@ -317,6 +317,8 @@ def main() -> None:
         write_model(tokenizers / ARCHITECTURE["hf_repo"])
         redis_url = f"redis://127.0.0.1:{start_redis(procs)}/0"
         addresses = gateway_addresses({MODEL: [("127.0.0.1", stub_port)]}, keys_dir, tokenizers, "-bench")
+        # Worker i listens on processor_port + i: a block of free ports, not one.
+        addresses = addresses.model_copy(update={"processor_port": free_ports(args.workers)})
         gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
         envoy_only = start_envoy_variant(procs, gateway.rendered, directory, "envoy-only", None)
         passthrough_port = free_port()
