@@ -117,7 +117,7 @@ class Feed:
 
     async def connect(self) -> bool:
         """Connect and take rounds until every model has had one (at most :data:`FIRST_ROUND_SECONDS`); False when
-        the watcher cannot be reached."""
+        the watcher cannot be reached, or ends or garbles the stream before that."""
         try:
             self._reader, self._writer = await asyncio.open_unix_connection(self.path, limit=LINE_LIMIT_BYTES)
         except OSError as error:
@@ -126,7 +126,10 @@ class Feed:
         unseen = set(self.tables)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FIRST_ROUND_SECONDS):
-                while unseen and (model := await self._next()) is not None:
+                while unseen:
+                    if (model := await self._next()) is None:  # gone already, or not the watcher
+                        await self.aclose()
+                        return False
                     unseen.discard(model)
         if unseen:
             log.warning("no first round from the replica watcher for %s: starting without", sorted(unseen))
@@ -147,19 +150,24 @@ class Feed:
             return None
         if not line.endswith(b"\n"):
             return None
-        event = json.loads(line)
-        table = self.tables.get(event["model"])
+        try:
+            event = json.loads(line)
+            model = str(event["model"])
+            replicas = event.get("replicas")
+            loads = [Load(str(a), bool(r), float(n), float(w), float(kv)) for a, r, n, w, kv in replicas or ()]
+        except (ValueError, KeyError, TypeError):  # not a line the watcher writes: stop following, read alone
+            log.exception("an unreadable line from the replica watcher: %r", line[:200])
+            return None
+        table = self.tables.get(model)
         if table is None:  # a model this worker's config lacks (none today: both read one file)
             return ""
-        if "replicas" not in event:
+        if replicas is None:
             table.begin_round()
             return ""
-        lost = table.follow(
-            [Load(str(a), bool(r), float(n), float(w), float(kv)) for a, r, n, w, kv in event["replicas"]]
-        )
+        lost = table.follow(loads)
         if lost:
-            self._on_lost(event["model"], lost)
-        return str(event["model"])
+            self._on_lost(model, lost)
+        return model
 
     async def aclose(self) -> None:
         """Disconnect."""

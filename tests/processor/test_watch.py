@@ -56,6 +56,12 @@ async def _until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
+async def _read_by_the_worker(processor: Processor, replica: Replica) -> None:
+    """Wait for a few more reads of the replica (nothing else reads it) and the worker's table showing them."""
+    table, reads = processor.tables["m"], replica.reads
+    await _until(lambda: replica.reads > reads + 2 and table.ready()[0].running > reads + 2)
+
+
 def test_a_followed_round_is_read_as_the_tables_own() -> None:
     """The engine's count is compared with the worker's requests when the round began or when it ended, the larger
     (as a worker's own read compares the counts before and after it); a replica that left or went unready is lost,
@@ -136,10 +142,8 @@ def test_a_worker_reads_its_replicas_itself_without_a_watcher(tmp_path: Path, to
         config = _config(tokenizer_file, _model(await replica.start(), tokenizer=tokenizer_file))
         alone = Processor(config, None, CollectorRegistry())
         await alone.start(str(tmp_path / "absent.sock"))
-        table = alone.tables["m"]
-        assert table.ready()  # read before the first request, as without a watcher
-        reads = replica.reads
-        await _until(lambda: replica.reads > reads + 2 and table.ready()[0].running > reads + 2)
+        assert alone.tables["m"].ready()  # read before the first request, as without a watcher
+        await _read_by_the_worker(alone, replica)
         await alone.aclose()
 
         path = str(tmp_path / watch.SOCKET_NAME)
@@ -153,9 +157,40 @@ def test_a_worker_reads_its_replicas_itself_without_a_watcher(tmp_path: Path, to
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
-        reads = replica.reads
-        await _until(lambda: replica.reads > reads + 2 and table.ready()[0].running > reads + 2)
+        await _read_by_the_worker(following, replica)
         await following.aclose()
+        replica.close()
+
+    asyncio.run(run())
+
+
+def test_a_line_the_watcher_does_not_write_ends_the_following(tmp_path: Path, tokenizer_file: str) -> None:
+    """A stream that garbles (a line that is not JSON, or misses its model): before the first round the worker does
+    not follow at all, after it the worker stops following; either way it reads its replicas itself."""
+
+    async def run() -> None:
+        replica = Replica()
+        address = await replica.start()
+        config = _config(tokenizer_file, _model(address, tokenizer=tokenizer_file))
+        for lines in (
+            [b"not json\n"],
+            [b'{"model": "m", "replicas": [["%s", true, 0, 0, 0]]}\n' % address.encode(), b'{"replicas": []}\n'],
+        ):
+
+            async def watcher(
+                _reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sent: list[bytes] = lines
+            ) -> None:
+                writer.writelines(sent)
+                await writer.drain()
+                await asyncio.sleep(3600)  # holds the stream open: the worker must not wait on it
+
+            path = str(tmp_path / f"garbled-{len(lines)}.sock")
+            server = await asyncio.start_unix_server(watcher, path)
+            processor = Processor(config, None, CollectorRegistry())
+            await processor.start(path)
+            await _read_by_the_worker(processor, replica)
+            await processor.aclose()
+            server.close()
         replica.close()
 
     asyncio.run(run())
