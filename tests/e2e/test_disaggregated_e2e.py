@@ -198,7 +198,8 @@ until the module's wait ran out."""
 def _first_transfer(platform: Platform) -> None:
     """Wait for a first KV transfer; where the decode server's handshake failed instead, or it stopped answering
     (:data:`STUCK_ATTEMPTS`), start it again (same arguments, port and environment) and wait anew, at most
-    :data:`CONSUMER_RESTARTS` times."""
+    :data:`CONSUMER_RESTARTS` times. Each stopped server's log is kept beside the new one, the reasons in
+    ``kv_consumer.restarts.log``."""
     attempts = iter(range(1_000_000))
     transferred: list[bool] = []
     timed_out: list[bool] = []
@@ -209,24 +210,31 @@ def _first_transfer(platform: Platform) -> None:
             transferred.append(True)
             return True
         timed_out[:] = [*timed_out, True] if outcome is None else []
-        return len(timed_out) >= STUCK_ATTEMPTS or any(
-            failure in platform.procs.log("kv_consumer") for failure in HANDSHAKE_FAILURES
-        )
+        return len(timed_out) >= STUCK_ATTEMPTS or _handshake_failed(platform)
 
+    reasons: list[str] = []
     for restart in range(CONSUMER_RESTARTS + 1):
-        wait_until(settled, HANDSHAKE_WAIT_SECONDS, "a first KV transfer or a failed handshake")
+        wait_until(settled, HANDSHAKE_WAIT_SECONDS, "a first KV transfer, a failed handshake or a stuck decode server")
         if transferred:
             return
+        reasons.append("handshake failed" if _handshake_failed(platform) else f"{STUCK_ATTEMPTS} attempts unanswered")
         if restart < CONSUMER_RESTARTS:
-            _restart_consumer(platform)
-    raise AssertionError(f"no KV transfer: the decode server's handshake failed {CONSUMER_RESTARTS + 1} times")
+            _restart_consumer(platform, restart + 1, reasons[-1])
+    raise AssertionError(f"no KV transfer after {CONSUMER_RESTARTS} restarts of the decode server: {reasons}")
 
 
-def _restart_consumer(platform: Platform) -> None:
+def _handshake_failed(platform: Platform) -> bool:
+    return any(failure in platform.procs.log("kv_consumer") for failure in HANDSHAKE_FAILURES)
+
+
+def _restart_consumer(platform: Platform, restart: int, reason: str) -> None:
     procs, port = platform.procs, platform.ports["kv_consumer"]
     args, env = procs.procs["kv_consumer"].args, procs.envs["kv_consumer"]
     assert isinstance(args, list)
     procs.stop("kv_consumer")
+    (procs.directory / "kv_consumer.log").rename(procs.directory / f"kv_consumer.before-restart-{restart}.log")
+    with (procs.directory / "kv_consumer.restarts.log").open("a") as log:  # not the old log: a straggler writes there
+        log.write(f"restart {restart}: {reason}\n")
     procs.start("kv_consumer", args, env)
     assert wait_vllm(procs, "kv_consumer", port) == port, "the gateway knows the decode server at its first port"
     _compute_locally_first(port)
