@@ -41,9 +41,9 @@ from inferplane.processor.watch import SOCKET_NAME, Watcher
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's multiprocess mode: where each worker writes its samples (an emptyDir in the pod)."""
 WORKER_START_SECONDS = 60.0
+"""How long workers may take to accept connections (tokenizers load at start) before the supervisor gives up."""
 WATCHER_START_SECONDS = 5.0
 """How long the replica watcher may take to listen; past it each worker reads its replicas itself."""
-"""How long workers may take to accept connections (tokenizers load at start) before the supervisor gives up."""
 _PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger(__name__)
