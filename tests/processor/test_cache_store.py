@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -248,7 +249,9 @@ def test_a_dead_cache_costs_one_bounded_failure_then_is_skipped_and_retried(tmp_
             await cache.aclose()
 
     first, elapsed, stored, second, third = asyncio.run(main())
-    assert first == {"x-inferplane-cache": "miss"} and elapsed < 0.05 + 0.25  # the timeout, plus a loaded machine
+    # How long a refused attempt takes is the machine's (0.35 s seen with the suite's engines on both cores): never
+    # asserted, as no wall time is. That it is one attempt, never retried, is counted by the test below.
+    assert first == {"x-inferplane-cache": "miss"} and elapsed < 30
     assert stored is False and second == Bypass("unavailable")
     assert third == {"x-inferplane-cache": "miss"}  # tried again after the back-off, failed again
     refused = value(metrics, "inferplane_gateway_cache_errors_total", operation="lookup", error="connection")
@@ -256,6 +259,47 @@ def test_a_dead_cache_costs_one_bounded_failure_then_is_skipped_and_retried(tmp_
     assert refused + late == 2 and refused >= 1  # refused, unless a loaded machine ran past the timeout first
     assert value(metrics, "inferplane_gateway_cache_bypasses_total", model="m", reason="unavailable") == 1
     assert value(metrics, "inferplane_gateway_cache_up") == 0
+
+
+def test_a_failed_round_trip_is_one_connection_never_retried() -> None:
+    """A cache that drops every connection (a crashing proxy in front of Redis) is tried once by a lookup, counted,
+    and not again by a store or a lookup within the back-off: the bound on a failure is one round trip, counted here
+    by the listener's accepts rather than by wall time."""
+    accepted: list[int] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drop() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            accepted.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=drop, daemon=True)
+    thread.start()
+
+    async def body(cache: ResponseCache) -> list[Any]:
+        first = await cache.lookup("chat", chat("How do I reset my password?"), tenant="a", tier="t")
+        tried = len(accepted)
+        stored = await cache.store(first, answer("x"))
+        second = await cache.lookup("chat", chat("How do I reset my password?"), tenant="a", tier="t")
+        return [first.response_headers(), tried, stored, second.request, len(accepted)]
+
+    try:
+        (first, tried, stored, second, after), metrics = with_cache(
+            listener.getsockname()[1], config(retry_after_failure_s=60.0), body
+        )
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+    assert first == {"x-inferplane-cache": "miss"} and tried == 1
+    assert stored is False and second == Bypass("unavailable") and after == 1
+    assert value(metrics, "inferplane_gateway_cache_errors_total", operation="lookup", error="connection") == 1
 
 
 def test_a_stalled_cache_adds_at_most_the_timeout_and_recovers_with_the_first_ping(tmp_path: Path) -> None:

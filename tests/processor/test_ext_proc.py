@@ -371,8 +371,10 @@ def test_a_request_is_held_for_its_prefixs_replica_while_that_costs_less_than_it
 
 
 def test_a_request_spills_at_once_when_holding_is_off(tokenizer_file: str) -> None:
-    first, second, took = asyncio.run(_second_of_a_prefix(0.0, tokenizer_file, free_after=0.1))
-    assert second != first and took < 0.1
+    """Held, it would have gone to the first replica when that freed, 0.1 s on: placed on the other, it did not wait
+    (proved by where it went, not by wall time, which a loaded machine stretches)."""
+    first, second, _ = asyncio.run(_second_of_a_prefix(0.0, tokenizer_file, free_after=0.1))
+    assert second != first
 
 
 def test_a_held_request_spills_once_it_has_waited_its_prefixs_prefill(tokenizer_file: str) -> None:
