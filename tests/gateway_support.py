@@ -358,13 +358,19 @@ NIXL_SIDE_CHANNEL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 NIXL_SIDE_CHANNEL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 
 
+NIXL_QUIET_DIR = Path(__file__).parent / "nixl_quiet"
+"""Its ``sitecustomize`` turns NIXL's spinning progress thread off in the servers' processes (why: its docstring)."""
+
+
 def nixl_env() -> dict[str, str]:
     """A NixlConnector server's environment on this machine: its handshake listener on the loopback at a port of the
-    run's own, and UCX over TCP, as between two pods without RDMA."""
+    run's own, UCX over TCP, as between two pods without RDMA, and NIXL's progress thread off
+    (:data:`NIXL_QUIET_DIR`)."""
     return {
         NIXL_SIDE_CHANNEL_HOST_ENV: "127.0.0.1",
         NIXL_SIDE_CHANNEL_PORT_ENV: str(free_port()),
         "UCX_TLS": "tcp,self",
+        "PYTHONPATH": str(NIXL_QUIET_DIR),
         # A fatal signal in a worker (ci83: SIGILL in vLLM's CPU attention) leaves its Python stack in the log.
         "PYTHONFAULTHANDLER": "1",
     }

@@ -62,9 +62,10 @@ def nixl_transfer_config(
     here when a loaded machine kept the prefill side from answering the 5 s handshake.
 
     ``lease_seconds`` sets ``kv_lease_duration``, how long a prefill replica holds a request's blocks for the pull
-    (vLLM's default 30 s when None). On the CPU build a decode request carrying the parameters took about a lease
-    longer than one without (32.5 s at 30 s, 8 s at 5 s, measured by hand on vLLM 0.32 CPU): the tests pass a short
-    one; GPU deployments keep vLLM's default."""
+    (vLLM's default 30 s when None; the tests pass it explicitly). NIXL 1.5.1's Python agent runs a progress thread
+    that spins on ``sched_yield`` (``pthrDelay = 0``), a core per server: one of many on a GPU node, but on the tests'
+    2-core machine it stalled each pull until the lease ran out, so the tests' servers run without it
+    (``tests/nixl_quiet``)."""
     config = {
         "kv_connector": "NixlConnector",
         "kv_role": role,

@@ -2,11 +2,11 @@
 two vLLM 0.32 CPU servers (a prefill server produces, a decode server consumes: NixlConnector over UCX on the
 loopback, ``nixl_transfer_config``), driven by the official ``openai`` client.
 
-The two servers are this module's, not the run's fleet's, and the module runs by itself after the parallel suite
-(``-m alone``, ``make test``'s second phase): a vLLM CPU server with a NIXL connector keeps about a core busy while
-it holds or awaits a request's blocks (55-130 % of a core each, in two threads of the engine's worker), and beside the
-suite and the fleet its first NIXL handshake ran past vLLM's fixed 5 s (ci84, ci94: restarted decode servers, failed
-runs). With the two servers alone on this 2-core machine the handshake took 0.04-0.33 s (2026-12-06, by hand).
+The two servers are this module's, not the run's fleet's, run without NIXL's progress thread (tests/nixl_quiet: it
+spins a core per server, which on two cores stalled every pull for up to the prefill side's 30 s lease), and the
+module runs by itself after the parallel suite (``-m alone``, ``make test``'s second phase): beside the suite and the
+fleet the decode server's first NIXL handshake ran past vLLM's fixed 5 s (ci84, ci94: restarted decode servers,
+failed runs).
 
 Proves compatibility, not speed (two CPU servers on two shared cores): the processor sends a long prompt to the
 prefill server first, in vLLM's proxy's protocol; the decode server pulls the prompt's KV blocks (NIXL reports the
@@ -157,10 +157,10 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
 
 
 LEASE_SECONDS = 30
-"""The prefill side's hold on a request's blocks: vLLM's default. On vLLM 0.32's CPU build a decode request that pulls
-takes about a lease longer than one that does not (32.5 s at 30 s, 8 s at 5 s, measured by hand), but a 5 s lease
-raced the pull on a loaded machine: in a clean-clone run (ci67) no pull succeeded within 180 s, the blocks presumably
-expiring before the decode side asked for them (not diagnosed further); ci64 passed at 30 s."""
+"""The prefill side's hold on a request's blocks: vLLM's default. While NIXL's progress thread spun (before
+tests/nixl_quiet turned it off) a pulled request took up to a lease, the two threads holding both cores until the
+prefill server released the blocks; a 5 s lease then raced the pull (ci67: no pull within 180 s). Kept at vLLM's
+default: with the thread off a pull takes well under a second of the lease."""
 HANDSHAKE_WAIT_SECONDS = 180.0
 """How long the module waits for its first transfer. The decode server opens NIXL's handshake with the prefill server
 on its first pull and waits 5 s for the answer (vLLM 0.32 ``nixl/base_worker.py``); on a loaded machine that can time
