@@ -144,7 +144,18 @@ class Fleet:
 
 def tokenizers_dir(fleet: Fleet) -> Path:
     """The directory a gateway's processor reads the tiny model's tokenizer from (``<dir>/<org>/<name>``)."""
-    return fleet.model_dir.parent.parent
+    return tokenizers_root(fleet.model_dir)
+
+
+def tokenizers_root(model_dir: Path) -> Path:
+    """The tokenizers directory above a model written by :func:`write_fleet_model` (``<dir>/<org>/<name>``)."""
+    return model_dir.parent.parent
+
+
+def write_fleet_model(directory: Path) -> Path:
+    """The tiny model as the fleet's servers load it, written under ``directory`` (``tokenizers/<org>/<name>``, the
+    layout a processor reads tokenizers from); returns the model's directory."""
+    return write_model(directory / "tokenizers" / ARCHITECTURE["hf_repo"])
 
 
 def check_fits(max_model_len: int, max_num_seqs: int, where: str) -> None:
@@ -216,7 +227,7 @@ class _Boot:
             return SKIPPED_FILE, gs.VLLM_MISSING
         procs = gs.Procs(self.directory)
         self._procs = procs
-        model_dir = write_model(self.directory / "tokenizers" / ARCHITECTURE["hf_repo"])
+        model_dir = write_fleet_model(self.directory)
         ports = {
             plan.name: gs.start_vllm(
                 procs,

@@ -31,7 +31,7 @@ from inferplane.components.capacity.sizing import KvRole, size_platform
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.serving.vllm_service import nixl_transfer_config
 from inferplane.processor import metrics as pm
-from tests.fleet import MAX_MODEL_LEN, MAX_NUM_SEQS, check_fits
+from tests.fleet import MAX_MODEL_LEN, MAX_NUM_SEQS, check_fits, tokenizers_root, write_fleet_model
 from tests.gateway_support import (
     REQUEST_LOG_ARGS,
     Gateway,
@@ -46,7 +46,7 @@ from tests.gateway_support import (
     wait_until,
     wait_vllm,
 )
-from tests.tiny_model import ARCHITECTURE, tiny_platform, words, write_model
+from tests.tiny_model import tiny_platform, words
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
@@ -95,10 +95,7 @@ def _with_prefill_role(prefill_port: int) -> Any:
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     directory = tmp_path_factory.mktemp("disaggregated-e2e")
     procs = Procs(directory)
-    # The fleet's tiny model, written here: the fleet is not up in this module's phase. The processor reads its
-    # tokenizer from <dir>/<org>/<name>, as it does the fleet's.
-    model_dir = write_model(directory / "tokenizers" / ARCHITECTURE["hf_repo"])
-    tokenizers = model_dir.parent.parent
+    model_dir = write_fleet_model(directory)  # the fleet's model, written here: the fleet is not up in this phase
     spec = tiny_platform(
         [{"name": MODEL, "routing_tier": "standard"}],
         {"tiers": [{"name": "standard", "models": [MODEL]}], "tenants": [{"name": "team-a", "tiers": ["standard"]}]},
@@ -137,7 +134,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     prefill = Relay(ports["kv_producer"], opened=True)
     try:
         start_redis_port = start_redis(procs)
-        addresses = gateway_addresses({MODEL: [("127.0.0.1", ports["kv_consumer"])]}, keys_dir, tokenizers, "-pd")
+        addresses = gateway_addresses(
+            {MODEL: [("127.0.0.1", ports["kv_consumer"])]}, keys_dir, tokenizers_root(model_dir), "-pd"
+        )
         gateway = start_gateway(
             procs,
             "gw-pd",
