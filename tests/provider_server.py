@@ -146,6 +146,20 @@ def write_certificates(directory: Path) -> TlsFiles:
     return files
 
 
+def write_secret(directory: Path, key: str, version: str) -> None:
+    """The provider's Secret as a Kubernetes Secret volume lays it out and updates it: the key file behind a
+    ``..data`` link that an update swaps atomically to a new timestamped directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / version).mkdir()
+    (directory / version / "api-key").write_text(key)
+    staged = directory / "..data_tmp"
+    staged.symlink_to(version)
+    staged.rename(directory / "..data")  # rename(2) over the old link: the swap kubelet makes
+    link = directory / "api-key"
+    if not link.is_symlink():
+        link.symlink_to("..data/api-key")
+
+
 def prompt_tokens(body: dict[str, Any]) -> int:
     """The usage's ``prompt_tokens`` for a request ``body``: the whitespace-separated words of all its messages'
     text (plain strings or ``text`` parts), at least 1, so tests can predict it without a tokenizer."""

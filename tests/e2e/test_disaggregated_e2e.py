@@ -11,12 +11,15 @@ failed runs).
 Proves compatibility, not speed (two CPU servers on two shared cores): the processor sends a long prompt to the
 prefill server first, in vLLM's proxy's protocol; the decode server pulls the prompt's KV blocks (NIXL reports the
 bytes, vLLM counts the prompt tokens as cached from ``p2p``) and streams the answer; a short prompt skips the step; with
-the prefill server gone the decode server computes the prompt and the client sees nothing but the answer.
+the prefill server gone the decode server computes the prompt, and with the decode server gone the tier's provider
+answers without the prefill server being asked: either way the client sees nothing but the answer.
+
+The model is disaggregated in the spec (``disaggregation``), so the processor's prefill role and step are the ones the
+renderer writes for a stack, not a test's patch.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import secrets
 import urllib.request
@@ -30,7 +33,9 @@ import pytest
 from inferplane.components.capacity.sizing import KvRole, size_platform
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.serving.vllm_service import nixl_transfer_config
+from inferplane.components.spec.platform_spec import PREFILL_ROLE_SUFFIX
 from inferplane.processor import metrics as pm
+from inferplane.processor.prefill import KV_TRANSFER_PARAMS
 from tests.fleet import MAX_MODEL_LEN, MAX_NUM_SEQS, check_fits, tokenizers_root, write_fleet_model
 from tests.gateway_support import (
     REQUEST_LOG_ARGS,
@@ -46,25 +51,54 @@ from tests.gateway_support import (
     wait_until,
     wait_vllm,
 )
+from tests.provider_server import REPLY, ProviderServer, write_secret
 from tests.tiny_model import tiny_platform, words
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 MODEL = "pd"
-PREFILL = "pd-prefill"
+PREFILL = f"{MODEL}{PREFILL_ROLE_SUFFIX}"
+"""Its prefill role, as the spec names it."""
 MIN_UNCACHED_TOKENS = 64
 """The prefill step's threshold here: a prompt of a few words stays on the decode server."""
+PROVIDER = "hosted"
+"""The tier's last resort, as prod's premium tier has one: what answers while the model has no decode replica."""
+PROVIDER_MODEL = "vendor/pd"
+
+
+def _spec(provider_port: int) -> Any:
+    """``pd`` served disaggregated (its prefill role on the same pool), in a tier whose provider ``team-a`` consents
+    to."""
+    provider = {
+        "name": PROVIDER,
+        "base_url": f"https://localhost:{provider_port}/v1",
+        "model": PROVIDER_MODEL,
+        "input_usd_per_million": 0.2,
+        "output_usd_per_million": 0.2,
+        "credential": {"secret": "hosted-key"},
+        "tenants": ["team-a"],
+    }
+    return tiny_platform(
+        [{"name": MODEL, "routing_tier": "standard", "disaggregation": {"min_uncached_tokens": MIN_UNCACHED_TOKENS}}],
+        {
+            "tiers": [{"name": "standard", "models": [MODEL], "providers": [PROVIDER]}],
+            "tenants": [{"name": "team-a", "tiers": ["standard"]}],
+            "providers": [provider],
+        },
+    )
 
 
 @dataclass
 class Platform:
-    """The gateway, the two servers and the relay in front of the prefill server (killed by a test)."""
+    """The gateway, the two servers, the relays in front of them (killed by tests) and the tier's provider."""
 
     gateway: Gateway
     key: str
     procs: Procs
     ports: dict[KvRole, int]
     prefill: Relay
+    decode: Relay
+    provider: ProviderServer
 
     def posts(self, role: KvRole) -> int:
         """Completion requests the server of ``role`` has received (its access log)."""
@@ -77,29 +111,16 @@ class Platform:
         return openai.OpenAI(base_url=self.gateway.base_url, api_key=self.key, max_retries=0)
 
 
-def _with_prefill_role(prefill_port: int) -> Any:
-    """The processor config of ``pd`` served disaggregated: its prefill role at ``prefill_port`` (the spec's
-    disaggregation is not rendered yet, so the test writes the role the way the processor reads it)."""
-
-    def patch(config: dict[str, Any]) -> None:
-        (decode,) = (m for m in config["models"] if m["name"] == MODEL)
-        role = copy.deepcopy(decode)
-        role.update(name=PREFILL, role="prefill", endpoints=[f"127.0.0.1:{prefill_port}"])
-        decode["prefill"] = {"model": PREFILL, "min_uncached_tokens": MIN_UNCACHED_TOKENS}
-        config["models"].append(role)
-
-    return patch
-
-
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     directory = tmp_path_factory.mktemp("disaggregated-e2e")
     procs = Procs(directory)
     model_dir = write_fleet_model(directory)  # the fleet's model, written here: the fleet is not up in this phase
-    spec = tiny_platform(
-        [{"name": MODEL, "routing_tier": "standard"}],
-        {"tiers": [{"name": "standard", "models": [MODEL]}], "tenants": [{"name": "team-a", "tiers": ["standard"]}]},
-    )
+    provider_key = "sk-provider-" + secrets.token_urlsafe(16)
+    provider = ProviderServer(directory / "provider", provider_key).start()
+    secrets_dir = directory / "provider-secrets"
+    write_secret(secrets_dir / PROVIDER, provider_key, "..2026_12_06_a")
+    spec = _spec(provider.port)
     plan = size_platform(spec)
     for deployment in plan.deployments:
         check_fits(deployment.result.vllm.max_model_len, deployment.result.vllm.max_num_seqs, deployment.name)
@@ -130,13 +151,17 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         _compute_locally_first(ports["kv_consumer"])
     except BaseException:
         procs.stop_all()
+        provider.close()
         raise
-    prefill = Relay(ports["kv_producer"], opened=True)
+    prefill, decode = Relay(ports["kv_producer"], opened=True), Relay(ports["kv_consumer"], opened=True)
     try:
         start_redis_port = start_redis(procs)
         addresses = gateway_addresses(
-            {MODEL: [("127.0.0.1", ports["kv_consumer"])]}, keys_dir, tokenizers_root(model_dir), "-pd"
-        )
+            {MODEL: [("127.0.0.1", decode.port)], PREFILL: [("127.0.0.1", prefill.port)]},
+            keys_dir,
+            tokenizers_root(model_dir),
+            "-pd",
+        ).model_copy(update={"provider_ca_file": str(provider.ca_file), "provider_secrets_dir": str(secrets_dir)})
         gateway = start_gateway(
             procs,
             "gw-pd",
@@ -144,15 +169,16 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             plan=plan,
             addresses=addresses,
             redis_url=f"redis://127.0.0.1:{start_redis_port}/0",
-            processor_patch=_with_prefill_role(prefill.port),
         )
         wait_until(lambda: _ready(gateway, PREFILL) == 1, 30, "the prefill server ready at the processor")
-        platform = Platform(gateway, key, procs, ports, prefill)
+        platform = Platform(gateway, key, procs, ports, prefill, decode, provider)
         _first_transfer(platform)
         yield platform
     finally:
         procs.stop_all()
         prefill.close()
+        decode.close()
+        provider.close()
 
 
 LEASE_SECONDS = 30
@@ -358,3 +384,25 @@ def test_without_its_prefill_server_the_decode_server_computes_the_prompt(platfo
     finally:
         platform.prefill.open()
         wait_until(lambda: _ready(platform.gateway, PREFILL) == 1, 30, "the prefill server back at the processor")
+
+
+def test_without_its_decode_server_the_tiers_provider_answers_and_no_prompt_is_prefilled(platform: Platform) -> None:
+    # A decode pool lost (spot reclaimed) with its prefill pool alive: the prefill step would compute a prompt and
+    # hold its blocks for a lease for a decode replica that is not there; the request goes to the tier's fallback.
+    platform.decode.kill()
+    try:
+        wait_until(lambda: _ready(platform.gateway, MODEL) == 0, 30, "the processor to see the decode server gone")
+        posts, outcomes = platform.posts("kv_producer"), _outcomes(platform.gateway)
+        platform.provider.clear()
+        pieces, usage = _stream(platform, "y " + words(400))
+        assert "".join(pieces).split() == REPLY.split()
+        assert usage is not None and usage.prompt_tokens > 0
+        (seen,) = platform.provider.received()
+        assert seen.body["model"] == PROVIDER_MODEL and KV_TRANSFER_PARAMS not in seen.body
+        labels = {"provider": PROVIDER, "tier": "standard", "tenant": "team-a", "reason": "unavailable"}
+        assert _sum(platform.gateway.metrics_url, pm.PROVIDER_REQUESTS_TOTAL, **labels) == 1
+        assert platform.posts("kv_producer") == posts
+        assert _outcomes(platform.gateway) == outcomes
+    finally:
+        platform.decode.open()
+        wait_until(lambda: _ready(platform.gateway, MODEL) == 1, 30, "the decode server back at the processor")

@@ -35,7 +35,7 @@ from tests.gateway_support import (
     start_redis,
     wait_until,
 )
-from tests.provider_server import COMPLETION_TOKENS, ProviderServer, Received, prompt_tokens
+from tests.provider_server import COMPLETION_TOKENS, ProviderServer, Received, prompt_tokens, write_secret
 from tests.tiny_model import tiny_platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
@@ -83,20 +83,6 @@ def _spec(provider_port: int) -> Any:
             "providers": [provider],
         },
     )
-
-
-def write_secret(directory: Path, key: str, version: str) -> None:
-    """The provider's Secret as a Kubernetes Secret volume lays it out and updates it: the key file behind a
-    ``..data`` link that an update swaps atomically to a new timestamped directory."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / version).mkdir()
-    (directory / version / "api-key").write_text(key)
-    staged = directory / "..data_tmp"
-    staged.symlink_to(version)
-    staged.rename(directory / "..data")  # rename(2) over the old link: the swap kubelet makes
-    link = directory / "api-key"
-    if not link.is_symlink():
-        link.symlink_to("..data/api-key")
 
 
 def _limit_to_one_slot(config: dict[str, Any]) -> None:
