@@ -34,9 +34,9 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
@@ -46,8 +46,6 @@ from inferplane.components.capacity.sizing import DeploymentSizing, size_platfor
 from inferplane.components.catalog import get_accelerator  # noqa: E402
 from inferplane.components.gateway import renderer as gc  # noqa: E402
 from inferplane.components.spec.platform_spec import ModelDeploymentSpec  # noqa: E402
-from inferplane.processor.config import MetricSelector  # noqa: E402
-from inferplane.processor.endpoints import parse_samples  # noqa: E402
 from inferplane.tool import gateway_run as gr  # noqa: E402
 from inferplane.tool.simulate import fleet as fl  # noqa: E402
 from inferplane.tool.simulate.model_dir import write_model_dir  # noqa: E402
@@ -67,7 +65,7 @@ are being computed then)."""
 class Role:
     """One kind of worker: its engine settings, timing profile and Dynamo mode."""
 
-    mode: str
+    mode: Literal["agg"] | fl.DisaggregationMode
     settings: fl.EngineSettings
     profile: Path
 
@@ -121,7 +119,9 @@ def roles(directory: Path) -> tuple[dict[str, Role], Bench]:
     repo = gc.tokenizer_file(model).removesuffix("/tokenizer.json")
     model_dir = write_model_dir(directory / "tokenizers", repo, model.architecture_resolved, model.max_context)
 
-    def role(mode: str, deployment: ModelDeploymentSpec, sizing: DeploymentSizing) -> Role:
+    def role(
+        mode: Literal["agg"] | fl.DisaggregationMode, deployment: ModelDeploymentSpec, sizing: DeploymentSizing
+    ) -> Role:
         accelerator = get_accelerator(sizing.result.accelerator)
         replica = perf_model.replica_from_sizing(sizing.result, model.architecture_resolved, accelerator, sizing.engine)
         # Every worker serves the model's name: Dynamo pairs prefill and decode workers by it.
@@ -182,11 +182,11 @@ def start_fleet(procs: gr.Processes, directory: Path, bench: Bench, plan: list[R
         metrics.append(f"http://{host}:{system}/metrics")
         env = {**fl.dynamo_env(host, discovery), "DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(system)}
         args = [*fl.mocker_args(role.settings, bench.model_dir, role.profile, NAMESPACE)]
-        args += ["--disaggregation-mode", role.mode]
-        if role.mode != "agg":
-            args += ["--kv-transfer-bandwidth", f"{bench.bandwidth_gbps:g}"]
-        if role.mode == "prefill":
-            args += ["--bootstrap-ports", str(gr.pick_ports(1, ports))]
+        if role.mode == "agg":
+            args += ["--disaggregation-mode", "agg"]
+        else:
+            bootstrap = gr.pick_ports(1, ports) if role.mode == "prefill" else None
+            args += fl.disaggregation_args(role.mode, bench.bandwidth_gbps, bootstrap)
         procs.start(f"{role.mode}-{i}", [str(bench.simulator), *args], env)
     port = gr.pick_ports(1, ports)
     serving = sum(1 for r in plan if r.mode != "prefill")
@@ -204,7 +204,7 @@ def start_fleet(procs: gr.Processes, directory: Path, bench: Bench, plan: list[R
         # A probe answers; with prefill workers, one of them has taken a probe: the frontend's prefill router starts
         # only once discovery shows it a prefill worker, and until then requests decode where they land.
         return fl.post_ok(f"{url}/v1/completions", body) and (
-            not prefill_metrics or any(n > 0 for n in taken(prefill_metrics))
+            not prefill_metrics or any(n > 0 for n in fl.generate_requests(prefill_metrics))
         )
 
     deadline = time.monotonic() + max(60.0, fl.READY_SECONDS_PER_REPLICA * len(plan))
@@ -216,23 +216,6 @@ def start_fleet(procs: gr.Processes, directory: Path, bench: Bench, plan: list[R
             raise RuntimeError(f"the frontend did not answer through every role: {procs.log_tail('frontend')}")
         time.sleep(0.5)
     return url, metrics
-
-
-GENERATE_REQUESTS = MetricSelector(name="dynamo_component_requests_total", labels=(("dynamo_endpoint", "generate"),))
-"""Requests a worker's ``generate`` endpoint took: a prefill worker's prompts too (its engine's
-``vllm:e2e_request_latency_seconds`` counts none; measured on ai-dynamo 1.6.1)."""
-
-
-def taken(urls: list[str]) -> list[int]:
-    """Requests each worker took so far (-1 where its metrics did not answer)."""
-    counts = []
-    for url in urls:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                counts.append(round(parse_samples(response.read(), GENERATE_REQUESTS) or 0.0))
-        except OSError:
-            counts.append(-1)
-    return counts
 
 
 @dataclass(frozen=True)
@@ -290,9 +273,11 @@ def run_one(label: str, plan: list[Role], shape: Shape, bench: Bench) -> Result:
         procs = gr.Processes(directory / "logs", threading.Event())
         try:
             url, metrics = start_fleet(procs, directory, bench, plan)
-            before = taken(metrics)
+            before = fl.generate_requests(metrics)
             outcomes = asyncio.run(replay(workload(shape), base_url=url, model=MODEL, api_key=None))
-            per_worker = tuple(after - first for after, first in zip(taken(metrics), before, strict=True))
+            per_worker = tuple(
+                after - first for after, first in zip(fl.generate_requests(metrics), before, strict=True)
+            )
         finally:
             procs.stop_all()
     return measure(label, outcomes, shape, len(plan) * bench.tp, per_worker)

@@ -101,6 +101,8 @@ def platform() -> Iterator[SimPlatform]:
         model=None,
         replicas=str(REPLICAS),
         gateway_replicas=GATEWAYS,
+        serving=None,
+        prefill_replicas=None,
         workload="unique",
         rate=1.0,
         duration=1.0,

@@ -54,6 +54,17 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     cmd.add_argument("--replicas", metavar="min|max|N", help="simulated replicas: the plan's min (default), max or N")
     cmd.add_argument("--gateway-replicas", type=int, metavar="K", help="gateways sharing one Redis (default 1)")
     cmd.add_argument(
+        "--serving",
+        choices=["aggregated", "disaggregated"],
+        help="serve the model aggregated or disaggregated (default: as the stack does; disaggregated needs the "
+        "model's `disaggregation`)",
+    )
+    cmd.add_argument(
+        "--prefill-replicas",
+        metavar="min|max|N",
+        help="a disaggregated model's prefill workers: its prefill role's min (default), max or N",
+    )
+    cmd.add_argument(
         "--workload",
         required=True,
         metavar="|".join(GENERATORS) + "|FILE.jsonl",

@@ -6,6 +6,10 @@ the performance model's profile, :mod:`.profile`), a local Redis, and K gateways
 ``inferplane gateway run`` renders them (real Envoy and processor, the same Redis, the same API keys: a gateway's
 pods). The workload (:mod:`.workload`: generated or a JSON-lines file) is sent round robin over the gateways.
 
+A model the stack serves disaggregated runs as its two roles (:mod:`.disaggregated`): decode replicas behind the
+gateway and prefill workers shared out among them, each replica's frontend sending prompts to its own; ``--serving
+aggregated`` runs it aggregated on the same pool and replica size instead (the other side of the comparison).
+
 Two things differ from the stack as deployed, each said in the output: the tenants' rate limits are lifted (the
 simulation measures the fleet, not a tenant's quota; ``--keep-rate-limits`` keeps them), and requests carry
 ``x-inferplane-cache: bypass`` (random-word prompts would make the response cache's hits meaningless). The
@@ -62,6 +66,7 @@ from inferplane.tool import gateway_run as gr
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.gateway_run_providers import local_providers
 from inferplane.tool.simulate import fleet as fl
+from inferplane.tool.simulate.disaggregated import PrefillPlan, Serving, disaggregated_roles
 from inferplane.tool.simulate.model_dir import write_model_dir
 from inferplane.tool.simulate.profile import timing_profile, write_profile
 from inferplane.tool.simulate.replay import Outcome, percentile, replay, summarize
@@ -114,7 +119,9 @@ class SimulationPlan:
     rate: float | None
     rate_limits_lifted: bool
     served_disaggregated: bool
-    """The stack serves the model disaggregated; the run simulates it aggregated (:func:`simulated_spec`)."""
+    """The stack serves the model disaggregated."""
+    prefill: PrefillPlan | None
+    """The prefill role where the run simulates the model disaggregated; None: aggregated (:func:`simulated_spec`)."""
     envoy: Path
     envoy_version: str
     simulator: Path
@@ -173,10 +180,16 @@ class SimulationResult(BaseModel):
     slo_held: bool = Field(description="TTFT and ITL p95 within the objectives, every request served.")
     usd_per_million_output_tokens: float | None = Field(description="At the plan's price per replica-hour.")
     rate_limits_lifted: bool = Field(description="Whether the tenants' rate limits were lifted for the run.")
-    served_disaggregated: bool = Field(
-        description="The stack serves the model disaggregated; the run simulated it aggregated on its decode role's "
-        "pool, size and replicas (disaggregated fleets are not simulated yet)."
+    served_disaggregated: bool = Field(description="The stack serves the model disaggregated.")
+    serving: Serving = Field(
+        description="How the run served it: ``disaggregated`` (``replicas`` decode replicas and ``prefill_replicas`` "
+        "prefill workers) or ``aggregated``."
     )
+    prefill_replicas: int = Field(description="Prefill workers (0 aggregated).")
+    prefilled: int = Field(
+        description="Requests the prefill workers computed the prompt of (the rest were computed where they decoded)."
+    )
+    transfer_gbps: float | None = Field(description="The KV transfer's rate, GB/s (None aggregated).")
     duration_s: float = Field(description="First send to last answer.")
 
 
@@ -196,8 +209,8 @@ def choose_model(spec: PlatformSpec, stack: str, given: str | None) -> ModelDepl
     raise SimulationError(f"--model {given}: stack {stack} has no such model (its models: {', '.join(names)})")
 
 
-def replica_count(given: str | None, sizing: DeploymentSizing) -> int:
-    """``--replicas``: ``min`` (the default; at least one), ``max`` or a number."""
+def replica_count(given: str | None, sizing: DeploymentSizing, option: str = "--replicas") -> int:
+    """``--replicas`` (or ``option``): ``min`` (the default; at least one), ``max`` or a number."""
     if given in (None, "min"):
         return max(1, sizing.min_replicas)
     if given == "max":
@@ -205,20 +218,32 @@ def replica_count(given: str | None, sizing: DeploymentSizing) -> int:
     try:
         count = int(str(given))
     except ValueError:
-        raise SimulationError(f"--replicas {given}: give min, max or a number from 1 to {fl.MAX_REPLICAS}") from None
+        raise SimulationError(f"{option} {given}: give min, max or a number from 1 to {fl.MAX_REPLICAS}") from None
     if not 1 <= count <= fl.MAX_REPLICAS:
-        raise SimulationError(f"--replicas {given}: give min, max or a number from 1 to {fl.MAX_REPLICAS}")
+        raise SimulationError(f"{option} {given}: give min, max or a number from 1 to {fl.MAX_REPLICAS}")
     return count
+
+
+def serving_of(args: argparse.Namespace, model: ModelDeploymentSpec, display_file: str) -> Serving:
+    """``--serving``, by default as the stack serves ``model``; disaggregated only where the stack file says how."""
+    serving: Serving = args.serving or ("aggregated" if model.disaggregation is None else "disaggregated")
+    if serving == "disaggregated" and model.disaggregation is None:
+        raise SimulationError(
+            f"--serving disaggregated: {display_file} serves {model.name} aggregated (add its `disaggregation`: "
+            "docs/model-servers.md)"
+        )
+    return serving
 
 
 def simulated_spec(
     spec: PlatformSpec, deployment: ModelDeploymentSpec, routing: RoutingPolicy | None, lift_limits: bool
 ) -> tuple[PlatformSpec, RoutingPolicy]:
-    """The spec the run renders: ``routing`` for the model (its own otherwise), rate limits lifted when asked, and a
-    disaggregated model served aggregated on its decode role's pool, size and replicas: the simulated fleet runs
-    aggregated engines only (the mocker's disaggregated mode rendezvouses through Dynamo's own runtime, which the
-    gateway's prefill step does not speak), so the run says so (:attr:`SimulationResult.served_disaggregated`)
-    rather than send the gateway's prefill step to replicas that do not exist."""
+    """The spec the gateway renders: ``routing`` for the model (its own otherwise), rate limits lifted when asked, and
+    a disaggregated model without its prefill role: its decode replicas are the replicas the gateway picks among,
+    and the prompt's trip to a prefill worker is the simulated replica's own (:mod:`.disaggregated`: the mocker's
+    disaggregated mode rendezvouses through Dynamo's runtime, which the gateway's prefill step does not speak). With
+    ``--serving aggregated`` this is also the model's sizing: aggregated on its decode role's pool, size and
+    replicas."""
     own = routing_of(spec, deployment)
     policy = routing or own.policy
     update: dict[str, object] = {"routing": own.model_copy(update={"policy": policy}), "disaggregation": None}
@@ -328,6 +353,23 @@ def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> Sim
     )
     settings = fl.engine_settings(deployment, deployment_sizing, replica)
     replicas = replica_count(args.replicas, deployment_sizing)
+    prefill = None
+    if serving_of(args, chosen, stack.display_file) == "disaggregated":
+        if args.rate == PLAN_RATE:
+            raise SimulationError(
+                f"--rate plan: the plan's rate is an aggregated replica's; give a rate for {chosen.name} served "
+                "disaggregated, or --serving aggregated"
+            )
+        decode, prefill_role, transfer_gbps = disaggregated_roles(chosen, size_platform(base), stack.display_file)
+        replica, settings = decode.replica, decode.settings
+        replicas = replica_count(args.replicas, decode.sizing)
+        prefill = PrefillPlan(
+            role=prefill_role,
+            count=replica_count(args.prefill_replicas, prefill_role.sizing, "--prefill-replicas"),
+            transfer_gbps=transfer_gbps,
+        )
+    elif args.prefill_replicas is not None:
+        raise SimulationError(f"--prefill-replicas {args.prefill_replicas}: only for a model simulated disaggregated")
     requests, label, rate = build_workload(args, replica, deployment, replicas, spec.gateway.admission)
     if not requests:
         raise SimulationError(f"--workload {args.workload}: no request to send")
@@ -359,6 +401,7 @@ def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> Sim
         rate=rate,
         rate_limits_lifted=not args.keep_rate_limits,
         served_disaggregated=chosen.disaggregation is not None,
+        prefill=prefill,
         envoy=envoy,
         envoy_version=gr.envoy_version(envoy),
         simulator=simulator,
@@ -446,8 +489,9 @@ def result_of(
     preemptions: int,
     most_held: Sequence[int],
     decisions: Mapping[str, int],
+    prefilled: int = 0,
 ) -> SimulationResult:
-    """What the run measured, against the model's ``slo`` and the plan's price."""
+    """What the run measured, against the model's ``slo`` and the plan's price (the prefill workers' too)."""
     summary = summarize(outcomes)
     served = [o for o in outcomes if 200 <= o.status < 300]
     ttft = _ms([o.ttft_s for o in served if o.ttft_s is not None])
@@ -459,10 +503,17 @@ def result_of(
         and ttft.p95 <= slo.ttft_p95_ms
         and (itl.p95 is None or itl.p95 <= slo.itl_p95_ms)
     )
-    price = plan.deployment_sizing.replica_hourly_usd
+    prefill = plan.prefill
+    fleet_price: float | None = 0.0
+    roles = [(plan.deployment_sizing, plan.replicas)] + (
+        [] if prefill is None else [(prefill.role.sizing, prefill.count)]
+    )
+    for role, count in roles:
+        price = role.replica_hourly_usd
+        fleet_price = None if fleet_price is None or price is None else fleet_price + price * count
     tokens_per_second = summary.output_tokens_per_second or 0.0
     tokens_per_hour = tokens_per_second * 3600
-    usd = price * plan.replicas / tokens_per_hour * 1e6 if price is not None and tokens_per_hour > 0 else None
+    usd = fleet_price / tokens_per_hour * 1e6 if fleet_price is not None and tokens_per_hour > 0 else None
     return SimulationResult(
         fleet="simulated (NVIDIA Dynamo mocker engines timed by the performance model; not a GPU)",
         stack=plan.stack,
@@ -492,6 +543,10 @@ def result_of(
         usd_per_million_output_tokens=usd,
         rate_limits_lifted=plan.rate_limits_lifted,
         served_disaggregated=plan.served_disaggregated,
+        serving="aggregated" if prefill is None else "disaggregated",
+        prefill_replicas=0 if prefill is None else prefill.count,
+        prefilled=prefilled,
+        transfer_gbps=None if prefill is None else prefill.transfer_gbps,
         duration_s=summary.duration_s,
     )
 
@@ -521,6 +576,17 @@ class SimulationRun:
         profile = write_profile(
             timing_profile(plan.replica, plan.settings.max_model_len), self.directory / "profile.npz"
         )
+        prefill = None
+        if plan.prefill is not None:
+            role = plan.prefill.role
+            prefill = fl.PrefillWorkers(
+                settings=role.settings,
+                profile=write_profile(
+                    timing_profile(role.replica, role.settings.max_model_len), self.directory / "prefill-profile.npz"
+                ),
+                count=plan.prefill.count,
+                transfer_gbps=plan.prefill.transfer_gbps,
+            )
         fleet = fl.SimulatedFleet(
             python=plan.simulator,
             settings=plan.settings,
@@ -530,11 +596,13 @@ class SimulationRun:
             directory=self.directory / "fleet",
             procs=procs,
             stop=self.stop,
+            prefill=prefill,
         )
         started = time.monotonic()
         if not fleet.start():
             return None
-        self.say(f"{fl.fleet_args_summary(plan.settings, fleet.replicas)} ready in {time.monotonic() - started:.0f} s")
+        summary = fl.fleet_args_summary(plan.settings, fleet.replicas, prefill)
+        self.say(f"{summary} ready in {time.monotonic() - started:.0f} s")
         return fleet
 
     def start_gateways(self, procs: gr.Processes, fleet: fl.SimulatedFleet) -> tuple[list[str], str | None] | None:
@@ -636,7 +704,9 @@ class SimulationRun:
             urls, key = gateways
             engines = [f"{r.url}/metrics" for r in fleet.replicas]
             series = fl.MOCKER_SERIES[fleet.settings.engine_type]
+            prefill_workers = [url for urls in fleet.prefill_metrics.values() for url in urls]
             before, preempted = counters(engines, series)
+            prefilled = sum(fl.generate_requests(prefill_workers))
             with HeldSampler(engines, series) as sampler:
                 outcomes = self.replay(urls, key, progress)
             gone = procs.exited()
@@ -647,6 +717,7 @@ class SimulationRun:
                     EXIT_FAILED,
                 )
             after, preempted_after = counters(engines, series)
+            prefilled = sum(fl.generate_requests(prefill_workers)) - prefilled
             finished = [a - b for a, b in zip(after, before, strict=True)]
             decisions = routing_decisions(self.processor_metrics)
             return result_of(
@@ -656,6 +727,7 @@ class SimulationRun:
                 preemptions=preempted_after - preempted,
                 most_held=sampler.most,
                 decisions=decisions,
+                prefilled=prefilled,
             )
         finally:
             procs.stop_all()
@@ -691,10 +763,17 @@ def report_lines(result: SimulationResult) -> list[str]:
     ]
     if result.rate_limits_lifted:
         lines.append("note: the tenants' rate limits were lifted for the run (--keep-rate-limits keeps them)")
-    if result.served_disaggregated:
+    if result.serving == "disaggregated":
+        lines.append(
+            f"disaggregated: {result.prefill_replicas} prefill workers computed {result.prefilled} prompts, the KV "
+            f"moved at {result.transfer_gbps:g} GB/s; each replica's frontend picks among the prefill workers in its "
+            "namespace (the gateway picks the decode replica; its own prefill step speaks vLLM's proxy protocol, "
+            "which the mockers do not)"
+        )
+    elif result.served_disaggregated:
         lines.append(
             f"note: the stack serves {result.model} disaggregated; this run simulated it aggregated on its decode "
-            "role's pool, size and replicas (disaggregated fleets are not simulated yet)"
+            "role's pool, size and replicas (--serving aggregated)"
         )
     return lines
 

@@ -11,6 +11,17 @@ NATS: file discovery (``DYN_FILE_KV``), the TCP request plane, the ZMQ event pla
 A replica is ready when its frontend lists the model, a one-token request through its address succeeds, and its
 ``/metrics`` carry the running-requests series the gateway reads for the engine: a mocker reports its series only
 after its first request, and the gateway's router counts a replica without them as not ready.
+
+A disaggregated model (:class:`PrefillWorkers`): each replica's mocker runs as a decode worker, and the prefill role's
+mockers (``--disaggregation-mode prefill``) join the replicas' namespaces in turn (prefill worker j in replica j mod
+N's), each on a loopback address of its own. The replica's frontend then sends every request to one of its namespace's
+prefill workers first (Dynamo's own prefill router, also under round-robin: measured on ai-dynamo 1.6.1) and the decode
+worker receives the KV at the transfer's bandwidth (``--kv-transfer-bandwidth``). The gateway picks the decode replica
+as it picks any replica; which prefill worker computes a prompt is the replica's frontend's choice among its own,
+because the mockers do not speak vLLM's proxy protocol that the gateway's own prefill step uses. A replica whose
+namespace would hold no prefill worker (more decode replicas than prefill ones) runs aggregated and computes its
+prompts itself (a decode-mode worker alone in its namespace never became ready: measured on ai-dynamo 1.6.1); the
+run says how many did.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -185,6 +197,35 @@ def frontend_args(host: str, port: int, namespace: str) -> list[str]:
     ]
 
 
+DisaggregationMode = Literal["prefill", "decode"]
+
+
+def disaggregation_args(mode: DisaggregationMode, transfer_gbps: float, bootstrap_port: int | None = None) -> list[str]:
+    """A disaggregated worker's extra ``dynamo.mocker`` arguments (ai-dynamo 1.6.1's ``--help``): its role, the KV
+    transfer's bandwidth in GB/s (the decode side waits ``bytes / bandwidth`` for a prompt's KV), and a prefill
+    worker's bootstrap port, where its decode peers rendezvous."""
+    args = ["--disaggregation-mode", mode, "--kv-transfer-bandwidth", f"{transfer_gbps:g}"]
+    if mode == "prefill":
+        if bootstrap_port is None:
+            raise ValueError("a prefill worker needs its bootstrap port")
+        args += ["--bootstrap-ports", str(bootstrap_port)]
+    return args
+
+
+GENERATE_REQUESTS = MetricSelector(name="dynamo_component_requests_total", labels=(("dynamo_endpoint", "generate"),))
+"""Requests a worker's ``generate`` endpoint took: a prefill worker's prompts too (its engine's
+``vllm:e2e_request_latency_seconds`` counts none; measured on ai-dynamo 1.6.1)."""
+
+
+def generate_requests(urls: Sequence[str]) -> list[int]:
+    """Requests each worker's ``/metrics`` at ``urls`` says it took so far (-1 where they did not answer)."""
+    counts = []
+    for url in urls:
+        body = _get(url, timeout=5.0)
+        counts.append(-1 if body is None else round(parse_samples(body, GENERATE_REQUESTS) or 0.0))
+    return counts
+
+
 def dynamo_env(host: str, discovery: Path) -> dict[str, str]:
     """The environment that keeps a Dynamo process on ``host`` (loopback) with file discovery in ``discovery``."""
     return {
@@ -250,6 +291,19 @@ def post_ok(url: str, body: Mapping[str, object], timeout: float = 10.0) -> bool
         return False
 
 
+class PrefillWorkers(BaseModel):
+    """A disaggregated model's prefill role in the fleet: its mockers, shared out among the replicas' namespaces."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    settings: EngineSettings = Field(
+        description="The prefill role's engine as sized; it serves the model's name (Dynamo pairs the roles by it)."
+    )
+    profile: Path = Field(description="The timing profile of one prefill replica.")
+    count: int = Field(ge=1, le=MAX_REPLICAS, description="Prefill workers.")
+    transfer_gbps: float = Field(gt=0, description="The KV transfer's bandwidth, GB/s, as sizing models the pools'.")
+
+
 class SimulatedReplica(BaseModel):
     """One running replica."""
 
@@ -276,7 +330,8 @@ class SimulatedReplica(BaseModel):
 
 
 class SimulatedFleet:
-    """N replicas started in ``directory`` (discovery, logs), owned by ``procs`` (stopped with it)."""
+    """N replicas started in ``directory`` (discovery, logs), owned by ``procs`` (stopped with it); with ``prefill``,
+    the replicas are a disaggregated model's decode workers and the prefill workers join their namespaces."""
 
     def __init__(
         self,
@@ -290,9 +345,16 @@ class SimulatedFleet:
         procs: Processes,
         stop: threading.Event,
         name: str = "sim",
+        prefill: PrefillWorkers | None = None,
     ) -> None:
         if not 1 <= replicas <= MAX_REPLICAS:
             raise SimulatorError(f"--replicas {replicas}: give 1 to {MAX_REPLICAS}", 2)
+        hosts = replicas + (prefill.count if prefill is not None else 0)
+        if hosts > MAX_REPLICAS:
+            raise SimulatorError(f"{hosts} simulated workers: give at most {MAX_REPLICAS} in all", 2)
+        self.prefill = prefill
+        self.prefill_metrics: dict[int, tuple[str, ...]] = {}
+        """Each replica's prefill workers' ``/metrics`` (none for an aggregated fleet)."""
         self.python = python
         self.settings = settings
         self.model_dir = model_dir
@@ -307,10 +369,11 @@ class SimulatedFleet:
     def check_room(self) -> None:
         """Refuse a fleet the machine's inotify limit cannot hold (each Dynamo process opens two)."""
         room = inotify_room()
-        needed = 2 * self.count * INOTIFY_PER_PROCESS
+        processes = 2 * self.count + (self.prefill.count if self.prefill is not None else 0)
+        needed = processes * INOTIFY_PER_PROCESS
         if room is not None and needed > room - 16:
             raise SimulatorError(
-                f"{self.count} replicas need {needed} inotify instances (2 processes each, "
+                f"{self.count} replicas need {needed} inotify instances ({processes} Dynamo processes, "
                 f"{INOTIFY_PER_PROCESS} apiece) and fs.inotify.max_user_instances is {room}: raise it, e.g. "
                 f"`sudo sysctl fs.inotify.max_user_instances={max(1024, needed * 2)}`"
             )
@@ -331,19 +394,36 @@ class SimulatedFleet:
             route = Route(host=host, port=port, api_port=api, metrics_port=metrics, engine=self.settings.engine)
             env = dynamo_env(host, discovery)
             mocker_env = {**env, "DYN_SYSTEM_PORT": str(metrics)}
-            self.procs.start(
-                f"{self.name}-mocker-{i}",
-                [str(self.python), *mocker_args(self.settings, self.model_dir, self.profile, namespace)],
-                mocker_env,
-            )
+            args = mocker_args(self.settings, self.model_dir, self.profile, namespace)
+            if self.prefill is not None and i < self.prefill.count:  # prefill worker j joins replica j mod N
+                args += disaggregation_args("decode", self.prefill.transfer_gbps)
+            self.procs.start(f"{self.name}-mocker-{i}", [str(self.python), *args], mocker_env)
             self.procs.start(f"{self.name}-frontend-{i}", [str(self.python), *frontend_args(host, api, namespace)], env)
             replicas.append(SimulatedReplica(index=i, namespace=namespace, route=route))
+        self._start_prefill_workers(discovery, taken)
         routes = [r.route.text() for r in replicas]
         self.procs.start(f"{self.name}-join", [sys.executable, "-m", "inferplane.tool.simulate.join", *routes])
         self.replicas = tuple(replicas)
         if not self._wait_ready():
             return ()
         return self.replicas
+
+    def _start_prefill_workers(self, discovery: Path, taken: set[int]) -> None:
+        """Prefill worker j in replica j mod N's namespace, on the loopback address after the replicas'."""
+        prefill = self.prefill
+        if prefill is None:
+            return
+        groups: dict[int, list[str]] = {}
+        for j in range(prefill.count):
+            group = j % self.count
+            host = replica_host(self.count + j)
+            metrics, bootstrap = (pick_ports(1, taken) for _ in range(2))
+            args = mocker_args(prefill.settings, self.model_dir, prefill.profile, f"{self.name}{group}")
+            args += disaggregation_args("prefill", prefill.transfer_gbps, bootstrap)
+            env = {**dynamo_env(host, discovery), "DYN_SYSTEM_PORT": str(metrics)}
+            self.procs.start(f"{self.name}-prefill-{j}", [str(self.python), *args], env)
+            groups.setdefault(group, []).append(f"http://{host}:{metrics}/metrics")
+        self.prefill_metrics = {group: tuple(urls) for group, urls in groups.items()}
 
     def _ready(self, replica: SimulatedReplica) -> bool:
         models = _get(f"http://{replica.host}:{replica.route.api_port}/v1/models")
@@ -353,10 +433,16 @@ class SimulatedFleet:
         if not post_ok(f"{replica.url}/v1/completions", body):
             return False
         metrics = _get(f"{replica.url}/metrics")
-        return metrics is not None and LOAD_SERIES[self.settings.engine].running.name.encode() in metrics
+        if metrics is None or LOAD_SERIES[self.settings.engine].running.name.encode() not in metrics:
+            return False
+        # The frontend's prefill router starts once discovery shows it a prefill worker; until then its probes
+        # decode where they land. Ready once one of this replica's prefill workers has taken a probe.
+        prefill = self.prefill_metrics.get(replica.index)
+        return not prefill or any(n > 0 for n in generate_requests(prefill))
 
     def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + max(60.0, READY_SECONDS_PER_REPLICA * self.count)
+        workers = self.count + (self.prefill.count if self.prefill is not None else 0)
+        deadline = time.monotonic() + max(60.0, READY_SECONDS_PER_REPLICA * workers)
         waiting = list(self.replicas)
         while waiting:
             if self.stop.is_set():
@@ -370,7 +456,8 @@ class SimulatedFleet:
             if time.monotonic() > deadline:
                 first = waiting[0]
                 raise SimulatorError(
-                    f"{len(waiting)} of {self.count} simulated replicas not ready in time; replica {first.index}'s "
+                    f"{len(waiting)} of {self.count} simulated replicas not ready in time (with a prefill worker of "
+                    f"theirs, where they have one); replica {first.index}'s "
                     f"frontend log:\n{self.procs.log_tail(f'{self.name}-frontend-{first.index}')}\nits mocker's:\n"
                     f"{self.procs.log_tail(f'{self.name}-mocker-{first.index}')}"
                 )
@@ -398,10 +485,20 @@ def parse_metric(text: bytes, name: str) -> float:
     return parse_samples(text, MetricSelector(name=name)) or 0.0
 
 
-def fleet_args_summary(settings: EngineSettings, replicas: Sequence[SimulatedReplica]) -> str:
+def fleet_args_summary(
+    settings: EngineSettings, replicas: Sequence[SimulatedReplica], prefill: PrefillWorkers | None = None
+) -> str:
     """One line saying what runs."""
-    return (
+    line = (
         f"{len(replicas)} simulated replicas of {settings.served_model} ({settings.engine_type} scheduler, "
         f"{settings.max_num_seqs} slots, {settings.max_num_batched_tokens}-token steps, "
         f"{settings.num_gpu_blocks} blocks of {settings.block_size} tokens)"
+    )
+    if prefill is None:
+        return line
+    alone = max(0, len(replicas) - prefill.count)
+    return (
+        f"{line} decoding, and {prefill.count} prefill workers ({prefill.settings.max_num_batched_tokens}-token "
+        f"steps, {prefill.settings.num_gpu_blocks} blocks) moving the KV at {prefill.transfer_gbps:g} GB/s"
+        + (f"; {alone} replicas with no prefill worker of their own compute their prompts" if alone else "")
     )

@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 
 from inferplane.components.capacity.planner import replica_capacity_rps
+from inferplane.components.capacity.sizing import size_platform
 from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID
 from inferplane.tool.simulate import command as sim
+from inferplane.tool.simulate import disaggregated
+from inferplane.tool.simulate.replay import Outcome
 from inferplane.tool.simulate.workload import (
     WorkloadRequest,
     WorkloadShape,
@@ -27,6 +30,9 @@ from inferplane.tool.simulate.workload import (
 from inferplane.tool.stackfile import load_stack
 from tests.conftest import PROJECT_DIR
 from tests.tool.simulate.simulator import simulator_python
+
+PROD_70B = ["--stack", "prod", "--model", "llama-70b"]
+"""prod's disaggregated model."""
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -63,6 +69,22 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (
             ["--stack", "dev", "--workload", "/no/such.jsonl"],
             "--workload /no/such.jsonl: neither a generator (shared-prefix, multi-turn, unique) nor a file",
+        ),
+        (
+            ["--stack", "dev", "--serving", "disaggregated", "--workload", "unique", "--rate", "1", "--duration", "5"],
+            "--serving disaggregated: stacks/Pulumi.dev.yaml serves llama-8b aggregated (add its `disaggregation`",
+        ),
+        (
+            ["--stack", "dev", "--prefill-replicas", "2", "--workload", "unique", "--rate", "1", "--duration", "5"],
+            "--prefill-replicas 2: only for a model simulated disaggregated",
+        ),
+        (
+            [*PROD_70B, "--prefill-replicas", "0", "--workload", "unique", "--rate", "1", "--duration", "5"],
+            "--prefill-replicas 0: give min, max or a number from 1 to 250",
+        ),
+        (
+            [*PROD_70B, "--workload", "unique", "--rate", "plan", "--duration", "5"],
+            "--rate plan: the plan's rate is an aggregated replica's; give a rate for llama-70b served disaggregated",
         ),
     ],
 )
@@ -122,15 +144,71 @@ def test_the_plans_rate_is_replicas_times_what_one_serves_within_the_slo() -> No
     assert f"(the plan's: 3 x {one:.3g} within the slo)" in plan.workload_label
 
 
-def test_a_disaggregated_model_is_simulated_aggregated_on_its_decode_role_and_said_so() -> None:
-    """prod serves llama-70b disaggregated; the simulated fleet runs aggregated engines, so the run renders the model
-    without its prefill role (no prefill step to replicas that do not exist) on the decode role's pool and replicas,
-    and its result says so."""
+HOUR_OF_TOKENS = Outcome(
+    status=200,
+    sent_s=0.0,
+    ttft_s=0.1,
+    itl_s=(),
+    last_token_s=1.0,
+    finished_s=1.0,
+    output_tokens=3600,
+    prompt_tokens=10,
+    cached_tokens=0,
+    error=None,
+    group=None,
+)
+"""One request served: 3,600 output tokens in the run's one second."""
+
+
+def test_a_disaggregated_model_runs_as_its_two_roles_behind_a_gateway_without_the_prefill_step() -> None:
+    """prod serves llama-70b disaggregated: the fleet runs its decode role's engine on the decode replicas and its
+    prefill role's on the prefill workers, both as sized, with sizing's transfer rate; the gateway renders the model
+    without its prefill role (the replicas' frontends send prompts to the prefill workers), and the price counts
+    both roles."""
     args = _args(stack="prod", model="llama-70b", workload="unique", rate=1.0, duration=5.0)
     plan = sim.plan_simulation(args, {"INFERPLANE_SIMULATOR_PYTHON": sys.executable})
+    stack_spec = load_stack(PROJECT_DIR, "prod").platform
+    stack_model = next(m for m in stack_spec.models if m.name == "llama-70b")
+    assert stack_model.disaggregation is not None and stack_model.prefill_role is not None
+    decode = size_platform(stack_spec).serving("llama-70b")
+    assert decode.prefill is not None and decode.transfer is not None
+    assert plan.served_disaggregated and plan.prefill is not None
+    assert plan.deployment.disaggregation is None and plan.deployment_sizing.prefill is None  # the gateway's view
+    assert plan.settings == disaggregated.role_of(stack_model, decode, "llama-70b").settings
+    role = plan.prefill.role
+    assert role.settings == disaggregated.role_of(stack_model.prefill_role, decode.prefill, "llama-70b").settings
+    assert role.settings.served_model == "llama-70b"  # Dynamo pairs the roles by the served name
+    assert role.settings.max_num_batched_tokens == decode.prefill.result.vllm.max_num_batched_tokens
+    assert plan.settings.max_num_batched_tokens == decode.result.vllm.max_num_batched_tokens
+    assert (plan.replicas, plan.prefill.count) == (decode.min_replicas, decode.prefill.min_replicas)
+    assert plan.prefill.transfer_gbps == decode.transfer.bytes_per_second / 1e9
+    # The gateway admits as many as a decode replica holds.
+    assert plan.deployment_sizing.result.vllm.max_num_seqs == plan.settings.max_num_seqs
+    widest = sim.plan_simulation(
+        _args(**{**vars(args), "replicas": "max", "prefill_replicas": "max"}),
+        {"INFERPLANE_SIMULATOR_PYTHON": sys.executable},
+    )
+    assert widest.prefill is not None
+    assert (widest.replicas, widest.prefill.count) == (decode.max_replicas, decode.prefill.max_replicas)
+    result = sim.result_of(
+        plan, [HOUR_OF_TOKENS], finished=[1, 0], preemptions=0, most_held=[1, 0], decisions={}, prefilled=1
+    )
+    assert (result.serving, result.prefill_replicas, result.prefilled, result.transfer_gbps) == (
+        "disaggregated",
+        2,
+        1,
+        38.4,
+    )
+    assert decode.replica_hourly_usd is not None and decode.prefill.replica_hourly_usd is not None
+    fleet_hourly = 2 * decode.replica_hourly_usd + 2 * decode.prefill.replica_hourly_usd
+    assert result.usd_per_million_output_tokens == pytest.approx(fleet_hourly / 3600 / 3600 * 1e6)
+
+
+def test_a_disaggregated_model_served_aggregated_is_sized_aggregated_on_its_decode_role_and_said_so() -> None:
+    args = _args(stack="prod", model="llama-70b", workload="unique", rate=1.0, duration=5.0, serving="aggregated")
+    plan = sim.plan_simulation(args, {"INFERPLANE_SIMULATOR_PYTHON": sys.executable})
     stack_model = next(m for m in load_stack(PROJECT_DIR, "prod").platform.models if m.name == "llama-70b")
-    assert stack_model.disaggregation is not None
-    assert plan.served_disaggregated
+    assert plan.served_disaggregated and plan.prefill is None
     assert plan.deployment.disaggregation is None and plan.deployment_sizing.prefill is None
     assert (plan.deployment.pool, plan.deployment.gpus_per_replica, plan.replicas) == (
         stack_model.pool,
@@ -138,8 +216,18 @@ def test_a_disaggregated_model_is_simulated_aggregated_on_its_decode_role_and_sa
         stack_model.min_replicas,
     )
     assert plan.settings.max_num_seqs == plan.deployment_sizing.result.vllm.max_num_seqs
+    result = sim.result_of(plan, [], finished=[0, 0], preemptions=0, most_held=[0, 0], decisions={})
+    assert (result.serving, result.prefill_replicas, result.prefilled, result.transfer_gbps) == (
+        "aggregated",
+        0,
+        0,
+        None,
+    )
+    assert "note: the stack serves llama-70b disaggregated; this run simulated it aggregated" in "\n".join(
+        sim.report_lines(result)
+    )
     dev = sim.plan_simulation(_args(rate=1.0, duration=5.0), {"INFERPLANE_SIMULATOR_PYTHON": sys.executable})
-    assert not dev.served_disaggregated
+    assert not dev.served_disaggregated and dev.prefill is None
 
 
 def _args(**given: object) -> argparse.Namespace:
@@ -148,6 +236,8 @@ def _args(**given: object) -> argparse.Namespace:
         "model": None,
         "replicas": None,
         "gateway_replicas": None,
+        "serving": None,
+        "prefill_replicas": None,
         "workload": "unique",
         "rate": None,
         "duration": None,
@@ -193,3 +283,33 @@ def test_a_run_replays_a_file_and_reports_it(tmp_path: Path) -> None:
     assert result["hit_share"] >= 0.95 * ideal, "the engines served the prefix from cache"
     assert result["slo_held"] == (done.returncode == 0)
     assert result["max_num_seqs"] == 4
+
+
+@pytest.mark.e2e
+@pytest.mark.xdist_group("simulated-fleet")
+def test_a_disaggregated_run_prefills_on_the_prefill_workers_of_the_replicas_namespace(tmp_path: Path) -> None:
+    """prod's llama-70b as 2 decode replicas and 1 prefill worker: the worker joins replica 0's namespace, so it
+    computes exactly replica 0's prompts, and replica 1, with none of its own, computes its prompts itself."""
+    simulator_python()
+    path = tmp_path / "w.jsonl"
+    requests = [
+        WorkloadRequest(arrival_s=0.3 * i, prompt=words(range(1000 * i, 1000 * i + 600)), output_tokens=4)
+        for i in range(8)
+    ]
+    write_workload(path, requests)
+    command = [str(Path(sys.executable).parent / "inferplane"), "simulate", *PROD_70B, "--replicas", "2"]
+    done = subprocess.run(
+        [*command, "--prefill-replicas", "1", "--workload", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_DIR,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    result = json.loads(done.stdout)
+    assert (result["serving"], result["prefill_replicas"], result["transfer_gbps"]) == ("disaggregated", 1, 38.4)
+    assert (result["requests"], result["ok"], result["failed"]) == (8, 8, 0)
+    assert sum(result["requests_per_replica"]) == 8
+    assert all(result["requests_per_replica"]), "the gateway sent each replica some of the prompts"
+    assert result["prefilled"] == result["requests_per_replica"][0]

@@ -104,6 +104,47 @@ def test_dynamos_own_parsers_read_the_settings(stack: str, model: str, tmp_path:
     }
 
 
+PARSE_ROLE = """
+import json, sys
+from dynamo.mocker.args import parse_args
+ns = vars(parse_args(json.loads(sys.argv[1])))
+print(json.dumps({k: ns[k] for k in ("disaggregation_mode", "is_prefill_worker", "is_decode_worker",
+                                      "kv_transfer_bandwidth", "bootstrap_ports_list")}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "bootstrap", "parsed"),
+    [
+        ("prefill", 23457, {"is_prefill_worker": True, "is_decode_worker": False, "bootstrap_ports_list": [23457]}),
+        ("decode", None, {"is_prefill_worker": False, "is_decode_worker": True, "bootstrap_ports_list": []}),
+    ],
+)
+def test_dynamos_parser_reads_a_disaggregated_workers_role(
+    mode: fl.DisaggregationMode, bootstrap: int | None, parsed: dict[str, object], tmp_path: Path
+) -> None:
+    settings, _ = settings_of("prod", "llama-70b")
+    args = fl.mocker_args(settings, tmp_path / "model", tmp_path / "p.npz", "ns3")[2:]
+    args += fl.disaggregation_args(mode, 38.4, bootstrap)
+    result = subprocess.run(
+        [str(simulator_python()), "-c", PARSE_ROLE, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "disaggregation_mode": mode,
+        "kv_transfer_bandwidth": 38.4,
+        **parsed,
+    }
+
+
+def test_a_prefill_worker_without_its_bootstrap_port_is_refused() -> None:
+    with pytest.raises(ValueError, match="a prefill worker needs its bootstrap port"):
+        fl.disaggregation_args("prefill", 38.4)
+
+
 def test_dynamo_stays_on_the_replicas_loopback_address(tmp_path: Path) -> None:
     env = fl.dynamo_env("127.0.1.9", tmp_path)
     for variable in ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_EVENT_PLANE_HOST", "DYN_SYSTEM_HOST"):
