@@ -1,16 +1,20 @@
 """Aggregated against disaggregated serving at equal GPUs, on a simulated fleet timed by the performance model.
 
-Fleet: NVIDIA Dynamo's mocker engines (ai-dynamo 1.6.1, ``make simulator``) behind one Dynamo frontend
-(``--router-mode kv``), every engine timed by a profile the performance model generates for the prod stack's
-``llama-70b`` (TP 4 on p5.48xlarge H100s) as sizing renders each role:
+Fleet: NVIDIA Dynamo's mocker engines (ai-dynamo 1.6.1, ``make simulator``), every engine timed by a profile the
+performance model generates for the prod stack's ``llama-70b`` (TP 4 on p5.48xlarge H100s) as sizing renders each
+role:
 
 * aggregated: N workers with the aggregated sizing (chunked prefill within the ITL objective's step budget);
 * disaggregated: x prefill workers (``--disaggregation-mode prefill``, the prefill role's sizing: the largest step
   budget) and N - x decode workers (``--disaggregation-mode decode``, the decode role's sizing), the KV moved at the
-  rate sizing models for the stack's EFA pool (``--kv-transfer-bandwidth``). The frontend finds the prefill workers
-  and routes each request prefill-then-decode (Dynamo's own prefill router: the gateway's prefill step speaks vLLM's
-  proxy protocol, which the mockers do not, so this compares the two shapes of fleet under one router, not our
-  gateway).
+  rate sizing models for the stack's EFA pool (``--kv-transfer-bandwidth``).
+
+Routers (``--router``, both side by side when both are given):
+
+* ``gateway`` (default): ``inferplane simulate``'s run, the stack's own gateway (real Envoy and processor) in front:
+  it picks the decode replica; each replica's Dynamo frontend sends the prompt to a prefill worker of its namespace
+  (``tool/simulate/fleet.py``: the gateway's own prefill step speaks vLLM's proxy protocol, which the mockers do not);
+* ``dynamo``: one Dynamo frontend (``--router-mode kv``) over every worker, with its own prefill router.
 
 Equal GPUs: every worker is one TP-4 replica. Workloads (seeded, Poisson arrivals):
 
@@ -22,13 +26,15 @@ burst's window (the running streams' stall while the burst's prompts are compute
 requests served. This is the issue's goal measured: disaggregated ITL p99 during bursts at most half aggregated's,
 at no more than 10% fewer tokens/s per GPU; a simulated fleet, not a GPU (say so beside every figure).
 
-Run: ``.venv/bin/python benchmarks/disagg_sim.py [--workers 4] [--prefill-workers 2] [--workload long,short]``.
+Run: ``.venv/bin/python benchmarks/disagg_sim.py [--workers 4] [--prefill-workers 2] [--workload long,short]
+[--router gateway,dynamo]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sys
 import tempfile
@@ -37,6 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from rich.console import Console
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
@@ -47,15 +55,20 @@ from inferplane.components.catalog import get_accelerator  # noqa: E402
 from inferplane.components.gateway import renderer as gc  # noqa: E402
 from inferplane.components.spec.platform_spec import ModelDeploymentSpec  # noqa: E402
 from inferplane.tool import gateway_run as gr  # noqa: E402
+from inferplane.tool.simulate import command as sim  # noqa: E402
 from inferplane.tool.simulate import fleet as fl  # noqa: E402
 from inferplane.tool.simulate.model_dir import write_model_dir  # noqa: E402
 from inferplane.tool.simulate.profile import timing_profile, write_profile  # noqa: E402
 from inferplane.tool.simulate.replay import Outcome, percentile, replay  # noqa: E402
-from inferplane.tool.simulate.workload import VOCABULARY_WORDS, WorkloadRequest, words  # noqa: E402
+from inferplane.tool.simulate.workload import VOCABULARY_WORDS, WorkloadRequest, words, write_workload  # noqa: E402
 from inferplane.tool.stackfile import load_stack  # noqa: E402
 
 STACK, MODEL = "prod", "llama-70b"
 NAMESPACE = "pd"
+ROUTERS = {
+    "gateway": "the stack's gateway (each replica's frontend picks its prefill worker)",
+    "dynamo": "one Dynamo frontend (--router-mode kv)",
+}
 BURST_WINDOW_S = 5.0
 """A gap counts as "during a burst" when it ends within this long after the burst's arrival (the burst's prompts
 are being computed then)."""
@@ -283,23 +296,76 @@ def run_one(label: str, plan: list[Role], shape: Shape, bench: Bench) -> Result:
     return measure(label, outcomes, shape, len(plan) * bench.tp, per_worker)
 
 
+def through_gateway(label: str, replicas: int, prefill: int, shape: Shape, bench: Bench) -> Result:
+    """One ``inferplane simulate`` fleet (``prefill`` > 0: disaggregated), fresh, behind the stack's gateway."""
+    with tempfile.TemporaryDirectory(prefix="disagg-sim-") as tmp:
+        directory = Path(tmp)
+        path = directory / "workload.jsonl"
+        write_workload(path, workload(shape))
+        args = argparse.Namespace(
+            stack=STACK,
+            model=MODEL,
+            replicas=str(replicas),
+            gateway_replicas=1,
+            serving="disaggregated" if prefill else "aggregated",
+            prefill_replicas=str(prefill) if prefill else None,
+            workload=str(path),
+            rate=None,
+            duration=None,
+            ramp=False,
+            seed=1,
+            routing=None,
+            keep_rate_limits=False,
+            project_dir=str(PROJECT),
+            envoy=None,
+        )
+        plan = sim.plan_simulation(args, os.environ)
+        run_dir = directory / "run"
+        (run_dir / "logs").mkdir(parents=True)
+        stop = threading.Event()
+        procs = gr.Processes(run_dir / "logs", stop)
+        run = sim.SimulationRun(plan, run_dir, stop, Console(stderr=True))
+        try:
+            fleet = run.start_fleet(procs)
+            gateways = run.start_gateways(procs, fleet) if fleet is not None else None
+            if fleet is None or gateways is None:
+                raise RuntimeError("stopped before the run")
+            urls, key = gateways
+            workers = [u for urls_ in fleet.prefill_metrics.values() for u in urls_]
+            workers += [f"{r.url}/metrics" for r in fleet.replicas]
+            before = fl.generate_requests(workers)
+            outcomes = tuple(run.replay(urls, key, None))
+            per_worker = tuple(
+                after - first for after, first in zip(fl.generate_requests(workers), before, strict=True)
+            )
+        finally:
+            procs.stop_all()
+    return measure(label, outcomes, shape, (replicas + prefill) * bench.tp, per_worker)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=4, help="TP-4 workers in each fleet (equal GPUs)")
     parser.add_argument("--prefill-workers", type=int, default=2, help="of them, prefill workers when disaggregated")
     parser.add_argument("--workload", default="long,short")
+    parser.add_argument("--router", default="gateway", help="gateway, dynamo, or both (comma-separated)")
     args = parser.parse_args()
+    routers = args.router.split(",")
+    if not set(routers) <= {"gateway", "dynamo"}:
+        parser.error(f"--router {args.router}: give gateway, dynamo or both")
+    decode = args.workers - args.prefill_workers
     with tempfile.TemporaryDirectory(prefix="disagg-roles-") as tmp:
         found, bench = roles(Path(tmp))
+        disaggregated = f"{args.prefill_workers}P{decode}D"
         fleets = {
             "aggregated": [found["agg"]] * args.workers,
-            f"{args.prefill_workers}P{args.workers - args.prefill_workers}D": [found["prefill"]] * args.prefill_workers
-            + [found["decode"]] * (args.workers - args.prefill_workers),
+            disaggregated: [found["prefill"]] * args.prefill_workers + [found["decode"]] * decode,
         }
         print(
             f"fleet: simulated (NVIDIA Dynamo mocker engines timed by the performance model; not a GPU), {STACK}'s "
-            f"{MODEL}, TP {bench.tp}, {args.workers} workers a fleet ({args.workers * bench.tp} GPUs), one Dynamo "
-            f"frontend (--router-mode kv); KV transfer {bench.bandwidth_gbps:.1f} GB/s"
+            f"{MODEL}, TP {bench.tp}, {args.workers} workers a fleet ({args.workers * bench.tp} GPUs); routers: "
+            + ", ".join(ROUTERS[r] for r in routers)
+            + f"; KV transfer {bench.bandwidth_gbps:.1f} GB/s"
         )
         header = (
             "fleet",
@@ -314,13 +380,21 @@ def main() -> int:
         )
         for name in args.workload.split(","):
             shape = SHAPES[name]
-            results = [run_one(label, plan, shape, bench) for label, plan in fleets.items()]
+            results = []
+            for router in routers:
+                for label, plan in fleets.items():
+                    if router == "dynamo":
+                        results.append(run_one(f"{label} dynamo", plan, shape, bench))
+                    else:
+                        prefill = 0 if label == "aggregated" else args.prefill_workers
+                        replicas = args.workers if label == "aggregated" else decode
+                        results.append(through_gateway(f"{label} gateway", replicas, prefill, shape, bench))
             burst = f", bursts of {shape.burst} every {shape.burst_period:g} s" if shape.burst else ""
             print(
                 f"\n{name}: {shape.prompt} in / {shape.output} out, {shape.rate:g} req/s for {shape.duration:g} s"
                 + burst
             )
-            print("  ".join(f"{h:>13}" for h in header))
+            print(f"{header[0]:<20}" + "  ".join(f"{h:>13}" for h in header[1:]))
             for r in results:
                 cells = (
                     r.fleet,
@@ -333,7 +407,8 @@ def main() -> int:
                     f"{r.tokens_per_second:.0f}",
                     f"{r.per_gpu:.1f}",
                 )
-                print("  ".join(f"{c:>13}" for c in cells) + f"  per worker {list(r.per_worker)}")
+                row = f"{cells[0]:<20}" + "  ".join(f"{c:>13}" for c in cells[1:])
+                print(f"{row}  per worker {list(r.per_worker)}")
     return 0
 
 

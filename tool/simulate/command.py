@@ -50,7 +50,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from inferplane.components.capacity import perf_model
 from inferplane.components.capacity.planner import replica_capacity_rps
 from inferplane.components.capacity.sizing import DeploymentSizing, PlatformSizing, size_platform
-from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.spec.platform_spec import (
     AdmissionSpec,
@@ -66,7 +65,7 @@ from inferplane.tool import gateway_run as gr
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_REFUSED
 from inferplane.tool.gateway_run_providers import local_providers
 from inferplane.tool.simulate import fleet as fl
-from inferplane.tool.simulate.disaggregated import PrefillPlan, Serving, disaggregated_roles
+from inferplane.tool.simulate.disaggregated import PrefillPlan, Role, Serving, disaggregated_roles, role_of
 from inferplane.tool.simulate.model_dir import write_model_dir
 from inferplane.tool.simulate.profile import timing_profile, write_profile
 from inferplane.tool.simulate.replay import Outcome, percentile, replay, summarize
@@ -329,6 +328,27 @@ def build_workload(
     return requests, f"{path.name} ({len(requests)} requests)", None
 
 
+def fleet_roles(
+    args: argparse.Namespace, model: ModelDeploymentSpec, stack_spec: PlatformSpec, display_file: str, aggregated: Role
+) -> tuple[Role, int, PrefillPlan | None]:
+    """The replicas' engine and count, and the prefill role where the run serves ``model`` disaggregated (as the
+    stack sizes both roles); ``aggregated`` otherwise."""
+    if serving_of(args, model, display_file) == "aggregated":
+        if args.prefill_replicas is not None:
+            raise SimulationError(
+                f"--prefill-replicas {args.prefill_replicas}: only for a model simulated disaggregated"
+            )
+        return aggregated, replica_count(args.replicas, aggregated.sizing), None
+    if args.rate == PLAN_RATE:
+        raise SimulationError(
+            f"--rate plan: the plan's rate is an aggregated replica's; give a rate for {model.name} served "
+            "disaggregated, or --serving aggregated"
+        )
+    decode, prefill, transfer_gbps = disaggregated_roles(model, size_platform(stack_spec), display_file)
+    count = replica_count(args.prefill_replicas, prefill.sizing, "--prefill-replicas")
+    return decode, replica_count(args.replicas, decode.sizing), PrefillPlan(prefill, count, transfer_gbps)
+
+
 def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> SimulationPlan:
     """Check every input and find every part (nothing is written or started)."""
     project_dir = find_project_dir(Path(args.project_dir) if args.project_dir is not None else None)
@@ -347,29 +367,9 @@ def plan_simulation(args: argparse.Namespace, environ: Mapping[str, str]) -> Sim
             EXIT_REFUSED,
         )
     deployment_sizing = next(d for d in sizing.deployments if d.name == deployment.name)
-    accelerator = get_accelerator(deployment_sizing.result.accelerator)
-    replica = perf_model.replica_from_sizing(
-        deployment_sizing.result, deployment.architecture_resolved, accelerator, deployment_sizing.engine
-    )
-    settings = fl.engine_settings(deployment, deployment_sizing, replica)
-    replicas = replica_count(args.replicas, deployment_sizing)
-    prefill = None
-    if serving_of(args, chosen, stack.display_file) == "disaggregated":
-        if args.rate == PLAN_RATE:
-            raise SimulationError(
-                f"--rate plan: the plan's rate is an aggregated replica's; give a rate for {chosen.name} served "
-                "disaggregated, or --serving aggregated"
-            )
-        decode, prefill_role, transfer_gbps = disaggregated_roles(chosen, size_platform(base), stack.display_file)
-        replica, settings = decode.replica, decode.settings
-        replicas = replica_count(args.replicas, decode.sizing)
-        prefill = PrefillPlan(
-            role=prefill_role,
-            count=replica_count(args.prefill_replicas, prefill_role.sizing, "--prefill-replicas"),
-            transfer_gbps=transfer_gbps,
-        )
-    elif args.prefill_replicas is not None:
-        raise SimulationError(f"--prefill-replicas {args.prefill_replicas}: only for a model simulated disaggregated")
+    aggregated = role_of(deployment, deployment_sizing, deployment.name)
+    role, replicas, prefill = fleet_roles(args, chosen, base, stack.display_file, aggregated)
+    replica, settings = role.replica, role.settings
     requests, label, rate = build_workload(args, replica, deployment, replicas, spec.gateway.admission)
     if not requests:
         raise SimulationError(f"--workload {args.workload}: no request to send")
