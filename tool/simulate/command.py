@@ -344,7 +344,12 @@ def fleet_roles(
             f"--rate plan: the plan's rate is an aggregated replica's; give a rate for {model.name} served "
             "disaggregated, or --serving aggregated"
         )
-    decode, prefill, transfer_gbps = disaggregated_roles(model, size_platform(stack_spec), display_file)
+    stack_sizing = size_platform(stack_spec)
+    if not stack_sizing.ok:
+        raise SimulationError(
+            f"{display_file}: the plan is refused: {'; '.join(stack_sizing.problems)} (inferplane size)", EXIT_REFUSED
+        )
+    decode, prefill, transfer_gbps = disaggregated_roles(model, stack_sizing, display_file)
     count = replica_count(args.prefill_replicas, prefill.sizing, "--prefill-replicas")
     return decode, replica_count(args.replicas, decode.sizing), PrefillPlan(prefill, count, transfer_gbps)
 

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inferplane.components.capacity.planner import replica_capacity_rps
 from inferplane.components.capacity.sizing import size_platform
 from inferplane.tool.cli import main
-from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID
+from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED
 from inferplane.tool.simulate import command as sim
 from inferplane.tool.simulate import disaggregated
 from inferplane.tool.simulate.replay import Outcome
@@ -313,3 +315,20 @@ def test_a_disaggregated_run_prefills_on_the_prefill_workers_of_the_replicas_nam
     assert sum(result["requests_per_replica"]) == 8
     assert all(result["requests_per_replica"]), "the gateway sent each replica some of the prompts"
     assert result["prefilled"] == result["requests_per_replica"][0]
+
+
+def test_a_disaggregated_plan_the_stack_refuses_exits_1_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without EFA the 70B's prompts move over TCP, slower than its TTFT objective: the stack's plan is refused, and
+    so is a disaggregated run of it, though the model sized aggregated would fit."""
+    shutil.copy(PROJECT_DIR / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    (tmp_path / "stacks").mkdir()
+    document = yaml.safe_load((PROJECT_DIR / "stacks" / "Pulumi.prod.yaml").read_text())
+    (pool,) = (p for p in document["config"]["inferplane:platform"]["pools"] if p["name"] == "h100")
+    pool["efa"] = False
+    (tmp_path / "stacks" / "Pulumi.prod.yaml").write_text(yaml.safe_dump(document))
+    args = [*PROD_70B, "--project-dir", str(tmp_path), "--workload", "unique", "--rate", "1", "--duration", "5"]
+    assert main(["simulate", *args]) == EXIT_REFUSED
+    said = capsys.readouterr().err
+    assert "stacks/Pulumi.prod.yaml: the plan is refused: " in said and "llama-70b" in said
