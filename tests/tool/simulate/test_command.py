@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -254,6 +255,20 @@ def _args(**given: object) -> argparse.Namespace:
     return argparse.Namespace(**{**defaults, **given})
 
 
+def _simulate_json(workload: Path, *args: str) -> tuple[dict[str, Any], int]:
+    """``inferplane simulate ARGS --workload FILE --json`` run as a user runs it: its result and exit code (0 or 1)."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "inferplane"), "simulate", *args, "--workload", str(workload), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_DIR,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout), done.returncode
+
+
 @pytest.mark.e2e
 @pytest.mark.xdist_group("simulated-fleet")
 def test_a_run_replays_a_file_and_reports_it(tmp_path: Path) -> None:
@@ -265,17 +280,7 @@ def test_a_run_replays_a_file_and_reports_it(tmp_path: Path) -> None:
         for i in range(6)
     ]
     write_workload(path, requests)
-    command = [str(Path(sys.executable).parent / "inferplane"), "simulate", "--stack", "dev", "--replicas", "2"]
-    done = subprocess.run(
-        [*command, "--workload", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT_DIR,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    result = json.loads(done.stdout)
+    result, code = _simulate_json(path, "--stack", "dev", "--replicas", "2")
     assert result["fleet"].startswith("simulated")
     assert (result["requests"], result["ok"], result["rejected_429"], result["failed"]) == (6, 6, 0, 0)
     assert sum(result["requests_per_replica"]) == 6 and len(result["requests_per_replica"]) == 2
@@ -283,7 +288,7 @@ def test_a_run_replays_a_file_and_reports_it(tmp_path: Path) -> None:
     ideal = ideal_hit_share(requests, 16)
     assert result["ideal_hit_share"] == ideal == pytest.approx(5 / 6 * 496 / 501), "5 of 6 find 31 blocks"
     assert result["hit_share"] >= 0.95 * ideal, "the engines served the prefix from cache"
-    assert result["slo_held"] == (done.returncode == 0)
+    assert result["slo_held"] == (code == 0)
     assert result["max_num_seqs"] == 4
 
 
@@ -299,17 +304,7 @@ def test_a_disaggregated_run_prefills_on_the_prefill_workers_of_the_replicas_nam
         for i in range(8)
     ]
     write_workload(path, requests)
-    command = [str(Path(sys.executable).parent / "inferplane"), "simulate", *PROD_70B, "--replicas", "2"]
-    done = subprocess.run(
-        [*command, "--prefill-replicas", "1", "--workload", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT_DIR,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    result = json.loads(done.stdout)
+    result, _ = _simulate_json(path, *PROD_70B, "--replicas", "2", "--prefill-replicas", "1")
     assert (result["serving"], result["prefill_replicas"], result["transfer_gbps"]) == ("disaggregated", 1, 38.4)
     assert (result["requests"], result["ok"], result["failed"]) == (8, 8, 0)
     assert sum(result["requests_per_replica"]) == 8
