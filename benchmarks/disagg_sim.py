@@ -49,14 +49,13 @@ from rich.console import Console
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from inferplane.components.capacity import perf_model  # noqa: E402
-from inferplane.components.capacity.sizing import DeploymentSizing, size_platform  # noqa: E402
-from inferplane.components.catalog import get_accelerator  # noqa: E402
+from inferplane.components.capacity.sizing import size_platform  # noqa: E402
 from inferplane.components.gateway import renderer as gc  # noqa: E402
-from inferplane.components.spec.platform_spec import ModelDeploymentSpec  # noqa: E402
 from inferplane.tool import gateway_run as gr  # noqa: E402
 from inferplane.tool.simulate import command as sim  # noqa: E402
 from inferplane.tool.simulate import fleet as fl  # noqa: E402
+from inferplane.tool.simulate.disaggregated import Role as SizedRole  # noqa: E402
+from inferplane.tool.simulate.disaggregated import disaggregated_roles, role_of  # noqa: E402
 from inferplane.tool.simulate.model_dir import write_model_dir  # noqa: E402
 from inferplane.tool.simulate.profile import timing_profile, write_profile  # noqa: E402
 from inferplane.tool.simulate.replay import Outcome, percentile, replay  # noqa: E402
@@ -118,39 +117,26 @@ def roles(directory: Path) -> tuple[dict[str, Role], Bench]:
     stack = load_stack(PROJECT, STACK)
     spec = stack.platform
     model = next(m for m in spec.models if m.name == MODEL)
-    plan = size_platform(spec)
     aggregated_spec = spec.model_copy(
         update={
             "models": tuple(m.model_copy(update={"disaggregation": None}) if m is model else m for m in spec.models)
         }
     )
-    aggregated = size_platform(aggregated_spec).serving(MODEL)
-    decode = plan.serving(MODEL)
-    prefill_role = model.prefill_role
-    assert prefill_role is not None and decode.transfer is not None, f"{STACK}'s {MODEL} is not disaggregated"
-    prefill = plan.serving(prefill_role.name)
+    aggregated = role_of(model, size_platform(aggregated_spec).serving(MODEL), MODEL)
+    decode, prefill, transfer_gbps = disaggregated_roles(model, size_platform(spec), stack.display_file)
     repo = gc.tokenizer_file(model).removesuffix("/tokenizer.json")
     model_dir = write_model_dir(directory / "tokenizers", repo, model.architecture_resolved, model.max_context)
 
-    def role(
-        mode: Literal["agg"] | fl.DisaggregationMode, deployment: ModelDeploymentSpec, sizing: DeploymentSizing
-    ) -> Role:
-        accelerator = get_accelerator(sizing.result.accelerator)
-        replica = perf_model.replica_from_sizing(sizing.result, model.architecture_resolved, accelerator, sizing.engine)
-        # Every worker serves the model's name: Dynamo pairs prefill and decode workers by it.
-        settings = fl.engine_settings(deployment, sizing, replica).model_copy(update={"served_model": MODEL})
-        profile = write_profile(timing_profile(replica, model.max_context), directory / f"{mode}.npz")
-        return Role(mode, settings, profile)
+    def role(mode: Literal["agg"] | fl.DisaggregationMode, sized: SizedRole) -> Role:
+        # Every worker serves the model's name (role_of): Dynamo pairs prefill and decode workers by it.
+        profile = write_profile(timing_profile(sized.replica, model.max_context), directory / f"{mode}.npz")
+        return Role(mode, sized.settings, profile)
 
-    found = {
-        "agg": role("agg", model, aggregated),
-        "prefill": role("prefill", prefill_role, prefill),
-        "decode": role("decode", model, decode),
-    }
+    found = {"agg": role("agg", aggregated), "prefill": role("prefill", prefill), "decode": role("decode", decode)}
     bench = Bench(
         model_dir=model_dir,
-        bandwidth_gbps=decode.transfer.bytes_per_second / 1e9,
-        tp=decode.result.tensor_parallel_size,
+        bandwidth_gbps=transfer_gbps,
+        tp=decode.sizing.result.tensor_parallel_size,
         simulator=fl.find_simulator({}, PROJECT),
     )
     return found, bench
