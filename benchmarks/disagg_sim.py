@@ -54,6 +54,7 @@ from inferplane.components.gateway import renderer as gc  # noqa: E402
 from inferplane.tool import gateway_run as gr  # noqa: E402
 from inferplane.tool.simulate import command as sim  # noqa: E402
 from inferplane.tool.simulate import fleet as fl  # noqa: E402
+from inferplane.tool.simulate.arguments import simulate_args  # noqa: E402
 from inferplane.tool.simulate.disaggregated import Role as SizedRole  # noqa: E402
 from inferplane.tool.simulate.disaggregated import disaggregated_roles, role_of  # noqa: E402
 from inferplane.tool.simulate.model_dir import write_model_dir  # noqa: E402
@@ -288,22 +289,13 @@ def through_gateway(label: str, replicas: int, prefill: int, shape: Shape, bench
         directory = Path(tmp)
         path = directory / "workload.jsonl"
         write_workload(path, workload(shape))
-        args = argparse.Namespace(
-            stack=STACK,
-            model=MODEL,
-            replicas=str(replicas),
-            gateway_replicas=1,
-            serving="disaggregated" if prefill else "aggregated",
-            prefill_replicas=str(prefill) if prefill else None,
-            workload=str(path),
-            rate=None,
-            duration=None,
-            ramp=False,
-            seed=1,
-            routing=None,
-            keep_rate_limits=False,
-            project_dir=str(PROJECT),
-            envoy=None,
+        # Said either way: simulate's default is how the stack serves the model, and prod's is disaggregated.
+        serving = ("disaggregated", "--prefill-replicas", str(prefill)) if prefill else ("aggregated",)
+        args = simulate_args(
+            [
+                *("--stack", STACK, "--model", MODEL, "--replicas", str(replicas), "--serving", *serving),
+                *("--workload", str(path), "--project-dir", str(PROJECT)),
+            ]
         )
         plan = sim.plan_simulation(args, os.environ)
         run_dir = directory / "run"

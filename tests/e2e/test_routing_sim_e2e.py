@@ -12,7 +12,6 @@ file order on one worker: the destructive one (a replica killed) last.
 
 from __future__ import annotations
 
-import argparse
 import secrets
 import shutil
 import tempfile
@@ -29,6 +28,7 @@ from rich.console import Console
 from inferplane.tool import gateway_run as gr
 from inferplane.tool.simulate import command as sim
 from inferplane.tool.simulate import fleet as fl
+from inferplane.tool.simulate.arguments import simulate_args
 from inferplane.tool.simulate.workload import words
 from tests.conftest import PROJECT_DIR
 from tests.tool.simulate.simulator import simulator_python
@@ -96,22 +96,11 @@ def _prompt(prefix: list[int], question: int) -> str:
 @pytest.fixture(scope="module")
 def platform() -> Iterator[SimPlatform]:
     simulator_python()  # skip, naming `make simulator`, where it is not installed
-    args = argparse.Namespace(
-        stack="dev",
-        model=None,
-        replicas=str(REPLICAS),
-        gateway_replicas=GATEWAYS,
-        serving=None,
-        prefill_replicas=None,
-        workload="unique",
-        rate=1.0,
-        duration=1.0,
-        ramp=False,
-        seed=1,
-        routing=None,
-        keep_rate_limits=False,
-        project_dir=str(PROJECT_DIR),
-        envoy=None,
+    args = simulate_args(
+        [
+            *("--stack", "dev", "--replicas", str(REPLICAS), "--gateway-replicas", str(GATEWAYS)),
+            *("--workload", "unique", "--rate", "1", "--duration", "1", "--project-dir", str(PROJECT_DIR)),
+        ]
     )
     plan = sim.plan_simulation(args, {})
     directory = Path(tempfile.mkdtemp(prefix="inferplane-sim-e2e-"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 
 from rich.console import Console
 
@@ -40,6 +41,14 @@ def _rate(text: str) -> float | str:
     """Requests per second, or ``plan``: the rate the plan says the replicas serve within the model's slo and the
     gateway's admission."""
     return PLAN_RATE if text == PLAN_RATE else _positive(text)
+
+
+def simulate_args(argv: Sequence[str]) -> argparse.Namespace:
+    """``inferplane simulate ARGV``'s arguments as the command gets them, for scripts and tests that plan or run a
+    simulation in-process: every option and default is the CLI's own, so a new option cannot leave them behind."""
+    parser = argparse.ArgumentParser(prog="inferplane")
+    add_simulate_command(parser.add_subparsers())
+    return parser.parse_args(["simulate", *argv])
 
 
 def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -21,6 +21,7 @@ from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED
 from inferplane.tool.simulate import command as sim
 from inferplane.tool.simulate import disaggregated
+from inferplane.tool.simulate.arguments import simulate_args
 from inferplane.tool.simulate.replay import Outcome
 from inferplane.tool.simulate.workload import (
     WorkloadRequest,
@@ -234,25 +235,9 @@ def test_a_disaggregated_model_served_aggregated_is_sized_aggregated_on_its_deco
 
 
 def _args(**given: object) -> argparse.Namespace:
-    defaults: dict[str, object] = {
-        "stack": "dev",
-        "model": None,
-        "replicas": None,
-        "gateway_replicas": None,
-        "serving": None,
-        "prefill_replicas": None,
-        "workload": "unique",
-        "rate": None,
-        "duration": None,
-        "ramp": False,
-        "seed": 1,
-        "routing": None,
-        "keep_rate_limits": False,
-        "project_dir": str(PROJECT_DIR),
-        "envoy": None,
-        "json": False,
-    }
-    return argparse.Namespace(**{**defaults, **given})
+    """The CLI's own arguments for ``--stack dev --workload unique``, with ``given`` set as the parser would."""
+    defaults = simulate_args(["--stack", "dev", "--workload", "unique", "--project-dir", str(PROJECT_DIR)])
+    return argparse.Namespace(**{**vars(defaults), **given})
 
 
 def _simulate_json(workload: Path, *args: str) -> tuple[dict[str, Any], int]:
