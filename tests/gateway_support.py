@@ -38,6 +38,10 @@ from tests.ports import free_port
 from tests.redis_server import search_module
 
 VLLM_VENV = PROJECT_DIR / ".ci" / "cache" / "vllm-venv"
+# A metrics page read in a poll may wait for CPU: on CI's two cores a vLLM CPU engine decoding a long answer keeps both
+# busy, and the processor's page (its supervisor merging the workers' files) once took over 5 s to answer. A read
+# that long is starvation, not an answer; one that takes longer than this is a hung endpoint and fails the test.
+SCRAPE_TIMEOUT_S = 30.0
 VLLM_READY_MARKER = VLLM_VENV / ".inferplane-vllm-ready"
 VLLM_START_TIMEOUT_SECONDS = 420.0
 """About 35 s on an idle 2-core machine; minutes when the cores are shared."""
@@ -156,7 +160,7 @@ def wait_port(port: int, timeout: float) -> None:
     raise TimeoutError(f"nothing listens on {port} after {timeout:.0f} s")
 
 
-def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
+def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> dict[str, float]:
     """A Prometheus text page as ``{'name{labels}': value}`` (comments dropped)."""
     with urllib.request.urlopen(url, timeout=timeout) as response:
         text = response.read().decode()
@@ -661,7 +665,7 @@ def cpu_seconds(pid: int) -> float:
 
 def ext_proc_messages(stats_url: str) -> tuple[float, float]:
     """Envoy's ext_proc counters: messages sent to the processor and streams started (one stream a request)."""
-    text = urllib.request.urlopen(stats_url, timeout=5).read().decode()
+    text = urllib.request.urlopen(stats_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
 
     def counter(name: str) -> float:
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))

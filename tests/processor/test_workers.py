@@ -32,7 +32,15 @@ from inferplane.components.gateway import renderer as gc
 from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor import metrics as gm
 from inferplane.processor.config import ProcessorConfig
-from tests.gateway_support import Gateway, Procs, gateway_addresses, read_http_request, start_gateway, start_redis
+from tests.gateway_support import (
+    SCRAPE_TIMEOUT_S,
+    Gateway,
+    Procs,
+    gateway_addresses,
+    read_http_request,
+    start_gateway,
+    start_redis,
+)
 from tests.ports import free_port, free_ports
 from tests.processor.test_cache_rules import completion
 from tests.tiny_model import ARCHITECTURE, tiny_platform, write_model
@@ -195,7 +203,9 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     assert len(_workers(procs)) == 2
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(lambda _: _chat(gateway), range(40))) == [200] * 40
-    admin = urllib.request.urlopen(f"http://127.0.0.1:{gateway.addresses.admin_port}/clusters", timeout=5).read()
+    admin = urllib.request.urlopen(
+        f"http://127.0.0.1:{gateway.addresses.admin_port}/clusters", timeout=SCRAPE_TIMEOUT_S
+    ).read()
     served = {
         int(port): int(count)
         for port, count in re.findall(rf"{gc.PROCESSOR_CLUSTER}::127\.0\.0\.1:(\d+)::rq_total::(\d+)", admin.decode())
@@ -203,7 +213,7 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     first = gateway.addresses.processor_port
     assert set(served) == {first, first + 1}
     assert sum(served.values()) == 40 and min(served.values()) > 0  # both workers took streams
-    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=5).read().decode()
+    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
     admitted = re.search(rf'^{gm.REQUESTS_TOTAL}\{{[^}}]*outcome="admitted"[^}}]*\}} (\S+)$', metrics, re.M)
     assert admitted is not None and float(admitted.group(1)) == 40  # one endpoint, the workers' sum
     # The workers' CPU, summed into one series, counted once a second (the run may have begun within the first).
@@ -237,14 +247,14 @@ def test_the_pod_reads_each_replica_once_a_round_for_both_workers(
 
 
 def _cpu_seconds(gateway: Gateway) -> float:
-    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=5).read().decode()
+    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
     found = re.search(rf"^{gm.PROCESSOR_CPU_SECONDS_TOTAL} (\S+)$", metrics, re.M)
     assert found is not None, "the series is exposed from the start"
     return float(found.group(1))
 
 
 def _inflight(gateway: Gateway) -> float | None:
-    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=5).read().decode()
+    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
     found = re.search(rf'^{gm.INFLIGHT_REQUESTS}\{{model="{MODEL}"\}} (\S+)$', metrics, re.M)
     return float(found.group(1)) if found else None
 
