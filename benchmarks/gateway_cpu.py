@@ -18,13 +18,19 @@ after the first (vLLM's and SGLang's ``--stream-interval``, which sizing sets to
 decode step): 4 for prod's llama-70b), side by side; with ``--token-interval-ms`` the stub paces its tokens like an
 engine's decode steps, so each chunk is its own ext_proc message as it would be behind a GPU.
 
+``--floors python,go`` runs the same requests, after the gateway's, through the same rendered Envoy pointed at a
+processor that decides nothing (one empty answer per ext_proc message): in Python on grpc.aio, the floor any Python
+processor pays (``gateway_overhead.serve_passthrough``), and compiled, in Go (``benchmarks/ext_proc_floor``, built here
+with Debian's ``golang-go`` and ``golang-google-grpc-dev``). Side by side they say what the ext_proc contract costs
+per message in each language, and what Envoy costs at the same message count, whatever the processor decides.
+
 ``--idle 8,32`` measures instead what watching replicas costs with no traffic: the stub on that many ports, each
 serving a vLLM-sized ``/metrics`` (31 KB, synthetic), read by every processor worker every
 ``scrape_interval_seconds``; printed as a share of one core over ``--idle-seconds``.
 
 Usage: ``.venv/bin/python benchmarks/gateway_cpu.py [--requests 400] [--shapes 6000x64,6000x512,200x64]
-[--workers 1] [--token-interval-ms 20] [--stream-intervals 1,4] [--shared-prefix 60]`` or ``... --idle 8,32
-[--workers 2] [--idle-seconds 20]``.
+[--workers 1] [--token-interval-ms 20] [--stream-intervals 1,4] [--shared-prefix 60] [--floors python,go]`` or
+``... --idle 8,32 [--workers 2] [--idle-seconds 20]``.
 Needs ``make envoy`` and the test extra (Redis wheels). This machine's two cores are shared by the load generator,
 the stub, Envoy and the processor: CPU seconds per request are what each process used, not wall time.
 """
@@ -36,6 +42,7 @@ import asyncio
 import collections
 import itertools
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -43,7 +50,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -64,6 +71,13 @@ from tests.gateway_support import (  # noqa: E402
 )
 from tests.ports import free_port, free_ports  # noqa: E402
 from tests.tiny_model import ARCHITECTURE, VOCAB_SIZE, tiny_platform, write_model  # noqa: E402
+
+OVERHEAD = Path(__file__).with_name("gateway_overhead.py")
+"""The overhead benchmark, beside this file: its Envoy variants and its Python ext_proc floor."""
+GO_FLOOR = Path(__file__).with_name("ext_proc_floor")
+"""The compiled ext_proc floor's source (Go, no generated code)."""
+GO_PATH = "/usr/share/gocode"
+"""Where Debian's Go library packages (golang-google-grpc-dev and what it depends on) put their sources."""
 
 MODEL = "bench"
 BENCH_KEY = "bench-key-0123456789abcdefghijklmnop"
@@ -313,11 +327,26 @@ def worker_pid(supervisor: int) -> int:
 # --- the run --------------------------------------------------------------------------------------------------------
 
 
+class Target(NamedTuple):
+    """What the requests go through: the gateway, or Envoy in front of an ext_proc floor."""
+
+    label: str
+    url: str
+    """Its chat completions URL."""
+    stats_url: str
+    """Its Envoy's Prometheus stats (the ext_proc message counters)."""
+    processor: int
+    """The processor's pid (the supervisor, whose workers count as its children) or the floor's."""
+    envoy: int
+    """Envoy's pid."""
+    sampled: bool
+    """Whether py-spy samples its processor's (first) worker by stage: the gateway's, not a floor's."""
+
+
 def _start(
     procs: Procs, directory: Path, replicas: int, workers: int, token_interval_ms: float = 0.0
-) -> tuple[str, str, int, int]:
-    """The stub on ``replicas`` ports and the gateway in front of them: (chat URL, stats URL, processor pid, Envoy
-    pid)."""
+) -> tuple[Target, gc.RenderedGateway]:
+    """The stub on ``replicas`` ports and the gateway in front of them, and the gateway's rendered files."""
     ports = [free_port() for _ in range(replicas)]
     stub = [sys.executable, __file__, "--serve-stub", ",".join(map(str, ports))]
     procs.start("stub", [*stub, "--token-interval-ms", str(token_interval_ms)])
@@ -344,8 +373,40 @@ def _start(
     # Worker i listens on processor_port + i: a block of free ports, not one (a stub's port could follow it).
     addresses = addresses.model_copy(update={"processor_port": free_ports(workers)})
     gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
+    processor = procs.procs["gw-processor"].pid
     url = f"{gateway.base_url}/chat/completions"
-    return url, gateway.stats_url, procs.procs["gw-processor"].pid, procs.procs["gw-envoy"].pid
+    target = Target("gateway", url, gateway.stats_url, processor, procs.procs["gw-envoy"].pid, sampled=True)
+    return target, gateway.rendered
+
+
+def build_go_floor(directory: Path) -> Path:
+    """:data:`GO_FLOOR` built into ``directory``, without modules, against Debian's grpc-go."""
+    go = shutil.which("go")
+    if go is None or not (Path(GO_PATH) / "src" / "google.golang.org" / "grpc").is_dir():
+        raise SystemExit("--floors go needs Go and grpc-go: apt-get install golang-go golang-google-grpc-dev")
+    binary = directory / "ext-proc-floor"
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": GO_PATH, "GOCACHE": str(directory / "go-cache")}
+    subprocess.run([go, "build", "-o", str(binary), "."], cwd=GO_FLOOR, env=env, check=True)
+    return binary
+
+
+def start_floor(procs: Procs, directory: Path, rendered: gc.RenderedGateway, language: str) -> Target:
+    """An ext_proc floor in ``language`` (python or go) behind its own copy of the rendered Envoy."""
+    from gateway_overhead import start_envoy_variant  # noqa: PLC0415 - beside this file; only floors need it
+
+    port, name = free_port(), f"floor-{language}"
+    if language == "python":
+        procs.start(name, [sys.executable, str(OVERHEAD), "--serve-passthrough", str(port)])
+    elif language == "go":
+        procs.start(name, [str(build_go_floor(directory)), "-listen", f"127.0.0.1:{port}"])
+    else:
+        raise SystemExit(f"--floors: {language!r} is not a floor (python, go)")
+    wait_port(port, 30)
+    envoy_port, admin_port = start_envoy_variant(procs, rendered, directory, f"envoy-{name}", port)
+    url = f"http://127.0.0.1:{envoy_port}/v1/chat/completions"
+    stats_url = f"http://127.0.0.1:{admin_port}/stats/prometheus"
+    envoy = procs.procs[f"envoy-{name}"].pid
+    return Target(f"{language} floor", url, stats_url, procs.procs[name].pid, envoy, sampled=False)
 
 
 def idle(replicas: int, workers: int, seconds: float) -> None:
@@ -354,11 +415,11 @@ def idle(replicas: int, workers: int, seconds: float) -> None:
     directory = Path(tempfile.mkdtemp(prefix="gateway-idle-"))
     procs = Procs(directory)
     try:
-        _, _, processor, envoy = _start(procs, directory, replicas, workers)
+        target, _ = _start(procs, directory, replicas, workers)
         time.sleep(3.0)  # every replica read once and found ready
-        before = cpu_seconds(processor), cpu_seconds(envoy)
+        before = cpu_seconds(target.processor), cpu_seconds(target.envoy)
         time.sleep(seconds)
-        used = cpu_seconds(processor) - before[0], cpu_seconds(envoy) - before[1]
+        used = cpu_seconds(target.processor) - before[0], cpu_seconds(target.envoy) - before[1]
         per_replica = used[0] / seconds / replicas * 1000
         print(
             f"idle, {replicas:>3} replicas, {workers} worker(s), {seconds:g} s: processor {used[0] / seconds:6.1%} of "
@@ -368,6 +429,34 @@ def idle(replicas: int, workers: int, seconds: float) -> None:
     finally:
         procs.stop_all()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def measure(target: Target, bodies: list[bytes], concurrency: int, spy: str | None, profile: Path | None) -> str:
+    """Send ``bodies`` through ``target``; its row: requests/s, processor and Envoy CPU a request, their sum, ext_proc
+    messages a request, non-200 answers. With ``profile``, py-spy samples the processor's worker into that file."""
+    spying: subprocess.Popen[bytes] | None = None
+    if spy and profile is not None:
+        spying = subprocess.Popen(
+            [
+                *(spy, "record", "--pid", str(worker_pid(target.processor)), "--format", "raw"),
+                *("--rate", "250", "--output", str(profile), "--nonblocking"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # py-spy attaches
+    n = len(bodies)
+    cpu_p, cpu_e = cpu_seconds(target.processor), cpu_seconds(target.envoy)
+    messages = ext_proc_messages(target.stats_url)
+    seconds, failed = asyncio.run(_load(target.url, bodies, concurrency))
+    per_p = (cpu_seconds(target.processor) - cpu_p) / n * 1000
+    per_e = (cpu_seconds(target.envoy) - cpu_e) / n * 1000
+    (sent, streams), (sent_before, streams_before) = ext_proc_messages(target.stats_url), messages
+    per_message = (sent - sent_before) / max(streams - streams_before, 1)
+    if spying is not None:
+        spying.send_signal(2)  # SIGINT: py-spy writes its output and exits
+        spying.wait(timeout=60)
+    return f"{n / seconds:>7.1f} {per_p:>13.2f} {per_e:>9.2f} {per_p + per_e:>7.2f} {per_message:>9.1f} {failed:>8}"
 
 
 def main() -> None:
@@ -397,6 +486,12 @@ def main() -> None:
         default=0,
         help="system prompts shared by this many groups of requests (0: every prompt unique)",
     )
+    parser.add_argument(
+        "--floors",
+        default="",
+        help="after the gateway, the same requests through Envoy and a processor that decides nothing, in these "
+        "languages (python, go), comma separated",
+    )
     parser.add_argument("--serve-stub", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_stub:
@@ -415,50 +510,29 @@ def main() -> None:
     procs = Procs(directory)
     spy = py_spy()
     try:
-        url, stats_url, processor, envoy = _start(procs, directory, 1, args.workers, args.token_interval_ms)
-        rng = random.Random(7)
-        asyncio.run(_load(url, [_body(200, 8, rng) for _ in range(50)], 4))  # warm-up
+        gateway, rendered = _start(procs, directory, 1, args.workers, args.token_interval_ms)
+        targets = [gateway] + [start_floor(procs, directory, rendered, f) for f in args.floors.split(",") if f]
         pace = f"a token every {args.token_interval_ms:g} ms" if args.token_interval_ms else "answering at once"
         prompts = f"system prompts of {args.shared_prefix} groups" if args.shared_prefix else "unique prompts"
         print(f"fleet: none (a stub engine {pace}; {prompts}; this 2-core machine)")
         print(
-            f"{'prompt x out':>13} {'interval':>8} {'c':>3} {'req/s':>7} {'processor ms':>13} {'Envoy ms':>9} "
-            f"{'sum ms':>7} {'msgs/req':>9} {'non-200':>8}"
+            f"{'path':<14} {'prompt x out':>13} {'interval':>8} {'c':>3} {'req/s':>7} {'processor ms':>13} "
+            f"{'Envoy ms':>9} {'sum ms':>7} {'msgs/req':>9} {'non-200':>8}"
         )
         profiles: dict[str, dict[str, float]] = {}
-        for (prompt, output), interval, concurrency in itertools.product(shapes, intervals, (1, 32)):
-            n = args.requests if concurrency > 1 else max(args.requests // 4, 10)
-            bodies = [_body(prompt, output, rng, interval, args.shared_prefix) for _ in range(n)]
-            spying: subprocess.Popen[bytes] | None = None
-            label = f"{prompt}x{output}" + (f", interval {interval}" if interval > 1 else "")
-            raw = directory / f"profile-{prompt}x{output}-{interval}.txt"
-            if spy and concurrency > 1:
-                spying = subprocess.Popen(
-                    [
-                        *(spy, "record", "--pid", str(worker_pid(processor)), "--format", "raw"),
-                        *("--rate", "250", "--output", str(raw), "--nonblocking"),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                time.sleep(1.0)  # py-spy attaches
-            cpu_p, cpu_e = cpu_seconds(processor), cpu_seconds(envoy)
-            messages = ext_proc_messages(stats_url)
-            seconds, failed = asyncio.run(_load(url, bodies, concurrency))
-            per_p = (cpu_seconds(processor) - cpu_p) / n * 1000
-            per_e = (cpu_seconds(envoy) - cpu_e) / n * 1000
-            (sent, streams), (sent_before, streams_before) = ext_proc_messages(stats_url), messages
-            per_message = (sent - sent_before) / max(streams - streams_before, 1)
-            if spying is not None:
-                spying.send_signal(2)  # SIGINT: py-spy writes its output and exits
-                spying.wait(timeout=60)
-                if raw.is_file():
-                    profiles[label] = stages(raw)
-            print(
-                f"{prompt:>6} x {output:<4} {interval:>8} {concurrency:>3} {n / seconds:>7.1f} {per_p:>13.2f} "
-                f"{per_e:>9.2f} {per_p + per_e:>7.2f} {per_message:>9.1f} {failed:>8}",
-                flush=True,
-            )
+        for target in targets:
+            rng = random.Random(7)  # every path gets the same requests
+            asyncio.run(_load(target.url, [_body(200, 8, rng) for _ in range(50)], 4))  # warm-up
+            for (prompt, output), interval, concurrency in itertools.product(shapes, intervals, (1, 32)):
+                n = args.requests if concurrency > 1 else max(args.requests // 4, 10)
+                bodies = [_body(prompt, output, rng, interval, args.shared_prefix) for _ in range(n)]
+                label = f"{prompt}x{output}" + (f", interval {interval}" if interval > 1 else "")
+                raw = directory / f"profile-{prompt}x{output}-{interval}.txt"
+                profile = raw if spy and concurrency > 1 and target.sampled else None
+                row = measure(target, bodies, concurrency, spy, profile)
+                print(f"{target.label:<14} {prompt:>6} x {output:<4} {interval:>8} {concurrency:>3} {row}", flush=True)
+                if profile is not None and profile.is_file():
+                    profiles[label] = stages(profile)
         if not spy:
             print("\nno py-spy: the processor's stages are not sampled (the bench extra: uv pip install -e .[bench])")
         for shape, shares in profiles.items():

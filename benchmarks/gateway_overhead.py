@@ -210,9 +210,10 @@ def embed_failures(metrics_url: str) -> float:
 
 def start_envoy_variant(
     procs: Procs, rendered: gc.RenderedGateway, directory: Path, name: str, processor_port: int | None
-) -> int:
+) -> tuple[int, int]:
     """The rendered bootstrap on ports of its own: without the ext_proc filter (``processor_port`` None: Envoy's
-    share alone), or with the processor cluster pointed at ``processor_port`` (the pass-through floor)."""
+    share alone), or with the processor cluster pointed at ``processor_port`` (the pass-through floor). Returns its
+    listener's port and its admin port (its own stats; the stats listener's route reads the rendered admin port's)."""
     bootstrap = yaml.safe_load(rendered.envoy_yaml)
     listeners = bootstrap["static_resources"]["listeners"]
     manager = listeners[0]["filter_chains"][0]["filters"][0]["typed_config"]
@@ -227,12 +228,13 @@ def start_envoy_variant(
     port, stats = free_port(), free_port()
     listeners[0]["address"]["socket_address"]["port_value"] = port
     listeners[1]["address"]["socket_address"]["port_value"] = stats
-    bootstrap["admin"]["address"]["socket_address"]["port_value"] = free_port()
+    admin = free_port()
+    bootstrap["admin"]["address"]["socket_address"]["port_value"] = admin
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(bootstrap))
     procs.start(name, [str(ENVOY_BIN), "-c", str(path), "--use-dynamic-base-id", "--concurrency", "2"])
-    wait_http(f"http://127.0.0.1:{stats}/ready", 30)
-    return port
+    wait_http(f"http://127.0.0.1:{admin}/ready", 30)
+    return port, admin
 
 
 def serve_passthrough(port: int) -> None:
@@ -320,11 +322,11 @@ def main() -> None:
         # Worker i listens on processor_port + i: a block of free ports, not one.
         addresses = addresses.model_copy(update={"processor_port": free_ports(args.workers)})
         gateway = start_gateway(procs, "gw", spec=spec, plan=plan, addresses=addresses, redis_url=redis_url)
-        envoy_only = start_envoy_variant(procs, gateway.rendered, directory, "envoy-only", None)
+        envoy_only, _ = start_envoy_variant(procs, gateway.rendered, directory, "envoy-only", None)
         passthrough_port = free_port()
         procs.start("passthrough", [sys.executable, __file__, "--serve-passthrough", str(passthrough_port)])
         wait_port(passthrough_port, 30)
-        floor = start_envoy_variant(procs, gateway.rendered, directory, "envoy-floor", passthrough_port)
+        floor, _ = start_envoy_variant(procs, gateway.rendered, directory, "envoy-floor", passthrough_port)
         paths: dict[str, tuple[str, str | None]] = {
             "stub direct": (f"http://127.0.0.1:{stub_port}/v1/chat/completions", None),
             "Envoy only": (f"http://127.0.0.1:{envoy_only}/v1/chat/completions", BENCH_KEY),
