@@ -23,6 +23,9 @@ processor that decides nothing (one empty answer per ext_proc message): in Pytho
 processor pays (``gateway_overhead.serve_passthrough``), and compiled, in Go (``benchmarks/ext_proc_floor``, built here
 with Debian's ``golang-go`` and ``golang-google-grpc-dev``). Side by side they say what the ext_proc contract costs
 per message in each language, and what Envoy costs at the same message count, whatever the processor decides.
+``none`` is Envoy without its ext_proc filter (its proxying alone). ``python:observing`` and ``go:observing`` put the
+floor's filter in Envoy's ``observability_mode``: every message still sent, none answered nor waited for (what a
+processor that only watches the response chunks would pay).
 
 ``--idle 8,32`` measures instead what watching replicas costs with no traffic: the stub on that many ports, each
 serving a vLLM-sized ``/metrics`` (31 KB, synthetic), read by every processor worker every
@@ -335,8 +338,9 @@ class Target(NamedTuple):
     """Its chat completions URL."""
     stats_url: str
     """Its Envoy's Prometheus stats (the ext_proc message counters)."""
-    processor: int
-    """The processor's pid (the supervisor, whose workers count as its children) or the floor's."""
+    processor: int | None
+    """The processor's pid (the supervisor, whose workers count as its children), the floor's, or None: Envoy
+    without its ext_proc filter."""
     envoy: int
     """Envoy's pid."""
     sampled: bool
@@ -390,11 +394,21 @@ def build_go_floor(directory: Path) -> Path:
     return binary
 
 
-def start_floor(procs: Procs, directory: Path, rendered: gc.RenderedGateway, language: str) -> Target:
-    """An ext_proc floor in ``language`` (python or go) behind its own copy of the rendered Envoy."""
+def start_floor(procs: Procs, directory: Path, rendered: gc.RenderedGateway, floor: str) -> Target:
+    """An ext_proc floor (``python`` or ``go``, ``:observing`` for its filter in observability mode) behind its own
+    copy of the rendered Envoy."""
     from gateway_overhead import start_envoy_variant  # noqa: PLC0415 - beside this file; only floors need it
 
-    port, name = free_port(), f"floor-{language}"
+    if floor == "none":
+        envoy_port, admin_port = start_envoy_variant(procs, rendered, directory, "envoy-no-ext-proc", None)
+        url = f"http://127.0.0.1:{envoy_port}/v1/chat/completions"
+        stats_url = f"http://127.0.0.1:{admin_port}/stats/prometheus"
+        envoy = procs.procs["envoy-no-ext-proc"].pid
+        return Target("Envoy alone", url, stats_url, None, envoy, sampled=False)
+    language, _, mode = floor.partition(":")
+    if mode not in ("", "observing"):
+        raise SystemExit(f"--floors: {floor!r}: the only mode is :observing")
+    port, name = free_port(), f"floor-{language}-{mode or 'answering'}"
     if language == "python":
         procs.start(name, [sys.executable, str(OVERHEAD), "--serve-passthrough", str(port)])
     elif language == "go":
@@ -402,11 +416,14 @@ def start_floor(procs: Procs, directory: Path, rendered: gc.RenderedGateway, lan
     else:
         raise SystemExit(f"--floors: {language!r} is not a floor (python, go)")
     wait_port(port, 30)
-    envoy_port, admin_port = start_envoy_variant(procs, rendered, directory, f"envoy-{name}", port)
+    envoy_port, admin_port = start_envoy_variant(
+        procs, rendered, directory, f"envoy-{name}", port, observing=bool(mode)
+    )
     url = f"http://127.0.0.1:{envoy_port}/v1/chat/completions"
     stats_url = f"http://127.0.0.1:{admin_port}/stats/prometheus"
     envoy = procs.procs[f"envoy-{name}"].pid
-    return Target(f"{language} floor", url, stats_url, procs.procs[name].pid, envoy, sampled=False)
+    label = f"{language} floor" + (", observing" if mode else "")
+    return Target(label, url, stats_url, procs.procs[name].pid, envoy, sampled=False)
 
 
 def idle(replicas: int, workers: int, seconds: float) -> None:
@@ -435,7 +452,7 @@ def measure(target: Target, bodies: list[bytes], concurrency: int, spy: str | No
     """Send ``bodies`` through ``target``; its row: requests/s, processor and Envoy CPU a request, their sum, ext_proc
     messages a request, non-200 answers. With ``profile``, py-spy samples the processor's worker into that file."""
     spying: subprocess.Popen[bytes] | None = None
-    if spy and profile is not None:
+    if spy and profile is not None and target.processor is not None:
         spying = subprocess.Popen(
             [
                 *(spy, "record", "--pid", str(worker_pid(target.processor)), "--format", "raw"),
@@ -446,10 +463,14 @@ def measure(target: Target, bodies: list[bytes], concurrency: int, spy: str | No
         )
         time.sleep(1.0)  # py-spy attaches
     n = len(bodies)
-    cpu_p, cpu_e = cpu_seconds(target.processor), cpu_seconds(target.envoy)
+
+    def processor_cpu() -> float:
+        return 0.0 if target.processor is None else cpu_seconds(target.processor)
+
+    cpu_p, cpu_e = processor_cpu(), cpu_seconds(target.envoy)
     messages = ext_proc_messages(target.stats_url)
     seconds, failed = asyncio.run(_load(target.url, bodies, concurrency))
-    per_p = (cpu_seconds(target.processor) - cpu_p) / n * 1000
+    per_p = (processor_cpu() - cpu_p) / n * 1000
     per_e = (cpu_seconds(target.envoy) - cpu_e) / n * 1000
     (sent, streams), (sent_before, streams_before) = ext_proc_messages(target.stats_url), messages
     per_message = (sent - sent_before) / max(streams - streams_before, 1)
@@ -490,7 +511,8 @@ def main() -> None:
         "--floors",
         default="",
         help="after the gateway, the same requests through Envoy and a processor that decides nothing, in these "
-        "languages (python, go), comma separated",
+        "languages (python, go; :observing for Envoy's observability_mode; none: Envoy without ext_proc), comma "
+        "separated",
     )
     parser.add_argument("--serve-stub", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -516,7 +538,7 @@ def main() -> None:
         prompts = f"system prompts of {args.shared_prefix} groups" if args.shared_prefix else "unique prompts"
         print(f"fleet: none (a stub engine {pace}; {prompts}; this 2-core machine)")
         print(
-            f"{'path':<14} {'prompt x out':>13} {'interval':>8} {'c':>3} {'req/s':>7} {'processor ms':>13} "
+            f"{'path':<23} {'prompt x out':>13} {'interval':>8} {'c':>3} {'req/s':>7} {'processor ms':>13} "
             f"{'Envoy ms':>9} {'sum ms':>7} {'msgs/req':>9} {'non-200':>8}"
         )
         profiles: dict[str, dict[str, float]] = {}
@@ -530,7 +552,7 @@ def main() -> None:
                 raw = directory / f"profile-{prompt}x{output}-{interval}.txt"
                 profile = raw if spy and concurrency > 1 and target.sampled else None
                 row = measure(target, bodies, concurrency, spy, profile)
-                print(f"{target.label:<14} {prompt:>6} x {output:<4} {interval:>8} {concurrency:>3} {row}", flush=True)
+                print(f"{target.label:<23} {prompt:>6} x {output:<4} {interval:>8} {concurrency:>3} {row}", flush=True)
                 if profile is not None and profile.is_file():
                     profiles[label] = stages(profile)
         if not spy:

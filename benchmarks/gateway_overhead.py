@@ -209,10 +209,17 @@ def embed_failures(metrics_url: str) -> float:
 
 
 def start_envoy_variant(
-    procs: Procs, rendered: gc.RenderedGateway, directory: Path, name: str, processor_port: int | None
+    procs: Procs,
+    rendered: gc.RenderedGateway,
+    directory: Path,
+    name: str,
+    processor_port: int | None,
+    *,
+    observing: bool = False,
 ) -> tuple[int, int]:
     """The rendered bootstrap on ports of its own: without the ext_proc filter (``processor_port`` None: Envoy's
-    share alone), or with the processor cluster pointed at ``processor_port`` (the pass-through floor). Returns its
+    share alone), or with the processor cluster pointed at ``processor_port`` (the pass-through floor), its ext_proc
+    filter in ``observability_mode`` if ``observing`` (Envoy sends every message and waits for no answer). Returns its
     listener's port and its admin port (its own stats; the stats listener's route reads the rendered admin port's)."""
     bootstrap = yaml.safe_load(rendered.envoy_yaml)
     listeners = bootstrap["static_resources"]["listeners"]
@@ -220,6 +227,9 @@ def start_envoy_variant(
     if processor_port is None:
         manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"]
     else:
+        if observing:
+            [ext_proc] = [f for f in manager["http_filters"] if f["name"] == "envoy.filters.http.ext_proc"]
+            ext_proc["typed_config"]["observability_mode"] = True
         [cluster] = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == gc.PROCESSOR_CLUSTER]
         endpoints = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
         for endpoint in endpoints:
@@ -239,7 +249,8 @@ def start_envoy_variant(
 
 def serve_passthrough(port: int) -> None:
     """An ext_proc server that decides nothing: one empty answer per message, on grpc.aio like the processor. Envoy
-    sends it the same three messages a completion costs, so it measures the floor of a Python processor."""
+    sends it the same three messages a completion costs, so it measures the floor of a Python processor. A message
+    sent in observability mode gets no answer (Envoy expects none)."""
     import grpc  # noqa: PLC0415 - only this subprocess needs it
     from envoy.service.ext_proc.v3 import external_processor_pb2 as pb  # noqa: PLC0415
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc  # noqa: PLC0415
@@ -254,7 +265,8 @@ def serve_passthrough(port: int) -> None:
     class PassThrough(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         async def Process(self, requests: Any, context: Any) -> Any:  # noqa: N802
             async for message in requests:
-                yield answers[message.WhichOneof("request")]()
+                if not message.observability_mode:
+                    yield answers[message.WhichOneof("request")]()
 
     async def main() -> None:
         server = grpc.aio.server()

@@ -12,7 +12,8 @@
 //	ProcessingResponse: request_headers 1, response_headers 2, request_body 3, response_body 4,
 //	                    request_trailers 5, response_trailers 6
 //
-// so each answer's field is the request's minus one. Builds with Debian 12's golang-go and golang-google-grpc-dev
+// so each answer's field is the request's minus one. A message with observability_mode (ProcessingRequest field 10)
+// set gets no answer, as Envoy expects of a filter in observability mode. Builds with Debian 12's golang-go and golang-google-grpc-dev
 // (grpc-go 1.33), without modules: GO111MODULE=off GOPATH=/usr/share/gocode go build.
 package main
 
@@ -56,37 +57,47 @@ func varint(data []byte, i int) (uint64, int, error) {
 	return 0, 0, errors.New("varint too long")
 }
 
-// requestField is the number of the ProcessingRequest's oneof field that is set (2-7).
-func requestField(data []byte) (uint64, error) {
+// requestField is the number of the ProcessingRequest's oneof field that is set (2-7), and whether the message
+// says observability_mode (field 10): Envoy then expects no answer.
+func requestField(data []byte) (uint64, bool, error) {
+	var field uint64
+	observing := false
 	for i := 0; i < len(data); {
 		tag, next, err := varint(data, i)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		field, wire := tag>>3, tag&7
-		if field >= 2 && field <= 7 {
-			return field, nil
-		}
+		number, wire := tag>>3, tag&7
 		switch wire {
 		case 0:
-			_, next, err = varint(data, next)
+			var value uint64
+			value, next, err = varint(data, next)
+			if number == 10 {
+				observing = value != 0
+			}
 		case 1:
 			next += 8
 		case 2:
 			var length uint64
 			length, next, err = varint(data, next)
 			next += int(length)
+			if number >= 2 && number <= 7 {
+				field = number
+			}
 		case 5:
 			next += 4
 		default:
 			err = errors.New("unexpected wire type")
 		}
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		i = next
 	}
-	return 0, errors.New("no request, response headers, body or trailers set")
+	if field == 0 {
+		return 0, false, errors.New("no request, response headers, body or trailers set")
+	}
+	return field, observing, nil
 }
 
 func process(_ interface{}, stream grpc.ServerStream) error {
@@ -99,9 +110,12 @@ func process(_ interface{}, stream grpc.ServerStream) error {
 			}
 			return err
 		}
-		field, err := requestField(in)
+		field, observing, err := requestField(in)
 		if err != nil {
 			return err
+		}
+		if observing {
+			continue
 		}
 		out[0], out[1] = byte((field-1)<<3|2), 0 // the answer's field, length-delimited, empty
 		if err := stream.SendMsg(&out); err != nil {
