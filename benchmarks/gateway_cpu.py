@@ -434,9 +434,9 @@ def idle(replicas: int, workers: int, seconds: float) -> None:
     try:
         target, _ = _start(procs, directory, replicas, workers)
         time.sleep(3.0)  # every replica read once and found ready
-        before = cpu_seconds(target.processor), cpu_seconds(target.envoy)
+        before = _processor_cpu(target.processor), cpu_seconds(target.envoy)
         time.sleep(seconds)
-        used = cpu_seconds(target.processor) - before[0], cpu_seconds(target.envoy) - before[1]
+        used = _processor_cpu(target.processor) - before[0], cpu_seconds(target.envoy) - before[1]
         per_replica = used[0] / seconds / replicas * 1000
         print(
             f"idle, {replicas:>3} replicas, {workers} worker(s), {seconds:g} s: processor {used[0] / seconds:6.1%} of "
@@ -446,6 +446,11 @@ def idle(replicas: int, workers: int, seconds: float) -> None:
     finally:
         procs.stop_all()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _processor_cpu(pid: int | None) -> float:
+    """CPU seconds of the processor (or floor) ``pid`` and its children; none without one."""
+    return 0.0 if pid is None else cpu_seconds(pid)
 
 
 def measure(target: Target, bodies: list[bytes], concurrency: int, spy: str | None, profile: Path | None) -> str:
@@ -464,13 +469,10 @@ def measure(target: Target, bodies: list[bytes], concurrency: int, spy: str | No
         time.sleep(1.0)  # py-spy attaches
     n = len(bodies)
 
-    def processor_cpu() -> float:
-        return 0.0 if target.processor is None else cpu_seconds(target.processor)
-
-    cpu_p, cpu_e = processor_cpu(), cpu_seconds(target.envoy)
+    cpu_p, cpu_e = _processor_cpu(target.processor), cpu_seconds(target.envoy)
     messages = ext_proc_messages(target.stats_url)
     seconds, failed = asyncio.run(_load(target.url, bodies, concurrency))
-    per_p = (processor_cpu() - cpu_p) / n * 1000
+    per_p = (_processor_cpu(target.processor) - cpu_p) / n * 1000
     per_e = (cpu_seconds(target.envoy) - cpu_e) / n * 1000
     (sent, streams), (sent_before, streams_before) = ext_proc_messages(target.stats_url), messages
     per_message = (sent - sent_before) / max(streams - streams_before, 1)
