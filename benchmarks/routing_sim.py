@@ -39,7 +39,8 @@ Workloads (``inferplane.tool.simulate.workload``, seeded, the same in every run 
 with ``--ramp``, rising linearly from 0 to ``--rate``: give a rate past least-request's saturation to see it.
 
 Printed per path and workload: TTFT p50/p90/p99, ITL p50/p90 (ms), output tokens/s, the engines' prefix hits
-(``usage.prompt_tokens_details.cached_tokens`` over prompt tokens) against the workload's ideal, requests per replica
+(``usage.prompt_tokens_details.cached_tokens`` over prompt tokens) against the workload's ideal, the TTFT p50/p90 of
+the cache hits alone (requests served at least :data:`HIT_SHARE` from cache: the router's time), requests per replica
 (max/min, from each mocker's ``vllm:e2e_request_latency_seconds_count``), preemptions, the most requests any replica
 held at once (running + waiting, sampled every :data:`SAMPLE_SECONDS`) against ``max_num_seqs``, the router's CPU per
 request (from /proc: the processors with their workers, vllm-router, Dynamo's KV frontend, or the ring-hash Envoy), and
@@ -101,7 +102,14 @@ from inferplane.tool.simulate import fleet as fl  # noqa: E402
 from inferplane.tool.simulate.command import CACHE_HEADER, simulated_spec, tenant_for  # noqa: E402
 from inferplane.tool.simulate.model_dir import write_model_dir  # noqa: E402
 from inferplane.tool.simulate.profile import prefill_ms, timing_profile, write_profile  # noqa: E402
-from inferplane.tool.simulate.replay import ChatStream, Outcome, completions_url, request_body, summarize  # noqa: E402
+from inferplane.tool.simulate.replay import (  # noqa: E402
+    ChatStream,
+    Outcome,
+    completions_url,
+    percentile,
+    request_body,
+    summarize,
+)
 from inferplane.tool.simulate.workload import (  # noqa: E402
     GENERATORS,
     WorkloadRequest,
@@ -133,6 +141,12 @@ SYSTEM_TOKENS = 1024
 TURN_TOKENS = 128
 MAX_TURNS = 8
 UNIQUE_TOKENS = 2048
+HIT_SHARE = 0.9
+"""A request whose engine served at least this share of its prompt from cache counts as a cache hit (a shared-prefix
+hit: 6,144 of 6,400 tokens, 96%), for the hit-only TTFT that prices the router's own time on a request that has
+almost nothing to prefill (issue 33: within 5 ms of vllm-router's)."""
+HIT_TTFT_MARGIN_MS = 5.0
+"""Issue 33's bound on a cache hit's TTFT through the gateway over vllm-router's on the same replicas."""
 ROUTER_VENV = PROJECT / ".ci" / "cache" / "vllm-router-venv"
 ROUTER_PACKAGE = "vllm-router==0.1.17"
 HASH_HEADER = "x-bench-prefix-group"
@@ -582,6 +596,8 @@ class Cell:
 
     ttft: tuple[float, float, float]
     """p50, p90, p99, ms."""
+    hit_ttft: tuple[float, float]
+    """p50, p90 in ms of the cache hits' TTFT (:data:`HIT_SHARE`); NaN without a hit."""
     itl: tuple[float, float]
     """p50, p90, ms."""
     tokens_per_second: float
@@ -626,6 +642,16 @@ def routing_decisions(urls: Sequence[str]) -> dict[str, int]:
     return decisions
 
 
+def hit_ttft(outcomes: Sequence[Outcome]) -> tuple[float, float]:
+    """TTFT p50 and p90 (ms) of the requests the engines served almost wholly from cache (:data:`HIT_SHARE`)."""
+    hits = [
+        o.ttft_s * 1000
+        for o in outcomes
+        if o.ok and o.ttft_s is not None and o.prompt_tokens and o.cached_tokens >= HIT_SHARE * o.prompt_tokens
+    ]
+    return (percentile(hits, 50), percentile(hits, 90)) if hits else (math.nan, math.nan)
+
+
 def measure(target: Target, requests: Sequence[WorkloadRequest]) -> Cell:
     """Send the workload, reading the engines' counters, the router's CPU and the machine's ticks around it."""
     before, preempted = sim.counters(target.metrics_urls, VLLM_SERIES)
@@ -653,6 +679,7 @@ def measure(target: Target, requests: Sequence[WorkloadRequest]) -> Cell:
     errors = sorted({o.error or "" for o in outcomes if not o.ok})
     return Cell(
         ttft=(ms(summary.ttft_p50_s), ms(summary.ttft_p90_s), ms(summary.ttft_p99_s)),
+        hit_ttft=hit_ttft(outcomes),
         itl=(ms(summary.itl_p50_s), ms(summary.itl_p90_s)),
         tokens_per_second=summary.output_tokens_per_second or 0.0,
         hit_share=summary.hit_share or 0.0,
@@ -770,6 +797,8 @@ COLUMNS: list[tuple[str, Callable[[Cell], float], str]] = [
     ("ITL p90", lambda c: c.itl[1], "{:.1f}"),
     ("out tok/s", lambda c: c.tokens_per_second, "{:.0f}"),
     ("hit %", lambda c: c.hit_share * 100, "{:.1f}"),
+    ("TTFT p50 of hits", lambda c: c.hit_ttft[0], "{:.0f}"),
+    ("TTFT p90 of hits", lambda c: c.hit_ttft[1], "{:.0f}"),
     ("req/replica max/min", lambda c: c.spread_ratio, "{:.2f}"),
     ("preempt", lambda c: c.preemptions, "{:.0f}"),
     ("most held", lambda c: c.most_held, "{:.0f}"),
@@ -911,6 +940,7 @@ def goals(results: Results, ideals: Mapping[str, float], hop: Hop | None, max_nu
                     max(held) <= max_num_seqs,
                 )
             )
+    lines += _hit_ttft_goals(results)
     ours_p50 = med("b", "unique", lambda c: c.ttft[0])
     theirs_p50 = med("a", "unique", lambda c: c.ttft[0])
     if ours_p50 is not None and theirs_p50 is not None:
@@ -933,6 +963,25 @@ def goals(results: Results, ideals: Mapping[str, float], hop: Hop | None, max_nu
         )
     elif robust:
         lines.append(_goal("spread smaller than margins", "-", None, "one run: no spread (--runs 3)"))
+    return lines
+
+
+def _hit_ttft_goals(results: Results) -> list[str]:
+    """Issue 33's: a cache hit's TTFT p50 through the gateway (b) within :data:`HIT_TTFT_MARGIN_MS` of vllm-router's
+    (d) on the same replicas, on each workload with hits; the medians across runs."""
+    lines = []
+    for workload in ("shared-prefix", "multi-turn"):
+        ours = median_of(results, "b", workload, lambda c: c.hit_ttft[0])
+        theirs = median_of(results, "d", workload, lambda c: c.hit_ttft[0])
+        if ours is None or theirs is None or math.isnan(ours) or math.isnan(theirs):
+            continue
+        lines.append(
+            _goal(
+                f"{workload}: (b) a cache hit's TTFT p50 <= (d)'s + {HIT_TTFT_MARGIN_MS:g} ms",
+                f"{ours:.0f} ms vs {theirs + HIT_TTFT_MARGIN_MS:.0f} ms",
+                ours <= theirs + HIT_TTFT_MARGIN_MS,
+            )
+        )
     return lines
 
 
