@@ -396,15 +396,9 @@ def build_go_floor(directory: Path) -> Path:
 
 def start_floor(procs: Procs, directory: Path, rendered: gc.RenderedGateway, floor: str) -> Target:
     """An ext_proc floor (``python`` or ``go``, ``:observing`` for its filter in observability mode) behind its own
-    copy of the rendered Envoy."""
-    from gateway_overhead import start_envoy_variant  # noqa: PLC0415 - beside this file; only floors need it
-
+    copy of the rendered Envoy, or ``none``: that Envoy without its ext_proc filter."""
     if floor == "none":
-        envoy_port, admin_port = start_envoy_variant(procs, rendered, directory, "envoy-no-ext-proc", None)
-        url = f"http://127.0.0.1:{envoy_port}/v1/chat/completions"
-        stats_url = f"http://127.0.0.1:{admin_port}/stats/prometheus"
-        envoy = procs.procs["envoy-no-ext-proc"].pid
-        return Target("Envoy alone", url, stats_url, None, envoy, sampled=False)
+        return _behind_envoy(procs, directory, rendered, "Envoy alone", "no-ext-proc", floor=None)
     language, _, mode = floor.partition(":")
     if mode not in ("", "observing"):
         raise SystemExit(f"--floors: {floor!r}: the only mode is :observing")
@@ -416,14 +410,34 @@ def start_floor(procs: Procs, directory: Path, rendered: gc.RenderedGateway, flo
     else:
         raise SystemExit(f"--floors: {language!r} is not a floor (python, go)")
     wait_port(port, 30)
+    label = f"{language} floor" + (", observing" if mode else "")
+    return _behind_envoy(
+        procs, directory, rendered, label, name, floor=(port, procs.procs[name].pid), observing=bool(mode)
+    )
+
+
+def _behind_envoy(
+    procs: Procs,
+    directory: Path,
+    rendered: gc.RenderedGateway,
+    label: str,
+    name: str,
+    *,
+    floor: tuple[int, int] | None,
+    observing: bool = False,
+) -> Target:
+    """``gateway_overhead``'s Envoy variant in front of the floor at ``floor`` (its port and pid; None: no ext_proc
+    filter), as a :class:`Target` read through the variant's own admin port."""
+    from gateway_overhead import start_envoy_variant  # noqa: PLC0415 - beside this file; only floors need it
+
+    envoy = f"envoy-{name}"
     envoy_port, admin_port = start_envoy_variant(
-        procs, rendered, directory, f"envoy-{name}", port, observing=bool(mode)
+        procs, rendered, directory, envoy, None if floor is None else floor[0], observing=observing
     )
     url = f"http://127.0.0.1:{envoy_port}/v1/chat/completions"
     stats_url = f"http://127.0.0.1:{admin_port}/stats/prometheus"
-    envoy = procs.procs[f"envoy-{name}"].pid
-    label = f"{language} floor" + (", observing" if mode else "")
-    return Target(label, url, stats_url, procs.procs[name].pid, envoy, sampled=False)
+    processor = None if floor is None else floor[1]
+    return Target(label, url, stats_url, processor, procs.procs[envoy].pid, sampled=False)
 
 
 def idle(replicas: int, workers: int, seconds: float) -> None:
@@ -468,7 +482,6 @@ def measure(target: Target, bodies: list[bytes], concurrency: int, spy: str | No
         )
         time.sleep(1.0)  # py-spy attaches
     n = len(bodies)
-
     cpu_p, cpu_e = _processor_cpu(target.processor), cpu_seconds(target.envoy)
     messages = ext_proc_messages(target.stats_url)
     seconds, failed = asyncio.run(_load(target.url, bodies, concurrency))
