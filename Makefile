@@ -7,6 +7,12 @@ ENVOY_DIR := .ci/cache/envoy
 ENVOY := $(ENVOY_DIR)/envoy/_bin/envoy
 TIMED := .ci/timed
 
+# Python writes its bytecode cache (__pycache__, git-ignored) even where the environment turns that off
+# (PYTHONDONTWRITEBYTECODE=1, as on this project's CI machines): the suite starts hundreds of Python processes (previews,
+# policy packs, providers, processors, the CLI) importing the same Pulumi SDKs, and each would compile them from source
+# again (a prod preview: 12.9 s of CPU without the cache, 6.9 s with it).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: install preview test lint lint-workflows typecheck unit references clean envoy vllm-cpu simulator e2e
 
 $(BIN)/python:
