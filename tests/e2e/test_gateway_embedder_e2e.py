@@ -21,6 +21,7 @@ import json
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,8 +41,9 @@ from inferplane.processor.cache.config import EndpointEmbedderConfig
 from inferplane.processor.cache.embedders import EndpointEmbedder
 from inferplane.processor.cache.guards import names
 from inferplane.processor.config import ProcessorConfig
-from inferplane.tool.cache_eval import Scored, by_class, by_guard, load_pairs, point, score
+from inferplane.tool.cache_eval import Scored, as_json, by_class, by_guard, load_pairs, point, score
 from inferplane.tool.cli import main
+from tests.e2e.conftest import ServedScores, served_cache_spec
 from tests.fleet import Fleet, check_fits, tokenizers_dir
 from tests.gateway_support import (
     Gateway,
@@ -148,10 +150,10 @@ def served(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[S
 
 
 @pytest.fixture(scope="module")
-def measured(served: Served) -> list[Scored]:
-    _, pairs = load_pairs(None)
-    embedder = {"kind": "endpoint", "url": served.embedder_url, "model": EMBEDDER.name, "dimensions": 384}
-    return score(pairs, CacheSpec(embedder=embedder))
+def measured(served: Served, served_scores: ServedScores) -> list[Scored]:
+    """The shipped set scored against the fleet's embedder, once for the run (tests/e2e/conftest.py)."""
+    assert served.embedder_url == served.fleet.embedder.url  # the embedder the shared scores come from
+    return served_scores.shipped
 
 
 def test_the_pooling_runner_answers_unit_vectors_of_the_catalog_dimensions(served: Served) -> None:
@@ -197,12 +199,25 @@ def test_wordllama_with_the_checks_lets_no_near_miss_through_at_any_threshold(me
     assert point(static, 0.5, False).false_hits > 0  # the embedding alone does not
 
 
-def test_cache_eval_measures_the_served_embedder(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+CLI_SAMPLE_STRIDE = 8
+"""``cache eval``'s test reads every 8th pair of the shipped set (65 of 520, every class): the whole set's figures are
+the tests above, from the same scoring; this one checks that the command reports exactly what they compute."""
+
+
+def test_cache_eval_measures_the_served_embedder(
+    served: Served, measured: list[Scored], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = measured[::CLI_SAMPLE_STRIDE]
+    assert {s.pair.kind for s in sample} == {s.pair.kind for s in measured}
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(s.pair.model_dump_json(by_alias=True, exclude_none=True) + "\n" for s in sample))
     option = f"endpoint,url={served.embedder_url},model={EMBEDDER.name},dimensions={EMBEDDER.dimensions}"
-    assert main(["cache", "eval", "--embedder", option, "--threshold", str(EMBEDDER.threshold), "--json"]) == 0
+    argv = ["cache", "eval", "--pairs", str(pairs), "--embedder", option, "--threshold", str(EMBEDDER.threshold)]
+    assert main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
+    spec = served_cache_spec(served.embedder_url)
+    assert result == as_json(spec, sample, point(sample, EMBEDDER.threshold, guards=True))
     assert result["embedder"] == f"endpoint {served.embedder_url}" and result["false_hits"] == 0
-    assert result["recall"] >= RECALL_FLOOR
 
 
 # --- through the gateway ----------------------------------------------------------------------------------------------

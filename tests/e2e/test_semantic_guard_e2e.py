@@ -18,63 +18,26 @@ from pathlib import Path
 
 import pytest
 
-from inferplane.components.catalog.embedders import get_embedding_model
-from inferplane.components.spec.platform_spec import CacheSpec
 from inferplane.processor.cache.guards import names
 from inferplane.tool.cache_adversary import GENERATED_CLASSES
-from inferplane.tool.cache_eval import (
-    PARAPHRASE_CLASSES,
-    Point,
-    Scored,
-    adversarial_pairs,
-    load_pairs,
-    point,
-    score,
-)
+from inferplane.tool.cache_eval import PARAPHRASE_CLASSES, Point, Scored, point
 from inferplane.tool.cli import main
-from tests.fleet import Fleet
+from tests.e2e.conftest import SERVED_EMBEDDER as EMBEDDER
+from tests.e2e.conftest import ServedScores
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
-EMBEDDER = get_embedding_model("all-minilm-l6-v2")
 
-
-@pytest.fixture(scope="session")
-def served_embedder_url(fleet: Fleet) -> str:
-    """Temporary, until tests/conftest.py provides it: the fleet's served embedder (one for the whole run)."""
-    return fleet.embedder.url
-
-
-def _spec(url: str) -> CacheSpec:
-    """The served model at ``url`` under its catalog name: the catalog's threshold and word bounds apply."""
-    embedder = {"kind": "endpoint", "url": url, "model": EMBEDDER.name, "dimensions": EMBEDDER.dimensions}
-    return CacheSpec.model_validate({"embedder": embedder, "semantic_similarity_threshold": EMBEDDER.threshold})
+@pytest.fixture(scope="module")
+def shipped(served_scores: ServedScores) -> list[Scored]:
+    """The shipped set, scored once for the run (tests/e2e/conftest.py)."""
+    return served_scores.shipped
 
 
 @pytest.fixture(scope="module")
-def spec(served_embedder_url: str) -> CacheSpec:
-    return _spec(served_embedder_url)
-
-
-@pytest.fixture(scope="module")
-def measured(spec: CacheSpec) -> tuple[list[Scored], list[Scored]]:
-    """The shipped set and the generated one (the shipped paraphrases and the near misses made from them), scored in
-    one pass: each prompt and each differing word embedded once."""
-    _, pairs = load_pairs(None)
-    generated = [p for p in adversarial_pairs() if not p.same]
-    scored = score([*pairs, *generated], spec)
-    shipped = scored[: len(pairs)]
-    return shipped, [s for s in shipped if s.pair.same] + scored[len(pairs) :]
-
-
-@pytest.fixture(scope="module")
-def shipped(measured: tuple[list[Scored], list[Scored]]) -> list[Scored]:
-    return measured[0]
-
-
-@pytest.fixture(scope="module")
-def generated(measured: tuple[list[Scored], list[Scored]]) -> list[Scored]:
-    return measured[1]
+def generated(served_scores: ServedScores) -> list[Scored]:
+    """The generated set: the shipped paraphrases and the near misses made from them."""
+    return [s for s in served_scores.shipped if s.pair.same] + served_scores.generated
 
 
 def _classes(scored: Sequence[Scored]) -> dict[str, tuple[int, Point, Point]]:
