@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from inferplane.components.capacity import planner
+from inferplane.components.capacity.planner import Filters, Plan, Workload
 from inferplane.tool import plan as plan_module
 from inferplane.tool.cli import main
 from inferplane.tool.exitcodes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
@@ -115,6 +117,27 @@ def test_json_with_no_candidate_says_why_on_stderr(capsys: pytest.CaptureFixture
 
 
 # --- --name and --write-stack, checked before the search -----------------------------------------------------------
+
+
+_SEARCHED: dict[tuple[Workload, Filters], Plan] = {}
+"""Each workload and filters' plan, searched once for the module."""
+
+
+@pytest.fixture(autouse=True)
+def searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's search remembered by its inputs: the tests here check what ``inferplane plan`` does around the
+    search (arguments, names, writing the stack file) and mostly plan the same workload (one to five seconds of one
+    core each time); the search itself is tests/capacity/test_planner.py's. It is a function of its workload and
+    filters alone (both frozen), and its result is frozen, so a remembered plan is the plan."""
+    search = planner.plan
+
+    def remembered(workload: Workload, filters: Filters) -> Plan:
+        key = (workload, filters)
+        if key not in _SEARCHED:
+            _SEARCHED[key] = search(workload, filters)
+        return _SEARCHED[key]
+
+    monkeypatch.setattr(plan_module, "plan", remembered)
 
 
 @pytest.fixture
