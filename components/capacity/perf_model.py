@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from inferplane.components.capacity.sizing import (
     ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN,
@@ -158,27 +158,46 @@ class StepTerms:
     """One direction of the chip's link x efficiency."""
     overhead_seconds: float
     """Kernel launches and tails of every layer, per step."""
+    tensor_parallel_size: int
+    """The replica's TP: what a step divides its FLOPs by."""
+    decode_parameters: int
+    """Parameters a token's GEMMs multiply (the active experts of a MoE)."""
+    hidden_size: int
+    """The model's hidden size: an all-reduce's message per token, in elements."""
+    allreduces_per_step: int
+    """``2 x layers``: two all-reduces per layer."""
+    dense_weights_seconds: float | None
+    """A dense model's weights read once, in seconds (None for a mixture of experts, whose read depends on the
+    step's tokens: :func:`_weights_read_bytes`)."""
 
     @classmethod
     def of(cls, replica: Replica) -> StepTerms:
         """The terms of ``replica``."""
         model, acc, tp = replica.model, replica.accelerator, replica.tensor_parallel_size
         total = weights_bytes(model, replica.weights_dtype)
+        bandwidth = tp * acc.memory_bandwidth_gbps * 1e9 * MEMORY_BANDWIDTH_EFFICIENCY
         expert_bytes = shared = 0.0
+        dense_weights_seconds: float | None = float(total) / bandwidth
         if model.experts is not None and model.experts_per_token is not None:
             expert_bytes = model.expert_parameters * (total / model.parameters)
             shared = total - model.experts * expert_bytes
+            dense_weights_seconds = None
         return cls(
             weights_bytes=total,
             expert_bytes=expert_bytes,
             shared_bytes=shared,
-            bandwidth=tp * acc.memory_bandwidth_gbps * 1e9 * MEMORY_BANDWIDTH_EFFICIENCY,
+            bandwidth=bandwidth,
             gemm_flops_per_second=_peak_flops(replica) * COMPUTE_EFFICIENCY,
             attention_flops_per_second=acc.bf16_dense_tflops * 1e12 * COMPUTE_EFFICIENCY,
             attention_flops_per_token_context=float(4 * model.layers * model.attention_heads * model.head_dim),
             allreduce_share=2 * (tp - 1) / tp,
             interconnect_bytes_per_second=acc.interconnect_gbps / 2 * 1e9 * INTERCONNECT_EFFICIENCY,
             overhead_seconds=model.layers * KERNEL_OVERHEAD_SECONDS_PER_LAYER,
+            tensor_parallel_size=tp,
+            decode_parameters=model.decode_parameters,
+            hidden_size=model.hidden_size,
+            allreduces_per_step=2 * model.layers,
+            dense_weights_seconds=dense_weights_seconds,
         )
 
 
@@ -242,9 +261,9 @@ class Workload:
     output_tokens: int
 
 
-@dataclass(frozen=True)
-class Step:
-    """One engine step."""
+class Step(NamedTuple):
+    """One engine step (a named tuple: the planner makes millions, and a frozen dataclass costs twice as much to
+    build)."""
 
     seconds: float
     limit: Limit
@@ -350,14 +369,19 @@ def _weights_read_bytes(replica: Replica, tokens: float) -> float:
 def step_time(
     replica: Replica, decode_seqs: float, prefill_tokens: float, mean_context: float, input_tokens: int
 ) -> Step:
-    """Duration of one step running ``decode_seqs`` decodes and ``prefill_tokens`` prompt tokens."""
-    model = replica.model
+    """Duration of one step running ``decode_seqs`` decodes and ``prefill_tokens`` prompt tokens.
+
+    The planner's searches call this millions of times, so it reads the replica's hoisted :class:`StepTerms` and
+    compares with conditional expressions rather than ``max``; every product and quotient keeps its operands and
+    their order, so the result is the same to the last bit."""
     terms = replica.step_terms
-    tp = replica.tensor_parallel_size
+    tp = terms.tensor_parallel_size
     tokens = decode_seqs + prefill_tokens
     # The GEMMs: weights once per step, 2 FLOPs per active parameter per token.
-    weights_s = _weights_read_bytes(replica, tokens) / terms.bandwidth
-    linear_s = tokens * 2 * model.decode_parameters / tp / terms.gemm_flops_per_second
+    weights_s = terms.dense_weights_seconds
+    if weights_s is None:
+        weights_s = _weights_read_bytes(replica, tokens) / terms.bandwidth
+    linear_s = tokens * 2 * terms.decode_parameters / tp / terms.gemm_flops_per_second
     # Attention, a separate kernel: reads every decoding sequence's KV cache; computes in 16 bits.
     kv_s = decode_seqs * mean_context * replica.kv_bytes_per_token / terms.bandwidth
     attention_flops = terms.attention_flops_per_token_context
@@ -365,17 +389,24 @@ def step_time(
     attention_s = attention_flops / tp / terms.attention_flops_per_second
     comm_s = 0.0
     if tp > 1:
-        message = max(tokens, 1.0) * model.hidden_size * 2  # 16-bit activations
+        message = (tokens if tokens >= 1.0 else 1.0) * terms.hidden_size * 2  # 16-bit activations
         per_rank = terms.allreduce_share * message
-        comm_s = 2 * model.layers * (per_rank / terms.interconnect_bytes_per_second + ALLREDUCE_LATENCY_SECONDS)
+        comm_s = terms.allreduces_per_step * (
+            per_rank / terms.interconnect_bytes_per_second + ALLREDUCE_LATENCY_SECONDS
+        )
     memory_s = weights_s + kv_s
     compute_s = linear_s + attention_s
-    seconds = max(weights_s, linear_s) + max(kv_s, attention_s) + comm_s + terms.overhead_seconds
+    seconds = (
+        (weights_s if weights_s >= linear_s else linear_s)
+        + (kv_s if kv_s >= attention_s else attention_s)
+        + comm_s
+        + terms.overhead_seconds
+    )
     # The largest part names the limit; a tie goes to the earlier of bandwidth, compute, interconnect.
     limit: Limit = "bandwidth"
     if compute_s > memory_s:
         limit = "compute"
-    if comm_s > max(memory_s, compute_s):
+    if comm_s > (memory_s if memory_s >= compute_s else compute_s):
         limit = "interconnect"
     return Step(seconds=seconds, limit=limit)
 
@@ -483,9 +514,13 @@ def single_stream_itl_ms(replica: Replica, workload: Workload) -> float:
     return step_time(replica, 1, 0, mean_context, workload.input_tokens).seconds * 1000
 
 
+@functools.lru_cache(maxsize=256)
 def _erlang_b(servers: int, offered: float) -> float:
     """Probability that an arrival finds every server busy in an M/M/c queue with no waiting room (Erlang B), by
-    its recursion over the servers: ``w_c / sum(w_k, k <= c)`` with ``w_k = offered^k / k!``, any load."""
+    its recursion over the servers: ``w_c / sum(w_k, k <= c)`` with ``w_k = offered^k / k!``, any load.
+
+    Remembered: a rate's TTFT (:func:`slot_wait`) and its refused share (:meth:`Latency.refused_share`) ask for the
+    same ``(batch, rate x service)``, and the recursion over hundreds of slots was a seventh of a plan's time."""
     blocking = 1.0
     for k in range(1, servers + 1):
         blocking = offered * blocking / (k + offered * blocking)
