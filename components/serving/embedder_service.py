@@ -65,6 +65,14 @@ def embedder_args(
         # (vllm/v1/worker/cpu_worker.py of 0.32: the check runs only while kv_cache_memory_bytes is unset).
         "--kv-cache-memory-bytes",
         "0",
+        # The checkpoint's own precision. vLLM otherwise downcasts a float32 model to float16 on CPU (its log:
+        # "Downcasting torch.float32 to torch.float16"), which x86 cores without AVX512-FP16 compute slowly (Ice Lake
+        # and older Xeons, AMD EPYC: the catalog's m6i and m5 system nodes, GKE's e2; on Sapphire Rapids, m7i, the
+        # precision changed nothing measurable, docs/caching.md): 640 prompts of the shipped pairs took
+        # 12.1-14.4 s in float16 and 2.0-2.3 s in float32 on this project's 2-core test machine (one thread, Ice
+        # Lake-class Xeon), and the vectors differ by at most 6e-4 in cosine (docs/caching.md).
+        "--dtype",
+        "float32",
         "--enforce-eager",
         "--host",
         host,  # in a pod, its own interfaces; the Service is headless and internal

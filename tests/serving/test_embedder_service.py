@@ -126,6 +126,7 @@ def test_the_pooling_server_runs_as_sized_on_the_system_nodes_locked_down() -> N
         "--served-model-name", "all-minilm-l6-v2",
         "--max-model-len", "256",
         "--kv-cache-memory-bytes", "0",
+        "--dtype", "float32",
         "--enforce-eager",
         "--host", "0.0.0.0",
         "--port", "8000",
@@ -139,8 +140,8 @@ def test_the_pooling_server_runs_as_sized_on_the_system_nodes_locked_down() -> N
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "VLLM_NO_USAGE_STATS": "1",
     }
-    # 1999 MiB measured x 1.25, rounded up to 256 MiB; request = limit; no CPU limit.
-    assert server["resources"] == {"requests": {"cpu": "1", "memory": "2560Mi"}, "limits": {"memory": "2560Mi"}}
+    # 2109 MiB measured (float32) x 1.25, rounded up to 256 MiB; request = limit; no CPU limit.
+    assert server["resources"] == {"requests": {"cpu": "1", "memory": "2816Mi"}, "limits": {"memory": "2816Mi"}}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert server[probe]["httpGet"] == {"path": "/health", "port": "http"}
     # (53 s measured + 0.09 s to fetch 91 MB) x 1.5 + 60 s = 139.7 s, in 10 s periods.
