@@ -52,7 +52,7 @@ def tool_ports() -> str:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nothing listens on right now, outside the ephemeral range, in this process's slice, and
+    """A TCP port nothing listens on right now on any address, outside the ephemeral range, in this process's slice, and
     not handed out before by this process."""
     candidates = [port for port in _own_ports() if port not in _handed_out]
     for port in random.sample(candidates, min(200, len(candidates))):
@@ -74,9 +74,12 @@ def free_ports(count: int) -> int:
 
 
 def _bindable(port: int) -> bool:
+    """Whether nothing holds ``port`` on any address: simulated replicas listen on 127.0.1.x, where a probe of
+    127.0.0.1 alone binds fine, so such a port was handed out as free and then refused by a part binding every interface
+    (ci124: ``gateway_run.pick_ports``, which probes as this does)."""
     with socket.socket() as sock:
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind(("0.0.0.0", port))  # a probe, closed at once: nothing listens
         except OSError:
             return False
         return True

@@ -398,7 +398,7 @@ def test_ports_are_picked_from_the_range_the_variable_names(monkeypatch: pytest.
 def test_a_port_held_on_another_loopback_address_is_not_picked(monkeypatch: pytest.MonkeyPatch) -> None:
     """A simulated replica listens on 127.0.1.x; a part binding every interface on that port would fail to start
     (seen: a simulated gateway's processor, "Address already in use"). The picker probes every interface."""
-    first = free_port()
+    first = free_ports(2)  # both free: the picker must find the second
     monkeypatch.setenv(gr.LOCAL_PORTS_ENV, f"{first}-{first + 1}")
     with socket.socket() as held:
         held.bind(("127.0.0.2", first))
