@@ -6,7 +6,8 @@ from __future__ import annotations
 import collections
 import os
 import random
-import socket
+
+from inferplane.tool.gateway_run import port_is_free
 
 _LISTEN_PORTS = range(20000, 32000)
 """Where the test servers listen: below Linux's ephemeral range (``net.ipv4.ip_local_port_range``, 32768-60999 by
@@ -52,11 +53,12 @@ def tool_ports() -> str:
 
 
 def free_port() -> int:
-    """A TCP port nothing listens on right now on any address, outside the ephemeral range, in this process's slice, and
-    not handed out before by this process."""
+    """A TCP port nothing listens on right now on any address (probed as ``inferplane gateway run`` probes:
+    simulated replicas hold ports on 127.0.1.x), outside the ephemeral range, in this process's slice, and not handed
+    out before by this process."""
     candidates = [port for port in _own_ports() if port not in _handed_out]
     for port in random.sample(candidates, min(200, len(candidates))):
-        if _bindable(port):
+        if port_is_free(port):
             _handed_out.append(port)
             return port
     raise RuntimeError(f"no free port in {_own_ports()}")
@@ -67,19 +69,7 @@ def free_ports(count: int) -> int:
     for _ in range(200):
         first = free_port()
         rest = range(first + 1, first + count)
-        if all(port in _own_ports() and port not in _handed_out and _bindable(port) for port in rest):
+        if all(port in _own_ports() and port not in _handed_out and port_is_free(port) for port in rest):
             _handed_out.extend(rest)
             return first
     raise RuntimeError(f"no {count} consecutive free ports in {_own_ports()}")
-
-
-def _bindable(port: int) -> bool:
-    """Whether nothing holds ``port`` on any address: simulated replicas listen on 127.0.1.x, where a probe of
-    127.0.0.1 alone binds fine, so such a port was handed out as free and then refused by a part binding every interface
-    (ci124: ``gateway_run.pick_ports``, which probes as this does)."""
-    with socket.socket() as sock:
-        try:
-            sock.bind(("0.0.0.0", port))  # a probe, closed at once: nothing listens
-        except OSError:
-            return False
-        return True

@@ -518,7 +518,7 @@ def _check_runtime(args: argparse.Namespace, redis_url: str | None) -> None:
         check_redis_reachable(redis_url)
 
 
-def _bindable(port: int) -> bool:
+def port_is_free(port: int) -> bool:
     """Whether nothing holds ``port`` on any address: a part bound to another loopback address (a simulated replica
     on 127.0.1.x) takes the port from one that binds every interface, so a probe of 127.0.0.1 alone is not enough."""
     with socket.socket() as sock:
@@ -552,7 +552,7 @@ def pick_ports(count: int, taken: set[int]) -> int:
     rng = secrets.SystemRandom()
     for first in rng.sample(ports, min(400, len(ports))):
         block = range(first, first + count)
-        if block[-1] in ports and not taken.intersection(block) and all(_bindable(p) for p in block):
+        if block[-1] in ports and not taken.intersection(block) and all(port_is_free(p) for p in block):
             taken.update(block)
             return first
     raise GatewayRunError(f"no {count} free consecutive ports in {ports.start}-{ports.stop - 1}", EXIT_FAILED)
