@@ -138,12 +138,10 @@ class StepTerms:
     """The parts of a step's roofline that depend only on the replica, each computed exactly as :func:`step_time`
     combines them (same operands, same order), so hoisting them changes no result."""
 
-    weights_bytes: int
-    """All weights, read once per step by a dense model."""
     expert_bytes: float
     """One expert of every layer (0 for a dense model)."""
     shared_bytes: float
-    """A mixture of experts' weights outside its experts (0 for a dense model, which reads ``weights_bytes``)."""
+    """A mixture of experts' weights outside its experts (0 for a dense model: :attr:`dense_weights_seconds`)."""
     bandwidth: float
     """Bytes/s the replica reads at: TP x HBM bandwidth x efficiency."""
     gemm_flops_per_second: float
@@ -168,7 +166,7 @@ class StepTerms:
     """``2 x layers``: two all-reduces per layer."""
     dense_weights_seconds: float | None
     """A dense model's weights read once, in seconds (None for a mixture of experts, whose read depends on the
-    step's tokens: :func:`_weights_read_bytes`)."""
+    step's tokens: :func:`_routed_weights_read_bytes`)."""
 
     @classmethod
     def of(cls, replica: Replica) -> StepTerms:
@@ -183,7 +181,6 @@ class StepTerms:
             shared = total - model.experts * expert_bytes
             dense_weights_seconds = None
         return cls(
-            weights_bytes=total,
             expert_bytes=expert_bytes,
             shared_bytes=shared,
             bandwidth=bandwidth,
@@ -355,12 +352,12 @@ def _peak_flops(replica: Replica) -> float:
     return acc.bf16_dense_tflops * 1e12
 
 
-def _weights_read_bytes(replica: Replica, tokens: float) -> float:
-    """Weight bytes one step reads: all of a dense model; shared layers plus the routed experts of a MoE."""
+def _routed_weights_read_bytes(replica: Replica, tokens: float) -> float:
+    """Weight bytes one step of a mixture of experts reads: its shared layers plus the experts its tokens are routed
+    to (a dense model reads all of them: :attr:`StepTerms.dense_weights_seconds`)."""
     model = replica.model
     terms = replica.step_terms
-    if model.experts is None or model.experts_per_token is None:
-        return float(terms.weights_bytes)
+    assert model.experts is not None and model.experts_per_token is not None, "a dense model has no routed read"
     # Each token picks k of E experts; the chance an expert is untouched by n tokens is (1 - k/E)^n.
     touched = model.experts * (1 - (1 - model.experts_per_token / model.experts) ** max(tokens, 1.0))
     return float(terms.shared_bytes + touched * terms.expert_bytes)
@@ -380,7 +377,7 @@ def step_time(
     # The GEMMs: weights once per step, 2 FLOPs per active parameter per token.
     weights_s = terms.dense_weights_seconds
     if weights_s is None:
-        weights_s = _weights_read_bytes(replica, tokens) / terms.bandwidth
+        weights_s = _routed_weights_read_bytes(replica, tokens) / terms.bandwidth
     linear_s = tokens * 2 * terms.decode_parameters / tp / terms.gemm_flops_per_second
     # Attention, a separate kernel: reads every decoding sequence's KV cache; computes in 16 bits.
     kv_s = decode_seqs * mean_context * replica.kv_bytes_per_token / terms.bandwidth
