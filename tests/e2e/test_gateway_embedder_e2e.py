@@ -32,7 +32,6 @@ import pytest
 
 from inferplane.components.capacity.embedder import EmbedderSizing
 from inferplane.components.capacity.sizing import size_platform
-from inferplane.components.catalog.embedders import get_embedding_model
 from inferplane.components.gateway import renderer as gc
 from inferplane.components.serving.embedder_service import embedder_args
 from inferplane.components.spec.platform_spec import CacheSpec
@@ -43,6 +42,7 @@ from inferplane.processor.cache.guards import names
 from inferplane.processor.config import ProcessorConfig
 from inferplane.tool.cache_eval import Scored, as_json, by_class, by_guard, load_pairs, point, score
 from inferplane.tool.cli import main
+from tests.e2e.conftest import SERVED_EMBEDDER as EMBEDDER
 from tests.e2e.conftest import ServedScores, served_cache_spec
 from tests.fleet import Fleet, check_fits, tokenizers_dir
 from tests.gateway_support import (
@@ -60,7 +60,6 @@ from tests.tiny_model import tiny_platform
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm-fleet")]
 
-EMBEDDER = get_embedding_model("all-minilm-l6-v2")
 TENANT = "team-a"
 EMBED_TIMEOUT_MS = 2000
 """Generous, as the other E2E's lookup bound: on a loaded 2-core test machine a CPU embedding can take longer than
