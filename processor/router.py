@@ -29,9 +29,9 @@ The tolerance stays one prompt's prefill even for traffic whose prefixes never c
 recent prompts' blocks found held (0 for unique prompts, so a new prompt would go to the cheapest replica) was tried
 on the simulated fleet (8 replicas of prod's 70B, 2,048-token unique prompts; ``docs/simulate.md``): it spread the
 requests as least-request does (busiest/idlest 1.17 against 1.64) and raised TTFT p90 from 569 to 924 ms at 14
-req/s, least-request's. A home is a different replica for each prompt, a random spread within one prefill of the
-cheapest; the cheapest is the same replica for every worker that learns the others' picks only at the next read of
-the replicas, so between reads they send their new prompts to it together.
+req/s, least-request's. A home is a different replica for each prompt, a spread by hash within one prefill of the
+cheapest; why that beats the cheapest on TTFT is not established (reading the replicas' load five times as often
+did not change least-request's TTFT), so the measured better one stays.
 """
 
 from __future__ import annotations
