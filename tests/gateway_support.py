@@ -29,7 +29,12 @@ import pytest
 from inferplane.components.capacity.embedder import EmbedderSizing
 from inferplane.components.capacity.sizing import PlatformSizing
 from inferplane.components.gateway import renderer as gc
-from inferplane.components.serving.embedder_service import EMBEDDER_COMMAND, embedder_args, embedder_env
+from inferplane.components.serving.embedder_service import (
+    EMBEDDER_COMMAND,
+    IN_PROCESS_WORKER_ENV,
+    embedder_args,
+    embedder_env,
+)
 from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, ProcessorConfig, RoutingConfig
 from tests.conftest import PROJECT_DIR
@@ -222,25 +227,17 @@ def start_redis(procs: Procs, name: str = "redis") -> int:
     return port
 
 
-IN_PROCESS_WORKER_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
-"""Set to ``0`` for the test servers: vLLM's CPU platform then runs the model in the engine core's process (the
-``uni`` executor) instead of a worker process of its own (``mp``, vllm/platforms/cpu.py). Between the two processes
-vLLM passes each step through a shared-memory queue whose reader spins (``sched_yield``) for a second after every
-read (shm_broadcast.SpinCondition, ``busy_loop_s=1``, not configurable): the engine core spins while the worker
-computes a step and the worker spins between steps, turns the rest of the suite waits for on two cores. One
-tiny-model server here, 3 waves of 4 x 300 tokens: 9.8 -> 3.9 s of CPU for the load and
-25.5 -> 17.4 s to start (one process fewer importing torch). The API server and the engine core stay two processes,
-as in production (:func:`lower_engine_priority` lowers the engine core, which now computes too); the arguments are
-untouched. Not the embedder's: it runs exactly as ``EmbedderService`` runs it."""
-
-
 _VLLM_ENV = {
     "VLLM_TARGET_DEVICE": "cpu",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "HF_HUB_OFFLINE": "1",
     "OMP_NUM_THREADS": "1",
-    IN_PROCESS_WORKER_ENV: "0",
+    # The model in the engine core's process, as EmbedderService runs the embedder (IN_PROCESS_WORKER_ENV says why):
+    # a loaded tiny-model server here took 9.8 s of CPU with vLLM's worker process and 3.9 s without (3 waves of
+    # 4 x 300 tokens), and make test's alone phase 52 s instead of 28. The engine core computes now, and
+    # lower_engine_priority lowers it.
+    **IN_PROCESS_WORKER_ENV,
 }
 
 
@@ -339,9 +336,8 @@ def start_vllm_embedder(procs: Procs, name: str, sizing: EmbedderSizing) -> int:
     :func:`wait_vllm`); returns its port."""
     port = free_port()
     args = embedder_args(sizing, model=str(embedder_model_dir()), host="127.0.0.1", port=port)
-    # Not the completions servers' VLLM_CPU_KVCACHE_SPACE (it would override the embedder's own KV cache size) nor
-    # their in-process worker (the embedder runs as EmbedderService runs it).
-    env = {k: v for k, v in _VLLM_ENV.items() if k not in ("VLLM_CPU_KVCACHE_SPACE", IN_PROCESS_WORKER_ENV)}
+    # Not the completions servers' VLLM_CPU_KVCACHE_SPACE: it would override the embedder's own KV cache size.
+    env = {k: v for k, v in _VLLM_ENV.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
     procs.start(name, [str(vllm_binary()), *EMBEDDER_COMMAND[1:], *args], {**env, **embedder_env(sizing)})
     return port
 

@@ -138,6 +138,7 @@ def test_the_pooling_server_runs_as_sized_on_the_system_nodes_locked_down() -> N
         "HF_HOME": "/models/.hf",
         "OMP_NUM_THREADS": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_NO_USAGE_STATS": "1",
     }
     # 2109 MiB measured (float32) x 1.25, rounded up to 256 MiB; request = limit; no CPU limit.
@@ -236,6 +237,7 @@ def test_the_environment_binds_no_core() -> None:
     assert embedder_env(_sizing(cpus=4)) == {
         "OMP_NUM_THREADS": "4",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # no worker process spinning beside the engine core
         "VLLM_NO_USAGE_STATS": "1",
     }
 
