@@ -42,7 +42,6 @@ DECODE_WAIT_SHARE = 0.1
 """Share of the TTFT objective a request may wait for a decode replica's slot (p95): the decode role's queue is
 sized to be short, the prefill role's compute and transfer take the rest."""
 
-FIXED_POINT_STEPS = 60
 DECAY_RATE_STEPS = 60
 
 
@@ -109,15 +108,9 @@ def decode_at_rate(replica: Replica, workload: Workload, requests_per_second: fl
     batch, _ = perf_model.max_batch(replica, workload)
     mean_context = workload.input_tokens + workload.output_tokens / 2
     rate = requests_per_second
-    step = perf_model.step_time(replica, 1, 0, mean_context, workload.input_tokens)
-    concurrency = 1.0
-    for _ in range(FIXED_POINT_STEPS):
-        concurrency = min(float(max(batch, 1)), max(1.0, rate * workload.output_tokens * step.seconds))
-        new = perf_model.step_time(replica, concurrency, 0, mean_context, workload.input_tokens)
-        converged = abs(new.seconds - step.seconds) < 1e-9
-        step = new
-        if converged:
-            break
+    # The aggregated replica's steady step with no prompt tokens in its steps: the same solver, settled to the
+    # same tolerance (a batch of at least one, so a replica where nothing fits still reports a step).
+    concurrency, step = perf_model.steady_step(replica, workload, rate, max(batch, 1), mean_context, prompt_tokens=0)
     service = workload.output_tokens * step.seconds
     offered = rate * service
     stable = batch >= 1 and offered < batch

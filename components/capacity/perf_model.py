@@ -549,12 +549,14 @@ last moves ahead, and near saturation, where the map has a second fixed point, i
 unstable replica's step went from 224 ms to 10.6 s with no cap). Slower approaches take plain rounds."""
 
 
-def _steady_step(
-    replica: Replica, workload: Workload, rate: float, batch: int, mean_context: float
+def steady_step(
+    replica: Replica, workload: Workload, rate: float, batch: int, mean_context: float, *, prompt_tokens: int
 ) -> tuple[float, Step]:
     """The step at which ``rate`` settles and the decodes it runs: a step of ``x`` seconds runs ``rate x output x
-    x`` decodes beside ``rate x input x x`` prompt tokens, which make the next step; the steady step is that map's
-    fixed point, approached from the unloaded step.
+    x`` decodes beside ``rate x prompt_tokens x x`` prompt tokens, which make the next step; the steady step is that
+    map's fixed point, approached from the unloaded step. ``prompt_tokens`` is what each request brings to this
+    replica's steps: the workload's input where the replica computes its prompts, 0 on a decode replica whose
+    prompts were computed elsewhere (:func:`components.capacity.disaggregated.decode_at_rate`).
 
     Plain rounds approach it geometrically, 20 a rate on average over one plan's search (``inferplane plan``'s time
     was mostly this loop), and 15-24% of the rates below stopped at their cap of 60 unsettled. So two rounds are
@@ -570,7 +572,7 @@ def _steady_step(
 
     def next_step(seconds: float) -> tuple[float, Step]:
         concurrency = min(float(batch), max(1.0, rate * workload.output_tokens * seconds))
-        prefill_per_step = rate * workload.input_tokens * seconds
+        prefill_per_step = rate * prompt_tokens * seconds
         return concurrency, engine_step(replica, concurrency, prefill_per_step, mean_context, workload.input_tokens)
 
     step = step_time(replica, 1, 0, mean_context, workload.input_tokens)
@@ -595,7 +597,7 @@ def at_rate(replica: Replica, workload: Workload, requests_per_second: float) ->
     mean_context = workload.input_tokens + workload.output_tokens / 2
     rate = requests_per_second
     chunk = max(replica.max_num_batched_tokens - 1, 1)
-    concurrency, step = _steady_step(replica, workload, rate, batch, mean_context)
+    concurrency, step = steady_step(replica, workload, rate, batch, mean_context, prompt_tokens=workload.input_tokens)
     # A mixed step shares its budget with the decodes; SGLang's prefill step has the whole chunk to itself.
     room = float(replica.max_num_batched_tokens) if replica.engine == "sglang" else max(chunk - concurrency, 1.0)
     chunk_tokens = float(min(workload.input_tokens, room))
