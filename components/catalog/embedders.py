@@ -76,8 +76,9 @@ EMBEDDING_MODELS: Mapping[str, EmbeddingModel] = {
         "4; its log: 'init engine (profile, create kv cache, warmup model) took 0.01 s'); memory in float32, "
         "2026-12-06, after embedding 640 prompts: RSS 666 + 596 + 847 MiB (API server, engine core, worker; 677 + "
         "609 + 713 in float16); both measured with vLLM's worker process, which EmbedderService no longer starts "
-        "(IN_PROCESS_WORKER_ENV, 2026-12-06: 1,485 MiB in all and 18.7 s to /health without it after 840 "
-        "embeddings, 2,076 MiB and 26.5 s with it, the same run), so both bound it from above until re-measured",
+        "(IN_PROCESS_WORKER_ENV; benchmarks/embedder_process.py, 2026-12-06: 1,501 MiB in all after 840 embeddings "
+        "and 18.9 s to /health without it, 2,070 MiB and 28.3 s with it, the same run), so both bound it from above "
+        "until re-measured",
     ),
 }
 """Sentence-embedding models by catalog name."""
