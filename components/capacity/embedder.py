@@ -24,7 +24,7 @@ EMBEDDER_MEMORY_HEADROOM = 1.25
 also the limit (a pod over it is killed, never the node's other pods)."""
 
 EMBEDDER_MEMORY_STEP_BYTES = 256 * MIB
-"""Requests are whole multiples of this, so they read as ``2816Mi``, not as an odd byte count."""
+"""Requests are whole multiples of this, so they read as ``2048Mi``, not as an odd byte count."""
 
 TARGET_CPU_UTILIZATION = 70
 """The embedder's autoscaler adds pods above this average CPU use (percent of the request). CPU is the encoder's own

