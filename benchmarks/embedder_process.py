@@ -6,8 +6,8 @@ for a second after each read. ``EmbedderService`` turns the worker process off; 
 vLLM's CPU build with ``EmbedderService``'s own arguments and environment for the prod stack's sizing (the worker
 process put back for the first mode), then sends the same requests: ``--requests`` embeddings one at a time and eight
 at a time, and a steady trickle of 2 a second for ``--trickle-seconds`` (what a HorizontalPodAutoscaler on CPU sees).
-Printed per mode: seconds to ``/health`` and the CPU it took, embeddings a second and the pod's CPU (every process
-of the server's session, from ``/proc``) in percent of a core, and the resident memory measured as the catalog
+Printed per mode: seconds to ``/health`` and the CPU it took, embeddings a second and the pod's CPU (the server
+and its descendants: ``cpu_seconds``) in percent of a core, and the resident memory measured as the catalog
 measures it (``served_memory_bytes``: float32, after 640 of the shipped prompts in batches of 64, before the other
 loads).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -33,16 +34,11 @@ sys.path.insert(0, str(PROJECT))
 
 from inferplane.components.capacity.embedder import EmbedderSizing  # noqa: E402
 from inferplane.components.capacity.sizing import size_platform  # noqa: E402
-from inferplane.components.serving.embedder_service import (  # noqa: E402
-    EMBEDDER_COMMAND,
-    IN_PROCESS_WORKER_ENV,
-    embedder_args,
-    embedder_env,
-)
+from inferplane.components.serving.embedder_service import IN_PROCESS_WORKER_ENV  # noqa: E402
 from inferplane.tool.cache_eval import load_pairs  # noqa: E402
 from inferplane.tool.stackfile import load_stack  # noqa: E402
 from tests import gateway_support  # noqa: E402
-from tests.ports import free_port  # noqa: E402
+from tests.gateway_support import cpu_seconds  # noqa: E402
 
 MODES = ("worker process", "in-process")
 BATCHES = (10, 64)
@@ -63,9 +59,10 @@ class Row:
     """Every process of the server together after :data:`BATCHES` of the shipped prompts."""
 
 
-def _session(pid: int) -> dict[int, tuple[int, int]]:
-    """Every process of ``pid``'s session: its CPU ticks (user + system) and resident pages."""
-    found = {}
+def _resident_mib(pid: int) -> float:
+    """Resident memory of every process of ``pid``'s session (the server's: vLLM's API server, engine core and the
+    processes they start)."""
+    pages = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -74,16 +71,8 @@ def _session(pid: int) -> dict[int, tuple[int, int]]:
         except OSError:  # gone meanwhile
             continue
         if int(fields[3]) == pid:
-            found[int(entry.name)] = (int(fields[11]) + int(fields[12]), int(fields[21]))
-    return found
-
-
-def _cpu_seconds(pid: int) -> float:
-    return sum(ticks for ticks, _ in _session(pid).values()) / 100
-
-
-def _resident_mib(pid: int) -> float:
-    return sum(pages for _, pages in _session(pid).values()) * 4096 / 2**20
+            pages += int(fields[21])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _embed(port: int, model: str) -> Callable[[str | list[str]], None]:
@@ -116,14 +105,10 @@ def _trickle(embed: Callable[[str | list[str]], None], texts: list[str], seconds
 
 
 def _start(procs: gateway_support.Procs, sizing: EmbedderSizing, mode: str) -> int:
-    """vLLM's CPU build with ``EmbedderService``'s arguments and environment (loopback, a free port, the offline
-    weights); the worker process put back (vLLM's default, ``1``) in that mode. Returns its port once it answers."""
-    port = free_port()
-    args = embedder_args(sizing, model=str(gateway_support.EMBEDDER_DIR), host="127.0.0.1", port=port)
-    env = {**embedder_env(sizing), "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
-    if mode == "worker process":
-        env.update(dict.fromkeys(IN_PROCESS_WORKER_ENV, "1"))
-    procs.start("embedder", [str(gateway_support.vllm_binary()), *EMBEDDER_COMMAND[1:], *args], env)
+    """vLLM's CPU build as ``EmbedderService`` runs it, the worker process put back (vLLM's default, ``1``) in that
+    mode. Returns its port once it answers."""
+    worker = dict.fromkeys(IN_PROCESS_WORKER_ENV, "1") if mode == "worker process" else {}
+    port = gateway_support.start_vllm_embedder(procs, "embedder", sizing, env=worker)
     return gateway_support.wait_vllm(procs, "embedder", port)
 
 
@@ -134,7 +119,7 @@ def _measure(mode: str, sizing: EmbedderSizing, texts: list[str], trickle_second
         started = time.monotonic()
         port = _start(procs, sizing, mode)
         pid = procs.procs["embedder"].pid
-        start_seconds, start_cpu = time.monotonic() - started, _cpu_seconds(pid)
+        start_seconds, start_cpu = time.monotonic() - started, cpu_seconds(pid)
         embed = _embed(port, sizing.model)
         count, size = BATCHES
         prompts = [text for pair in load_pairs(None)[1] for text in (pair.a, pair.b)][: count * size]
@@ -152,9 +137,9 @@ def _measure(mode: str, sizing: EmbedderSizing, texts: list[str], trickle_second
         )
         rates = []
         for label, run, done in loads:
-            before = _cpu_seconds(pid)
+            before = cpu_seconds(pid)
             seconds = run()
-            rates.append((label, done / seconds, 100 * (_cpu_seconds(pid) - before) / seconds))
+            rates.append((label, done / seconds, 100 * (cpu_seconds(pid) - before) / seconds))
         return Row(mode, start_seconds, start_cpu, tuple(rates), resident)
     finally:
         procs.stop_all()

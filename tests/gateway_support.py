@@ -330,15 +330,18 @@ def embedder_model_dir() -> Path:
     return EMBEDDER_DIR
 
 
-def start_vllm_embedder(procs: Procs, name: str, sizing: EmbedderSizing) -> int:
+def start_vllm_embedder(procs: Procs, name: str, sizing: EmbedderSizing, env: Mapping[str, str] | None = None) -> int:
     """vLLM's OpenAI server on CPU serving the catalog's embedding model exactly as ``EmbedderService`` runs it (its
     argument list and environment; the weights from the offline copy, loopback, a free port); does not wait (see
-    :func:`wait_vllm`); returns its port."""
+    :func:`wait_vllm`); returns its port. ``env`` overrides that environment (benchmarks/embedder_process.py puts
+    vLLM's worker process back)."""
     port = free_port()
     args = embedder_args(sizing, model=str(embedder_model_dir()), host="127.0.0.1", port=port)
     # Not the completions servers' VLLM_CPU_KVCACHE_SPACE: it would override the embedder's own KV cache size.
-    env = {k: v for k, v in _VLLM_ENV.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
-    procs.start(name, [str(vllm_binary()), *EMBEDDER_COMMAND[1:], *args], {**env, **embedder_env(sizing)})
+    common = {k: v for k, v in _VLLM_ENV.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
+    procs.start(
+        name, [str(vllm_binary()), *EMBEDDER_COMMAND[1:], *args], {**common, **embedder_env(sizing), **(env or {})}
+    )
     return port
 
 

@@ -94,9 +94,9 @@ no setting): the engine core spins while the worker computes, the worker between
 thread), 2026-12-06: at a steady 2 embeddings a second the pod used 105% of a core with the worker process and 7%
 without; 400 embeddings one at a time 58 vs 64 a second at 192% vs 98% of a core, eight at a time 114 vs 173 a
 second at 193% vs 131%; resident 2,118 vs 1,549 MiB; started in 23.5 vs 20.7 s (an earlier run: 105% vs 6%, 59 vs
-57 and 141 vs 153 a second). The spin would be the
-HorizontalPodAutoscaler's signal (CPU against a one-core request: any steady trickle reads over 100% and scales the
-embedder to its ceiling) and CPU taken from the gateway's pods on the same system nodes. vLLM's reason for ``mp``
+57 and 141 vs 153 a second). The spin would be the HorizontalPodAutoscaler's signal (CPU against a one-core request:
+any steady trickle reads over 100% and scales the embedder to its ceiling) and CPU taken from the gateway's pods on
+the same system nodes. vLLM's reason for ``mp``
 on CPU is that the worker sets OpenMP's environment before torch starts; here :func:`embedder_env` sets it for the
 whole container, binding no core."""
 
