@@ -275,7 +275,7 @@ def gke_hardening(resource: Resource, config: Config, report: Report) -> None:
     severity=Severity.MEDIUM,
     enforcement=EnforcementLevel.MANDATORY,
     types={T.GCP_SUBNETWORK},
-    remediation="Set log_config on the subnetwork (components.gcp.gke_cluster.FLOW_LOG_CONFIG).",
+    remediation="Set log_config on the subnetwork (components.gcp.gke_cluster.flow_log_config).",
 )
 def subnetwork_flow_logs(resource: Resource, config: Config, report: Report) -> None:
     """Anchors: CIS GKE 5.6.1 / CIS GCP 3.8 (VPC flow logs on every subnet)."""

@@ -76,15 +76,23 @@ Artifact Registry for mirrored images."""
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 """With a dedicated service account, IAM (not access scopes) limits what nodes can do; Google's recommendation."""
 
-FLOW_LOG_CONFIG = gcp.compute.SubnetworkLogConfigArgs(
-    aggregation_interval="INTERVAL_5_SEC", flow_sampling=1.0, metadata="INCLUDE_ALL_METADATA"
-)
-"""Subnet flow logs: every flow sampled (1.0; the provider's default is 0.5), aggregated per 5 seconds, with all
-metadata (enum values from pulumi_gcp's ``SubnetworkLogConfigArgs``)."""
 
-FIREWALL_LOG_CONFIG = gcp.compute.FirewallLogConfigArgs(metadata="INCLUDE_ALL_METADATA")
-"""Firewall Rules Logging on every rule the component declares, with all metadata (pulumi_gcp
-``FirewallLogConfigArgs``: ``EXCLUDE_ALL_METADATA`` or ``INCLUDE_ALL_METADATA``)."""
+# The two log settings are built when a cluster is, not at import: ``gcp.compute`` is pulumi_gcp's largest module
+# (0.9 s of CPU to import), and every program that imports the platform (an EKS-only preview, the policy pack, the
+# provider) would pay it for nothing.
+def flow_log_config() -> gcp.compute.SubnetworkLogConfigArgs:
+    """Subnet flow logs: every flow sampled (1.0; the provider's default is 0.5), aggregated per 5 seconds, with all
+    metadata (enum values from pulumi_gcp's ``SubnetworkLogConfigArgs``)."""
+    return gcp.compute.SubnetworkLogConfigArgs(
+        aggregation_interval="INTERVAL_5_SEC", flow_sampling=1.0, metadata="INCLUDE_ALL_METADATA"
+    )
+
+
+def firewall_log_config() -> gcp.compute.FirewallLogConfigArgs:
+    """Firewall Rules Logging on every rule the component declares, with all metadata (pulumi_gcp
+    ``FirewallLogConfigArgs``: ``EXCLUDE_ALL_METADATA`` or ``INCLUDE_ALL_METADATA``)."""
+    return gcp.compute.FirewallLogConfigArgs(metadata="INCLUDE_ALL_METADATA")
+
 
 DENY_ALL_PRIORITY = 65535
 """The lowest priority a VPC firewall rule can have (pulumi_gcp ``FirewallArgs.priority``: 0-65535, lower wins): every
@@ -340,7 +348,7 @@ class GkeCluster(pulumi.ComponentResource):
             network=network.id,
             ip_cidr_range=args.node_cidr,
             private_ip_google_access=True,
-            log_config=FLOW_LOG_CONFIG,
+            log_config=flow_log_config(),
             secondary_ip_ranges=[
                 gcp.compute.SubnetworkSecondaryIpRangeArgs(range_name="pods", ip_cidr_range=args.pod_cidr),
                 gcp.compute.SubnetworkSecondaryIpRangeArgs(range_name="services", ip_cidr_range=args.service_cidr),
@@ -539,7 +547,7 @@ def firewall_rules(
         priority=DENY_ALL_PRIORITY,
         source_ranges=["0.0.0.0/0"],
         denies=[gcp.compute.FirewallDenyArgs(protocol="all")],
-        log_config=FIREWALL_LOG_CONFIG,
+        log_config=firewall_log_config(),
         opts=opts,
     )
     allowed = [
@@ -552,7 +560,7 @@ def firewall_rules(
             priority=ALLOW_PRIORITY,
             source_ranges=sources,
             allows=allows,
-            log_config=FIREWALL_LOG_CONFIG,
+            log_config=firewall_log_config(),
             opts=opts,
         )
         for suffix, (what, sources, allows) in rules.items()
