@@ -17,8 +17,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+import botocore.session
 import pytest
 from botocore.client import BaseClient
+from botocore.loaders import Loader, create_loader
 from botocore.stub import Stubber
 from moto import mock_aws
 from moto.core import set_initial_no_auth_action_count
@@ -62,11 +64,31 @@ AMPLE = {"L-417A185B": 1536.0, "L-DB2E81BA": 256.0, "L-3819A6DF": 64.0}
 # --- fixtures and helpers ---------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_botocore_loader() -> Iterator[None]:
+    """Every session of the module reads botocore's service models through one loader: each new session would parse
+    the same JSON again (about 1.3 s of CPU a test, most of this module's time). The loader caches what it read and
+    botocore never changes it."""
+    loaders: dict[str | None, Loader] = {}
+
+    def shared(search_path: str | None = None) -> Loader:
+        if search_path not in loaders:
+            loaders[search_path] = create_loader(search_path)
+        return loaders[search_path]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(botocore.session, "create_loader", shared)
+        yield
+
+
 @pytest.fixture
 def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """Credentials moto accepts; conftest has removed every real one."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    # moto would make its hundreds of stock AMIs in every region a test touches (half this module's CPU); preflight
+    # reads AMIs only through SSM's public parameters, which the tests seed themselves.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 
 @pytest.fixture
