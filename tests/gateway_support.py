@@ -522,12 +522,31 @@ class StoredAnswers:
         self._pattern = f"{cache.key_prefix}:x:*"
         self._redis_url = redis_url
 
-    def count(self) -> int:
-        """How many answers the cache holds now."""
+    def keys(self) -> set[bytes]:
+        """The keys of the answers the cache holds now."""
         import redis  # the processor's client library, a gateway dependency
 
         with redis.Redis.from_url(self._redis_url, socket_timeout=5) as client:
-            return sum(1 for _ in client.scan_iter(match=self._pattern, count=1000))
+            return set(client.scan_iter(match=self._pattern, count=1000))
+
+    def count(self) -> int:
+        """How many answers the cache holds now."""
+        return len(self.keys())
+
+    def wait_new(self, before: set[bytes], timeout: float = 20.0) -> set[bytes]:
+        """Poll until the cache holds answers not in ``before`` (its earlier :meth:`keys`); those keys."""
+        deadline = time.monotonic() + timeout
+        while not (new := self.keys() - before):
+            assert time.monotonic() < deadline, f"no answer stored in {timeout:.0f} s"
+            time.sleep(0.05)
+        return new
+
+    def wait_gone(self, keys: set[bytes], timeout: float) -> None:
+        """Poll until the cache holds none of ``keys`` (Redis expired them)."""
+        deadline = time.monotonic() + timeout
+        while left := keys & self.keys():
+            assert time.monotonic() < deadline, f"still stored after {timeout:.0f} s: {sorted(left)}"
+            time.sleep(0.1)
 
     def wait_beyond(self, count: int, timeout: float = 20.0) -> None:
         """Poll until the cache holds more than ``count`` answers."""
