@@ -18,9 +18,11 @@ unexport PYTHONDONTWRITEBYTECODE
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-## uv installs the project into the venv: about 10 s where pip took about a minute (uv comes from PyPI, into the venv)
+## uv installs the project into the venv: about 10 s where pip took about a minute (uv comes from PyPI, into the venv).
+## It is named by its physical path: uv writes that into its scripts' shebangs, and CI links .venv to a cached venv
+## (.ci/run) that outlives the clone the link is in.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(TIMED) install sh -c '$(BIN)/python -m pip install --quiet uv && $(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[test]"'
+	$(TIMED) install sh -c '$(BIN)/python -m pip install --quiet uv && $(BIN)/uv pip install --quiet --python "$$(cd $(VENV) && pwd -P)/bin/python" -e ".[test]"'
 	touch $@
 
 install: $(VENV)/.installed
