@@ -53,7 +53,7 @@ typecheck: install
 unit: install references $(ENVOY) vllm-cpu simulator
 	@command -v promtool >/dev/null 2>&1 || echo "note: promtool is not installed, so the alert-rule tests skip (apt-get install prometheus; .ci/run does)"
 	$(TIMED) pytest $(BIN)/pytest -n auto --dist loadgroup -q -m "not alone"
-	$(TIMED) pytest-alone $(BIN)/pytest -q -m alone
+	$(TIMED) pytest-alone $(BIN)/pytest -q -m alone tests/e2e
 
 ## e2e: only the gateway's end-to-end tests (real Envoy, processor, Redis and vLLM on CPU)
 e2e: install $(ENVOY) vllm-cpu
