@@ -75,11 +75,14 @@ def rendezvous(block: int, endpoint: str) -> int:
 
 
 class PrefixIndex:
-    """Per replica, the block hashes it is estimated to hold (an LRU bounded by the replica's KV pool in blocks)."""
+    """Per replica, the block hashes it is estimated to hold (an LRU bounded by the replica's KV pool in blocks), and
+    how many of them were used again after they were first computed (the *reused* blocks: shared prefixes and
+    conversations, which the replica's cache keeps serving, not one-off prompts)."""
 
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity_blocks = capacity_blocks
-        self._held: dict[str, OrderedDict[int, None]] = {}
+        self._held: dict[str, OrderedDict[int, bool]] = {}
+        self._reused: dict[str, int] = {}
 
     def overlap(self, endpoint: str, hashes: Sequence[int]) -> int:
         """Leading blocks of ``hashes`` the replica is estimated to hold."""
@@ -98,15 +101,28 @@ class PrefixIndex:
         if not hashes:
             return
         held = self._held.setdefault(endpoint, OrderedDict())
+        reused = self._reused.get(endpoint, 0)
         for block in hashes:
-            held[block] = None
-            held.move_to_end(block)
+            seen = held.get(block)
+            if seen is None:
+                held[block] = False
+            else:
+                if not seen:
+                    held[block] = True
+                    reused += 1
+                held.move_to_end(block)
         while len(held) > self.capacity_blocks:
-            held.popitem(last=False)
+            reused -= held.popitem(last=False)[1]
+        self._reused[endpoint] = reused
 
     def forget(self, endpoint: str) -> None:
         """The replica is gone (or restarted): it holds nothing of what was recorded."""
         self._held.pop(endpoint, None)
+        self._reused.pop(endpoint, None)
+
+    def reused(self, endpoint: str) -> int:
+        """Blocks the replica holds that were used again after they were computed."""
+        return self._reused.get(endpoint, 0)
 
     def endpoints(self) -> tuple[str, ...]:
         """Replicas with recorded blocks."""

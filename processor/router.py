@@ -46,6 +46,9 @@ from inferplane.processor.prefix_index import PrefixIndex, blocks_for, home_bloc
 
 MEAN_BLOCKS_DECAY = 0.05
 """Weight of each new request in the running mean of prompt blocks (about the last 20 requests)."""
+REUSED_SHARE = 0.75
+"""Most of a replica's KV pool the prefixes it keeps reusing may fill before a new prefix whose home it is goes to
+the next replica in that prefix's rendezvous order (the rest is for the running sequences' own blocks)."""
 
 
 @dataclass(frozen=True)
@@ -104,12 +107,19 @@ class Router:
         if best_overlap > 0:
             first = overlaps[ranked[0].address]
             return Ranking(tuple(ranked), overlaps, "prefix_hit" if first == best_overlap else "load_spill")
-        home_endpoint = max(ranked, key=lambda e: rendezvous(home, e.address))
+        home_endpoint = self.home(ranked, home, prompt_blocks)
         if costs[home_endpoint.address] <= costs[ranked[0].address] + self.overlap_weight * prompt_blocks:
             ranked.remove(home_endpoint)
             ranked.insert(0, home_endpoint)
             return Ranking(tuple(ranked), overlaps, "prefix_home")
         return Ranking(tuple(ranked), overlaps, "least_load")
+
+    def home(self, ready: Sequence[Endpoint], home: int, prompt_blocks: int) -> Endpoint:
+        """A new prefix's home: the first replica in the prefix's rendezvous order whose reused blocks, with this
+        prompt's, stay within :data:`REUSED_SHARE` of its pool (the first in that order when none has room)."""
+        order = sorted(ready, key=lambda e: rendezvous(home, e.address), reverse=True)
+        room = REUSED_SHARE * self.index.capacity_blocks - prompt_blocks
+        return next((e for e in order if self.index.reused(e.address) <= room), order[0])
 
     def picked(self, endpoint: Endpoint, hashes: Sequence[int], prompt_tokens: int, overlap: int = 0) -> int:
         """Note a request placed on ``endpoint``, which held ``overlap`` of its blocks: it adds the rest and one for

@@ -72,6 +72,22 @@ def test_the_index_forgets_least_recently_used_blocks_first() -> None:
     assert index.overlap("a", new) == 0
 
 
+def test_the_index_counts_the_blocks_used_again_while_it_holds_them() -> None:
+    index = PrefixIndex(capacity_blocks=6)
+    shared, other = token_blocks(list(range(48)), BLOCK, 256, 1), token_blocks(list(range(1000, 1032)), BLOCK, 256, 1)
+    index.record("a", shared)
+    assert index.reused("a") == 0  # computed once: nothing reused yet
+    index.record("a", shared)
+    index.record("a", shared)  # a block counts once however often it is used again
+    assert index.reused("a") == 3
+    index.record("a", other)  # 2 one-off blocks beside them: 5 of 6 places
+    assert (index.size("a"), index.reused("a")) == (5, 3)
+    index.record("a", token_blocks(list(range(2000, 2032)), BLOCK, 256, 1))  # 2 more: the oldest reused block goes
+    assert (index.size("a"), index.reused("a"), index.overlap("a", shared)) == (6, 2, 0)
+    index.forget("a")
+    assert index.reused("a") == 0
+
+
 # -- ranking --------------------------------------------------------------------------------------------------------
 
 
@@ -153,6 +169,33 @@ def test_a_busy_home_is_passed_over() -> None:
     busy.inflight, busy.inflight_blocks = 2, 11  # more than one prompt's prefill (10 blocks) above the others
     ranking = Router(BLOCK, 1.0, True, PrefixIndex(64)).rank(ready, hashes, len(PROMPT))
     assert ranking.ranked[0].address != home and ranking.reason == "least_load"
+
+
+def test_a_new_prefix_passes_a_home_full_of_reused_prefixes_to_the_next_in_its_order() -> None:
+    """The prefix's home already keeps reusing 3/4 of its pool: the prefix goes to the second replica of its
+    rendezvous order, which every gateway computes alike; a home with room keeps it."""
+    hashes = token_blocks(PROMPT, BLOCK, 256, 1)
+    order = sorted(REPLICAS, key=lambda r: rendezvous(home_block(hashes, BLOCK), r), reverse=True)
+    router = Router(BLOCK, 1.0, True, PrefixIndex(64))  # 3/4 of 64 blocks: 48, so 38 reused leave room for 10
+    filler = token_blocks(list(range(5000, 5000 + 38 * BLOCK)), BLOCK, 256, 1)
+    router.index.record(order[0], filler)
+    router.index.record(order[0], filler)
+    ranking = router.rank(_endpoints(*REPLICAS), hashes, len(PROMPT))
+    assert (ranking.ranked[0].address, ranking.reason) == (order[0], "prefix_home")
+    router.index.record(order[0], token_blocks(list(range(9000, 9000 + BLOCK)), BLOCK, 256, 1) * 2)  # one more
+    ranking = router.rank(_endpoints(*REPLICAS), hashes, len(PROMPT))
+    assert (ranking.ranked[0].address, ranking.reason) == (order[1], "prefix_home")
+
+
+def test_one_off_prompts_never_fill_a_home() -> None:
+    """Blocks computed once (unique prompts) are not reused: a pool full of them leaves every home where it is."""
+    hashes = token_blocks(PROMPT, BLOCK, 256, 1)
+    home = max(REPLICAS, key=lambda r: rendezvous(home_block(hashes, BLOCK), r))
+    router = Router(BLOCK, 1.0, True, PrefixIndex(64))
+    for n in range(8):
+        router.index.record(home, token_blocks(list(range(n * 1000, n * 1000 + 8 * BLOCK)), BLOCK, 256, 1))
+    assert (router.index.size(home), router.index.reused(home)) == (64, 0)
+    assert router.rank(_endpoints(*REPLICAS), hashes, len(PROMPT)).ranked[0].address == home
 
 
 # -- shared slots ---------------------------------------------------------------------------------------------------
