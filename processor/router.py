@@ -25,6 +25,16 @@ later request of the prefix saves that much on whichever replica holds it, and t
 home. Ties are
 broken by the same rendezvous rank, or at random when there is no prefix to follow.
 
+The home is the first replica in the prefix's rendezvous order with room for it: whose *reused* blocks (those the
+index has seen used again while held: shared prefixes and conversations, never one-off prompts), with this prompt's,
+stay within :data:`REUSED_SHARE` of its pool. Rendezvous alone spreads prefixes by chance, not by size: on the
+simulated fleet (8 replicas of prod's 70B, each pool cut to 1,920 blocks, 20 shared 6,144-token prefixes, 8 req/s)
+it homed 4-5 of the 20 on one replica, which they overfilled, so its engine evicted them and computed them again,
+and only 5-6 requests of 489 were spilled for load: the engines served 84.5-87.1% of prompt tokens from cache
+against an ideal 92.1%. With room counted, 89.4-89.7%, and TTFT p90 516-556 ms instead of 566-1,069
+(``docs/simulate.md``). Every gateway worker counts its own picks, so near the bound two may choose different
+replicas for one new prefix; each then serves it from cache.
+
 The tolerance stays one prompt's prefill even for traffic whose prefixes never come back. Scaling it by the share of
 recent prompts' blocks found held (0 for unique prompts, so a new prompt would go to the cheapest replica) was tried
 on the simulated fleet (8 replicas of prod's 70B, 2,048-token unique prompts; ``docs/simulate.md``): it spread the
