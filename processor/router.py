@@ -31,9 +31,9 @@ stay within :data:`REUSED_SHARE` of its pool. Rendezvous alone spreads prefixes 
 simulated fleet (8 replicas of prod's 70B, each pool cut to 1,920 blocks, 20 shared 6,144-token prefixes, 8 req/s)
 it homed 4-5 of the 20 on one replica, which they overfilled, so its engine evicted them and computed them again,
 and only 5-6 requests of 489 were spilled for load: the engines served 84.5-87.1% of prompt tokens from cache
-against an ideal 92.1%. With room counted, 89.4-89.7%, and TTFT p90 516-556 ms instead of 566-1,069
-(``docs/simulate.md``). Every gateway worker counts its own picks, so near the bound two may choose different
-replicas for one new prefix; each then serves it from cache.
+against an ideal 92.1%. With room counted, 89.4-89.7% in the same two runs (84.1-90.8% over eight, median 88.9%),
+and TTFT p90 516-556 ms instead of 566-1,069 (``docs/simulate.md``). Every gateway worker counts its own picks, so
+near the bound two may choose different replicas for one new prefix; each then serves it from cache.
 
 The tolerance stays one prompt's prefill even for traffic whose prefixes never come back. Scaling it by the share of
 recent prompts' blocks found held (0 for unique prompts, so a new prompt would go to the cheapest replica) was tried
