@@ -109,7 +109,9 @@ class Router:
             e.address: self.overlap_weight * (prompt_blocks - overlaps.get(e.address, 0)) + self.decode_blocks(e)
             for e in ready
         }
-        tie = (lambda e: -rendezvous(home, e.address)) if use_prefix else (lambda _: random.random())
+        # Each replica's rendezvous weight for the prefix, once: it breaks ties here and orders the homes below.
+        weights = {e.address: rendezvous(home, e.address) for e in ready} if use_prefix else {}
+        tie = (lambda e: -weights[e.address]) if use_prefix else (lambda _: random.random())
         ranked = sorted(ready, key=lambda e: (costs[e.address], tie(e)))
         if not ranked or not use_prefix:
             return Ranking(tuple(ranked), overlaps, "least_load")
@@ -117,17 +119,18 @@ class Router:
         if best_overlap > 0:
             first = overlaps[ranked[0].address]
             return Ranking(tuple(ranked), overlaps, "prefix_hit" if first == best_overlap else "load_spill")
-        home_endpoint = self.home(ranked, home, prompt_blocks)
+        home_endpoint = self.home(ranked, weights, prompt_blocks)
         if costs[home_endpoint.address] <= costs[ranked[0].address] + self.overlap_weight * prompt_blocks:
             ranked.remove(home_endpoint)
             ranked.insert(0, home_endpoint)
             return Ranking(tuple(ranked), overlaps, "prefix_home")
         return Ranking(tuple(ranked), overlaps, "least_load")
 
-    def home(self, ready: Sequence[Endpoint], home: int, prompt_blocks: int) -> Endpoint:
-        """A new prefix's home: the first replica in the prefix's rendezvous order whose reused blocks, with this
-        prompt's, stay within :data:`REUSED_SHARE` of its pool (the first in that order when none has room)."""
-        order = sorted(ready, key=lambda e: rendezvous(home, e.address), reverse=True)
+    def home(self, ready: Sequence[Endpoint], weights: dict[str, int], prompt_blocks: int) -> Endpoint:
+        """A new prefix's home: the first replica in the prefix's rendezvous order (``weights``, highest first) whose
+        reused blocks, with this prompt's, stay within :data:`REUSED_SHARE` of its pool (the first in that order when
+        none has room)."""
+        order = sorted(ready, key=lambda e: weights[e.address], reverse=True)
         room = REUSED_SHARE * self.index.capacity_blocks - prompt_blocks
         return next((e for e in order if self.index.reused(e.address) <= room), order[0])
 
