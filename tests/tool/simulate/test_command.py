@@ -284,15 +284,17 @@ def test_a_disaggregated_run_prefills_on_the_prefill_workers_of_the_replicas_nam
     computes exactly replica 0's prompts, and replica 1, with none of its own, computes its prompts itself."""
     simulator_python()
     path = tmp_path / "w.jsonl"
+    # Each unique prompt's replica is its rendezvous home, which hangs on the replicas' random ports: with 16 prompts
+    # the chance that one replica homes them all is 2 in 65,536 (it was 2 in 256 with 8).
     requests = [
-        WorkloadRequest(arrival_s=0.3 * i, prompt=words(range(1000 * i, 1000 * i + 600)), output_tokens=4)
-        for i in range(8)
+        WorkloadRequest(arrival_s=0.15 * i, prompt=words(range(1000 * i, 1000 * i + 600)), output_tokens=4)
+        for i in range(16)
     ]
     write_workload(path, requests)
     result, _ = _simulate_json(path, *PROD_70B, "--replicas", "2", "--prefill-replicas", "1")
     assert (result["serving"], result["prefill_replicas"], result["transfer_gbps"]) == ("disaggregated", 1, 38.4)
-    assert (result["requests"], result["ok"], result["failed"]) == (8, 8, 0)
-    assert sum(result["requests_per_replica"]) == 8
+    assert (result["requests"], result["ok"], result["failed"]) == (16, 16, 0)
+    assert sum(result["requests_per_replica"]) == 16
     assert all(result["requests_per_replica"]), "the gateway sent each replica some of the prompts"
     assert result["prefilled"] == result["requests_per_replica"][0]
 
