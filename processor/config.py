@@ -98,7 +98,9 @@ class RoutingConfig(_Config):
         gt=0, description="Blocks the prefix index remembers per replica (the replica's KV pool, in blocks)."
     )
     max_prefix_blocks: int = Field(
-        default=256, gt=0, description="Leading blocks of a prompt hashed at most (GIE's maxPrefixBlocksToMatch)."
+        gt=0,
+        description="Leading blocks of a prompt hashed at most: the model's context in blocks, so every full block "
+        "of an admitted prompt (a bound on the estimate from bytes when the model has no tokenizer).",
     )
     scrape_interval_seconds: float = Field(
         default=0.5, gt=0, le=10, description="How often each replica's ``/metrics`` is read (load and readiness)."

@@ -71,6 +71,7 @@ def routing_config(**overrides: Any) -> RoutingConfig:
         "prefill_seconds_per_block": 0.0,
         "block_tokens": 16,
         "index_blocks": 1024,
+        "max_prefix_blocks": 256,
         "load": vllm_load(),
     }
     return RoutingConfig.model_validate({**fields, **overrides})

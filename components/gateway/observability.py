@@ -69,8 +69,8 @@ PREFIX_DRIFT_ESTIMATED_MIN = 0.5
 """The estimated hit ratio above which the router counts on prefix hits, so a collapse of the real one matters."""
 PREFIX_DRIFT_REAL_FRACTION = 0.5
 """The real hit ratio below this fraction of the estimated one: the index promises blocks the engines no longer hold.
-Half leaves room for the ratios' different bases: the router hashes at most ``max_prefix_blocks`` leading blocks,
-the engine looks up every prompt token."""
+Half leaves room for the ratios' different bases: the router hashes a prompt's full blocks, the engine looks up every
+prompt token."""
 PREFIX_DRIFT_FOR = "15m"
 NO_READY_REPLICA_FOR = "5m"
 SLOT_STORE_DOWN_FOR = "5m"

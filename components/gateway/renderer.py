@@ -385,6 +385,18 @@ def index_blocks(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: De
     return max(1, min(kv_pool_blocks(sizing), PREFIX_INDEX_BLOCKS_PER_WORKER // replicas))
 
 
+def max_prefix_blocks(sizing: DeploymentSizing) -> int:
+    """The leading blocks of a prompt the router hashes: every full block of the model's context.
+
+    Not GIE's 256 (``maxPrefixBlocksToMatch``, of 64-character blocks): in the engine's 16-token blocks that stops at
+    4,096 tokens, and a replica holding a longer shared prefix is credited only that part of it against a replica
+    holding none. On the simulated fleet (8 replicas of prod's 70B, 6,144-token prefixes) every one of 8 spills in a
+    run sent a request from the replica holding its prefix to an idle one that had to compute all 384 blocks, where
+    the 128 blocks left uncounted would have kept it (``docs/gateway.md``). Hashing a block costs about a microsecond,
+    and only a prompt's own blocks are hashed."""
+    return max(1, max_model_len(sizing) // kv_block_tokens(sizing))
+
+
 def routing_config(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: DeploymentSizing) -> RoutingConfig:
     """The processor's routing for one model: the spec's ``gateway.routing`` (per tier, per model) and sizing's
     blocks and prefill time."""
@@ -397,6 +409,7 @@ def routing_config(spec: PlatformSpec, deployment: ModelDeploymentSpec, sizing: 
         prefill_seconds_per_block=prefill_seconds_per_block(deployment, sizing) if routing.hold else 0.0,
         block_tokens=kv_block_tokens(sizing),
         index_blocks=index_blocks(spec, deployment, sizing),
+        max_prefix_blocks=max_prefix_blocks(sizing),
         load=LOAD_SERIES[deployment.engine],
     )
 

@@ -563,6 +563,8 @@ def test_processor_config_follows_sizing(tmp_path: Path) -> None:
         block = result.vllm.block_size if deployment.engine == "vllm" else result.trtllm.tokens_per_block
         assert block == {"vllm": 16, "triton": 32}[deployment.engine]
         assert model.routing.block_tokens == block
+        # Every full block of an admitted prompt is hashed: the context in blocks, not GIE's 256 (4,096 tokens here).
+        assert model.routing.max_prefix_blocks == model.max_model_len // block
         # What a replica holds, in blocks: with a host KV tier (prod's llama-70b: 917 GiB per replica) what the
         # tier holds. The index remembers that within its share of a worker's 192 MiB at 150 bytes a block, over
         # the 16 replicas the EKS gateway may route to (llama-70b's 5 and its prefill role's 3, llama-8b's 8).
