@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 MESSAGE_SEPARATOR = -1
 """Put between two chat messages' token ids, so moving text from one message to the next changes the hash."""
@@ -27,6 +28,10 @@ BYTES_PER_ESTIMATED_TOKEN = 4
 HOME_PREFIX_TOKENS = 256
 """An unseen prefix's home is chosen from the hash of its first 256 tokens or so (smg's ``prefix_hash`` policy hashes
 the first 256 tokens): long enough to tell conversations apart, short enough that a shared preamble decides it."""
+
+
+FRESH_SECONDS = 10.0
+"""How long a block just computed counts as kept before it is used again (see :meth:`PrefixIndex.claimed`)."""
 
 
 def model_seed(model: str) -> int:
@@ -79,10 +84,12 @@ class PrefixIndex:
     how many of them were used again after they were first computed (the *reused* blocks: shared prefixes and
     conversations, which the replica's cache keeps serving, not one-off prompts)."""
 
-    def __init__(self, capacity_blocks: int) -> None:
+    def __init__(self, capacity_blocks: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.capacity_blocks = capacity_blocks
         self._held: dict[str, OrderedDict[int, bool]] = {}
         self._reused: dict[str, int] = {}
+        self._fresh: dict[str, OrderedDict[int, float]] = {}
+        self._clock = clock
 
     def overlap(self, endpoint: str, hashes: Sequence[int]) -> int:
         """Leading blocks of ``hashes`` the replica is estimated to hold."""
@@ -101,28 +108,46 @@ class PrefixIndex:
         if not hashes:
             return
         held = self._held.setdefault(endpoint, OrderedDict())
+        fresh = self._fresh.setdefault(endpoint, OrderedDict())
         reused = self._reused.get(endpoint, 0)
+        now = self._clock()
         for block in hashes:
             seen = held.get(block)
             if seen is None:
                 held[block] = False
+                fresh[block] = now
             else:
                 if not seen:
                     held[block] = True
                     reused += 1
+                    fresh.pop(block, None)
                 held.move_to_end(block)
         while len(held) > self.capacity_blocks:
-            reused -= held.popitem(last=False)[1]
+            block, was_reused = held.popitem(last=False)
+            reused -= was_reused
+            fresh.pop(block, None)
         self._reused[endpoint] = reused
 
     def forget(self, endpoint: str) -> None:
         """The replica is gone (or restarted): it holds nothing of what was recorded."""
         self._held.pop(endpoint, None)
         self._reused.pop(endpoint, None)
+        self._fresh.pop(endpoint, None)
 
     def reused(self, endpoint: str) -> int:
         """Blocks the replica holds that were used again after they were computed."""
         return self._reused.get(endpoint, 0)
+
+    def claimed(self, endpoint: str) -> int:
+        """Blocks the replica's cache is counted on to keep: the reused ones, and those computed in the last
+        :data:`FRESH_SECONDS` and not used again yet, whose reuse cannot have shown (a shared prefix's first
+        request is not yet known to be shared, and a burst of new prefixes would all find room on one replica)."""
+        fresh = self._fresh.get(endpoint)
+        if fresh:
+            horizon = self._clock() - FRESH_SECONDS
+            while fresh and next(iter(fresh.values())) < horizon:
+                fresh.popitem(last=False)
+        return self._reused.get(endpoint, 0) + (len(fresh) if fresh else 0)
 
     def endpoints(self) -> tuple[str, ...]:
         """Replicas with recorded blocks."""

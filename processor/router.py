@@ -25,15 +25,17 @@ later request of the prefix saves that much on whichever replica holds it, and t
 home. Ties are
 broken by the same rendezvous rank, or at random when there is no prefix to follow.
 
-The home is the first replica in the prefix's rendezvous order with room for it: whose *reused* blocks (those the
-index has seen used again while held: shared prefixes and conversations, never one-off prompts), with this prompt's,
-stay within :data:`REUSED_SHARE` of its pool. Rendezvous alone spreads prefixes by chance, not by size: on the
-simulated fleet (8 replicas of prod's 70B, each pool cut to 1,920 blocks, 20 shared 6,144-token prefixes, 8 req/s)
-it homed 4-5 of the 20 on one replica, which they overfilled, so its engine evicted them and computed them again,
-and only 5-6 requests of 489 were spilled for load: the engines served 84.5-87.1% of prompt tokens from cache
-against an ideal 92.1%. With room counted, 89.4-89.7% in the same two runs (84.1-90.8% over eight, median 88.9%),
-and TTFT p90 516-556 ms instead of 566-1,069 (``docs/simulate.md``). Every gateway worker counts its own picks, so
-near the bound two may choose different replicas for one new prefix; each then serves it from cache.
+The home is the first replica in the prefix's rendezvous order with room for it: whose *claimed* blocks
+(:meth:`~inferplane.processor.prefix_index.PrefixIndex.claimed`: those the index has seen used again while held,
+shared prefixes and conversations, and those computed in the last few seconds whose reuse cannot have shown yet),
+with this prompt's, stay within :data:`REUSED_SHARE` of its pool. Rendezvous alone spreads prefixes by chance, not
+by size: on the simulated fleet (8 replicas of prod's 70B, each pool cut to 1,920 blocks, 20 shared 6,144-token
+prefixes, 8 req/s) it homed 4-5 of the 20 on one replica, which they overfilled, so its engine evicted them and
+computed them again: the engines served 84.5-87.1% of prompt tokens from cache against an ideal 92.1%. Room is
+counted from the worker's index, which learns the pod's other workers' picks too (:mod:`~inferplane.processor.watch`;
+learning apart, two workers homed one prefix on two replicas): 91.9-92.1% in three runs, TTFT p90 125-144 ms
+(``docs/simulate.md``). Gateway pods still learn apart, so near the bound two pods may choose different replicas
+for one new prefix; each then serves it from cache.
 
 The tolerance stays one prompt's prefill even for traffic whose prefixes never come back. Scaling it by the share of
 recent prompts' blocks found held (0 for unique prompts, so a new prompt would go to the cheapest replica) was tried
@@ -132,7 +134,7 @@ class Router:
         none has room)."""
         order = sorted(ready, key=lambda e: weights[e.address], reverse=True)
         room = REUSED_SHARE * self.index.capacity_blocks - prompt_blocks
-        return next((e for e in order if self.index.reused(e.address) <= room), order[0])
+        return next((e for e in order if self.index.claimed(e.address) <= room), order[0])
 
     def picked(self, endpoint: Endpoint, hashes: Sequence[int], prompt_tokens: int, overlap: int = 0) -> int:
         """Note a request placed on ``endpoint``, which held ``overlap`` of its blocks: it adds the rest and one for

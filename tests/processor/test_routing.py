@@ -23,7 +23,14 @@ from inferplane.processor.admission import Hold, ModelGate
 from inferplane.processor.config import MetricSelector, ModelConfig
 from inferplane.processor.endpoints import Endpoint, EndpointTable, parse_samples
 from inferplane.processor.ext_proc import connect_redis
-from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, home_block, rendezvous, token_blocks
+from inferplane.processor.prefix_index import (
+    FRESH_SECONDS,
+    PrefixIndex,
+    byte_blocks,
+    home_block,
+    rendezvous,
+    token_blocks,
+)
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
 from tests.gateway_support import model_config, routing_config
@@ -86,6 +93,38 @@ def test_the_index_counts_the_blocks_used_again_while_it_holds_them() -> None:
     assert (index.size("a"), index.reused("a"), index.overlap("a", shared)) == (6, 2, 0)
     index.forget("a")
     assert index.reused("a") == 0
+
+
+class _Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_index_claims_blocks_just_computed_until_their_reuse_could_have_shown() -> None:
+    """A block computed in the last FRESH_SECONDS counts as kept (claimed) before it is used again; used again it
+    counts once, as reused; unused it stops counting when its time is up, as it does when the LRU drops it."""
+    clock = _Clock()
+    index = PrefixIndex(capacity_blocks=6, clock=clock)
+    shared, other = token_blocks(list(range(48)), BLOCK, 256, 1), token_blocks(list(range(1000, 1032)), BLOCK, 256, 1)
+    index.record("a", shared)
+    assert (index.reused("a"), index.claimed("a")) == (0, 3)
+    clock.now += FRESH_SECONDS / 2
+    index.record("a", other)
+    index.record("a", shared)  # used again: reused, no longer fresh (never counted twice)
+    assert (index.reused("a"), index.claimed("a")) == (3, 5)
+    clock.now += FRESH_SECONDS + 0.001  # ``other``'s time is up
+    assert (index.size("a"), index.claimed("a")) == (5, 3)
+    index.record("a", token_blocks(list(range(2000, 2032)), BLOCK, 256, 1))  # 2 fresh; 1 of ``other`` dropped
+    assert (index.size("a"), index.claimed("a")) == (6, 5)
+    index.record("a", token_blocks(list(range(3000, 3064)), BLOCK, 256, 1))  # 4 more drop ``other``'s and ``shared``
+    assert (index.reused("a"), index.claimed("a")) == (0, 6)
+    index.forget("a")
+    assert index.claimed("a") == 0
 
 
 # -- ranking --------------------------------------------------------------------------------------------------------
@@ -187,15 +226,46 @@ def test_a_new_prefix_passes_a_home_full_of_reused_prefixes_to_the_next_in_its_o
     assert (ranking.ranked[0].address, ranking.reason) == (order[1], "prefix_home")
 
 
-def test_one_off_prompts_never_fill_a_home() -> None:
-    """Blocks computed once (unique prompts) are not reused: a pool full of them leaves every home where it is."""
+def test_new_prefixes_arriving_together_fill_a_home_before_any_is_reused() -> None:
+    """Four new prefixes of 16 blocks whose home is the same replica arrive before any comes back: the first three
+    fill its room (3/4 of 64 blocks, 48), the fourth goes to the second in its order, though nothing is reused yet."""
+    clock = _Clock()
+    router = Router(BLOCK, 1.0, True, PrefixIndex(64, clock=clock))
+    prefixes = [token_blocks([g] * 16 * BLOCK, BLOCK, 256, 1) for g in range(200)]
+    first = rendezvous_order(prefixes[0])[0]
+    same_home = [p for p in prefixes if rendezvous_order(p)[0] == first][:4]
+    assert len(same_home) == 4
+    homes = []
+    for hashes in same_home:
+        ranking = router.rank(_endpoints(*REPLICAS), hashes, 16 * BLOCK)
+        assert ranking.reason == "prefix_home"
+        homes.append(ranking.ranked[0].address)
+        router.picked(ranking.ranked[0], hashes, 16 * BLOCK)
+        clock.now += 1.0
+    assert homes == [first] * 3 + [rendezvous_order(same_home[3])[1]]
+    assert router.index.reused(first) == 0
+
+
+def test_one_off_prompts_fill_a_home_only_while_fresh() -> None:
+    """Blocks computed once (unique prompts) and not used again within FRESH_SECONDS stop counting: a pool full of
+    them leaves every home where it is."""
+    clock = _Clock()
     hashes = token_blocks(PROMPT, BLOCK, 256, 1)
     home = max(REPLICAS, key=lambda r: rendezvous(home_block(hashes, BLOCK), r))
-    router = Router(BLOCK, 1.0, True, PrefixIndex(64))
-    for n in range(8):
+    router = Router(BLOCK, 1.0, True, PrefixIndex(64, clock=clock))
+    for n in range(1, 9):  # none shares a block with PROMPT
         router.index.record(home, token_blocks(list(range(n * 1000, n * 1000 + 8 * BLOCK)), BLOCK, 256, 1))
-    assert (router.index.size(home), router.index.reused(home)) == (64, 0)
-    assert router.rank(_endpoints(*REPLICAS), hashes, len(PROMPT)).ranked[0].address == home
+    assert (router.index.size(home), router.index.reused(home), router.index.overlap(home, hashes)) == (64, 0, 0)
+    fresh = router.rank(_endpoints(*REPLICAS), hashes, len(PROMPT))
+    assert (fresh.ranked[0].address, fresh.reason) == (rendezvous_order(hashes)[1], "prefix_home")
+    clock.now += FRESH_SECONDS + 0.001
+    later = router.rank(_endpoints(*REPLICAS), hashes, len(PROMPT))
+    assert (later.ranked[0].address, later.reason) == (home, "prefix_home")
+
+
+def rendezvous_order(hashes: list[int]) -> list[str]:
+    """The replicas in a prefix's rendezvous order, first choice first."""
+    return sorted(REPLICAS, key=lambda r: rendezvous(home_block(hashes, BLOCK), r), reverse=True)
 
 
 # -- shared slots ---------------------------------------------------------------------------------------------------
