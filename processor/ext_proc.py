@@ -406,6 +406,7 @@ class Processor:
         self.gates: dict[str, ModelGate] = {}
         self.tables: dict[str, EndpointTable] = {}
         self.routers: dict[str, Router] = {}
+        self._feed: Feed | None = None
         self._waiting_ready: dict[str, int] = {}
         self._update_gauges: dict[str, Callable[[], None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -517,11 +518,18 @@ class Processor:
         """Read every model's replicas in this worker, round after round (cancelled at shutdown)."""
         await asyncio.gather(*(table.run(functools.partial(self._lost, name)) for name, table in self.tables.items()))
 
+    def _peer_picked(self, model: str, address: str, hashes: list[int]) -> None:
+        """Another worker of the pod placed a prompt of ``hashes`` on ``address``: the replica holds them now."""
+        router = self.routers[model]
+        if router.prefix_aware and address in self.tables[model].endpoints:
+            router.index.record(address, hashes)
+
     async def _follow(self, feed: Feed) -> None:
         """Follow the watcher's rounds; when it goes away, read the replicas here instead."""
         try:
             await feed.run()
         finally:
+            self._feed = None
             await feed.aclose()
         log.error("this worker reads its replicas itself from now on")
         await self._read_replicas()
@@ -530,8 +538,9 @@ class Processor:
         """Start following every model's replicas and renewing the slot lease (the worker's event loop runs).
         ``watch_socket``: the pod's replica watcher (:mod:`inferplane.processor.watch`), whose rounds the tables
         follow; None, or a watcher that cannot be reached: this worker reads its replicas itself."""
-        feed = Feed(watch_socket, self.tables, self._lost) if watch_socket is not None else None
+        feed = Feed(watch_socket, self.tables, self._lost, self._peer_picked) if watch_socket is not None else None
         if feed is not None and await feed.connect():
+            self._feed = feed
             self._tasks.append(asyncio.ensure_future(self._follow(feed)))
         else:
             for table in self.tables.values():
@@ -935,6 +944,8 @@ class Processor:
         overlap = ranking.overlaps.get(address, 0)
         alternates = tuple(e.address for e in ranking.ranked if e.address != address)[: self.alternates[model.name]]
         blocks = router.picked(endpoint, hashes, prompt, overlap)
+        if hashes and router.prefix_aware and self._feed is not None:
+            self._feed.picked(model.name, address, hashes)
         placement = Placement(model.name, endpoint, taken, blocks, alternates, cached_blocks=overlap)
         self._update_gauges[model.name]()
         return placement

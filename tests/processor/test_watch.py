@@ -133,6 +133,55 @@ def test_one_read_a_round_reaches_every_worker(tmp_path: Path) -> None:
     asyncio.run(run())
 
 
+def test_a_workers_picks_reach_every_other_worker_of_the_pod(tmp_path: Path, tokenizer_file: str) -> None:
+    """A pick one worker sends reaches the pod's other workers, not itself: a following processor's prefix index
+    records it as its own (a replica it knows), and a pick for a model or replica it lacks changes nothing."""
+
+    async def run() -> None:
+        replica = Replica()
+        model = _model(await replica.start(), tokenizer=tokenizer_file)
+        address = next(iter(model.endpoints))
+        path = str(tmp_path / watch.SOCKET_NAME)
+        listening = asyncio.Event()
+        watcher = asyncio.ensure_future(Watcher([model], path).serve(listening.set))
+        await listening.wait()
+        got: list[list[tuple[str, str, list[int]]]] = [[], []]
+        feeds = []
+        for picks in got:
+            feed = Feed(path, {"m": EndpointTable(model, lambda _t: None)}, lambda _m, _l: None, _appender(picks))
+            assert await feed.connect()
+            feeds.append(feed)
+        followers = [asyncio.ensure_future(feed.run()) for feed in feeds]
+        processor = Processor(_config(tokenizer_file, model), None, CollectorRegistry())
+        await processor.start(path)
+        index = processor.routers["m"].index
+        feeds[0].picked("m", address, [11, 12, 13])
+        feeds[0].picked("other", address, [21])  # a model the workers lack
+        feeds[0].picked("m", "10.9.9.9:8000", [31])  # a replica the processor does not know
+        await _until(lambda: len(got[1]) == 2 and index.overlap(address, [11, 12, 13]) == 3)
+        assert got == [[], [("m", address, [11, 12, 13]), ("m", "10.9.9.9:8000", [31])]]
+        assert index.endpoints() == (address,) and index.size(address) == 3
+        # The processor's own pick goes out to both other workers, with the prompt's hashes.
+        placement = await processor._place(model, [41, 42], 32)
+        assert placement is not None and placement.endpoint.address == address
+        await _until(lambda: all(len(picks) == (1, 3)[n] for n, picks in enumerate(got)))
+        assert got[0] == [("m", address, [41, 42])] and got[1][-1] == ("m", address, [41, 42])
+        await processor.aclose()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await asyncio.wait_for(asyncio.gather(*followers), 5)
+        for feed in feeds:
+            await feed.aclose()
+        replica.close()
+
+    asyncio.run(run())
+
+
+def _appender(picks: list[tuple[str, str, list[int]]]) -> Callable[[str, str, list[int]], None]:
+    return lambda model, address, hashes: picks.append((model, address, hashes))
+
+
 def test_a_worker_reads_its_replicas_itself_without_a_watcher(tmp_path: Path, tokenizer_file: str) -> None:
     """A watcher that cannot be reached, and one that goes away: either way the worker's table goes on being read,
     by the worker."""
