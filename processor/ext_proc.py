@@ -24,11 +24,9 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
@@ -36,8 +34,6 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from inferplane.processor import metrics as m
 from inferplane.processor.admission import Hold, ModelGate
@@ -67,6 +63,7 @@ from inferplane.processor.endpoints import Endpoint, EndpointTable
 from inferplane.processor.prefill import KV_TRANSFER_PARAMS, PrefillCall, PrefillStage
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, model_seed, token_blocks
 from inferplane.processor.providers import Providers
+from inferplane.processor.redis_connection import connect_redis, redis_tls, redis_url
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
 from inferplane.processor.tokens import TokenCounter, prompt_texts
@@ -364,17 +361,6 @@ class Metrics:
         )
 
 
-def connect_redis(url: str, timeout: float, **tls: Any) -> Redis:
-    """A client for the budgets' or the slots' store, every round trip bounded by ``timeout``.
-
-    One retry at once, no backoff: it replaces a pooled connection Redis closed (a restart, an idle timeout), while a
-    Redis that is down costs a request two refused connects. redis-py's default (ten retries backing off up to 1 s
-    each) held every request about 4 s before its budget failed open (measured: 11.7 s for three requests)."""
-    return Redis.from_url(
-        url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 1), **tls
-    )
-
-
 class Processor:
     """The decisions; transport-free (the gRPC servicer feeds it ``ProcessingRequest`` messages)."""
 
@@ -460,12 +446,7 @@ class Processor:
         url = redis_url(config)
         redis = slots_redis = None
         if url:
-            tls: dict[str, Any] = {}
-            if config.redis_ca_file is not None and url.startswith("rediss://"):
-                # Trust only the server's own CA (Memorystore: one per instance, so a chain to it is this server).
-                # No hostname check: the client connects by IP, and Memorystore's certificate names that IP in its
-                # subject CN (envoyproxy/ratelimit#409), which Python's matcher ignores (it reads subjectAltName).
-                tls = {"ssl_ca_certs": config.redis_ca_file, "ssl_check_hostname": False}
+            tls = redis_tls(config, url)
             redis = connect_redis(url, config.redis_timeout_seconds, **tls)
             # The slots wait longer than the budgets: a timeout there costs a fallback share, not a fail-open.
             slots_redis = connect_redis(url, config.slot_store_timeout_seconds, **tls)
@@ -1117,16 +1098,6 @@ class Processor:
             self.metrics.token(*labels, "completion").inc(completion)
         self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
         stream.reserved_tokens = prompt + completion
-
-
-def redis_url(config: ProcessorConfig) -> str | None:
-    """The Redis URL: from ``redis_url_file`` when it exists (the mounted Secret), else ``redis_url_env``."""
-    if config.redis_url_file is not None:
-        try:
-            return Path(config.redis_url_file).read_text(encoding="utf-8").strip() or None
-        except FileNotFoundError:
-            pass
-    return os.environ.get(config.redis_url_env) or None
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from inferplane.processor import budgets as b
-from inferplane.processor.ext_proc import connect_redis
+from inferplane.processor.redis_connection import connect_redis
 from tests.ports import free_port
 
 EXAMPLES = itertools.count()

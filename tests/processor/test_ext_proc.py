@@ -28,7 +28,8 @@ from inferplane.processor.config import (
     TenantConfig,
     TierConfig,
 )
-from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Processor, connect_redis
+from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Processor
+from inferplane.processor.redis_connection import connect_redis
 from tests.gateway_support import model_config, routing_config, vllm_load
 from tests.ports import free_port
 from tests.tiny_model import words
@@ -615,7 +616,7 @@ def test_each_stage_of_a_streamed_request_is_timed_once_where_it_runs(tokenizer_
 def test_the_redis_url_is_read_from_its_file_before_the_environment(
     tokenizer_file: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from inferplane.processor.ext_proc import redis_url
+    from inferplane.processor.redis_connection import redis_url
 
     monkeypatch.setenv("UNUSED", "redis://from-env:6379/0")
     url_file = tmp_path / "url"

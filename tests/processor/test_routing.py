@@ -22,7 +22,6 @@ from inferplane.processor import endpoints
 from inferplane.processor.admission import Hold, ModelGate
 from inferplane.processor.config import MetricSelector, ModelConfig
 from inferplane.processor.endpoints import Endpoint, EndpointTable, parse_samples
-from inferplane.processor.ext_proc import connect_redis
 from inferplane.processor.prefix_index import (
     FRESH_SECONDS,
     PrefixIndex,
@@ -31,6 +30,7 @@ from inferplane.processor.prefix_index import (
     rendezvous,
     token_blocks,
 )
+from inferplane.processor.redis_connection import connect_redis
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
 from tests.gateway_support import model_config, routing_config
