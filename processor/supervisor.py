@@ -31,11 +31,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, multiprocess, start_http_server
 
 from inferplane.processor.config import ProcessorConfig
+from inferplane.processor.pick_bus import CHANNEL_SUFFIX, PickBus
+from inferplane.processor.redis_connection import redis_tls, redis_url
 from inferplane.processor.watch import SOCKET_NAME, Watcher
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -89,7 +92,7 @@ def _start_watcher(config: ProcessorConfig, path: str) -> str | None:
     """The replica watcher on a daemon thread of its own event loop (it ends with the supervisor); its socket, or
     None when it did not listen in time (each worker then reads its replicas itself)."""
     listening = threading.Event()
-    watcher = Watcher(config.models, path)
+    watcher = Watcher(config.models, path, _pick_bus(config))
     threading.Thread(
         target=lambda: asyncio.run(watcher.serve(listening.set)), name="replica-watcher", daemon=True
     ).start()
@@ -97,6 +100,16 @@ def _start_watcher(config: ProcessorConfig, path: str) -> str | None:
         return path
     log.error("the replica watcher did not listen within %.0f s: each worker reads the replicas", WATCHER_START_SECONDS)
     return None
+
+
+def _pick_bus(config: ProcessorConfig) -> Callable[[Callable[[bytes], None]], PickBus] | None:
+    """How the watcher joins the gateway's pick channel (:mod:`.pick_bus`); None without a Redis (one pod alone)."""
+    url = redis_url(config)
+    if url is None:
+        return None
+    channel = config.redis_key_prefix + CHANNEL_SUFFIX
+    timeout, tls = config.redis_timeout_seconds, redis_tls(config, url)
+    return lambda deliver: PickBus(url, channel, deliver, timeout, **tls)
 
 
 def _run(config: ProcessorConfig, config_path: str, log_level: str, directory: Path, watch_socket: str | None) -> int:

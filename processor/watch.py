@@ -21,6 +21,8 @@ one prefix on two replicas, each computing it and each holding a copy. On the si
 70B, 20 shared 6,144-token prefixes, 8 req/s, ``docs/simulate.md``) the engines served 83.5-91.5% of prompt tokens
 from cache behind the stack's two workers, 91.9-92.1% (the ideal: 92.1%) behind one. A pick's line is about 20
 bytes a block; a worker that leaves :data:`BACKLOG_LIMIT_BYTES` unsent stops sending (its index learns alone).
+With a Redis, the watcher also publishes its workers' picks to the gateway's other pods and passes theirs on to its
+workers (:mod:`.pick_bus`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Callable, Sequence
 
 from inferplane.processor.config import ModelConfig
 from inferplane.processor.endpoints import EndpointTable, Load
+from inferplane.processor.pick_bus import PickBus
 
 log = logging.getLogger(__name__)
 
@@ -63,25 +66,36 @@ def _round(table: EndpointTable) -> bytes:
 class Watcher:
     """The pod's reader: every model's replicas read once a round, each round sent to every connected worker."""
 
-    def __init__(self, models: Sequence[ModelConfig], path: str) -> None:
+    def __init__(
+        self,
+        models: Sequence[ModelConfig],
+        path: str,
+        bus: Callable[[Callable[[bytes], None]], PickBus] | None = None,
+    ) -> None:
+        """``bus``: makes the pod's end of the gateway's pick channel (:mod:`.pick_bus`) from the watcher's hand-off
+        to its workers; None: the pod's workers learn only from each other."""
         self.path = path
         self.tables = {model.name: EndpointTable(model, self._publish) for model in models}
         self._latest: dict[str, bytes] = {}
         self._workers: set[asyncio.StreamWriter] = set()
+        self.bus = bus(self._send) if bus is not None else None
 
     async def serve(self, listening: Callable[[], None] = lambda: None) -> None:
         """Listen on :attr:`path` (``listening`` is called once it does), then read every model's replicas until
         cancelled."""
         server = await asyncio.start_unix_server(self._connected, self.path, limit=LINE_LIMIT_BYTES)
         listening()
+        tasks = [table.run(lambda _lost: None, self._beginner(name)) for name, table in self.tables.items()]
+        if self.bus is not None:
+            tasks.append(self.bus.run())
         try:
             async with server:
-                await asyncio.gather(
-                    *(table.run(lambda _lost: None, self._beginner(name)) for name, table in self.tables.items())
-                )
+                await asyncio.gather(*tasks)
         finally:  # the workers read for themselves from now on (a closed server leaves its connections open)
             for writer in self._workers:
                 writer.close()
+            if self.bus is not None:
+                await self.bus.aclose()
 
     def _beginner(self, model: str) -> Callable[[], None]:
         line = _begin(model)
@@ -111,6 +125,8 @@ class Watcher:
         try:
             while (line := await reader.readline()).endswith(b"\n"):
                 self._send(line, writer)
+                if self.bus is not None:
+                    await self.bus.publish(line)
         except (OSError, ValueError):  # ValueError: a line past the limit; the worker is then cut off
             pass
         finally:

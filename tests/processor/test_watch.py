@@ -15,6 +15,7 @@ from inferplane.processor import watch
 from inferplane.processor.config import ModelConfig
 from inferplane.processor.endpoints import EndpointTable, Load
 from inferplane.processor.ext_proc import Processor
+from inferplane.processor.pick_bus import PickBus
 from inferplane.processor.watch import Feed, Watcher
 from tests.gateway_support import model_config, routing_config
 from tests.processor.test_ext_proc import _config
@@ -170,6 +171,56 @@ def test_a_workers_picks_reach_every_other_worker_of_the_pod(tmp_path: Path, tok
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+        await asyncio.wait_for(asyncio.gather(*followers), 5)
+        for feed in feeds:
+            await feed.aclose()
+        replica.close()
+
+    asyncio.run(run())
+
+
+def test_a_pods_picks_reach_every_other_pod_through_redis_once(tmp_path: Path, redis_port: int) -> None:
+    """Two pods (two watchers on one channel of a real Redis), two workers on the first and one on the second: a
+    pick of the first pod's first worker reaches its other worker over the socket and the second pod's worker over
+    Redis, each exactly once, and the first pod hears nothing of its own back."""
+
+    async def run() -> None:
+        replica = Replica()
+        model = _model(await replica.start())
+        channel = f"test:{tmp_path.name}:{watch.SOCKET_NAME}:picks"
+        url = f"redis://127.0.0.1:{redis_port}"
+        watchers, serving = [], []
+        for pod in ("a", "b"):
+            (tmp_path / pod).mkdir()
+            path = str(tmp_path / pod / watch.SOCKET_NAME)
+            listening = asyncio.Event()
+            watcher = Watcher([model], path, lambda deliver: PickBus(url, channel, deliver, 1.0))
+            serving.append(asyncio.ensure_future(watcher.serve(listening.set)))
+            await listening.wait()
+            assert watcher.bus is not None
+            await _until(watcher.bus.subscribed.is_set)
+            watchers.append((path, watcher))
+        got: list[list[tuple[str, str, list[int]]]] = [[], [], []]
+        feeds = []
+        for path, picks in zip((watchers[0][0], watchers[0][0], watchers[1][0]), got, strict=True):
+            feed = Feed(path, {"m": EndpointTable(model, lambda _t: None)}, lambda _m, _l: None, _appender(picks))
+            assert await feed.connect()
+            feeds.append(feed)
+        followers = [asyncio.ensure_future(feed.run()) for feed in feeds]
+        feeds[0].picked("m", UP, [1, 2])
+        feeds[0].picked("m", UP, [1, 2, 3])
+        await _until(lambda: len(got[1]) == 2 and len(got[2]) == 2)
+        feeds[2].picked("m", DOWN, [7])  # and back: the second pod's pick reaches both workers of the first
+        # Redis delivers a channel's messages to each subscriber in order: an echo of the first pod's own picks would
+        # have reached it before the second pod's.
+        await _until(lambda: len(got[0]) == 1 and len(got[1]) == 3)
+        assert got[0] == [("m", DOWN, [7])]
+        assert got[1] == [("m", UP, [1, 2]), ("m", UP, [1, 2, 3]), ("m", DOWN, [7])]
+        assert got[2] == [("m", UP, [1, 2]), ("m", UP, [1, 2, 3])]
+        for task in serving:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*serving)
         await asyncio.wait_for(asyncio.gather(*followers), 5)
         for feed in feeds:
             await feed.aclose()
