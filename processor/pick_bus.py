@@ -51,6 +51,7 @@ class PickBus:
         self._deliver = deliver
         self._token = secrets.token_hex(8).encode()
         self._failing = False
+        self._deaf = False
         self.subscribed = asyncio.Event()
 
     async def publish(self, line: bytes) -> None:
@@ -65,12 +66,16 @@ class PickBus:
         self._failing = False
 
     async def run(self) -> None:
-        """Hand every other pod's line to ``deliver``, subscribing again whenever Redis goes away (until cancelled)."""
+        """Hand every other pod's line to ``deliver``, subscribing again whenever Redis goes away (until cancelled;
+        an outage is logged once, and its end)."""
         while True:
             pubsub = self._subscriber.pubsub()
             try:
                 await pubsub.subscribe(self.channel)
                 self.subscribed.set()
+                if self._deaf:
+                    log.warning("the other gateway pods' picks are heard again")
+                    self._deaf = False
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
@@ -78,7 +83,9 @@ class PickBus:
                     if token != self._token and line.endswith(b"\n"):
                         self._deliver(line)
             except (RedisError, OSError, TimeoutError) as error:
-                log.error("the other gateway pods' picks are not heard (%s): subscribing again", error)
+                if not self._deaf:
+                    log.error("the other gateway pods' picks are not heard (%s): subscribing again each second", error)
+                self._deaf = True
             finally:
                 self.subscribed.clear()
                 await pubsub.aclose()
