@@ -26,6 +26,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from inferplane.processor.redis_connection import connect_redis
+
 log = logging.getLogger(__name__)
 
 CHANNEL_SUFFIX = "picks"
@@ -41,9 +43,10 @@ class PickBus:
     ``deliver``."""
 
     def __init__(self, url: str, channel: str, deliver: Callable[[bytes], None], timeout: float, **tls: Any) -> None:
-        # Two clients: the publisher's round trips are bounded by ``timeout``; the subscriber's read waits for the
-        # next message as long as the channel is quiet, so it has no socket timeout, only the health check.
-        self._publisher = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, **tls)
+        # Two clients: the publisher is the budgets' kind, every round trip bounded by ``timeout``; the subscriber's
+        # read waits for the next message as long as the channel is quiet, so it has no socket timeout, only the
+        # health check.
+        self._publisher = connect_redis(url, timeout, **tls)
         self._subscriber = Redis.from_url(
             url, socket_connect_timeout=timeout, health_check_interval=HEALTH_CHECK_SECONDS, **tls
         )

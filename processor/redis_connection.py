@@ -34,7 +34,7 @@ def redis_tls(config: ProcessorConfig, url: str) -> dict[str, Any]:
 
 
 def connect_redis(url: str, timeout: float, **tls: Any) -> Redis:
-    """A client for the budgets' or the slots' store, every round trip bounded by ``timeout``.
+    """A client for the budgets' or the slots' store (or the pods' picks), every round trip bounded by ``timeout``.
 
     One retry at once, no backoff: it replaces a pooled connection Redis closed (a restart, an idle timeout), while a
     Redis that is down costs a request two refused connects. redis-py's default (ten retries backing off up to 1 s

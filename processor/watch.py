@@ -215,7 +215,7 @@ class Feed:
             self._on_lost(model, lost)
         return model
 
-    def picked(self, model: str, address: str, hashes: Sequence[int]) -> None:
+    def picked(self, model: str, address: str, hashes: list[int]) -> None:
         """Tell the other workers that this one placed a prompt of ``hashes`` on ``address`` (nothing when not
         connected, or when the watcher has left :data:`BACKLOG_LIMIT_BYTES` unread)."""
         writer = self._writer
@@ -223,7 +223,7 @@ class Feed:
             return
         if writer.transport.get_write_buffer_size() > BACKLOG_LIMIT_BYTES:
             return
-        writer.write(json.dumps({"model": model, "picked": [address, list(hashes)]}).encode() + b"\n")
+        writer.write(json.dumps({"model": model, "picked": [address, hashes]}).encode() + b"\n")
 
     async def aclose(self) -> None:
         """Disconnect."""
