@@ -228,9 +228,13 @@ def test_context_length_exceeded_never_reaches_vllm(platform: Platform) -> None:
     assert clamped.usage is not None and clamped.usage.total_tokens <= 2048
 
 
-LONG_GENERATION_TOKENS = 1500
-"""Tokens a long request generates (``ignore_eos``; the models' context is 2048): on the tiny model that is over
-a hundred milliseconds of decoding even on a quiet machine, long enough to watch a request while it runs."""
+CAPPED_TOKENS = 500
+"""Tokens each request of the in-flight cap test generates (``ignore_eos``): the burst arrives within milliseconds and
+each request runs for hundreds of decode steps, so requests let past the cap would run together and show in the
+engine's request log, which counts every request (at 1,500 this was a 16 s test)."""
+STREAMED_TOKENS = 256
+"""Tokens the streaming test asks for (``ignore_eos``): 64 chunks at 4 tokens a chunk, enough to see them arrive over
+time; every token costs the engine, Envoy and the processor CPU on the run's two cores (at 1,500: a 9 s test)."""
 
 
 def _running(platform: Platform, server: str) -> float:
@@ -315,7 +319,7 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
 
     def one(_: int) -> int:
         try:
-            _chat(client, "beta", max_tokens=LONG_GENERATION_TOKENS, extra_body={"ignore_eos": True})
+            _chat(client, "beta", max_tokens=CAPPED_TOKENS, extra_body={"ignore_eos": True})
         except openai.RateLimitError as error:
             assert error.code == "capacity_exceeded"
             assert error.response.headers["retry-after"] == "1"
@@ -327,10 +331,9 @@ def test_inflight_cap_holds_at_vllm(platform: Platform) -> None:
     for watcher in watchers:
         watcher.start()
     try:
-        # Twice the cap and its queue at once, so some are refused however fast the engine decodes (a warm one
-        # finishes 1,500 tokens in about the queue's timeout); and two waves, since a vLLM CPU server busy decoding
-        # answers its /metrics slowly (seconds a scrape on two shared cores) and one wave can end before the watch
-        # has sampled it a few times.
+        # Twice the cap and its queue at once, so some are refused however fast the engine decodes; and two waves,
+        # since a vLLM CPU server busy decoding answers its /metrics slowly (seconds a scrape on two shared cores)
+        # and one wave can end before the watch has sampled it a few times.
         burst = 2 * (cap + QUEUE_MAX)
         with ThreadPoolExecutor(burst) as pool:
             statuses = [status for _ in range(2) for status in pool.map(one, range(burst))]
@@ -379,7 +382,7 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
         stream = client.chat.completions.create(
             model="alpha",
             messages=[{"role": "user", "content": words(30)}],
-            max_tokens=LONG_GENERATION_TOKENS,
+            max_tokens=STREAMED_TOKENS,
             stream=True,
             extra_body={"ignore_eos": True, **({"stream_interval": interval} if interval > 1 else {})},
         )
@@ -390,12 +393,12 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
             token_chunks += bool(chunk.choices and chunk.choices[0].delta.content)
             if chunk.usage is not None:  # the processor asked vLLM for it (stream_options.include_usage)
                 streamed_usage = chunk.usage
-        assert streamed_usage is not None and streamed_usage.completion_tokens == LONG_GENERATION_TOKENS
+        assert streamed_usage is not None and streamed_usage.completion_tokens == STREAMED_TOKENS
         usage_total += streamed_usage.prompt_tokens + streamed_usage.completion_tokens
         assert len({round(t, 3) for t in arrivals}) > 10  # chunks over time (unbuffered: see the relay test below)
         # The first token alone, then a chunk per `interval` tokens, the last with fewer (vLLM may merge more when
         # its API server falls behind, never split them).
-        assert token_chunks <= 1 + math.ceil((LONG_GENERATION_TOKENS - 1) / interval)
+        assert token_chunks <= 1 + math.ceil((STREAMED_TOKENS - 1) / interval)
     accounted = sum(
         gateway_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b)
     )
