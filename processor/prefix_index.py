@@ -104,14 +104,19 @@ class PrefixIndex:
         return matched
 
     def record(self, endpoint: str, hashes: Sequence[int]) -> None:
-        """The replica now holds ``hashes`` (it prefilled them, or reused them): most recently used."""
+        """The replica now holds ``hashes`` (it prefilled them, or reused them): most recently used, the first block
+        most of all. vLLM frees a finished request's blocks tail first, "so that the tail blocks are evicted first"
+        (``vllm/v1/core/single_type_kv_cache_manager.py``, 0.32), so under pressure a prompt loses its last blocks and
+        keeps its prefix; recorded head last, the index evicts as the engine does. Recorded head first, it would drop
+        a prefix's first block before its others, and every block after it would stay counted without ever matching
+        (:meth:`overlap` needs the leading blocks)."""
         if not hashes:
             return
         held = self._held.setdefault(endpoint, OrderedDict())
         fresh = self._fresh.setdefault(endpoint, OrderedDict())
         reused = self._reused.get(endpoint, 0)
         now = self._clock()
-        for block in hashes:
+        for block in reversed(hashes):
             seen = held.get(block)
             if seen is None:
                 held[block] = False

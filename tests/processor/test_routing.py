@@ -73,7 +73,9 @@ def test_the_index_forgets_least_recently_used_blocks_first() -> None:
     old, new = token_blocks(list(range(48)), BLOCK, 256, 1), token_blocks(list(range(1000, 1032)), BLOCK, 256, 1)
     index.record("a", old)
     assert index.overlap("a", old) == 3
-    index.record("a", new)  # 5 blocks for 4 places: the oldest goes
+    index.record("a", new)  # 5 blocks for 4 places: the oldest prompt's last block goes, its prefix stays
+    assert (index.size("a"), index.overlap("a", old), index.overlap("a", new)) == (4, 2, 2)
+    index.record("a", token_blocks(list(range(2000, 2032)), BLOCK, 256, 1))  # 2 more: old's 2 left go, new stays
     assert (index.size("a"), index.overlap("a", old), index.overlap("a", new)) == (4, 0, 2)
     index.forget("a")
     assert index.overlap("a", new) == 0
@@ -90,7 +92,7 @@ def test_the_index_counts_the_blocks_used_again_while_it_holds_them() -> None:
     index.record("a", other)  # 2 one-off blocks beside them: 5 of 6 places
     assert (index.size("a"), index.reused("a")) == (5, 3)
     index.record("a", token_blocks(list(range(2000, 2032)), BLOCK, 256, 1))  # 2 more: the oldest reused block goes
-    assert (index.size("a"), index.reused("a"), index.overlap("a", shared)) == (6, 2, 0)
+    assert (index.size("a"), index.reused("a"), index.overlap("a", shared)) == (6, 2, 2)  # its last: the prefix stays
     index.forget("a")
     assert index.reused("a") == 0
 
