@@ -2,17 +2,17 @@
 
 Within a pod the workers pass their picks to each other over the watcher's socket (:mod:`.watch`). Across pods
 each pod's watcher publishes its workers' picks on one channel of the gateway's Redis (the budgets' and the slots'
-store, ``<redis_key_prefix>picks``) and hands the other pods' picks to its workers, whose indexes record them as
+store, ``<redis_key_prefix>picks.2``) and hands the other pods' picks to its workers, whose indexes record them as
 their own. Learning apart, three pods in front of the simulated fleet (8 replicas of prod's 70B, 20 shared
 6,144-token prefixes, ``docs/simulate.md``) each homed every prefix themselves (60-61 homes for 20 prefixes a run),
 and the engines served 79.3-84.1% of prompt tokens from cache against an ideal 92.1%; through the channel, 92.1% in
 both runs, with 20 homes.
 
 What it costs: one PUBLISH a pick, from the watcher's thread, not the request's path (a worker writes its pick to the
-socket and goes on); each worker then records every pick of the gateway, about 0.15 ms for a 6,400-token prompt, so
-a worker's share grows with the whole gateway's request rate, as a replicated index's does (Dynamo's KV routers
-each consume every worker's KV events). A message is the pod's token, a space and the worker's line. Nothing rests
-on it: when Redis does not answer, each pod learns from its own workers, and the subscriber reconnects.
+socket and goes on); each worker then reads and records every pick of the gateway, about 0.08 ms for a 6,400-token
+prompt, so a worker's share grows with the whole gateway's request rate, as a replicated index's does (Dynamo's KV
+routers each consume every worker's KV events). A message is the pod's token, a space and the worker's line. Nothing
+rests on it: when Redis does not answer, each pod learns from its own workers, and the subscriber reconnects.
 """
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ from inferplane.processor.redis_connection import connect_redis
 
 log = logging.getLogger(__name__)
 
-CHANNEL_SUFFIX = "picks"
-"""The channel, after the gateway's ``redis_key_prefix``: one per gateway, whose pods route to the same replicas."""
+CHANNEL_SUFFIX = "picks.2"
+"""The channel, after the gateway's ``redis_key_prefix``: one per gateway, whose pods route to the same replicas. The
+number is the lines' format (2: the hashes packed as text, :func:`~inferplane.processor.prefix_index.pack_hashes`;
+1 was a JSON list): during a rolling update the pods of two releases publish on two channels and learn apart, as
+when Redis does not answer, instead of reading lines they cannot."""
 RECONNECT_SECONDS = 1.0
 """How long the subscriber waits before it subscribes again after Redis went away."""
 HEALTH_CHECK_SECONDS = 30

@@ -14,10 +14,14 @@ gateway replica and worker computes the same block hashes and the same rendezvou
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import math
+import sys
 import time
 import zlib
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
@@ -66,6 +70,31 @@ def byte_blocks(texts: Iterable[str], block_tokens: int, max_blocks: int, seed: 
 def home_block(hashes: Sequence[int], block_tokens: int) -> int:
     """The hash that names a prefix's home: the block ending near :data:`HOME_PREFIX_TOKENS` (or the last one)."""
     return hashes[min(len(hashes), max(1, HOME_PREFIX_TOKENS // block_tokens)) - 1]
+
+
+def pack_hashes(hashes: Sequence[int]) -> str:
+    """Block hashes as text for a line between processes: each as 8 bytes, little-endian, in base64 (Python's hash
+    of a tuple is a signed 64-bit number). A 6,400-token prompt's 400 hashes take 4,268 characters against about
+    8,560 as a JSON list, and its pick's line costs 33 microseconds to write and 26 to read against 44 and 67 with
+    the list (``timeit``, this 2-core machine, 2026-12-07): every other worker of the gateway reads every pick."""
+    packed = array("q", hashes)
+    if sys.byteorder == "big":  # every pod's image runs little-endian today; the text is the same either way
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def unpack_hashes(text: str) -> list[int]:
+    """The block hashes :func:`pack_hashes` wrote; ValueError for anything else."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except binascii.Error as error:
+        raise ValueError(f"not packed block hashes: {error}") from error
+    if len(raw) % 8:
+        raise ValueError(f"not packed block hashes: {len(raw)} bytes is not a whole number of 8-byte hashes")
+    hashes = array("q", raw)
+    if sys.byteorder == "big":
+        hashes.byteswap()
+    return hashes.tolist()
 
 
 def endpoint_key(endpoint: str) -> int:

@@ -13,16 +13,16 @@ requests on each replica, the count before the read) and ``{"model": M, "replica
 waiting, kv_usage], ...]}`` when it ends. A worker that connects gets each model's last round at once. When the
 watcher cannot be reached, or goes away, the worker reads its replicas itself (logged): routing never rests on it.
 
-The workers learn from each other's picks over the same socket: after each pick a worker sends ``{"model": M,
-"picked": [address, [block hash, ...]]}``, which the watcher passes unread to every other worker, whose prefix index
-records it as its own. Each worker learning only from its own picks made them disagree: the room a new prefix's home
-needs (:meth:`~inferplane.processor.router.Router.home`) is counted from a worker's index, so two workers placed
-one prefix on two replicas, each computing it and each holding a copy. On the simulated fleet (8 replicas of prod's
-70B, 20 shared 6,144-token prefixes, 8 req/s, ``docs/simulate.md``) the engines served 83.5-91.5% of prompt tokens
-from cache behind the stack's two workers, 91.9-92.1% (the ideal: 92.1%) behind one. A pick's line is about 20
-bytes a block; a worker that leaves :data:`BACKLOG_LIMIT_BYTES` unsent stops sending (its index learns alone).
-With a Redis, the watcher also publishes its workers' picks to the gateway's other pods and passes theirs on to its
-workers (:mod:`.pick_bus`).
+The workers learn from each other's picks over the same socket: after each pick a worker sends ``{"model": M, "picked":
+[address, hashes]}`` (the block hashes packed as text, :func:`~inferplane.processor.prefix_index.pack_hashes`), which
+the watcher passes unread to every other worker, whose prefix index records it as its own. Each worker learning only
+from its own picks made them disagree: the room a new prefix's home needs
+(:meth:`~inferplane.processor.router.Router.home`) is counted from a worker's index, so two workers placed one prefix on
+two replicas, each computing it and each holding a copy. On the simulated fleet (8 replicas of prod's 70B, 20 shared
+6,144-token prefixes, 8 req/s, ``docs/simulate.md``) the engines served 83.5-91.5% of prompt tokens from cache behind
+the stack's two workers, 91.9-92.1% (the ideal: 92.1%) behind one. A pick's line is about 11 bytes a block; a worker
+that leaves :data:`BACKLOG_LIMIT_BYTES` unsent stops sending (its index learns alone). With a Redis, the watcher also
+publishes its workers' picks to the gateway's other pods and passes theirs on to its workers (:mod:`.pick_bus`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from inferplane.processor.config import ModelConfig
 from inferplane.processor.endpoints import EndpointTable, Load
 from inferplane.processor.pick_bus import PickBus
+from inferplane.processor.prefix_index import pack_hashes, unpack_hashes
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ class Feed:
         self.tables = tables
         self._on_lost = on_lost
         self._on_picked = on_picked
+        self._unreadable_pick_logged = False
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -195,9 +197,7 @@ class Feed:
             event = json.loads(line)
             model = str(event["model"])
             if (picked := event.get("picked")) is not None:
-                address, hashes = str(picked[0]), [int(h) for h in picked[1]]
-                if model in self.tables:
-                    self._on_picked(model, address, hashes)
+                self._pick(model, picked)
                 return ""
             replicas = event.get("replicas")
             loads = [Load(str(a), bool(r), float(n), float(w), float(kv)) for a, r, n, w, kv in replicas or ()]
@@ -215,6 +215,21 @@ class Feed:
             self._on_lost(model, lost)
         return model
 
+    def _pick(self, model: str, picked: object) -> None:
+        """Another worker's pick to the index; one this worker cannot read is passed over (logged once), the stream
+        followed on: a pick is a hint, and the rounds on the same stream are what the worker routes by."""
+        try:
+            if not isinstance(picked, list) or len(picked) != 2:
+                raise ValueError("not [address, hashes]")
+            address, hashes = str(picked[0]), unpack_hashes(str(picked[1]))
+        except ValueError as error:
+            if not self._unreadable_pick_logged:
+                log.warning("passed over a pick another worker sent that this one cannot read (%s): %r", error, picked)
+                self._unreadable_pick_logged = True
+            return
+        if model in self.tables:
+            self._on_picked(model, address, hashes)
+
     def picked(self, model: str, address: str, hashes: list[int]) -> None:
         """Tell the other workers that this one placed a prompt of ``hashes`` on ``address`` (nothing when not
         connected, or when the watcher has left :data:`BACKLOG_LIMIT_BYTES` unread)."""
@@ -223,7 +238,7 @@ class Feed:
             return
         if writer.transport.get_write_buffer_size() > BACKLOG_LIMIT_BYTES:
             return
-        writer.write(json.dumps({"model": model, "picked": [address, hashes]}).encode() + b"\n")
+        writer.write(json.dumps({"model": model, "picked": [address, pack_hashes(hashes)]}).encode() + b"\n")
 
     async def aclose(self) -> None:
         """Disconnect."""

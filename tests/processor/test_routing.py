@@ -27,8 +27,10 @@ from inferplane.processor.prefix_index import (
     PrefixIndex,
     byte_blocks,
     home_block,
+    pack_hashes,
     rendezvous,
     token_blocks,
+    unpack_hashes,
 )
 from inferplane.processor.redis_connection import connect_redis
 from inferplane.processor.router import Router
@@ -66,6 +68,19 @@ def test_hashes_depend_on_the_model_and_stop_at_the_cap() -> None:
     assert len(token_blocks(ids, BLOCK, 3, 1)) == 3
     texts = ["a" * 200, "b" * 100]
     assert len(byte_blocks(texts, 16, 256, 1)) == (200 + 1 + 100) // (16 * 4)
+
+
+@given(st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=64))
+def test_packed_hashes_read_back_exactly(hashes: list[int]) -> None:
+    assert unpack_hashes(pack_hashes(hashes)) == hashes
+
+
+def test_packed_hashes_are_8_little_endian_bytes_each_and_anything_else_is_refused() -> None:
+    assert pack_hashes([1, -1]) == "AQAAAAAAAAD//////////w=="  # 01 00.. then ff x 8
+    assert len(pack_hashes(token_blocks(list(range(6400)), BLOCK, 512, 1))) == 4268  # 400 hashes
+    for bad in ("AQAAAAAAAA==", "not base64!", "[1, 2]"):  # 7 bytes; not base64; the list the lines once carried
+        with pytest.raises(ValueError, match="not packed block hashes"):
+            unpack_hashes(bad)
 
 
 def test_the_index_forgets_least_recently_used_blocks_first() -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
@@ -17,6 +20,7 @@ from inferplane.processor.config import ModelConfig
 from inferplane.processor.endpoints import EndpointTable, Load
 from inferplane.processor.ext_proc import Processor
 from inferplane.processor.pick_bus import PickBus
+from inferplane.processor.prefix_index import pack_hashes
 from inferplane.processor.watch import Feed, Watcher
 from tests.gateway_support import model_config, routing_config
 from tests.processor.test_ext_proc import _config
@@ -238,6 +242,47 @@ def test_a_pods_picks_reach_every_other_pod_through_redis_once(tmp_path: Path, r
         replica.close()
 
     asyncio.run(run())
+
+
+def test_a_pick_a_worker_cannot_read_is_passed_over_and_the_stream_followed_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker of another release (the hashes as a JSON list, as before they were packed) or any garbled pick: the
+    worker logs it once and goes on following the watcher, its rounds and the readable picks after it."""
+
+    async def run() -> None:
+        replica = Replica()
+        model = _model(await replica.start())
+        address = next(iter(model.endpoints))
+        path = str(tmp_path / watch.SOCKET_NAME)
+        listening = asyncio.Event()
+        watcher = asyncio.ensure_future(Watcher([model], path).serve(listening.set))
+        await listening.wait()
+        picks: list[tuple[str, str, list[int]]] = []
+        feed = Feed(path, {"m": EndpointTable(model, lambda _t: None)}, lambda _m, _l: None, _appender(picks))
+        assert await feed.connect()
+        follower = asyncio.ensure_future(feed.run())
+        _, other = await asyncio.open_unix_connection(path)  # a worker of the pod that writes its own lines
+        for picked in ([address, [11, 12]], [address, "not base64!"], [address], "x"):
+            other.write(json.dumps({"model": "m", "picked": picked}).encode() + b"\n")
+        other.write(json.dumps({"model": "m", "picked": [address, pack_hashes([13, 14])]}).encode() + b"\n")
+        await other.drain()
+        await _until(lambda: picks == [("m", address, [13, 14])])
+        reads = replica.reads
+        await _until(lambda: replica.reads > reads + 1)  # rounds go on arriving, and the worker still follows them
+        assert not follower.done()
+        logged = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+        assert len(logged) == 1 and logged[0].endswith(f"{[address, [11, 12]]!r}"), logged  # once, the first
+        other.close()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await asyncio.wait_for(follower, 5)
+        await feed.aclose()
+        replica.close()
+
+    with caplog.at_level(logging.WARNING, logger="inferplane.processor.watch"):
+        asyncio.run(run())
 
 
 def _appender(picks: list[tuple[str, str, list[int]]]) -> Callable[[str, str, list[int]], None]:
