@@ -15,7 +15,6 @@ gateway replica and worker computes the same block hashes and the same rendezvou
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import math
 import sys
@@ -87,7 +86,7 @@ def unpack_hashes(text: str) -> list[int]:
     """The block hashes :func:`pack_hashes` wrote; ValueError for anything else."""
     try:
         raw = base64.b64decode(text, validate=True)
-    except binascii.Error as error:
+    except ValueError as error:  # binascii.Error for a bad character or length, ValueError itself for non-ASCII text
         raise ValueError(f"not packed block hashes: {error}") from error
     if len(raw) % 8:
         raise ValueError(f"not packed block hashes: {len(raw)} bytes is not a whole number of 8-byte hashes")

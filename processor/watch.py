@@ -230,7 +230,7 @@ class Feed:
         if model in self.tables:
             self._on_picked(model, address, hashes)
 
-    def picked(self, model: str, address: str, hashes: list[int]) -> None:
+    def picked(self, model: str, address: str, hashes: Sequence[int]) -> None:
         """Tell the other workers that this one placed a prompt of ``hashes`` on ``address`` (nothing when not
         connected, or when the watcher has left :data:`BACKLOG_LIMIT_BYTES` unread)."""
         writer = self._writer

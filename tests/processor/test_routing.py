@@ -78,7 +78,8 @@ def test_packed_hashes_read_back_exactly(hashes: list[int]) -> None:
 def test_packed_hashes_are_8_little_endian_bytes_each_and_anything_else_is_refused() -> None:
     assert pack_hashes([1, -1]) == "AQAAAAAAAAD//////////w=="  # 01 00.. then ff x 8
     assert len(pack_hashes(token_blocks(list(range(6400)), BLOCK, 512, 1))) == 4268  # 400 hashes
-    for bad in ("AQAAAAAAAA==", "not base64!", "[1, 2]"):  # 7 bytes; not base64; the list the lines once carried
+    # 7 bytes; not base64; the list the lines once carried; not ASCII
+    for bad in ("AQAAAAAAAA==", "not base64!", "[1, 2]", "AQAAAAAAAAé="):
         with pytest.raises(ValueError, match="not packed block hashes"):
             unpack_hashes(bad)
 
