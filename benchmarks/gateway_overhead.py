@@ -217,15 +217,17 @@ def start_envoy_variant(
     *,
     observing: bool = False,
 ) -> tuple[int, int]:
-    """The rendered bootstrap on ports of its own: without the ext_proc filter (``processor_port`` None: Envoy's
-    share alone), or with the processor cluster pointed at ``processor_port`` (the pass-through floor), its ext_proc
-    filter in ``observability_mode`` if ``observing`` (Envoy sends every message and waits for no answer). Returns its
-    listener's port and its admin port (its own stats; the stats listener's route reads the rendered admin port's)."""
+    """The rendered bootstrap on ports of its own: without the ext_proc filters (``processor_port`` None: Envoy's
+    share alone), or with the processor cluster pointed at ``processor_port`` (the pass-through floor), its placing
+    ext_proc filter in ``observability_mode`` too if ``observing`` (Envoy sends every message and waits for no
+    answer). Returns its listener's port and its admin port (its own stats; the stats listener's route reads the
+    rendered admin port's)."""
     bootstrap = yaml.safe_load(rendered.envoy_yaml)
     listeners = bootstrap["static_resources"]["listeners"]
     manager = listeners[0]["filter_chains"][0]["filters"][0]["typed_config"]
     if processor_port is None:
-        manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"]
+        processors = {"envoy.filters.http.ext_proc", gc.OBSERVE_FILTER}  # the placing filter and the observing one
+        manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] not in processors]
     else:
         if observing:
             [ext_proc] = [f for f in manager["http_filters"] if f["name"] == "envoy.filters.http.ext_proc"]
@@ -249,8 +251,9 @@ def start_envoy_variant(
 
 def serve_passthrough(port: int) -> None:
     """An ext_proc server that decides nothing: one empty answer per message, on grpc.aio like the processor. Envoy
-    sends it the same three messages a completion costs, so it measures the floor of a Python processor. A message
-    sent in observability mode gets no answer (Envoy expects none)."""
+    sends it the same messages a completion costs (the placing filter's request body, the observing filter's
+    chunks), so it measures the floor of a Python processor. A message sent in observability mode gets no answer
+    (Envoy expects none)."""
     import grpc  # noqa: PLC0415 - only this subprocess needs it
     from envoy.service.ext_proc.v3 import external_processor_pb2 as pb  # noqa: PLC0415
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc  # noqa: PLC0415

@@ -20,6 +20,9 @@ ATTRIBUTES_NAMESPACE = "envoy.filters.http.ext_proc"
 """Key of ``ProcessingRequest.attributes`` under which Envoy's ext_proc filter sends the request attributes."""
 PATH_ATTRIBUTE = "request.path"
 METHOD_ATTRIBUTE = "request.method"
+STATUS_ATTRIBUTE = "response.code"
+"""The response attribute the observing filter sends with a response's first chunk: an error's body is not scanned
+for usage."""
 METADATA_NAMESPACE = "inferplane"
 """Dynamic metadata namespace the gateway's filters share: ``model`` (json_to_metadata, routing) and what the
 processor reports back (``cache_result``); Envoy accepts the processor's metadata in this namespace only."""
@@ -35,6 +38,11 @@ processor (never a client, who cannot set dynamic metadata) sends a request out 
 CACHE_RESULT_METADATA_KEY = "cache_result"
 """The response cache's verdict on a forwarded request (``miss`` or ``bypass``); the model routes echo it as the
 response's ``x-inferplane-cache`` (response headers do not pass through the processor)."""
+
+SETTLE_METADATA_NAMESPACE = "inferplane.settle"
+"""Dynamic metadata namespace in which the placing ext_proc filter hands a forwarded request's settlement (tenant,
+tier, model, reserved tokens, provider, held cache lookup) to the observing filter that reads its response
+(:mod:`inferplane.processor.settlement`); Envoy forwards it with each chunk that filter sends."""
 
 
 LB_METADATA_NAMESPACE = "envoy.lb"

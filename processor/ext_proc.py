@@ -9,8 +9,11 @@ shape, or a reroute to a longer-context model of the same tier; a missing ``max_
 left), shared request and token budgets (429 + Retry-After), scale from zero (hold, then 503 + Retry-After) and
 KV-capacity admission (bounded queue, then 429 + Retry-After). The body goes on with ``model`` rewritten to the
 deployment that serves it (Envoy routes on it), ``max_tokens`` set and, for streams,
-``stream_options.include_usage`` on so the last chunk carries ``usage``. Response: ``usage`` from the JSON body or
-the final SSE chunk is accounted per tenant, tier and model, and the tenant's token reservation corrected.
+``stream_options.include_usage`` on so the last chunk carries ``usage``, and the request's settlement in Envoy's
+dynamic metadata. This stream ends when the response does, which frees the replica slot. Response: a second filter
+streams the chunks to the processor in Envoy's observability mode (no answers), with the settlement;
+:mod:`inferplane.processor.settlement` accounts ``usage`` from the JSON body or the final SSE chunk per tenant, tier
+and model, corrects the tenant's token reservation and stores a cacheable answer.
 
 Failure modes (README "Gateway runtime"): processor down: Envoy answers 500 (fail closed, ``failure_mode_allow``
 false). Redis down: shared budgets fail open, Envoy's per-replica request limit holds. Tokenizer missing: prompt
@@ -41,7 +44,7 @@ from inferplane.processor.budgets import SharedBudgets, Verdict
 from inferplane.processor.cache.embedders import Embedder, Vector
 from inferplane.processor.cache.metrics import CacheMetrics
 from inferplane.processor.cache.request import last_user_text
-from inferplane.processor.cache.stage import CacheStage, Pending
+from inferplane.processor.cache.stage import CacheStage
 from inferplane.processor.cache.store import Lookup, ResponseCache, connect
 from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
@@ -53,6 +56,7 @@ from inferplane.processor.config import (
     PROVIDER_METADATA_KEY,
     ROUTE_HEADER,
     ROUTE_METADATA_KEY,
+    SETTLE_METADATA_NAMESPACE,
     ModelConfig,
     ProcessorConfig,
     ProviderConfig,
@@ -65,7 +69,9 @@ from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, model_se
 from inferplane.processor.providers import Providers
 from inferplane.processor.redis_connection import connect_redis, redis_tls, redis_url
 from inferplane.processor.router import Router
+from inferplane.processor.settlement import Settlement, Settler
 from inferplane.processor.slots import Slot, SlotStore
+from inferplane.processor.stage_clock import StageClock
 from inferplane.processor.tokens import TokenCounter, prompt_texts
 from inferplane.processor.watch import Feed
 
@@ -73,8 +79,6 @@ log = logging.getLogger(__name__)
 
 ERROR_TYPE_HEADER = "x-inferplane-error-type"
 ERROR_CODE_HEADER = "x-inferplane-error-code"
-MAX_ACCOUNTED_BODY_BYTES = 8 * 1024 * 1024
-"""A non-streamed response larger than this is not parsed for ``usage`` (its reservation stands)."""
 KV_RETRY_AFTER_SECONDS = 1
 UNBOUNDED_SLOTS = 1 << 30
 """The per-replica cap with ``load_bound`` off: slots are still counted, never refused."""
@@ -129,14 +133,11 @@ class _Stream:
     tier: str = ""
     reserved_tokens: int = 0
     placement: Placement | None = None
-    status: int = 0
-    seen_response: bool = False
-    event_stream: bool = False
-    buffer: bytearray = field(default_factory=bytearray)
-    usage: tuple[int, int] | None = None
-    accounted: bool = False
+    settling: bool = False
+    """The request went upstream with its settlement: the observing stream returns or corrects its reservation."""
     cache_lookup: Lookup | None = None
-    cache_pending: Pending | None = None
+    cache_storable: bool = False
+    """A cacheable miss: its lookup is held for the answer when it is forwarded."""
     routed: Routed | None = None
     """A difficulty-routed tier's decision, when the request asked for one."""
     provider: ProviderConfig | None = None
@@ -171,6 +172,15 @@ class Placement:
         return ",".join((self.endpoint.address, *self.alternates))
 
 
+def _unchanged(kind: str) -> Any:
+    """The empty answer to a message of ``kind`` (a trailers or response message the processor leaves as it is)."""
+    if kind.endswith("_body"):
+        return pb.ProcessingResponse(**{kind: pb.BodyResponse()})
+    if kind.endswith("_headers"):
+        return pb.ProcessingResponse(**{kind: pb.HeadersResponse()})
+    return pb.ProcessingResponse(**{kind: pb.TrailersResponse()})
+
+
 def _header(key: str, value: str) -> Any:
     return base_pb2.HeaderValueOption(
         header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
@@ -203,33 +213,6 @@ def error_reply(reply: RejectError) -> Any:
         headers["retry-after"] = str(reply.retry_after)
     body = {"error": {"message": reply.message, "type": reply.error_type, "param": reply.param, "code": reply.code}}
     return _immediate(reply.status, body, headers)
-
-
-class StageClock:
-    """The CPU of the request path's synchronous stages (:data:`metrics.CPU_STAGES`), summed in memory and added to
-    :attr:`Metrics.stage_cpu_seconds` with the worker's total (:meth:`Processor._count_cpu`): a thread-CPU clock read
-    either side of a stage costs a fraction of a microsecond, a counter update in multiprocess mode a few.
-
-    Only code that does not await is measured: the worker runs one thread, so its CPU clock between two reads with
-    no await between them is that stage's alone. What waits on Redis (budgets, slots, the cache) is left to the
-    total, with the event loop and gRPC."""
-
-    def __init__(self) -> None:
-        self.spent = dict.fromkeys(m.CPU_STAGES, 0.0)
-        self.read = time.thread_time
-
-    def add(self, stage: str, started: float) -> float:
-        """Add the CPU since ``started`` (a :attr:`read`) to ``stage``; returns the clock now (the next start)."""
-        now = self.read()
-        self.spent[stage] += now - started
-        return now
-
-    def flush(self, counter: Counter) -> None:
-        """Add what was spent to ``counter`` (by stage) and start again."""
-        for stage, seconds in self.spent.items():
-            if seconds:
-                counter.labels(stage).inc(seconds)
-                self.spent[stage] = 0.0
 
 
 class Metrics:
@@ -401,27 +384,20 @@ class Processor:
             m.name: FALLBACK_ALTERNATES if m.name in has_fallback else MAX_ALTERNATES for m in config.models
         }
         for model in config.models:
-            self._update_gauges[model.name] = self._gauges(model.name)
-            self.gates[model.name] = ModelGate(
-                config.worker_share(model.queue_max, worker),
-                model.queue_timeout_seconds,
-                self._update_gauges[model.name],
-            )
-            self.tables[model.name] = EndpointTable(model, self._table_changed)
-            routing = model.routing
-            self.routers[model.name] = Router(
-                routing.block_tokens,
-                routing.overlap_weight,
-                routing.policy == "prefix_aware",
-                PrefixIndex(routing.index_blocks),
-            )
-            self._waiting_ready[model.name] = 0
-            self.metrics.pending.labels(model.name).set(0)
-            self.metrics.inflight.labels(model.name).set(0)
+            self._add_model(model, config.worker_share(model.queue_max, worker))
         self._tenants = {t.name: t for t in config.tenants}
         self._header_attributes = config.header_attributes()
         self.difficulty = self._difficulty_stage(config, cache)
         self.providers = Providers(config, registry)
+        self.settler = Settler(
+            config,
+            self.budgets,
+            providers=self.providers,
+            cache=cache,
+            token=self.metrics.token,
+            errors=self.metrics.errors,
+            stages=self.stages,
+        )
         self.prefill_stage = (
             PrefillStage(
                 self._place_prefill, self._unplace, lambda model, outcome: self.metrics.prefill(model, outcome).inc()
@@ -429,6 +405,22 @@ class Processor:
             if any(model.prefill is not None for model in config.models)
             else None
         )
+
+    def _add_model(self, model: ModelConfig, queue_share: int) -> None:
+        """The model's gauges, admission gate (this worker's ``queue_share`` of its queue), replicas and router."""
+        self._update_gauges[model.name] = self._gauges(model.name)
+        self.gates[model.name] = ModelGate(queue_share, model.queue_timeout_seconds, self._update_gauges[model.name])
+        self.tables[model.name] = EndpointTable(model, self._table_changed)
+        routing = model.routing
+        self.routers[model.name] = Router(
+            routing.block_tokens,
+            routing.overlap_weight,
+            routing.policy == "prefix_aware",
+            PrefixIndex(routing.index_blocks),
+        )
+        self._waiting_ready[model.name] = 0
+        self.metrics.pending.labels(model.name).set(0)
+        self.metrics.inflight.labels(model.name).set(0)
 
     def _difficulty_stage(self, config: ProcessorConfig, cache: CacheStage | None) -> DifficultyStage | None:
         """The stage of the tiers routed by difficulty (None without one), sharing the response cache's embedder."""
@@ -560,10 +552,18 @@ class Processor:
     # -- the stream -------------------------------------------------------------------------------------------
 
     async def process(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """Answer each ``ProcessingRequest`` of one HTTP request's stream."""
+        """Answer each ``ProcessingRequest`` of one HTTP request's placing stream; settle an observing stream's
+        response (:mod:`inferplane.processor.settlement`), answering nothing."""
+        first = await anext(requests, None)
+        if first is None:
+            return
+        if first.observability_mode:
+            await self.settler.observe(first, requests)
+            return
         stream = _Stream()
         try:
-            async for message in requests:
+            message = first
+            while message is not None:
                 kind = message.WhichOneof("request")
                 if kind == "request_headers":
                     yield self._on_request_headers(stream, message.request_headers)
@@ -571,19 +571,14 @@ class Processor:
                     if not stream.headers_message:  # what the processor reads came as attributes with the body
                         self._from_attributes(stream, message)
                     yield await self._on_request_body(stream, message.request_body)
-                elif kind == "response_headers":
-                    yield self._on_response_headers(stream, message.response_headers)
-                elif kind == "response_body":
-                    yield await self._on_response_body(stream, message.response_body)
-                elif kind == "request_trailers":
-                    yield pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
-                elif kind == "response_trailers":
-                    yield pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
+                else:  # the response's parts are the observing stream's: the placing filter asks for none
+                    yield _unchanged(kind)
+                message = await anext(requests, None)
         finally:
             if stream.placement is not None:
                 self._unplace(stream.placement)
-            if stream.tenant is not None and not stream.accounted and stream.reserved_tokens:
-                # no usage came back (an error, a client gone): return the prompt's reservation
+            if stream.tenant is not None and not stream.settling and stream.reserved_tokens:
+                # never forwarded (a rejection, a processor error): return the prompt's reservation
                 self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
 
     def _on_request_headers(self, stream: _Stream, message: Any) -> Any:
@@ -766,14 +761,14 @@ class Processor:
                 self._unreserve(stream, tenant)  # a cached answer spends no model tokens
                 self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
                 return self.cache.reply(lookup, {ROUTE_HEADER: stream.routed.outcome} if stream.routed else {})
-            stream.cache_pending = self.cache.pending_for(lookup)
+            stream.cache_storable = self.cache.storable(lookup)
         await self._take_slot(stream, model, tenant, hashes, prompt)
-        if stream.provider is not None:
-            stream.cache_pending = None  # a provider's answer is not this deployment's: never cached as its
+        # A provider's answer is not this deployment's: never cached as its.
+        held = await self._hold(stream) if stream.cache_storable and stream.provider is None else ""
         await self._prefill(stream, model, body, hashes, prompt)
         self.metrics.request(model.name, stream.tier, tenant.name, "provider" if stream.provider else "admitted").inc()
         started = stages.read()
-        forwarded = self._forward(stream, body, model)
+        forwarded = self._forward(stream, body, model, held)
         if self.cache is not None:
             forwarded = self.cache.tag(forwarded, stream.cache_lookup)
         if stream.routed is not None:
@@ -994,7 +989,12 @@ class Processor:
                 retry_after=self.config.retry_after_seconds_503,
             )
 
-    def _forward(self, stream: _Stream, body: dict[str, Any], model: ModelConfig) -> Any:
+    async def _hold(self, stream: _Stream) -> str:
+        """Hold a cacheable miss's lookup in the cache for the observing stream (the token; "" when not held)."""
+        assert self.cache is not None and stream.cache_lookup is not None
+        return await self.cache.hold(stream.cache_lookup)
+
+    def _forward(self, stream: _Stream, body: dict[str, Any], model: ModelConfig, held: str = "") -> Any:
         body["model"] = model.name if stream.provider is None else stream.provider.model
         if body.get("stream") and self.config.inject_stream_usage:
             options = body.get("stream_options")
@@ -1019,85 +1019,18 @@ class Processor:
             response.dynamic_metadata.update(
                 {LB_METADATA_NAMESPACE: {DESTINATION_ENDPOINT_KEY: stream.placement.destination()}}
             )
+        if stream.tenant is not None:
+            settlement = Settlement(
+                tenant=stream.tenant.name,
+                tier=stream.tier,
+                model=model.name,
+                reserved=stream.reserved_tokens,
+                provider=stream.provider.name if stream.provider is not None else "",
+                cache=held,
+            )
+            response.dynamic_metadata.update({SETTLE_METADATA_NAMESPACE: settlement.metadata()})
+            stream.settling = True
         return response
-
-    # -- the response -----------------------------------------------------------------------------------------
-
-    def _on_response_headers(self, stream: _Stream, message: Any) -> Any:
-        headers = _headers_of(message)
-        stream.status = int(headers.get(":status", "0") or 0)
-        stream.seen_response = True
-        stream.event_stream = headers.get("content-type", "").startswith("text/event-stream")
-        return pb.ProcessingResponse(response_headers=pb.HeadersResponse())
-
-    async def _on_response_body(self, stream: _Stream, message: Any) -> Any:
-        started = self.stages.read()
-        if not stream.seen_response:
-            # Response headers are not sent to the processor (one round trip less): an event stream's body
-            # starts with an SSE field, a JSON body with "{"; an error body carries no usage.
-            stream.seen_response = True
-            stream.event_stream = message.body[:5] in (b"data:", b"event", b": ", b"id: ")
-        if self.cache is not None:
-            self.cache.on_response_body(stream.cache_pending, message.body, message.end_of_stream, stream.event_stream)
-        if (
-            stream.tenant is not None
-            and stream.model is not None
-            and not stream.accounted
-            and stream.status in (0, 200)
-        ):
-            try:
-                self._scan(stream, message.body, message.end_of_stream)
-                if stream.usage is not None or message.end_of_stream:
-                    started = self.stages.add("response", started)
-                    await self._account(stream)
-                    self.stages.add("account", started)
-                    return pb.ProcessingResponse(response_body=pb.BodyResponse())
-            except Exception:
-                log.exception("cannot account a response")
-                self.metrics.errors.labels("internal").inc()
-                stream.accounted = True
-        self.stages.add("response", started)
-        return pb.ProcessingResponse(response_body=pb.BodyResponse())
-
-    def _scan(self, stream: _Stream, chunk: bytes, end: bool) -> None:
-        if stream.event_stream:
-            stream.buffer += chunk
-            *lines, rest = bytes(stream.buffer).split(b"\n")
-            stream.buffer = bytearray(rest)
-            for line in lines:
-                if line.startswith(b"data:") and b'"prompt_tokens"' in line:
-                    usage = _usage(json.loads(line[5:]))
-                    if usage is not None:
-                        stream.usage = usage
-            return
-        if len(stream.buffer) + len(chunk) <= MAX_ACCOUNTED_BODY_BYTES:
-            stream.buffer += chunk
-        if end and len(stream.buffer) > 0:
-            try:
-                stream.usage = _usage(json.loads(bytes(stream.buffer)))
-            except ValueError:  # not JSON (a proxy's error page): nothing to account
-                stream.usage = None
-
-    async def _account(self, stream: _Stream) -> None:
-        assert stream.tenant is not None and stream.model is not None
-        stream.accounted = True
-        if stream.provider is not None:
-            # A success carries usage (a stream's too, when the gateway asked for it): none is the provider's error.
-            expected = not stream.event_stream or self.config.inject_stream_usage
-            self.providers.answered(stream.provider, ok=stream.usage is not None or not expected)
-        if stream.usage is None:
-            self.budgets.add_tokens(stream.tenant.name, -stream.reserved_tokens)
-            stream.reserved_tokens = 0
-            return
-        prompt, completion = stream.usage
-        if stream.provider is not None:
-            self.providers.account(stream.provider, stream.tier, stream.tenant.name, prompt, completion)
-        else:
-            labels = (stream.tenant.name, stream.tier, stream.model.name)
-            self.metrics.token(*labels, "prompt").inc(prompt)
-            self.metrics.token(*labels, "completion").inc(completion)
-        self.budgets.add_tokens(stream.tenant.name, prompt + completion - stream.reserved_tokens)
-        stream.reserved_tokens = prompt + completion
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
@@ -1126,13 +1059,3 @@ def _asked_model(body: Mapping[str, Any]) -> str:
             param="model",
         )
     return asked
-
-
-def _usage(payload: Any) -> tuple[int, int] | None:
-    usage = payload.get("usage") if isinstance(payload, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return prompt, completion
-    return None

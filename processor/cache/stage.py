@@ -2,11 +2,13 @@
 
 :class:`inferplane.processor.ext_proc.Processor` calls :meth:`CacheStage.lookup` once a request is admitted (tenant,
 model and budgets settled; the body as it will be forwarded). A hit is answered at once with an immediate response
-(JSON, or the SSE replay for a stream) and never reaches the model server. A miss keeps its :class:`Lookup`; the
-request goes upstream with the verdict (``miss`` or ``bypass``) in Envoy's dynamic metadata, which the model routes
-echo as the response's ``x-inferplane-cache``; the response body chunks are collected (bounded by the entry size)
-and, when the stream ends with a complete answer, stored in the background so the client never waits on the cache.
-"""
+(JSON, or the SSE replay for a stream) and never reaches the model server. A miss goes upstream with the verdict
+(``miss`` or ``bypass``) in Envoy's dynamic metadata, which the model routes echo as the response's
+``x-inferplane-cache``. A cacheable miss's lookup is held in the cache (:meth:`CacheStage.hold`) under a token that
+travels with the request's settlement (:mod:`inferplane.processor.settlement`): the response's chunks reach the
+observing filter's stream, possibly in another worker, which collects them (bounded by the entry size) and, when the
+stream ends with a complete answer, takes the held lookup and stores the answer in the background, so the client
+never waits on the cache."""
 
 from __future__ import annotations
 
@@ -44,9 +46,9 @@ def header(key: str, value: str) -> Any:
 
 @dataclass
 class Pending:
-    """A missed request waiting for its answer: the lookup and the response collected so far."""
+    """A missed request's answer being collected: the token of its held lookup and the response so far."""
 
-    lookup: Lookup
+    token: str
     body: bytearray = field(default_factory=bytearray)
     event_stream: bool = False
     overflow: bool = False
@@ -124,38 +126,47 @@ class CacheStage:
         return forwarded
 
     @staticmethod
-    def pending_for(lookup: Lookup | None) -> Pending | None:
-        """What to collect for a lookup whose answer may be stored (a cacheable miss)."""
-        if lookup is None or lookup.hit is not None or not isinstance(lookup.request, Cacheable):
-            return None
-        return Pending(lookup)
+    def storable(lookup: Lookup | None) -> bool:
+        """Whether the answer to ``lookup``'s request may be stored (a cacheable miss)."""
+        return lookup is not None and lookup.hit is None and isinstance(lookup.request, Cacheable)
+
+    async def hold(self, lookup: Lookup) -> str:
+        """Hold a cacheable miss's lookup for its answer; the token to collect it under ("" if it cannot be held)."""
+        return await self.cache.hold(lookup)
 
     def on_response_body(self, pending: Pending | None, chunk: bytes, end: bool, event_stream: bool) -> None:
-        """Collect a chunk; at the end of a complete answer, store it in the background. The status is not seen
-        (response headers skip the processor): error bodies carry no finished ``choices`` and are never stored."""
-        if pending is None or pending.overflow:
+        """Collect a chunk; at the end of the response, take the held lookup and store a complete answer under it in
+        the background. Error bodies carry no finished ``choices`` and are never stored."""
+        if pending is None:
             return
         pending.event_stream = event_stream
-        limit = self.cache.config.max_entry_bytes * (4 if pending.event_stream else 1)
-        if len(pending.body) + len(chunk) > limit:
-            pending.overflow = True
-            pending.body.clear()
-            return
-        pending.body += chunk
+        if not pending.overflow:
+            limit = self.cache.config.max_entry_bytes * (4 if pending.event_stream else 1)
+            if len(pending.body) + len(chunk) > limit:
+                pending.overflow = True
+                pending.body.clear()
+            else:
+                pending.body += chunk
         if not end:
             return
-        answer: dict[str, Any] | None
-        try:
-            if pending.event_stream:
-                answer = assemble(events(bytes(pending.body)))
-            else:
-                parsed = json.loads(bytes(pending.body))
-                answer = parsed if isinstance(parsed, dict) else None
-        except ValueError:
-            answer = None
+        answer: dict[str, Any] | None = None
+        if not pending.overflow:
+            try:
+                if pending.event_stream:
+                    answer = assemble(events(bytes(pending.body)))
+                else:
+                    parsed = json.loads(bytes(pending.body))
+                    answer = parsed if isinstance(parsed, dict) else None
+            except ValueError:
+                answer = None
         pending.body.clear()
-        if answer is not None:
-            self._spawn(self.cache.store(pending.lookup, answer))
+        self._spawn(self._store_held(pending.token, answer))
+
+    async def _store_held(self, token: str, answer: Mapping[str, Any] | None) -> None:
+        """Take the lookup held under ``token`` (gone from the cache either way) and store ``answer`` for it."""
+        lookup = await self.cache.take_held(token)
+        if lookup is not None and answer is not None:
+            await self.cache.store(lookup, answer)
 
     async def aclose(self) -> None:
         """Stop the health pings, let stores finish, close the client."""

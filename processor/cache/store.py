@@ -7,6 +7,9 @@ Layout (``{p}`` is ``CacheConfig.key_prefix``, ``{e}`` the embedder's ident, ``{
 * ``{p}:s:{e}:{k}``: a hash with ``scope`` (TAG: the request's semantic scope) and ``v`` (the FLOAT32 embedding),
   same TTL, indexed by ``{p}:idx:{e}``. A miss looks up the nearest vectors inside its own scope; a candidate at
   least ``threshold`` similar whose guards all pass answers from its exact entry.
+* ``{p}:h:{t}``: a missed request's lookup held for its answer (:meth:`ResponseCache.hold`), ``t`` a random token:
+  the worker that places a request is not the one that reads its response (the processor's module docstring), so
+  the lookup waits here, for :data:`HELD_SECONDS` at most, until the answer's reader takes it.
 
 The index uses only the FT.* subset that ElastiCache for Valkey 8.2's valkey-search shares with RediSearch
 (AWS ElastiCache docs, "FT.CREATE" and "FT.SEARCH" vector search commands; RediSearch's vector search docs)::
@@ -28,14 +31,16 @@ requests use the cache).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -68,6 +73,8 @@ MAX_BACKOFF_S = 60.0
 MAX_WORDS_PER_LOOKUP = 16
 """Words (not cached yet) the counterpart check sends to the embedder for one lookup, at most: candidates whose words
 would pass it are refused (counted as ``too_different``), so the one extra call stays the size of a short batch."""
+HELD_SECONDS = 3_600
+"""How long a held lookup waits for its answer: longer than any generation the gateway lets stream."""
 SCORE_FIELD = b"__v_score"
 """The distance field RediSearch and valkey-search add to KNN results (``__<vector field>_score``)."""
 
@@ -170,6 +177,7 @@ class ResponseCache:
         self.index_name = f"{config.key_prefix}:idx:{ident}"
         self.doc_prefix = f"{config.key_prefix}:s:{ident}:"
         self.exact_prefix = f"{config.key_prefix}:x:"
+        self.held_prefix = f"{config.key_prefix}:h:"
         self._timeout = config.timeout_ms / 1000
         self._embed_timeout = embed_timeout(config.embedder)
 
@@ -453,6 +461,45 @@ class ResponseCache:
             return False
         self._succeeded()
         return True
+
+    async def hold(self, lookup: Lookup) -> str:
+        """Keep a missed cacheable request's lookup in the cache until its answer is read (:meth:`take_held`); the
+        token that names it, or "" when it cannot be stored (then the answer is not cached). Never raises."""
+        request = lookup.request
+        if not isinstance(request, Cacheable) or lookup.hit is not None or not self.available:
+            return ""
+        token = secrets.token_hex(16)
+        held: dict[str, Any] = {"request": asdict(request)}
+        if lookup.vector is not None:
+            held["vector"] = base64.b64encode(lookup.vector.astype("<f4").tobytes()).decode()
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self.client.set(self.held_prefix + token, json.dumps(held, ensure_ascii=False), ex=HELD_SECONDS)
+        except (RedisError, OSError, TimeoutError) as error:
+            self._failed("store", error)
+            return ""
+        return token
+
+    async def take_held(self, token: str) -> Lookup | None:
+        """The lookup :meth:`hold` kept under ``token``, removed (None: gone, expired or unreadable). Never raises."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                raw = await self.client.getdel(self.held_prefix + token)
+        except (RedisError, OSError, TimeoutError) as error:
+            self._failed("store", error)
+            return None
+        if raw is None:
+            return None
+        try:
+            held = json.loads(raw)
+            vector = held.get("vector")
+            return Lookup(
+                Cacheable(**held["request"]),
+                vector=None if vector is None else np.frombuffer(base64.b64decode(vector), dtype="<f4"),
+            )
+        except (ValueError, TypeError, KeyError):
+            log.warning("a held cache lookup cannot be read back; its answer is not stored")
+            return None
 
     async def aclose(self) -> None:
         """Close the client's connections."""

@@ -43,6 +43,7 @@ from tests.gateway_support import (
     scrape,
     start_gateway,
     start_redis,
+    wait_until,
 )
 from tests.tiny_model import tiny_platform, words
 
@@ -404,10 +405,16 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
         # The first token alone, then a chunk per `interval` tokens, the last with fewer (vLLM may merge more when
         # its API server falls behind, never split them).
         assert token_chunks <= 1 + math.ceil((STREAMED_TOKENS - 1) / interval)
-    accounted = sum(
-        gateway_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b)
-    )
-    assert accounted == usage_total
+
+    def accounted() -> float:
+        return sum(
+            gateway_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b)
+        )
+
+    # Settled from the observing stream, whose last chunk reaches the processor as Envoy closes it, a
+    # deferred_close_timeout after the response.
+    wait_until(lambda: accounted() >= usage_total, 10, "the responses' usage accounted")
+    assert accounted() == usage_total
 
 
 def test_scale_from_zero_holds_until_a_replica_is_ready(platform: Platform) -> None:

@@ -476,6 +476,7 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
         gc.API_KEY_FILTER,
         "envoy.filters.http.local_ratelimit",
         "envoy.filters.http.ext_proc",
+        gc.OBSERVE_FILTER,
         "envoy.filters.http.json_to_metadata",
         "envoy.filters.http.router",
     ]
@@ -485,7 +486,7 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
         "request_header_mode": "SKIP",  # what the processor reads of the headers comes as attributes with the body
         "response_header_mode": "SKIP",
         "request_body_mode": "BUFFERED",
-        "response_body_mode": "STREAMED",
+        "response_body_mode": "NONE",  # the observing filter reads the response
         "request_trailer_mode": "SKIP",
         "response_trailer_mode": "SKIP",
     }
@@ -495,12 +496,31 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
         "request.headers['x-inferplane-tenant']",
         "request.headers['x-inferplane-cache']",
     ]
-    # The processor's own metadata, and its pick of a replica under envoy.lb (what override_host reads).
-    assert ext_proc["metadata_options"] == {"receiving_namespaces": {"untyped": ["inferplane", "envoy.lb"]}}
+    # The processor's own metadata, its pick of a replica under envoy.lb (what override_host reads) and the
+    # request's settlement for the observing filter.
+    assert ext_proc["metadata_options"] == {
+        "receiving_namespaces": {"untyped": ["inferplane", "envoy.lb", "inferplane.settle"]}
+    }
+    observe = filters[3]["typed_config"]
+    assert observe["grpc_service"] == ext_proc["grpc_service"]
+    assert observe["observability_mode"] is True
+    assert observe["failure_mode_allow"] is True  # a lost observation never fails a response
+    assert observe["processing_mode"] == {
+        "request_header_mode": "SKIP",
+        "response_header_mode": "SKIP",
+        "request_body_mode": "NONE",
+        "response_body_mode": "STREAMED",  # the only body mode observability_mode sends
+        "request_trailer_mode": "SKIP",
+        "response_trailer_mode": "SKIP",
+    }
+    assert observe["response_attributes"] == ["response.code"]
+    assert observe["metadata_options"] == {"forwarding_namespaces": {"untyped": ["inferplane.settle"]}}
+    assert observe["deferred_close_timeout"] == "0.500s"  # the response settles as Envoy closes the stream
     routes = _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]
     assert routes[0]["name"] == "models"  # GET /v1/models alone sends the processor its headers: it answers there
     override = routes[0]["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["overrides"]["processing_mode"]
     assert (override["request_header_mode"], override["request_body_mode"]) == ("SEND", "NONE")
+    assert routes[0]["typed_per_filter_config"][gc.OBSERVE_FILTER]["disabled"] is True
     assert all(
         h["header"]["value"] == "%DYNAMIC_METADATA(inferplane:cache_result)%"
         for r in routes

@@ -22,7 +22,7 @@ from tests.processor.test_ext_proc import (
     _body,
     _config,
     _headers,
-    _response_body,
+    observe,
 )
 
 PROMPT = {"role": "user", "content": "How do I reset my password?"}
@@ -32,7 +32,18 @@ def _metadata(response: Any) -> dict[str, Any]:
     return json_format.MessageToDict(response.dynamic_metadata)
 
 
+async def _until_stored(client: Any, pattern: str, seconds: float = 10.0) -> None:
+    """Wait until a key matching ``pattern`` exists (the answer is stored in the background)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not [key async for key in client.scan_iter(pattern)]:
+        assert asyncio.get_running_loop().time() < deadline, f"nothing stored under {pattern}"
+        await asyncio.sleep(0.02)
+
+
 def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_processor(redis_port: int) -> None:
+    """The answer is read by another worker than the one that placed the request (Envoy balances the observing
+    stream on its own): the lookup travels through the cache, held under the token the settlement carries."""
+
     async def main() -> list[Any]:
         config = _config(None).model_copy(
             update={
@@ -40,19 +51,31 @@ def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_proc
             }
         )
         assert config.cache is not None
-        client = connect(f"redis://127.0.0.1:{redis_port}", config.cache)
-        stage = CacheStage(ResponseCache(config.cache, CacheMetrics(CollectorRegistry()), client=client))
-        await stage.start()
-        processor = Processor(config, None, CollectorRegistry(), stage)
+        stages = [
+            CacheStage(
+                ResponseCache(
+                    config.cache,
+                    CacheMetrics(CollectorRegistry()),
+                    client=connect(f"redis://127.0.0.1:{redis_port}", config.cache),
+                )
+            )
+            for _ in range(2)
+        ]
+        for stage in stages:
+            await stage.start()
+        processor, other_worker = (Processor(config, None, CollectorRegistry(), stage) for stage in stages)
         payload = {"model": "short", "messages": [PROMPT], "temperature": 0, "max_tokens": 8}
 
         miss = Stream(processor)
         await miss.send(_headers())
         forwarded = await miss.send(_body(payload))
-        await miss.send(_response_body(json.dumps(completion("Use the reset link."))[:20].encode(), False))
-        await miss.send(_response_body(json.dumps(completion("Use the reset link."))[20:].encode(), True))
         await miss.close()
-        await asyncio.sleep(0.3)  # stored in the background
+        client = stages[0].cache.client
+        assert [key async for key in client.scan_iter("proc:h:*")]  # held for the answer
+        answer = json.dumps(completion("Use the reset link.")).encode()
+        await observe(other_worker, forwarded, [(answer[:20], False), (answer[20:], True)], 200)
+        await _until_stored(client, "proc:x:*")
+        assert not [key async for key in client.scan_iter("proc:h:*")]  # taken by the reader
 
         results = [forwarded.WhichOneof("response"), _metadata(forwarded)]
         for extra in ({}, {"stream": True}):
@@ -60,12 +83,14 @@ def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_proc
             await repeat.send(_headers())
             reply = await repeat.send(_body({**payload, **extra}))
             results.append(reply.immediate_response)
-        await stage.aclose()
+        for stage in stages:
+            await stage.aclose()
         return results
 
     forwarded, miss_metadata, hit, streamed = asyncio.run(main())
     assert forwarded == "request_body"
-    assert miss_metadata == {"inferplane": {"cache_result": "miss"}}  # the model route echoes it as x-inferplane-cache
+    assert miss_metadata["inferplane"] == {"cache_result": "miss"}  # the model route echoes it as x-inferplane-cache
+    assert len(miss_metadata["inferplane.settle"]["cache"]) == 32  # the held lookup's token
     assert hit.status.code == 200 and json.loads(hit.body)["choices"][0]["message"]["content"] == "Use the reset link."
     hit_headers = {h.header.key: h.header.raw_value.decode() for h in hit.headers.set_headers}
     assert hit_headers == {

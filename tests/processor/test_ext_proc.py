@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -23,6 +23,9 @@ from inferplane.processor import ext_proc
 from inferplane.processor import metrics as gm
 from inferplane.processor.admission import ModelGate
 from inferplane.processor.config import (
+    ATTRIBUTES_NAMESPACE,
+    SETTLE_METADATA_NAMESPACE,
+    STATUS_ATTRIBUTE,
     ModelConfig,
     ProcessorConfig,
     TenantConfig,
@@ -80,8 +83,31 @@ def _body(payload: dict[str, Any]) -> Any:
     return pb.ProcessingRequest(request_body=pb.HttpBody(body=json.dumps(payload).encode(), end_of_stream=True))
 
 
-def _response_body(chunk: bytes, end: bool) -> Any:
-    return pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk, end_of_stream=end))
+def _observed(forwarded: Any, chunk: bytes, end: bool, status: int | None = None) -> Any:
+    """A response chunk as the observing filter sends it: one way, with the settlement the placing stream handed on
+    in ``forwarded``'s dynamic metadata (and the response's status as an attribute, where given)."""
+    message = pb.ProcessingRequest(response_body=pb.HttpBody(body=chunk, end_of_stream=end), observability_mode=True)
+    namespaces = forwarded.dynamic_metadata.fields
+    if SETTLE_METADATA_NAMESPACE in namespaces:
+        message.metadata_context.filter_metadata[SETTLE_METADATA_NAMESPACE].CopyFrom(
+            namespaces[SETTLE_METADATA_NAMESPACE].struct_value
+        )
+    if status is not None:
+        message.attributes[ATTRIBUTES_NAMESPACE].update({STATUS_ATTRIBUTE: status})
+    return message
+
+
+async def _messages_of(messages: Iterable[Any]) -> AsyncIterator[Any]:
+    for message in messages:
+        yield message
+
+
+async def observe(
+    processor: Processor, forwarded: Any, chunks: Sequence[tuple[bytes, bool]], status: int | None = None
+) -> None:
+    """Run the observing stream of the request ``forwarded`` answered: ``chunks`` one way, nothing answered."""
+    messages = [_observed(forwarded, chunk, end, status if i == 0 else None) for i, (chunk, end) in enumerate(chunks)]
+    assert [reply async for reply in processor.process(_messages_of(messages))] == []
 
 
 class Stream:
@@ -474,19 +500,79 @@ def test_scale_from_zero_holds_then_503(tokenizer_file: str) -> None:
     asyncio.run(run())
 
 
-def test_a_response_without_usage_returns_the_reservation(tokenizer_file: str, redis_port: int) -> None:
+async def _tokens_counted(config: ProcessorConfig, redis_port: int) -> list[int]:
+    redis = Redis(port=redis_port)
+    keys = [k async for k in redis.scan_iter(f"{config.redis_key_prefix}t:tok:*")]
+    counted = [int(await redis.get(k) or 0) for k in keys]
+    await redis.aclose()
+    return counted
+
+
+def _reserved(forwarded: Any) -> int:
+    """The prompt tokens the settlement handed on with ``forwarded`` says were reserved (the prompt, counted)."""
+    reserved = int(
+        forwarded.dynamic_metadata.fields[SETTLE_METADATA_NAMESPACE].struct_value.fields["reserved"].number_value
+    )
+    assert reserved > 0
+    return reserved
+
+
+ERROR_BODY = b'{"error": {"message": "upstream failed"}}'
+
+
+@pytest.mark.parametrize(
+    ("chunks", "status"),
+    [
+        ([(ERROR_BODY, True)], None),  # an error without usage
+        ([(ERROR_BODY, True)], 502),  # its status known: not read at all
+        ([(b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', False)], 200),  # cut short (a client gone)
+    ],
+    ids=["no-usage", "error-status", "cut-short"],
+)
+def test_a_response_without_usage_returns_the_reservation(
+    tokenizer_file: str, redis_port: int, chunks: list[tuple[bytes, bool]], status: int | None
+) -> None:
     async def run() -> None:
         config = _config(tokenizer_file)
         processor = _processor(config, redis_port)
         stream, response = await _request(processor, _chat(words(10)))
         _forwarded(response)
-        await stream.send(_response_body(b'{"error": {"message": "upstream failed"}}', True))
-        await stream.close()
+        await stream.close()  # the placing stream ends with the response: the reservation is the observer's
         await processor.budgets.flush()
-        redis = Redis(port=redis_port)
-        keys = [k async for k in redis.scan_iter(f"{config.redis_key_prefix}t:tok:*")]
-        assert [int(await redis.get(k) or 0) for k in keys] == [0]
-        await redis.aclose()
+        assert await _tokens_counted(config, redis_port) == [_reserved(response)]
+        await observe(processor, response, chunks, status)
+        await processor.budgets.flush()
+        assert await _tokens_counted(config, redis_port) == [0]
+
+    asyncio.run(run())
+
+
+def test_a_request_never_forwarded_returns_its_reservation_and_an_unsettled_response_is_left_alone(
+    tokenizer_file: str, redis_port: int
+) -> None:
+    """A placing stream that ends before its body is answered (Envoy gave up) settles there; a response that
+    carries no settlement (a local reply: a rejection, a cached answer) is read by no one."""
+
+    async def run() -> None:
+        model = _model(
+            "short", tokenizer_file, max_num_seqs=1, fallback_share=1, queue_max=1, queue_timeout_seconds=0.1
+        )
+        config = _config(tokenizer_file, model)
+        processor = _processor(config, redis_port)
+        _ready(processor, "short", "127.0.0.1:1")
+        holder, held = await _request(processor, _chat(words(10)))
+        _forwarded(held)
+        refused_stream, refused = await _request(processor, _chat(words(10)))  # no slot within 0.1 s
+        assert _status(refused) == 429
+        await refused_stream.close()
+        await holder.close()
+        await processor.budgets.flush()
+        assert await _tokens_counted(config, redis_port) == [_reserved(held)]  # the forwarded one's, for its observer
+        usage = {"prompt_tokens": 13, "completion_tokens": 7, "total_tokens": 20}
+        await observe(processor, pb.ProcessingResponse(), [(json.dumps({"usage": usage}).encode(), True)], 200)
+        await processor.budgets.flush()
+        assert await _tokens_counted(config, redis_port) == [_reserved(held)]
+        assert processor.metrics.tokens.labels("t", "standard", "short", "prompt")._value.get() == 0
 
     asyncio.run(run())
 
@@ -504,12 +590,10 @@ def test_usage_is_accounted_per_tenant_and_corrects_the_reservation(
         if streamed:
             chunk = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
             final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
-            for piece, end in ((chunk, False), (final[:17], False), (final[17:], True)):
-                await stream.send(_response_body(piece, end))
+            await observe(processor, response, [(chunk, False), (final[:17], False), (final[17:], True)], 200)
         else:
             body = json.dumps({"choices": [], "usage": usage}).encode()
-            await stream.send(_response_body(body[:10], False))
-            await stream.send(_response_body(body[10:], True))
+            await observe(processor, response, [(body[:10], False), (body[10:], True)])
         await stream.close()
         tokens = processor.metrics.tokens
         assert tokens.labels("t", "standard", "short", "prompt")._value.get() == 13
@@ -595,9 +679,10 @@ def test_each_stage_of_a_streamed_request_is_timed_once_where_it_runs(tokenizer_
         _forwarded(response)
         usage = {"prompt_tokens": 13, "completion_tokens": 2, "total_tokens": 15}
         final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
-        for piece, end in ((b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', False), (final, True)):
-            await stream.send(_response_body(piece, end))
         await stream.close()
+        await observe(
+            processor, response, [(b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', False), (final, True)]
+        )
         spent = dict(processor.stages.spent)
         processor.stages.flush(processor.metrics.stage_cpu_seconds)
         assert set(processor.stages.spent.values()) == {0.0}  # started again

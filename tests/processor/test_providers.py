@@ -32,8 +32,8 @@ from tests.processor.test_ext_proc import (
     _picked,
     _processor,
     _ready,
-    _response_body,
     _status,
+    observe,
 )
 from tests.processor.test_ext_proc import _config as base_config
 
@@ -155,7 +155,8 @@ def test_the_providers_usage_is_accounted_with_its_cost_and_never_cached(tokeniz
         assert _provider_of(spilled) == PROVIDER.name
         usage = {"prompt_tokens": 2_000, "completion_tokens": 400, "total_tokens": 2_400}
         final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
-        await stream.send(_response_body(final, True))
+        await observe(processor, spilled, [(final, True)], 200)
+        await stream.close()
         providers = processor.providers
         assert providers.token(PROVIDER.name, "standard", "t", "prompt")._value.get() == 2_000
         assert providers.token(PROVIDER.name, "standard", "t", "completion")._value.get() == 400
@@ -203,7 +204,8 @@ async def _spill_and_answer(processor: Processor, answer: bytes) -> Any:
     """A request the saturated model spills: its forward, and ``answer`` as the whole response body."""
     stream, forwarded = await _ask(processor)
     if _provider_of(forwarded) is not None:
-        await stream.send(_response_body(answer, True))
+        await observe(processor, forwarded, [(answer, True)])
+    await stream.close()
     return forwarded
 
 
@@ -254,7 +256,8 @@ def test_a_stream_without_usage_counts_as_failed_only_when_the_gateway_asked_for
             holder, _ = await _ask(processor)
             stream, spilled = await _ask(processor, stream=True)
             assert _provider_of(spilled) == PROVIDER.name
-            await stream.send(_response_body(b'data: {"choices": []}\n\ndata: [DONE]\n\n', True))
+            await observe(processor, spilled, [(b'data: {"choices": []}\n\ndata: [DONE]\n\n', True)], 200)
+            await stream.close()
             assert processor.providers._failed.get(PROVIDER.name, 0) == failures
             await holder.close()
 

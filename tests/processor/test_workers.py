@@ -212,7 +212,8 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     }
     first = gateway.addresses.processor_port
     assert set(served) == {first, first + 1}
-    assert sum(served.values()) == 40 and min(served.values()) > 0  # both workers took streams
+    # Two streams a request (the placing filter's and the observing one's), both workers taking some.
+    assert sum(served.values()) == 80 and min(served.values()) > 0
     metrics = urllib.request.urlopen(gateway.metrics_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
     admitted = re.search(rf'^{gm.REQUESTS_TOTAL}\{{[^}}]*outcome="admitted"[^}}]*\}} (\S+)$', metrics, re.M)
     assert admitted is not None and float(admitted.group(1)) == 40  # one endpoint, the workers' sum
@@ -226,6 +227,18 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     while (inflight := _inflight(gateway)) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert inflight == 0  # the live workers' sum: every slot came back
+    # Every answer's usage settled from the observing streams, whichever worker read it (the stub's 9 + 4 tokens).
+    deadline = time.monotonic() + 10
+    while (completion_tokens := _tokens(gateway, "completion")) != 40 * 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (completion_tokens, _tokens(gateway, "prompt")) == (40 * 4, 40 * 9)
+
+
+def _tokens(gateway: Gateway, kind: str) -> float:
+    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
+    return sum(
+        float(v) for v in re.findall(rf'^{gm.TOKENS_TOTAL}\{{[^}}]*kind="{kind}"[^}}]*\}} (\S+)$', metrics, re.M)
+    )
 
 
 READS = 4
