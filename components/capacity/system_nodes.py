@@ -74,18 +74,20 @@ that many."""
 ENVOY_CPU_MILLICORES = 1000
 ENVOY_MEMORY_MIB = 512
 """Envoy: one CPU for two workers (CPU not capped: no CFS throttling of a latency-critical proxy): measured beside the
-processor (:data:`PROCESSOR_CPU_MILLICORES_PER_WORKER`) at 5-6 ms a paced 64-token stream at 4 tokens a chunk (10-11 ms
-at a token a chunk), about half the processor's, so two workers' full load is about one core. Memory covers
+processor (:data:`PROCESSOR_CPU_MILLICORES_PER_WORKER`) at 4.0-4.2 ms a paced 64-token stream at 4 tokens a chunk
+(11.8 ms for 128 tokens at a token a chunk; 2026-12-07, with the response observed, not answered), about half the
+processor's, so two workers' full load is about one core. Memory covers
 the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by default) for
 about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline. Request and limit."""
 
 PROCESSOR_CPU_MILLICORES_PER_WORKER = 1000
 """One asyncio loop per worker, so one core at most; CPU not capped. Its CPU per request, measured with a stub engine
 at 32 concurrent requests (``benchmarks/gateway_cpu.py``, docs/gateway.md "CPU per request"): a stream paced as a
-GPU decodes (a token every 20 ms) costs a message per chunk, so with prod's 4 tokens a chunk (sizing's
-``--stream-interval``) a 64-token answer is 20 messages, and 6,000 x 64 on shared system prompts 10-14 ms, 200 x 64
-9-11 ms (2026-12-05; at a token a chunk 21-24 ms); a worker then carries 70-100 new requests/s of those shapes. The
-same machine measured 2-4x less the day before, so these are bounds from a slow day, not a constant."""
+GPU decodes (a token every 20 ms) costs a message per chunk, sent one way to the observing filter's stream, so with
+prod's 4 tokens a chunk (sizing's ``--stream-interval``) a 64-token answer is 20 messages, and 6,000 x 64 on shared
+system prompts 9.6 ms, 200 x 64 7.7 ms (2026-12-07; 19.4 ms for 6,000 x 128 at a token a chunk, 38.4 when every
+chunk was answered); a worker then carries about 100 new requests/s of those shapes. The same machine has measured
+up to 2-4x less on other days, so these are bounds from a slow day, not a constant."""
 PROCESSOR_MEMORY_MIB_PER_WORKER = 768
 """One processor worker's memory: the Python runtime, gRPC, one Hugging Face tokenizer per model (tens of MiB
 each), the prefix index (at most :data:`PREFIX_INDEX_MIB_PER_WORKER`) and the tokenized texts (at most

@@ -129,13 +129,14 @@ FETCH_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
 TARGET_INFLIGHT_PER_REPLICA = 200
 """KEDA's target of requests in flight through one gateway replica (Envoy's ``downstream_rq_active``). Most of a
 gateway's in-flight requests are streams waiting on the GPUs and cost it little; what a replica spends CPU on is
-admission and relaying the streamed chunks (15-17 ms of processor and Envoy CPU a 64-token stream at prod's 4 tokens a
+admission and relaying the streamed chunks (12-14 ms of processor and Envoy CPU a 64-token stream at prod's 4 tokens a
 chunk, more for longer answers, measured:
 :data:`~inferplane.components.capacity.system_nodes.PROCESSOR_CPU_MILLICORES_PER_WORKER`). 200 streams of ~20 s each
-are ~10 new requests/s of about 1,000 tokens each: 250 chunks at about 0.35 ms of CPU each, about 0.1 s a request,
-so about 0.7 of a core of processor and 0.3 of Envoy's at the target, within what a pod requests (a core a worker, one
-for Envoy): replicas are added for connection and failure spread before CPU binds, and a single replica never holds
-more than a few hundred streams that a restart would cut."""
+are ~10 new requests/s of about 1,000 tokens each: 250 chunks at about 0.2 ms of CPU each (observed, not answered:
+0.35 ms when the processor answered each), about 50 ms a request, so about 0.3 of a core of processor and 0.2 of
+Envoy's at the target, within what a pod requests (a core a worker, one for Envoy): replicas are added for connection
+and failure spread before CPU binds, and a single replica never holds more than a few hundred streams that a restart
+would cut."""
 
 DRAIN_SECONDS = 300
 """In-flight streams get up to the model servers' longest drain (``components.serving.model_server.MAX_DRAIN_SECONDS``)
