@@ -487,9 +487,7 @@ def measure(target: Target, bodies: list[bytes], concurrency: int, spy: str | No
     seconds, failed = asyncio.run(_load(target.url, bodies, concurrency))
     per_p = (_processor_cpu(target.processor) - cpu_p) / n * 1000
     per_e = (cpu_seconds(target.envoy) - cpu_e) / n * 1000
-    # Per request, over all its ext_proc streams (the placing filter's and the observing one's).
-    sent_before, _ = messages
-    per_message = (ext_proc_messages(target.stats_url)[0] - sent_before) / n
+    per_message = (ext_proc_messages(target.stats_url) - messages) / n
     if spying is not None:
         spying.send_signal(2)  # SIGINT: py-spy writes its output and exits
         spying.wait(timeout=60)

@@ -136,8 +136,6 @@ class _Stream:
     settling: bool = False
     """The request went upstream with its settlement: the observing stream returns or corrects its reservation."""
     cache_lookup: Lookup | None = None
-    cache_storable: bool = False
-    """A cacheable miss: its lookup is held for the answer when it is forwarded."""
     routed: Routed | None = None
     """A difficulty-routed tier's decision, when the request asked for one."""
     provider: ProviderConfig | None = None
@@ -761,10 +759,11 @@ class Processor:
                 self._unreserve(stream, tenant)  # a cached answer spends no model tokens
                 self.metrics.request(model.name, stream.tier, tenant.name, "cached").inc()
                 return self.cache.reply(lookup, {ROUTE_HEADER: stream.routed.outcome} if stream.routed else {})
-            stream.cache_storable = self.cache.storable(lookup)
         await self._take_slot(stream, model, tenant, hashes, prompt)
-        # A provider's answer is not this deployment's: never cached as its.
-        held = await self._hold(stream) if stream.cache_storable and stream.provider is None else ""
+        held = ""  # the token of a cacheable miss's lookup, held for the observing stream that reads its answer
+        if self.cache is not None and stream.cache_lookup is not None and stream.provider is None:
+            # A provider's answer is not this deployment's: never cached as its. Only a cacheable miss is held.
+            held = await self.cache.hold(stream.cache_lookup)
         await self._prefill(stream, model, body, hashes, prompt)
         self.metrics.request(model.name, stream.tier, tenant.name, "provider" if stream.provider else "admitted").inc()
         started = stages.read()
@@ -988,11 +987,6 @@ class Processor:
                 "model_starting",
                 retry_after=self.config.retry_after_seconds_503,
             )
-
-    async def _hold(self, stream: _Stream) -> str:
-        """Hold a cacheable miss's lookup in the cache for the observing stream (the token; "" when not held)."""
-        assert self.cache is not None and stream.cache_lookup is not None
-        return await self.cache.hold(stream.cache_lookup)
 
     def _forward(self, stream: _Stream, body: dict[str, Any], model: ModelConfig, held: str = "") -> Any:
         body["model"] = model.name if stream.provider is None else stream.provider.model

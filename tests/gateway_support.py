@@ -696,11 +696,9 @@ def cpu_seconds(pid: int) -> float:
     return own + sum(cpu_seconds(int(child)) for child in set(children))
 
 
-def ext_proc_messages(stats_url: str) -> tuple[float, float]:
-    """Envoy's ext_proc counters: messages sent to the processor and streams started (one stream a request)."""
+def ext_proc_messages(stats_url: str) -> float:
+    """Envoy's count of messages sent to the processor, over both ext_proc filters (a completion opens two streams:
+    the placing filter's and the observing one's); callers divide by the requests sent."""
     text = urllib.request.urlopen(stats_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
-
-    def counter(name: str) -> float:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
-
-    return counter("envoy_http_ext_proc_stream_msgs_sent"), counter("envoy_http_ext_proc_streams_started")
+    name = "envoy_http_ext_proc_stream_msgs_sent{"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))

@@ -24,7 +24,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 
 from inferplane.processor.cache.embedders import Vector
-from inferplane.processor.cache.request import CACHE_HEADER, Cacheable, Endpoint
+from inferplane.processor.cache.request import CACHE_HEADER, Endpoint
 from inferplane.processor.cache.sse import assemble, events
 from inferplane.processor.cache.store import Lookup, ResponseCache
 from inferplane.processor.config import CACHE_RESULT_METADATA_KEY, METADATA_NAMESPACE
@@ -125,13 +125,9 @@ class CacheStage:
             forwarded.dynamic_metadata.get_or_create_struct(METADATA_NAMESPACE)[CACHE_RESULT_METADATA_KEY] = value
         return forwarded
 
-    @staticmethod
-    def storable(lookup: Lookup | None) -> bool:
-        """Whether the answer to ``lookup``'s request may be stored (a cacheable miss)."""
-        return lookup is not None and lookup.hit is None and isinstance(lookup.request, Cacheable)
-
     async def hold(self, lookup: Lookup) -> str:
-        """Hold a cacheable miss's lookup for its answer; the token to collect it under ("" if it cannot be held)."""
+        """Hold a cacheable miss's lookup for its answer; the token to collect it under ("" for any other lookup, or
+        when it cannot be held)."""
         return await self.cache.hold(lookup)
 
     def on_response_body(self, pending: Pending | None, chunk: bytes, end: bool, event_stream: bool) -> None:

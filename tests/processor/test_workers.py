@@ -37,9 +37,11 @@ from tests.gateway_support import (
     Gateway,
     Procs,
     gateway_addresses,
+    gateway_metric,
     read_http_request,
     start_gateway,
     start_redis,
+    wait_until,
 )
 from tests.ports import free_port, free_ports
 from tests.processor.test_cache_rules import completion
@@ -227,18 +229,13 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     while (inflight := _inflight(gateway)) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert inflight == 0  # the live workers' sum: every slot came back
+
     # Every answer's usage settled from the observing streams, whichever worker read it (the stub's 9 + 4 tokens).
-    deadline = time.monotonic() + 10
-    while (completion_tokens := _tokens(gateway, "completion")) != 40 * 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert (completion_tokens, _tokens(gateway, "prompt")) == (40 * 4, 40 * 9)
+    def tokens(kind: str) -> float:
+        return gateway_metric(gateway, gm.TOKENS_TOTAL, kind=kind)
 
-
-def _tokens(gateway: Gateway, kind: str) -> float:
-    metrics = urllib.request.urlopen(gateway.metrics_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
-    return sum(
-        float(v) for v in re.findall(rf'^{gm.TOKENS_TOTAL}\{{[^}}]*kind="{kind}"[^}}]*\}} (\S+)$', metrics, re.M)
-    )
+    wait_until(lambda: tokens("completion") >= 40 * 4, 10, "every answer's usage accounted")
+    assert (tokens("completion"), tokens("prompt")) == (40 * 4, 40 * 9)
 
 
 READS = 4
