@@ -4,7 +4,8 @@ A model whose tokenizer file is missing falls back to an estimate (one token per
 over-counts for English text with Llama-family vocabularies) and the processor counts a ``tokenizer`` error, so
 context admission errs on the side of rejecting early rather than letting an over-long prompt reach the engine.
 Texts a worker tokenizes again (a shared system prompt, a conversation's earlier turns) are answered from
-:class:`TokenizedTexts`.
+:class:`TokenizedTexts`; a long text is kept in segments (:mod:`inferplane.processor.token_segments`), so a beginning
+many texts share is kept too when the texts as wholes never repeat.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from inferplane.processor.prefix_index import MESSAGE_SEPARATOR
+from inferplane.processor.token_segments import agrees, refusal, segments
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +42,10 @@ class TokenizedTexts:
     """The token ids of long texts tokenized more than once, per model, least recently used out past
     ``budget_bytes``.
 
-    Each text of a prompt is tokenized alone (:meth:`TokenCounter.encode`), so a text's ids do not depend on the
-    others and a kept entry is exactly what tokenizing it again would give. A hit costs hashing the text (once per
-    string object) and comparing it with the kept one; ids are kept as 32-bit arrays (4 bytes a token, against 36
-    for a list of Python ints)."""
+    Each text of a prompt, or each segment of a long one, is tokenized alone (:meth:`TokenCounter.encode`), so its
+    ids do not depend on the others and a kept entry is exactly what tokenizing it again would give. A hit costs
+    hashing the text (once per string object) and comparing it with the kept one; ids are kept as 32-bit arrays (4
+    bytes a token, against 36 for a list of Python ints)."""
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
@@ -83,6 +85,21 @@ class TokenizedTexts:
         while self.used_bytes > self.budget_bytes:
             (_, old_text), old_ids = self._entries.popitem(last=False)
             self.used_bytes -= _entry_bytes(old_text, old_ids)
+
+    def wants(self, model: str, text: str) -> bool:
+        """Whether :meth:`put` would keep ``text`` now (long enough and tokenized before): the caller tokenizes such
+        a text on its own, for its ids."""
+        return self._keeps(text) and hash((model, text)) in self._seen
+
+    def see(self, model: str, text: str) -> None:
+        """Remember a long enough ``text`` as tokenized (inside a longer text, so with no ids of its own): the next
+        :meth:`put` of it keeps it."""
+        if self._keeps(text):
+            digest = hash((model, text))
+            self._seen.pop(digest, None)
+            self._seen[digest] = None
+            if len(self._seen) > SEEN_TEXTS:
+                self._seen.popitem(last=False)
 
     def _keeps(self, text: str) -> bool:
         """Whether texts like ``text`` are kept at all: long enough, and a budget to keep them in."""
@@ -146,6 +163,7 @@ class TokenCounter:
     def __init__(self, paths: Mapping[str, str | None], cache_bytes: int = 0) -> None:
         self._paths = dict(paths)
         self._loaded: dict[str, Tokenizer | None] = {}
+        self._segmented: dict[str, bool] = {}
         self.cache = TokenizedTexts(cache_bytes)
 
     def tokenizer(self, model: str) -> Tokenizer | None:
@@ -161,6 +179,7 @@ class TokenCounter:
             else:
                 log.warning("no tokenizer file for %s at %s: prompt tokens are estimated", model, path)
             self._loaded[model] = tokenizer
+            self._segmented[model] = tokenizer is not None and _segments_agree(model, tokenizer)
         return self._loaded[model]
 
     def count(self, model: str, texts: list[str], messages: int, overhead_per_message: int) -> tuple[int, bool]:
@@ -186,16 +205,63 @@ class TokenCounter:
         # reads. CPU per call, a word-level tokenizer on this machine (benchmarks/gateway_cpu.py, issue 33): one
         # 6,000-token text 2.75 -> 1.67 ms, one of 200 tokens 0.105 -> 0.059 ms, four of 3,000 5.57 -> 3.47 ms (over
         # encode() one by one); two texts of 20 tokens 0.030 -> 0.044 ms, the one case it loses.
-        parts: list[array[int] | list[int] | None] = [self.cache.get(model, text) for text in texts]
-        missing = [i for i, part in enumerate(parts) if part is None]
-        if missing:
-            fresh = tokenizer.encode_batch_fast([texts[i] for i in missing], add_special_tokens=False)
-            for i, encoding in zip(missing, fresh, strict=True):
+        pieces = [segments(text) for text in texts] if self._segmented[model] else [[text] for text in texts]
+        flat = [piece for cut in pieces for piece in cut]
+        owner = [n for n, cut in enumerate(pieces) for _ in cut]
+        parts: list[array[int] | list[int] | None] = [self.cache.get(model, piece) for piece in flat]
+        runs = self._runs(model, flat, owner, parts)
+        if runs:
+            fresh = tokenizer.encode_batch_fast(["".join(flat[i:j]) for i, j in runs], add_special_tokens=False)
+            for (i, j), encoding in zip(runs, fresh, strict=True):
                 parts[i] = encoding.ids
-                self.cache.put(model, texts[i], encoding.ids)
+                if j == i + 1:
+                    self.cache.put(model, flat[i], encoding.ids)
+                for k in range(i + 1, j):
+                    parts[k] = []
+                    self.cache.see(model, flat[k])
+                if j > i + 1:
+                    self.cache.see(model, flat[i])
         ids: list[int] = []
-        for part in parts:
-            assert part is not None
-            ids.extend(part)
+        at = 0
+        for cut in pieces:
+            for part in parts[at : at + len(cut)]:
+                assert part is not None
+                ids.extend(part)
+            at += len(cut)
             ids.append(MESSAGE_SEPARATOR)
-        return len(ids) - len(parts) + overhead, True, ids
+        return len(ids) - len(texts) + overhead, True, ids
+
+    def _runs(
+        self, model: str, flat: list[str], owner: list[int], parts: list[array[int] | list[int] | None]
+    ) -> list[tuple[int, int]]:
+        """What to tokenize, as ranges of ``flat``: each missing piece the cache will keep, alone (its ids are
+        kept); next to each other, the missing pieces of one text it will not (one call for a text seen for the first
+        time, not one a segment: a call costs a fixed part, and in parallel its threads' wait)."""
+        runs: list[tuple[int, int]] = []
+        i = 0
+        while i < len(flat):
+            if parts[i] is not None:
+                i += 1
+            elif self.cache.wants(model, flat[i]):
+                runs.append((i, i + 1))
+                i += 1
+            else:
+                j = i + 1
+                while (
+                    j < len(flat) and owner[j] == owner[i] and parts[j] is None and not self.cache.wants(model, flat[j])
+                ):
+                    j += 1
+                runs.append((i, j))
+                i = j
+        return runs
+
+
+def _segments_agree(model: str, tokenizer: Tokenizer) -> bool:
+    """Whether ``model``'s long texts are tokenized in segments (:mod:`inferplane.processor.token_segments`); says
+    once why not."""
+    why = refusal(tokenizer)
+    if why is None and not agrees(tokenizer):
+        why = "it gives other ids for a text cut at its seams"
+    if why is not None:
+        log.info("%s's long texts are tokenized whole: %s", model, why)
+    return why is None

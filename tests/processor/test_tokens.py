@@ -36,8 +36,8 @@ def test_a_long_text_seen_twice_is_kept_and_counted_the_same(tokenizer_file: str
 
 def test_a_text_tokenized_once_takes_no_room(tokenizer_file: str) -> None:
     counter = _counter(tokenizer_file, 2**20)
-    for n in range(20):  # questions asked once each, all long enough to keep
-        counter.encode("m", [words(400 + n)], 1, 8)
+    for n in range(20):  # questions asked once each, all long enough to keep, none starting like another
+        counter.encode("m", [f"q{n} " + words(380 + n)], 1, 8)
     assert (len(counter.cache), counter.cache.used_bytes) == (0, 0)
 
 
@@ -106,3 +106,24 @@ def test_the_texts_seen_once_are_bounded_oldest_forgotten_first(monkeypatch: pyt
     for text in (texts[5], texts[4], texts[0]):  # the last seen are kept, the first is new again
         cache.put("m", text, [1])
     assert [cache.get("m", text) is not None for text in texts] == [False, False, False, False, True, True]
+
+
+def test_a_text_seen_inside_a_longer_one_is_kept_the_next_time_it_is_put() -> None:
+    cache = TokenizedTexts(10**9)
+    text = "x" * 2000
+    assert not cache.wants("m", text)
+    cache.see("m", text)  # tokenized inside a longer text: no ids of its own
+    assert cache.wants("m", text) and not cache.wants("other", text)
+    cache.put("m", text, [1, 2])
+    assert list(cache.get("m", text) or ()) == [1, 2]
+    cache.see("m", SHORT)  # too short to keep: never wanted
+    assert not cache.wants("m", SHORT)
+
+
+def test_texts_seen_inside_longer_ones_are_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens, "SEEN_TEXTS", 2)
+    cache = TokenizedTexts(10**9)
+    texts = [f"{i} " + "x" * 2000 for i in range(3)]
+    for text in texts:
+        cache.see("m", text)
+    assert [cache.wants("m", text) for text in texts] == [False, True, True]
