@@ -945,7 +945,10 @@ def _local_reply_config() -> dict[str, Any]:
 
 def _access_log() -> list[dict[str, Any]]:
     """One JSON line per request, never the prompt or the completion. The replica that answered and the number of
-    attempts show where a retry went (a pick that died: two attempts, the second on another replica)."""
+    attempts show where a retry went (a pick that died: two attempts, the second on another replica). ``decision_us``
+    is the gateway's own share of a request's time to first token: from the request's last byte to its first byte
+    upstream (the processor's decision, a wait for a slot or a remote prefill, Envoy's forwarding; absent for a
+    request answered at the gateway)."""
     fields = {
         "time": "%START_TIME%",
         "method": "%REQ(:METHOD)%",
@@ -962,6 +965,7 @@ def _access_log() -> list[dict[str, Any]]:
         "bytes_received": "%BYTES_RECEIVED%",
         "bytes_sent": "%BYTES_SENT%",
         "request_id": "%REQ(X-REQUEST-ID)%",
+        "decision_us": "%COMMON_DURATION(DS_RX_END:US_TX_BEG:us)%",
     }
     return [
         {

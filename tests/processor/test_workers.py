@@ -237,6 +237,15 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     wait_until(lambda: tokens("completion") >= 40 * 4, 10, "every answer's usage accounted")
     assert (tokens("completion"), tokens("prompt")) == (40 * 4, 40 * 9)
 
+    # Envoy's access log: a line a completion, with the gateway's own share of its time to first token.
+    def completions() -> list[dict[str, object]]:
+        lines = [json.loads(line) for line in procs.log("gw-envoy").splitlines() if line.startswith("{")]
+        return [line for line in lines if line["path"] == "/v1/chat/completions"]
+
+    wait_until(lambda: len(completions()) == 40, 10, "a log line a completion")
+    decisions = [line["decision_us"] for line in completions()]
+    assert all(isinstance(us, int) and 0 < us < 10_000_000 for us in decisions), decisions
+
 
 READS = 4
 """Metric reads the round test watches."""
