@@ -213,14 +213,12 @@ class TokenCounter:
         if runs:
             fresh = tokenizer.encode_batch_fast(["".join(flat[i:j]) for i, j in runs], add_special_tokens=False)
             for (i, j), encoding in zip(runs, fresh, strict=True):
-                parts[i] = encoding.ids
+                parts[i:j] = [encoding.ids, *([] for _ in range(i + 1, j))]  # a run's ids, on its first piece
                 if j == i + 1:
-                    self.cache.put(model, flat[i], encoding.ids)
-                for k in range(i + 1, j):
-                    parts[k] = []
-                    self.cache.see(model, flat[k])
-                if j > i + 1:
-                    self.cache.see(model, flat[i])
+                    self.cache.put(model, flat[i], encoding.ids)  # kept if tokenized before, else now seen
+                else:
+                    for piece in flat[i:j]:
+                        self.cache.see(model, piece)
         ids: list[int] = []
         at = 0
         for cut in pieces:
@@ -235,8 +233,10 @@ class TokenCounter:
         self, model: str, flat: list[str], owner: list[int], parts: list[array[int] | list[int] | None]
     ) -> list[tuple[int, int]]:
         """What to tokenize, as ranges of ``flat``: each missing piece the cache will keep, alone (its ids are
-        kept); next to each other, the missing pieces of one text it will not (one call for a text seen for the first
-        time, not one a segment: a call costs a fixed part, and in parallel its threads' wait)."""
+        kept); the missing pieces of one text next to each other that it will not, together. So a text seen for the
+        first time is one piece, not one a segment: each piece costs the tokenizer a fixed part, and a call of many
+        spreads them over its thread pool, whose threads spin as they wait (a unique 6,400-token prompt in 21 pieces
+        cost 3.8-4.0 ms of CPU against 3.4-3.5 whole, here)."""
         runs: list[tuple[int, int]] = []
         i = 0
         while i < len(flat):
