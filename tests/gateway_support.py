@@ -506,6 +506,8 @@ def start_gateway(
             "2",
             "--log-level",
             "warn",
+            "--file-flush-interval-msec",  # the access log within 0.1 s of a request, for tests that read it
+            "100",
         ],
     )
     wait_http(f"http://127.0.0.1:{addresses.processor_metrics_port}/metrics", GATEWAY_START_TIMEOUT_S, processor)

