@@ -37,6 +37,7 @@ from inferplane.components.serving.embedder_service import (
 )
 from inferplane.components.spec.platform_spec import PlatformSpec
 from inferplane.processor.config import LoadSeries, MetricSelector, ModelConfig, ProcessorConfig, RoutingConfig
+from inferplane.tool.gateway_run import ENVOY_ARGS
 from tests.conftest import PROJECT_DIR
 from tests.envoy import envoy_binary
 from tests.ports import free_port
@@ -497,18 +498,7 @@ def start_gateway(
     )
     envoy = procs.start(
         f"{name}-envoy",
-        [
-            str(envoy_binary()),
-            "-c",
-            str(config_dir / gc.ENVOY_CONFIG_FILE),
-            "--disable-hot-restart",  # no shared memory left in /dev/shm by a killed Envoy
-            "--concurrency",
-            "2",
-            "--log-level",
-            "warn",
-            "--file-flush-interval-msec",  # the access log within 0.1 s of a request, for tests that read it
-            "100",
-        ],
+        [str(envoy_binary()), "-c", str(config_dir / gc.ENVOY_CONFIG_FILE), *ENVOY_ARGS],  # as `gateway run` runs it
     )
     wait_http(f"http://127.0.0.1:{addresses.processor_metrics_port}/metrics", GATEWAY_START_TIMEOUT_S, processor)
     wait_http(f"http://127.0.0.1:{addresses.stats_port}/ready", GATEWAY_START_TIMEOUT_S, envoy)
