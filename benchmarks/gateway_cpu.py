@@ -528,6 +528,11 @@ def main() -> None:
         "languages (python, go; :observing for Envoy's observability_mode; none: Envoy without ext_proc), comma "
         "separated",
     )
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        help="keep py-spy's raw samples of each c=32 run here (frame;frame;... count lines, for a flame graph)",
+    )
     parser.add_argument("--serve-stub", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_stub:
@@ -563,7 +568,7 @@ def main() -> None:
                 n = args.requests if concurrency > 1 else max(args.requests // 4, 10)
                 bodies = [_body(prompt, output, rng, interval, args.shared_prefix) for _ in range(n)]
                 label = f"{prompt}x{output}" + (f", interval {interval}" if interval > 1 else "")
-                raw = directory / f"profile-{prompt}x{output}-{interval}.txt"
+                raw = (args.profile_dir or directory) / f"profile-{prompt}x{output}-{interval}.txt"
                 profile = raw if spy and concurrency > 1 and target.sampled else None
                 row = measure(target, bodies, concurrency, spy, profile)
                 print(f"{target.label:<23} {prompt:>6} x {output:<4} {interval:>8} {concurrency:>3} {row}", flush=True)
