@@ -51,8 +51,10 @@ def predicted(stack: str, model: str, replicas: int, rate: float) -> tuple[perf_
     return latency, latency.refused_share(admission.queue_timeout_seconds, admission.queue_max)
 
 
-def simulate(stack: str, model: str, replicas: str, duration: float) -> dict[str, Any]:
-    """One ``inferplane simulate --json`` run; its result, or the error it printed."""
+def simulate(stack: str, model: str, replicas: str, duration: float, *, aggregated: bool) -> dict[str, Any]:
+    """One ``inferplane simulate --json`` run; its result, or the error it printed. ``aggregated`` runs a model the
+    stack serves disaggregated as aggregated replicas: the plan's rate is an aggregated replica's, and the command
+    refuses ``--rate plan`` for the two roles."""
     command = [
         str(Path(sys.executable).parent / "inferplane"),
         "simulate",
@@ -69,6 +71,7 @@ def simulate(stack: str, model: str, replicas: str, duration: float) -> dict[str
         "--duration",
         str(duration),
         "--json",
+        *(["--serving", "aggregated"] if aggregated else []),
     ]
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_DIR, check=False)
@@ -105,7 +108,8 @@ def main() -> None:
         spec = load_stack(PROJECT_DIR, stack).platform
         for deployment in spec.models:
             for which in ("min", "max"):
-                result = simulate(stack, deployment.name, which, args.duration)
+                aggregated = deployment.disaggregation is not None
+                result = simulate(stack, deployment.name, which, args.duration, aggregated=aggregated)
                 if "error" in result:
                     rows.append([stack, deployment.name, which, "-", "-", "-", "-", "-", "-", result["error"]])
                     print(rows[-1], flush=True)
@@ -118,7 +122,7 @@ def main() -> None:
                     [
                         stack,
                         deployment.name,
-                        f"{which} = {result['replicas']}",
+                        f"{which} = {result['replicas']}" + (" (aggregated)" if aggregated else ""),
                         f"{rate:.3g}",
                         f"{result['ttft_ms']['p95']:.0f} ({result['slo_ttft_p95_ms']})",
                         f"{result['itl_ms']['p95']:.1f} ({result['slo_itl_p95_ms']})",
