@@ -23,6 +23,11 @@ workload, so every run starts with empty caches; the fleet's profile, flags and 
 * (g) consistent hashing without a load bound: an Envoy RING_HASH over the replicas on :data:`HASH_HEADER`, which the
   load generator sets to the request's prefix group or session (its index for unique prompts).
 
+``--gateways K`` puts K routers in front of every path, request i sent to router i mod K: K gateways sharing one
+Redis for (a) to (c) (a gateway's pods); K vllm-routers for (d) and (e), which share nothing (each ``cache_aware`` tree
+learns from its own third); K Dynamo frontends for (f), each fed every worker's KV events, with
+``--router-replica-sync`` sharing their requests in flight; K ring-hash Envoys for (g), one ring.
+
 For (a) to (c) the processor's ``routing.index_blocks`` is patched to the KV pool the mockers are given (sizing
 renders the H100's whole pool); the prefill time per block is sizing's own (the H100's), as the stack renders it.
 The tenants' rate limits are lifted and admission never refuses during a run (``queue_max`` 4096, 60 s): a 429 would
@@ -297,18 +302,27 @@ def wait_for(procs: gr.Processes, name: str, ready: Callable[[], bool], seconds:
 
 class KvFleet:
     """(f): N mockers in one namespace (each on its replica's loopback address, with its own system port for
-    ``/metrics``) and one Dynamo frontend routing over them with its KV router."""
+    ``/metrics``) and ``frontends`` Dynamo frontends routing over them with their KV routers. More than one frontend
+    is how Dynamo scales its router out: each is fed every worker's KV events, and ``--router-replica-sync`` shares
+    the requests each has in flight with the others (best effort, over Dynamo's event plane)."""
 
-    def __init__(self, setup: Setup, procs: gr.Processes, directory: Path, count: int) -> None:
+    def __init__(self, setup: Setup, procs: gr.Processes, directory: Path, count: int, frontends: int = 1) -> None:
         self.setup = setup
         self.procs = procs
         self.directory = directory
         self.count = count
+        self.frontends = frontends
         self.metrics_urls: list[str] = []
-        self.url = ""
+        self.urls: list[str] = []
+        self.pids: list[int] = []
+
+    @property
+    def url(self) -> str:
+        """The first frontend's address (the one a one-frontend fleet has)."""
+        return self.urls[0]
 
     def start(self) -> None:
-        """Start the workers and the frontend; wait until the frontend has every worker and answers."""
+        """Start the workers and the frontends; wait until each frontend has every worker and answers."""
         setup = self.setup
         discovery = self.directory / "discovery"
         discovery.mkdir(parents=True)
@@ -320,25 +334,39 @@ class KvFleet:
             args = fl.mocker_args(setup.settings, setup.model_dir, setup.profile, "kv")
             self.procs.start(f"kv-mocker-{i}", [str(setup.simulator), *args], env)
             self.metrics_urls.append(f"http://{host}:{metrics}/metrics")
-        port = gr.pick_ports(1, set())
-        frontend = [
-            *("-m", "dynamo.frontend", "--http-host", gr.LISTEN_HOST, "--http-port", str(port)),
-            *("--discovery-backend", "file", "--namespace", "kv", "--router-mode", "kv"),
-            *("--kv-cache-block-size", str(setup.settings.block_size)),
-            # Serve only once every worker is known: a request before would pile onto the first one up.
-            *("--router-min-initial-workers", str(self.count)),
-        ]
-        self.procs.start("kv-frontend", [str(setup.simulator), *frontend], fl.dynamo_env(gr.LISTEN_HOST, discovery))
-        self.url = f"http://{gr.LISTEN_HOST}:{port}"
+        taken.clear()  # the frontends listen on the gateway host, not the replicas'
+        for k in range(self.frontends):
+            port = gr.pick_ports(1, taken)
+            frontend = [
+                *("-m", "dynamo.frontend", "--http-host", gr.LISTEN_HOST, "--http-port", str(port)),
+                *("--discovery-backend", "file", "--namespace", "kv", "--router-mode", "kv"),
+                *("--kv-cache-block-size", str(setup.settings.block_size)),
+                # Serve only once every worker is known: a request before would pile onto the first one up.
+                *("--router-min-initial-workers", str(self.count)),
+                *(("--router-replica-sync",) if self.frontends > 1 else ()),
+            ]
+            name = frontend_name(k)
+            self.procs.start(name, [str(setup.simulator), *frontend], fl.dynamo_env(gr.LISTEN_HOST, discovery))
+            self.urls.append(f"http://{gr.LISTEN_HOST}:{port}")
+            self.pids.append(self.procs.procs[name].pid)
         body = {"model": MODEL, "prompt": "w0", "max_tokens": 1}
 
-        def ready() -> bool:
-            models = _get(f"{self.url}/v1/models")
-            if models is None or MODEL.encode() not in models:
-                return False
-            return fl.post_ok(f"{self.url}/v1/completions", body)
+        def ready(url: str) -> Callable[[], bool]:
+            def check() -> bool:
+                models = _get(f"{url}/v1/models")
+                if models is None or MODEL.encode() not in models:
+                    return False
+                return fl.post_ok(f"{url}/v1/completions", body)
 
-        wait_for(self.procs, "kv-frontend", ready, max(60.0, fl.READY_SECONDS_PER_REPLICA * self.count))
+            return check
+
+        for k, url in enumerate(self.urls):
+            wait_for(self.procs, frontend_name(k), ready(url), max(60.0, fl.READY_SECONDS_PER_REPLICA * self.count))
+
+
+def frontend_name(index: int) -> str:
+    """(f)'s k-th KV frontend's process name (the first keeps the name a one-frontend fleet always had)."""
+    return "kv-frontend" if index == 0 else f"kv-frontend-{index}"
 
 
 # --- the paths -------------------------------------------------------------------------------------------------------
@@ -437,6 +465,11 @@ def start_gateways(
     return Target(urls, key, pids, replica_metrics(fleet), label, decisions)
 
 
+def answers(url: str) -> Callable[[], bool]:
+    """A readiness check: whether ``url`` answers a GET with 200."""
+    return lambda: _get(url) is not None
+
+
 def ensure_router_venv() -> Path:
     """``vllm-router`` of :data:`ROUTER_VENV`, installed from PyPI when missing."""
     binary = ROUTER_VENV / "bin" / "vllm-router"
@@ -446,16 +479,23 @@ def ensure_router_venv() -> Path:
     return binary
 
 
-def start_router(procs: gr.Processes, fleet: fl.SimulatedFleet, policy: str) -> Target:
-    """(d) and (e): vllm-router with its CLI defaults over the replicas' addresses."""
+def start_router(procs: gr.Processes, fleet: fl.SimulatedFleet, policy: str, count: int = 1) -> Target:
+    """(d) and (e): ``count`` vllm-routers with their CLI defaults over the replicas' addresses. More than one is
+    how vllm-router scales out: instances share nothing, so each ``cache_aware`` tree learns from the requests that
+    instance routed (a third of them behind three)."""
     taken: set[int] = set()
-    port, prometheus = gr.pick_ports(1, taken), gr.pick_ports(1, taken)
-    args = [str(ensure_router_venv()), "--worker-urls", *(r.url for r in fleet.replicas), "--policy", policy]
-    args += ["--host", gr.LISTEN_HOST, "--port", str(port), "--prometheus-port", str(prometheus)]
-    procs.start("vllm-router", [*args, "--log-level", "warning"])
-    url = f"http://{gr.LISTEN_HOST}:{port}"
-    wait_for(procs, "vllm-router", lambda: _get(f"{url}/health") is not None, 120)
-    return Target([url], None, [procs.procs["vllm-router"].pid], replica_metrics(fleet), "vllm-router")
+    urls, pids = [], []
+    for k in range(count):
+        port, prometheus = gr.pick_ports(1, taken), gr.pick_ports(1, taken)
+        args = [str(ensure_router_venv()), "--worker-urls", *(r.url for r in fleet.replicas), "--policy", policy]
+        args += ["--host", gr.LISTEN_HOST, "--port", str(port), "--prometheus-port", str(prometheus)]
+        name = "vllm-router" if k == 0 else f"vllm-router-{k}"
+        procs.start(name, [*args, "--log-level", "warning"])
+        url = f"http://{gr.LISTEN_HOST}:{port}"
+        wait_for(procs, name, answers(f"{url}/health"), 120)
+        urls.append(url)
+        pids.append(procs.procs[name].pid)
+    return Target(urls, None, pids, replica_metrics(fleet), "vllm-router")
 
 
 def _socket(host: str, port: int) -> dict[str, Any]:
@@ -503,25 +543,30 @@ def ring_hash_bootstrap(replicas: Sequence[fl.SimulatedReplica], port: int, admi
     }
 
 
-def start_ring_hash(setup: Setup, procs: gr.Processes, directory: Path, fleet: fl.SimulatedFleet) -> Target:
-    """(g): the ring-hash Envoy."""
+def start_ring_hash(
+    setup: Setup, procs: gr.Processes, directory: Path, fleet: fl.SimulatedFleet, count: int = 1
+) -> Target:
+    """(g): ``count`` ring-hash Envoys (the same ring in each: they agree by construction)."""
     taken: set[int] = set()
-    port, admin = gr.pick_ports(1, taken), gr.pick_ports(1, taken)
-    path = directory / "ring-hash.yaml"
-    path.write_text(yaml.safe_dump(ring_hash_bootstrap(fleet.replicas, port, admin)))
-    procs.start("ring-envoy", [str(setup.envoy), "-c", str(path), *gr.ENVOY_ARGS])
-    wait_for(procs, "ring-envoy", lambda: _get(f"http://{gr.LISTEN_HOST}:{admin}/ready") is not None, 60)
-    url = f"http://{gr.LISTEN_HOST}:{port}"
-    return Target([url], None, [procs.procs["ring-envoy"].pid], replica_metrics(fleet), "Envoy (ring hash)")
+    urls, pids = [], []
+    for k in range(count):
+        port, admin = gr.pick_ports(1, taken), gr.pick_ports(1, taken)
+        path = directory / f"ring-hash-{k}.yaml"
+        path.write_text(yaml.safe_dump(ring_hash_bootstrap(fleet.replicas, port, admin)))
+        name = "ring-envoy" if k == 0 else f"ring-envoy-{k}"
+        procs.start(name, [str(setup.envoy), "-c", str(path), *gr.ENVOY_ARGS])
+        wait_for(procs, name, answers(f"http://{gr.LISTEN_HOST}:{admin}/ready"), 60)
+        urls.append(f"http://{gr.LISTEN_HOST}:{port}")
+        pids.append(procs.procs[name].pid)
+    return Target(urls, None, pids, replica_metrics(fleet), "Envoy (ring hash)")
 
 
 def start_path(setup: Setup, key: str, procs: gr.Processes, directory: Path, gateways: int) -> Target:
     """A fresh fleet (or (f)'s own) and the path's router in front of it."""
     if key == "f":
-        kv = KvFleet(setup, procs, directory / "kv", setup.replicas)
+        kv = KvFleet(setup, procs, directory / "kv", setup.replicas, frontends=gateways)
         kv.start()
-        pid = procs.procs["kv-frontend"].pid
-        return Target([kv.url], None, [pid], kv.metrics_urls, "Dynamo KV frontend")
+        return Target(kv.urls, None, kv.pids, kv.metrics_urls, "Dynamo KV frontend")
     fleet = fl.SimulatedFleet(
         python=setup.simulator,
         settings=setup.settings,
@@ -538,8 +583,8 @@ def start_path(setup: Setup, key: str, procs: gr.Processes, directory: Path, gat
         policy: RoutingPolicy = "least_request" if key == "a" else "prefix_aware"
         return start_gateways(setup, procs, directory, fleet, policy, count=gateways, hold=key == "c")
     if key in ("d", "e"):
-        return start_router(procs, fleet, "cache_aware" if key == "d" else "round_robin")
-    return start_ring_hash(setup, procs, directory, fleet)
+        return start_router(procs, fleet, "cache_aware" if key == "d" else "round_robin", gateways)
+    return start_ring_hash(setup, procs, directory, fleet, gateways)
 
 
 # --- the load ---------------------------------------------------------------------------------------------------------
@@ -1022,7 +1067,13 @@ def print_setup(setup: Setup, args: argparse.Namespace, ideals: Mapping[str, flo
     )
     print(
         f"gateways for (a)-(c): {args.gateways}, each {setup.spec.gateway.processor_workers} processor workers (the "
-        "stack's); rate limits lifted, admission queue 4096 / 60 s; (d)-(g) one router each"
+        f"stack's); rate limits lifted, admission queue 4096 / 60 s; (d)-(g): {args.gateways} router(s) each"
+        + (
+            " (vllm-routers sharing nothing; Dynamo frontends fed every worker's KV events, --router-replica-sync; "
+            "ring-hash Envoys with one ring)"
+            if args.gateways > 1
+            else ""
+        )
     )
     interval = setup.scrape_interval or RoutingConfig.model_fields["scrape_interval_seconds"].default
     print(f"  the processors read each replica's load every {interval:g} s")
@@ -1032,7 +1083,13 @@ def main() -> None:
     """Build the setup, measure the hop, run every path on every workload per run, print tables and goals."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--replicas", type=int, default=8, help="simulated replicas (8 or 32)")
-    parser.add_argument("--gateways", type=int, default=1, help="gateways in front for (a)-(c), sharing one Redis")
+    parser.add_argument(
+        "--gateways",
+        type=int,
+        default=1,
+        help="routers in front of every path, request i to router i mod K: (a)-(c) gateways sharing one Redis, "
+        "(d)-(e) vllm-routers, (f) Dynamo KV frontends, (g) ring-hash Envoys",
+    )
     parser.add_argument("--runs", type=int, default=1, help="repeat everything; the spread is min-max across runs")
     parser.add_argument("--paths", default=",".join(PATH_LABELS), help="comma-separated, of " + ",".join(PATH_LABELS))
     parser.add_argument("--workloads", default="shared-prefix", help="comma-separated, of " + ",".join(WORKLOADS))
