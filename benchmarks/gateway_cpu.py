@@ -545,6 +545,8 @@ def main() -> None:
         for replicas in (int(n) for n in args.idle.split(",")):
             idle(replicas, args.workers, args.idle_seconds)
         return
+    if args.profile_dir is not None:
+        args.profile_dir.mkdir(parents=True, exist_ok=True)  # py-spy writes no file into a missing folder
     shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
     intervals = [int(n) for n in args.stream_intervals.split(",")]
     directory = Path(tempfile.mkdtemp(prefix="gateway-cpu-"))

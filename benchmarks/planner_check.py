@@ -107,8 +107,8 @@ def main() -> None:
     for stack in args.stacks.split(","):
         spec = load_stack(PROJECT_DIR, stack).platform
         for deployment in spec.models:
+            aggregated = deployment.disaggregation is not None
             for which in ("min", "max"):
-                aggregated = deployment.disaggregation is not None
                 result = simulate(stack, deployment.name, which, args.duration, aggregated=aggregated)
                 if "error" in result:
                     rows.append([stack, deployment.name, which, "-", "-", "-", "-", "-", "-", result["error"]])

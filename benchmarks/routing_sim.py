@@ -335,7 +335,8 @@ class KvFleet:
             self.procs.start(f"kv-mocker-{i}", [str(setup.simulator), *args], env)
             self.metrics_urls.append(f"http://{host}:{metrics}/metrics")
         taken.clear()  # the frontends listen on the gateway host, not the replicas'
-        for k in range(self.frontends):
+        names = [f"kv-frontend-{k}" for k in range(self.frontends)]
+        for name in names:
             port = gr.pick_ports(1, taken)
             frontend = [
                 *("-m", "dynamo.frontend", "--http-host", gr.LISTEN_HOST, "--http-port", str(port)),
@@ -345,7 +346,6 @@ class KvFleet:
                 *("--router-min-initial-workers", str(self.count)),
                 *(("--router-replica-sync",) if self.frontends > 1 else ()),
             ]
-            name = frontend_name(k)
             self.procs.start(name, [str(setup.simulator), *frontend], fl.dynamo_env(gr.LISTEN_HOST, discovery))
             self.urls.append(f"http://{gr.LISTEN_HOST}:{port}")
             self.pids.append(self.procs.procs[name].pid)
@@ -360,13 +360,8 @@ class KvFleet:
 
             return check
 
-        for k, url in enumerate(self.urls):
-            wait_for(self.procs, frontend_name(k), ready(url), max(60.0, fl.READY_SECONDS_PER_REPLICA * self.count))
-
-
-def frontend_name(index: int) -> str:
-    """(f)'s k-th KV frontend's process name (the first keeps the name a one-frontend fleet always had)."""
-    return "kv-frontend" if index == 0 else f"kv-frontend-{index}"
+        for name, url in zip(names, self.urls, strict=True):
+            wait_for(self.procs, name, ready(url), max(60.0, fl.READY_SECONDS_PER_REPLICA * self.count))
 
 
 # --- the paths -------------------------------------------------------------------------------------------------------
@@ -489,7 +484,7 @@ def start_router(procs: gr.Processes, fleet: fl.SimulatedFleet, policy: str, cou
         port, prometheus = gr.pick_ports(1, taken), gr.pick_ports(1, taken)
         args = [str(ensure_router_venv()), "--worker-urls", *(r.url for r in fleet.replicas), "--policy", policy]
         args += ["--host", gr.LISTEN_HOST, "--port", str(port), "--prometheus-port", str(prometheus)]
-        name = "vllm-router" if k == 0 else f"vllm-router-{k}"
+        name = f"vllm-router-{k}"
         procs.start(name, [*args, "--log-level", "warning"])
         url = f"http://{gr.LISTEN_HOST}:{port}"
         wait_for(procs, name, answers(f"{url}/health"), 120)
@@ -553,7 +548,7 @@ def start_ring_hash(
         port, admin = gr.pick_ports(1, taken), gr.pick_ports(1, taken)
         path = directory / f"ring-hash-{k}.yaml"
         path.write_text(yaml.safe_dump(ring_hash_bootstrap(fleet.replicas, port, admin)))
-        name = "ring-envoy" if k == 0 else f"ring-envoy-{k}"
+        name = f"ring-envoy-{k}"
         procs.start(name, [str(setup.envoy), "-c", str(path), *gr.ENVOY_ARGS])
         wait_for(procs, name, answers(f"http://{gr.LISTEN_HOST}:{admin}/ready"), 60)
         urls.append(f"http://{gr.LISTEN_HOST}:{port}")
