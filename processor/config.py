@@ -41,8 +41,19 @@ response's ``x-inferplane-cache`` (response headers do not pass through the proc
 
 SETTLE_METADATA_NAMESPACE = "inferplane.settle"
 """Dynamic metadata namespace in which the placing ext_proc filter hands a forwarded request's settlement (tenant,
-tier, model, reserved tokens, provider, held cache lookup) to the observing filter that reads its response
-(:mod:`inferplane.processor.settlement`); Envoy forwards it with each chunk that filter sends."""
+tier, model, reserved tokens, provider, held cache lookup) on (:mod:`inferplane.processor.settlement`): to Envoy's
+access log entry for the processor, which settles it, and to the observing filter that stores a cacheable answer."""
+USAGE_METADATA_NAMESPACE = "inferplane.usage"
+"""Dynamic metadata namespace in which the gateway's Lua filter (the renderer's ``USAGE_FILTER``) records what it
+read of a settled response as it streamed through: :data:`USAGE_PROMPT_KEY` and :data:`USAGE_COMPLETION_KEY` (the
+response's ``usage``), :data:`USAGE_STREAM_KEY` (an event stream) and :data:`USAGE_ENDED_KEY` (its last byte
+passed)."""
+USAGE_PROMPT_KEY = "prompt"
+USAGE_COMPLETION_KEY = "completion"
+USAGE_STREAM_KEY = "stream"
+USAGE_ENDED_KEY = "ended"
+SETTLE_LOG_NAME = "inferplane.settle"
+"""The ``log_name`` of Envoy's gRPC access log that carries each settled request's entry to the processor."""
 
 
 LB_METADATA_NAMESPACE = "envoy.lb"

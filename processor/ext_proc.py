@@ -10,10 +10,11 @@ left), shared request and token budgets (429 + Retry-After), scale from zero (ho
 KV-capacity admission (bounded queue, then 429 + Retry-After). The body goes on with ``model`` rewritten to the
 deployment that serves it (Envoy routes on it), ``max_tokens`` set and, for streams,
 ``stream_options.include_usage`` on so the last chunk carries ``usage``, and the request's settlement in Envoy's
-dynamic metadata. This stream ends when the response does, which frees the replica slot. Response: a second filter
-streams the chunks to the processor in Envoy's observability mode (no answers), with the settlement;
-:mod:`inferplane.processor.settlement` accounts ``usage`` from the JSON body or the final SSE chunk per tenant, tier
-and model, corrects the tenant's token reservation and stores a cacheable answer.
+dynamic metadata. This stream ends when the response does, which frees the replica slot. Response: Envoy reads its
+``usage`` as it streams through and sends the request's access log entry, with the settlement, to the processor;
+:mod:`inferplane.processor.settlement` accounts the usage per tenant, tier and model and corrects the tenant's token
+reservation (:meth:`Processor.settle`). A second filter streams a response's chunks to the processor in Envoy's
+observability mode (no answers), with the settlement, so a cacheable answer is stored.
 
 Failure modes (README "Gateway runtime"): processor down: Envoy answers 500 (fail closed, ``failure_mode_allow``
 false). Redis down: shared budgets fail open, Envoy's per-replica request limit holds. Tokenizer missing: prompt
@@ -28,7 +29,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -393,7 +394,6 @@ class Processor:
             providers=self.providers,
             cache=cache,
             token=self.metrics.token,
-            errors=self.metrics.errors,
             stages=self.stages,
         )
         self.prefill_stage = (
@@ -549,9 +549,15 @@ class Processor:
 
     # -- the stream -------------------------------------------------------------------------------------------
 
+    def settle(self, entries: Iterable[Any]) -> None:
+        """Settle the requests of Envoy's access log entries (``HTTPAccessLogEntry``: each settled request's, with
+        the usage Envoy read; :mod:`inferplane.processor.settlement`)."""
+        for entry in entries:
+            self.settler.logged(entry)
+
     async def process(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """Answer each ``ProcessingRequest`` of one HTTP request's placing stream; settle an observing stream's
-        response (:mod:`inferplane.processor.settlement`), answering nothing."""
+        """Answer each ``ProcessingRequest`` of one HTTP request's placing stream; read an observing stream's
+        cacheable answer into the cache (:mod:`inferplane.processor.settlement`), answering nothing."""
         first = await anext(requests, None)
         if first is None:
             return

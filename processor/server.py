@@ -1,5 +1,6 @@
-"""One processor worker: ext_proc over gRPC (grpc.aio) on the pod's loopback (``grpc_port + worker``). Its metrics
-are served by the supervisor (:mod:`inferplane.processor.supervisor`) for all workers together."""
+"""One processor worker: ext_proc over gRPC (grpc.aio) on the pod's loopback (``grpc_port + worker``), and on the same
+port Envoy's access log service, which brings each settled request's entry. Its metrics are served by the supervisor
+(:mod:`inferplane.processor.supervisor`) for all workers together."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from prometheus_client import CollectorRegistry
 
@@ -33,6 +35,19 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
             yield response
 
 
+class SettlementLog(als_pb2_grpc.AccessLogServiceServicer):  # type: ignore[misc]
+    """Envoy's ``envoy.service.accesslog.v3.AccessLogService``: the settled requests' entries, batched by Envoy, each
+    settled by :meth:`Processor.settle`."""
+
+    def __init__(self, processor: Processor) -> None:
+        self.processor = processor
+
+    async def StreamAccessLogs(self, request_iterator: AsyncIterator[Any], context: Any) -> Any:  # noqa: N802
+        async for message in request_iterator:
+            self.processor.settle(message.http_logs.log_entry)
+        return als_pb2.StreamAccessLogsResponse()
+
+
 async def serve(
     config: ProcessorConfig, worker: int = 0, processor: Processor | None = None, watch_socket: str | None = None
 ) -> None:
@@ -41,6 +56,7 @@ async def serve(
     processor = processor or Processor.from_environment(config, CollectorRegistry(), worker)
     server = grpc.aio.server()
     pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(processor), server)
+    als_pb2_grpc.add_AccessLogServiceServicer_to_server(SettlementLog(processor), server)
     port = config.grpc_port + worker
     server.add_insecure_port(f"{config.listen_host}:{port}")
     await processor.start(watch_socket)

@@ -1,15 +1,18 @@
-"""A forwarded completion's settlement: its response read, its usage accounted, its budget reservation corrected,
-its answer cached.
+"""A forwarded completion's settlement: its usage accounted, its budget reservation corrected, its answer cached.
 
-Envoy runs the processor twice for a completion it forwards. The placing filter gets the request body, decides, and
-its stream ends when the response does, which frees the replica slot; with the forwarded body it hands the request's
-:class:`Settlement` on in Envoy's dynamic metadata (:data:`SETTLE_METADATA_NAMESPACE`). The observing filter after it
-runs in Envoy's ``observability_mode``: it streams the response's chunks to the processor with that metadata and
-waits for no answer, so no chunk waits on the processor and a chunk costs a message one way instead of a round trip
-(issue 33: the answered chunks were most of the gateway's CPU on a streamed response, ``docs/gateway.md``). Envoy
-balances the two streams across the pod's workers on its own, so everything the settlement needs travels with it:
-the budgets are shared in Redis, and a cacheable answer's lookup waits in the cache
-(:meth:`inferplane.processor.cache.stage.CacheStage.hold`) under the token the settlement carries.
+Envoy runs the processor twice for a completion it forwards, and tells it once more when the response is over. The
+placing filter gets the request body, decides, and its stream ends when the response does, which frees the replica
+slot; with the forwarded body it hands the request's :class:`Settlement` on in Envoy's dynamic metadata
+(:data:`SETTLE_METADATA_NAMESPACE`). Envoy's Lua filter reads the response's ``usage`` as it streams through
+(``components/gateway/settle_renderer.py``) and Envoy's access log sends the request's entry, the settlement and the
+usage in it, to the processor (:meth:`Settler.logged`), which accounts the tokens and corrects the reservation: no
+message per chunk (issue 33: reading the chunks was most of the gateway's CPU on a streamed response,
+``docs/gateway.md``). The observing filter, in Envoy's ``observability_mode``, streams a response's chunks to the
+processor with the settlement, one way; only a cacheable answer is read (:meth:`Settler.observe`) and the stream of
+any other is closed at its first chunk. Envoy balances the access log's and the observing filter's streams across
+the pod's workers on its own, so everything the settlement needs travels with it: the budgets are shared in Redis,
+and a cacheable answer's lookup waits in the cache (:meth:`inferplane.processor.cache.stage.CacheStage.hold`) under
+the token the settlement carries.
 
 Nothing here trusts a client: dynamic metadata is set by Envoy's filters only, and a response without a settlement
 (a local reply, such as a rejection or a cached answer) is left alone.
@@ -17,10 +20,9 @@ Nothing here trusts a client: dynamic metadata is set by Envoy's filters only, a
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter
@@ -31,6 +33,11 @@ from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
     SETTLE_METADATA_NAMESPACE,
     STATUS_ATTRIBUTE,
+    USAGE_COMPLETION_KEY,
+    USAGE_ENDED_KEY,
+    USAGE_METADATA_NAMESPACE,
+    USAGE_PROMPT_KEY,
+    USAGE_STREAM_KEY,
     ProcessorConfig,
 )
 from inferplane.processor.providers import Providers
@@ -38,8 +45,6 @@ from inferplane.processor.stage_clock import StageClock
 
 log = logging.getLogger(__name__)
 
-MAX_ACCOUNTED_BODY_BYTES = 8 * 1024 * 1024
-"""A non-streamed response larger than this is not parsed for ``usage`` (its reservation is returned)."""
 SSE_STARTS = (b"data:", b"event", b": ", b"id: ")
 """How an event stream's body starts (response headers do not reach the processor); a JSON body starts with "{"."""
 
@@ -72,7 +77,11 @@ class Settlement:
     @classmethod
     def of(cls, message: Any) -> Settlement | None:
         """The settlement a ``ProcessingRequest`` carries in its forwarded metadata (None without one)."""
-        namespaces = message.metadata_context.filter_metadata
+        return cls.in_metadata(message.metadata_context.filter_metadata)
+
+    @classmethod
+    def in_metadata(cls, namespaces: Any) -> Settlement | None:
+        """The settlement in an Envoy ``Metadata``'s ``filter_metadata`` (None without one)."""
         if SETTLE_METADATA_NAMESPACE not in namespaces:
             return None
         fields = namespaces[SETTLE_METADATA_NAMESPACE].fields
@@ -90,23 +99,37 @@ class Settlement:
             return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Response:
-    """What the observing stream has read of one response."""
+    """What Envoy read of one settled response (its access log entry)."""
 
-    status: int = 0
-    """The response's status (0: not sent)."""
-    event_stream: bool = False
-    seen: bool = False
-    ended: bool = False
-    buffer: bytearray = field(default_factory=bytearray)
-    usage: tuple[int, int] | None = None
-    unreadable: bool = False
-    """Reading its usage failed: nothing more is read."""
+    status: int
+    """The response's status (0: none was sent)."""
+    event_stream: bool
+    ended: bool
+    """Its last byte passed (not: the client left, or the upstream reset it)."""
+    usage: tuple[int, int] | None
+    """(prompt, completion) tokens of its ``usage``, if it had one."""
+
+    @classmethod
+    def logged(cls, entry: Any) -> _Response:
+        """The response of an ``HTTPAccessLogEntry`` (the Lua filter's reading of it in its metadata)."""
+        namespaces = entry.common_properties.metadata.filter_metadata
+        fields = namespaces[USAGE_METADATA_NAMESPACE].fields if USAGE_METADATA_NAMESPACE in namespaces else {}
+        usage = None
+        if USAGE_PROMPT_KEY in fields and USAGE_COMPLETION_KEY in fields:
+            usage = (int(fields[USAGE_PROMPT_KEY].number_value), int(fields[USAGE_COMPLETION_KEY].number_value))
+        return cls(
+            status=entry.response.response_code.value,
+            event_stream=USAGE_STREAM_KEY in fields and fields[USAGE_STREAM_KEY].bool_value,
+            ended=USAGE_ENDED_KEY in fields and fields[USAGE_ENDED_KEY].bool_value,
+            usage=usage,
+        )
 
 
 class Settler:
-    """Settles each forwarded request from its observing stream (:meth:`observe`)."""
+    """Settles each forwarded request from its access log entry (:meth:`logged`) and stores a cacheable answer from
+    its observing stream (:meth:`observe`)."""
 
     def __init__(
         self,
@@ -116,7 +139,6 @@ class Settler:
         providers: Providers,
         cache: CacheStage | None,
         token: Callable[[str, str, str, str], Counter],
-        errors: Counter,
         stages: StageClock,
     ) -> None:
         self.config = config
@@ -125,62 +147,55 @@ class Settler:
         self.cache = cache
         self.token = token
         """The labelled child of the tokens counter (tenant, tier, model, kind)."""
-        self.errors = errors
         self.stages = stages
 
-    async def observe(self, first: Any, rest: AsyncIterator[Any]) -> None:
-        """Read one response's chunks, ``first`` then ``rest``, and settle it: at its last chunk, or when the stream
-        ends without one (a client gone, an upstream reset), with no usage, which returns the reservation."""
-        settlement = Settlement.of(first)
+    def logged(self, entry: Any) -> None:
+        """Settle the request of one of Envoy's access log entries (one without a settlement is left alone)."""
+        settlement = Settlement.in_metadata(entry.common_properties.metadata.filter_metadata)
         if settlement is None:
-            return  # a local reply (a rejection, a cached answer): nothing was reserved for it; the stream closes
-        response = _Response(status=_status(first))
-        pending = None
-        if settlement.cache and self.cache is not None:
-            # An error's body is never stored; collecting nothing still takes the held lookup out at the end.
-            pending = Pending(settlement.cache, overflow=response.status not in (0, 200))
+            return
+        started = self.stages.read()
+        self._account(settlement, _Response.logged(entry))
+        self.stages.add("account", started)
+
+    async def observe(self, first: Any, rest: AsyncIterator[Any]) -> None:
+        """Read a cacheable answer's chunks, ``first`` then ``rest``, into the response cache; return at once on any
+        other response, which closes its stream (Envoy sends no more of it)."""
+        settlement = Settlement.of(first)
+        if settlement is None or not settlement.cache or self.cache is None:
+            return
+        # An error's body is never stored; collecting nothing still takes the held lookup out at the end.
+        pending = Pending(settlement.cache, overflow=_status(first) not in (0, 200))
+        seen, event_stream, ended = False, False, False
         message: Any = first
         try:
-            while message is not None and not response.ended:
+            while message is not None and not ended:
                 if message.WhichOneof("request") == "response_body":
-                    self._read(response, pending, message.response_body)
+                    started = self.stages.read()
+                    body = message.response_body
+                    if not seen:
+                        seen, event_stream = True, body.body[:5] in SSE_STARTS
+                    ended = body.end_of_stream
+                    self.cache.on_response_body(pending, body.body, ended, event_stream)
+                    self.stages.add("response", started)
                 message = await anext(rest, None)
         finally:
-            if pending is not None and not response.ended:
+            if not ended:
                 # Cut short: the held lookup is taken out, nothing stored.
-                assert self.cache is not None
                 pending.overflow = True
-                self.cache.on_response_body(pending, b"", True, pending.event_stream)
-            started = self.stages.read()
-            self._account(settlement, response)
-            self.stages.add("account", started)
-
-    def _read(self, response: _Response, pending: Pending | None, body: Any) -> None:
-        started = self.stages.read()
-        if not response.seen:
-            response.seen = True
-            response.event_stream = body.body[:5] in SSE_STARTS
-        response.ended = body.end_of_stream
-        if pending is not None:
-            assert self.cache is not None
-            self.cache.on_response_body(pending, body.body, body.end_of_stream, response.event_stream)
-        if response.usage is None and response.status in (0, 200) and not response.unreadable:
-            try:
-                _scan(response, body.body, body.end_of_stream)
-            except Exception:
-                log.exception("cannot read a response's usage")
-                self.errors.labels("internal").inc()
-                response.unreadable = True  # its reservation is returned
-        self.stages.add("response", started)
+                self.cache.on_response_body(pending, b"", True, event_stream)
 
     def _account(self, settlement: Settlement, response: _Response) -> None:
-        """Account the response's usage and correct the tenant's reservation by it (no usage: return it)."""
+        """Account the response's usage and correct the tenant's reservation by it (no usage: an error, a stream cut
+        short, return it)."""
         provider = self.config.provider(settlement.provider) if settlement.provider else None
         if provider is not None and response.ended:
             # A success carries usage (a stream's too, when the gateway asked for it): none is the provider's error.
             expected = not response.event_stream or self.config.inject_stream_usage
             self.providers.answered(provider, ok=response.usage is not None or not expected)
         if response.usage is None:
+            if response.status == 0:
+                return  # the client left before the response began: the engine had the prompt, its reservation stands
             self.budgets.add_tokens(settlement.tenant, -settlement.reserved)
             return
         prompt, completion = response.usage
@@ -199,35 +214,3 @@ def _status(message: Any) -> int:
         return 0
     fields = attributes[ATTRIBUTES_NAMESPACE].fields
     return int(fields[STATUS_ATTRIBUTE].number_value) if STATUS_ATTRIBUTE in fields else 0
-
-
-def _scan(response: _Response, chunk: bytes, end: bool) -> None:
-    """Find ``usage`` in an event stream's final chunk, or in a JSON body once it is whole."""
-    if response.event_stream:
-        response.buffer += chunk
-        *lines, rest = bytes(response.buffer).split(b"\n")
-        response.buffer = bytearray(rest)
-        for line in lines:
-            if line.startswith(b"data:") and b'"prompt_tokens"' in line:
-                usage = usage_of(json.loads(line[5:]))
-                if usage is not None:
-                    response.usage = usage
-        return
-    if len(response.buffer) + len(chunk) <= MAX_ACCOUNTED_BODY_BYTES:
-        response.buffer += chunk
-    if end and len(response.buffer) > 0:
-        try:
-            response.usage = usage_of(json.loads(bytes(response.buffer)))
-        except ValueError:  # not JSON (a proxy's error page): nothing to account
-            response.usage = None
-
-
-def usage_of(payload: Any) -> tuple[int, int] | None:
-    """(prompt, completion) tokens of an OpenAI ``usage`` object in ``payload``, if it has one."""
-    usage = payload.get("usage") if isinstance(payload, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return prompt, completion
-    return None

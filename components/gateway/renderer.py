@@ -20,16 +20,18 @@ Envoy does what it does natively (README "Gateway runtime"):
    reads as request attributes, not a headers message of its own); its stream ends with the response, which frees
    the replica slot. Only the ``GET /v1/models`` route sends it the request headers (a per-route override), since
    it answers that request itself.
-   ``ext_proc``, observing (:data:`OBSERVE_FILTER`): the same processor in Envoy's ``observability_mode``, sent the
+   ``ext_proc``, observing (:data:`OBSERVE_FILTER`): the same processor in Envoy's ``observability_mode``, sent a
    response body's chunks with the request's settlement (dynamic metadata the placing filter set) and the status,
-   and waited on for nothing: usage, budgets and the response cache settle there
-   (:mod:`inferplane.processor.settlement`) and no chunk waits on the processor. It fails open: a lost observation
-   costs a reservation's correction, never a response.
+   and waited on for nothing, so a cacheable answer is stored; the processor closes it at the first chunk of any
+   other response. It fails open: a lost observation costs a cache entry, never a response.
 4. ``json_to_metadata``: routes by the (processor-rewritten) body's ``model``; a model with tier fallbacks routes to
    one cluster holding its replicas at priority 0 and each fallback's at the next priorities (not an aggregate
    cluster: Envoy's aggregate load balancer hands its children a context without the request's stream info, so the
    processor's ``override_host`` pick is never read and every request is least-request balanced; found by
    ``inferplane simulate``), with retries on connect failure, reset, 429 and 503.
+5. ``lua`` (:mod:`.settle_renderer`): reads a settled response's ``usage`` as it streams through, and an access
+   log sends each settled request's entry, with it, to the processor, which accounts the tokens and corrects the
+   budget reservation (:mod:`inferplane.processor.settlement`): no message per chunk.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from inferplane.components.gateway.provider_renderer import (
     provider_sds_file,
 )
 from inferplane.components.gateway.route_examples import CONFIG_MAP_BYTES, route_examples_file
+from inferplane.components.gateway.settle_renderer import settle_log, usage_filter
 from inferplane.components.observability.metrics import (
     SGLANG_QUEUE_REQUESTS,
     SGLANG_RUNNING_REQUESTS,
@@ -973,7 +976,8 @@ def _access_log() -> list[dict[str, Any]]:
             "typed_config": _any(
                 "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog", log_format={"json_format": fields}
             ),
-        }
+        },
+        settle_log(PROCESSOR_CLUSTER),
     ]
 
 
@@ -1063,6 +1067,7 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
             ),
         }
     )
+    filters.append(usage_filter())  # last before the router: the first to see the response
     filters.append(
         {
             "name": "envoy.filters.http.router",
@@ -1106,9 +1111,10 @@ def _placing_filter(config: ProcessorConfig) -> dict[str, Any]:
 def _observing_filter() -> dict[str, Any]:
     """The processor again, in Envoy's ``observability_mode``: each response chunk sent one way, with the
     settlement the placing filter put in dynamic metadata (forwarded with every chunk) and the status (an attribute
-    of the first), so no chunk waits on the processor. Measured with Envoy 1.40.0 (docs/gateway.md): the placing
-    filter's stream still ends with the response, and answering each chunk cost about half the gateway's CPU on a
-    streamed response."""
+    of the first), so no chunk waits on the processor; it reads a cacheable answer to store it and closes the stream
+    at once on any other (the usage is read in Envoy: :mod:`.settle_renderer`). Measured with Envoy 1.40.0
+    (docs/gateway.md): the placing filter's stream still ends with the response, and answering each chunk cost about
+    half the gateway's CPU on a streamed response."""
     return {
         "name": OBSERVE_FILTER,
         "typed_config": _any(

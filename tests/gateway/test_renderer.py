@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.catalog import get_accelerator
 from inferplane.components.gateway import renderer as gc
+from inferplane.components.gateway.settle_renderer import USAGE_FILTER, USAGE_LUA
 from inferplane.components.serving.naming import model_endpoints_host
 from inferplane.components.spec.platform_spec import PlatformSpec, SpecError, parse_platform
 from inferplane.processor.config import LoadSeries, MetricSelector, ProcessorConfig
@@ -478,8 +479,10 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
         "envoy.filters.http.ext_proc",
         gc.OBSERVE_FILTER,
         "envoy.filters.http.json_to_metadata",
+        USAGE_FILTER,  # last before the router: the first to see a response
         "envoy.filters.http.router",
     ]
+    assert filters[5]["typed_config"]["default_source_code"]["inline_string"] == USAGE_LUA
     ext_proc = filters[2]["typed_config"]
     assert ext_proc["failure_mode_allow"] is False  # processor down: fail closed
     assert ext_proc["processing_mode"] == {
@@ -515,7 +518,22 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
     }
     assert observe["response_attributes"] == ["response.code"]
     assert observe["metadata_options"] == {"forwarding_namespaces": {"untyped": ["inferplane.settle"]}}
-    assert observe["deferred_close_timeout"] == "0.500s"  # the response settles as Envoy closes the stream
+    assert observe["deferred_close_timeout"] == "0.500s"  # a cacheable answer is stored as Envoy closes the stream
+    # Each settled request's access log entry goes to the processor's workers, with the usage the Lua filter read.
+    [stdout, settled] = _api_manager(bootstrap)["access_log"]
+    assert stdout["name"] == "envoy.access_loggers.stdout"
+    assert settled["name"] == "envoy.access_loggers.http_grpc"
+    assert settled["filter"]["metadata_filter"] == {
+        "matcher": {"filter": "inferplane.settle", "path": [{"key": "tenant"}], "value": {"present_match": True}},
+        "match_if_key_not_found": False,
+    }
+    common = settled["typed_config"]["common_config"]
+    assert common["grpc_service"] == ext_proc["grpc_service"]
+    assert (common["log_name"], common["transport_api_version"], common["buffer_flush_interval"]) == (
+        "inferplane.settle",
+        "V3",
+        "0.100s",
+    )
     routes = _api_manager(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]
     assert routes[0]["name"] == "models"  # GET /v1/models alone sends the processor its headers: it answers there
     override = routes[0]["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["overrides"]["processing_mode"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from envoy.config.core.v3 import base_pb2
+from envoy.data.accesslog.v3 import accesslog_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,11 @@ from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
     SETTLE_METADATA_NAMESPACE,
     STATUS_ATTRIBUTE,
+    USAGE_COMPLETION_KEY,
+    USAGE_ENDED_KEY,
+    USAGE_METADATA_NAMESPACE,
+    USAGE_PROMPT_KEY,
+    USAGE_STREAM_KEY,
     ModelConfig,
     ProcessorConfig,
     TenantConfig,
@@ -95,6 +101,40 @@ def _observed(forwarded: Any, chunk: bytes, end: bool, status: int | None = None
     if status is not None:
         message.attributes[ATTRIBUTES_NAMESPACE].update({STATUS_ATTRIBUTE: status})
     return message
+
+
+def _logged(
+    forwarded: Any,
+    *,
+    status: int = 200,
+    usage: tuple[int, int] | None = None,
+    stream: bool = False,
+    ended: bool = True,
+) -> Any:
+    """The access log entry Envoy sends for the request ``forwarded`` answered: the settlement the placing stream
+    handed on in its dynamic metadata, and what the Lua filter read of the response (``usage``, whether it was an
+    event stream, whether it ended), as the rendered filter records them."""
+    entry = accesslog_pb2.HTTPAccessLogEntry()
+    entry.response.response_code.value = status
+    namespaces = forwarded.dynamic_metadata.fields
+    metadata = entry.common_properties.metadata.filter_metadata
+    if SETTLE_METADATA_NAMESPACE in namespaces:
+        metadata[SETTLE_METADATA_NAMESPACE].CopyFrom(namespaces[SETTLE_METADATA_NAMESPACE].struct_value)
+    read: dict[str, Any] = {}
+    if usage is not None:
+        read[USAGE_PROMPT_KEY], read[USAGE_COMPLETION_KEY] = usage
+    if stream:
+        read[USAGE_STREAM_KEY] = True
+    if ended:
+        read[USAGE_ENDED_KEY] = True
+    if read:
+        metadata[USAGE_METADATA_NAMESPACE].update(read)
+    return entry
+
+
+def settle(processor: Processor, forwarded: Any, **read: Any) -> None:
+    """Settle the request ``forwarded`` answered from its access log entry (:func:`_logged`'s ``read``)."""
+    processor.settle([_logged(forwarded, **read)])
 
 
 async def _messages_of(messages: Iterable[Any]) -> AsyncIterator[Any]:
@@ -517,32 +557,58 @@ def _reserved(forwarded: Any) -> int:
     return reserved
 
 
-ERROR_BODY = b'{"error": {"message": "upstream failed"}}'
-
-
 @pytest.mark.parametrize(
-    ("chunks", "status"),
+    "read",
     [
-        ([(ERROR_BODY, True)], None),  # an error without usage
-        ([(ERROR_BODY, True)], 502),  # its status known: not read at all
-        ([(b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', False)], 200),  # cut short (a client gone)
+        {"status": 200},  # an answer without usage
+        {"status": 502},  # an error: Envoy reads no usage from its body
+        {"status": 200, "stream": True, "ended": False},  # cut short (a client gone)
+        {"status": 0, "ended": False},  # no response at all: the client left before it began
     ],
-    ids=["no-usage", "error-status", "cut-short"],
+    ids=["no-usage", "error-status", "cut-short", "no-response"],
 )
 def test_a_response_without_usage_returns_the_reservation(
-    tokenizer_file: str, redis_port: int, chunks: list[tuple[bytes, bool]], status: int | None
+    tokenizer_file: str, redis_port: int, read: dict[str, Any]
 ) -> None:
+    """Except where no response began: the engine had the prompt, and its reservation stands."""
+    stands = read["status"] == 0
+
     async def run() -> None:
         config = _config(tokenizer_file)
         processor = _processor(config, redis_port)
         stream, response = await _request(processor, _chat(words(10)))
         _forwarded(response)
-        await stream.close()  # the placing stream ends with the response: the reservation is the observer's
+        await stream.close()  # the placing stream ends with the response: the reservation is the settlement's
         await processor.budgets.flush()
         assert await _tokens_counted(config, redis_port) == [_reserved(response)]
-        await observe(processor, response, chunks, status)
+        settle(processor, response, **read)
         await processor.budgets.flush()
-        assert await _tokens_counted(config, redis_port) == [0]
+        assert await _tokens_counted(config, redis_port) == [_reserved(response) if stands else 0]
+
+    asyncio.run(run())
+
+
+def test_the_observing_stream_of_an_answer_not_to_cache_closes_at_its_first_chunk(tokenizer_file: str) -> None:
+    """The usage comes with the access log entry, so a response the cache does not store costs its observing
+    stream one message: the processor reads no further (and Envoy sends no more once the stream is closed)."""
+
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))
+        stream, response = await _request(processor, _chat(words(10), stream=True))
+        _forwarded(response)
+        await stream.close()
+        chunk = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+        sent = [_observed(response, chunk, False, 200), *(_observed(response, chunk, False) for _ in range(5))]
+        read = 0
+
+        async def chunks() -> AsyncIterator[Any]:
+            nonlocal read
+            for message in sent:
+                read += 1
+                yield message
+
+        assert [reply async for reply in processor.process(chunks())] == []
+        assert read == 1
 
     asyncio.run(run())
 
@@ -568,8 +634,7 @@ def test_a_request_never_forwarded_returns_its_reservation_and_an_unsettled_resp
         await holder.close()
         await processor.budgets.flush()
         assert await _tokens_counted(config, redis_port) == [_reserved(held)]  # the forwarded one's, for its observer
-        usage = {"prompt_tokens": 13, "completion_tokens": 7, "total_tokens": 20}
-        await observe(processor, pb.ProcessingResponse(), [(json.dumps({"usage": usage}).encode(), True)], 200)
+        settle(processor, pb.ProcessingResponse(), usage=(13, 7))  # no settlement: a local reply's entry
         await processor.budgets.flush()
         assert await _tokens_counted(config, redis_port) == [_reserved(held)]
         assert processor.metrics.tokens.labels("t", "standard", "short", "prompt")._value.get() == 0
@@ -586,15 +651,8 @@ def test_usage_is_accounted_per_tenant_and_corrects_the_reservation(
         processor = _processor(config, redis_port)
         stream, response = await _request(processor, _chat(words(10), stream=streamed))
         _forwarded(response)
-        usage = {"prompt_tokens": 13, "completion_tokens": 7, "total_tokens": 20}
-        if streamed:
-            chunk = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
-            final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
-            await observe(processor, response, [(chunk, False), (final[:17], False), (final[17:], True)], 200)
-        else:
-            body = json.dumps({"choices": [], "usage": usage}).encode()
-            await observe(processor, response, [(body[:10], False), (body[10:], True)])
         await stream.close()
+        settle(processor, response, usage=(13, 7), stream=streamed)
         tokens = processor.metrics.tokens
         assert tokens.labels("t", "standard", "short", "prompt")._value.get() == 13
         assert tokens.labels("t", "standard", "short", "completion")._value.get() == 7
@@ -677,12 +735,12 @@ def test_each_stage_of_a_streamed_request_is_timed_once_where_it_runs(tokenizer_
         _ready(processor, "short", "127.0.0.1:1")  # a replica to rank and place the request on
         stream, response = await _request(processor, _chat(words(10), stream=True))
         _forwarded(response)
-        usage = {"prompt_tokens": 13, "completion_tokens": 2, "total_tokens": 15}
-        final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
+        final = b'data: {"choices":[],"usage":{"prompt_tokens":13,"completion_tokens":2}}\n\ndata: [DONE]\n\n'
         await stream.close()
-        await observe(
+        await observe(  # not cacheable: read no further than its first chunk
             processor, response, [(b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', False), (final, True)]
         )
+        settle(processor, response, usage=(13, 2), stream=True)
         spent = dict(processor.stages.spent)
         processor.stages.flush(processor.metrics.stage_cpu_seconds)
         assert set(processor.stages.spent.values()) == {0.0}  # started again
@@ -690,10 +748,10 @@ def test_each_stage_of_a_streamed_request_is_timed_once_where_it_runs(tokenizer_
         assert {stage: registry.labels(stage)._value.get() for stage in gm.CPU_STAGES} == spent
         return spent
 
-    # route: the prefix hashes, then the replicas' ranking; response: each of the two chunks; no tier routes by
-    # difficulty.
+    # route: the prefix hashes, then the replicas' ranking; response: none (only a cacheable answer's chunks are
+    # read); account: its access log entry; no tier routes by difficulty.
     assert asyncio.run(run()) == {
-        "parse": 1, "difficulty": 0, "tokenize": 1, "context": 1, "route": 2, "forward": 1, "response": 2,
+        "parse": 1, "difficulty": 0, "tokenize": 1, "context": 1, "route": 2, "forward": 1, "response": 0,
         "account": 1,
     }  # fmt: skip
 

@@ -6,7 +6,6 @@ metadata the provider's route; the provider's usage is accounted with its cost, 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
@@ -33,7 +32,7 @@ from tests.processor.test_ext_proc import (
     _processor,
     _ready,
     _status,
-    observe,
+    settle,
 )
 from tests.processor.test_ext_proc import _config as base_config
 
@@ -153,10 +152,8 @@ def test_the_providers_usage_is_accounted_with_its_cost_and_never_cached(tokeniz
         holder, _ = await _ask(processor)
         stream, spilled = await _ask(processor, stream=True)
         assert _provider_of(spilled) == PROVIDER.name
-        usage = {"prompt_tokens": 2_000, "completion_tokens": 400, "total_tokens": 2_400}
-        final = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
-        await observe(processor, spilled, [(final, True)], 200)
         await stream.close()
+        settle(processor, spilled, usage=(2_000, 400), stream=True)
         providers = processor.providers
         assert providers.token(PROVIDER.name, "standard", "t", "prompt")._value.get() == 2_000
         assert providers.token(PROVIDER.name, "standard", "t", "completion")._value.get() == 400
@@ -200,17 +197,18 @@ def test_the_provider_metrics_are_named_once() -> None:
     assert (providers.ALLOWED_FAILS, providers.COOLDOWN_SECONDS) == (3, 5.0)
 
 
-async def _spill_and_answer(processor: Processor, answer: bytes) -> Any:
-    """A request the saturated model spills: its forward, and ``answer`` as the whole response body."""
+async def _spill_and_answer(processor: Processor, answer: dict[str, Any]) -> Any:
+    """A request the saturated model spills: its forward, then its access log entry with ``answer`` (what Envoy read
+    of the response)."""
     stream, forwarded = await _ask(processor)
-    if _provider_of(forwarded) is not None:
-        await observe(processor, forwarded, [(answer, True)])
     await stream.close()
+    if _provider_of(forwarded) is not None:
+        settle(processor, forwarded, **answer)
     return forwarded
 
 
-FAILED = b'{"error": {"message": "overloaded", "type": "server_error", "code": null}}'
-ANSWERED = json.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+FAILED: dict[str, Any] = {"status": 503}  # the provider's error: no usage read
+ANSWERED: dict[str, Any] = {"status": 200, "usage": (3, 1)}
 
 
 def test_a_provider_failing_three_times_in_a_row_is_passed_over_while_it_cools_down(
@@ -256,8 +254,8 @@ def test_a_stream_without_usage_counts_as_failed_only_when_the_gateway_asked_for
             holder, _ = await _ask(processor)
             stream, spilled = await _ask(processor, stream=True)
             assert _provider_of(spilled) == PROVIDER.name
-            await observe(processor, spilled, [(b'data: {"choices": []}\n\ndata: [DONE]\n\n', True)], 200)
             await stream.close()
+            settle(processor, spilled, status=200, stream=True)  # a whole stream, without usage
             assert processor.providers._failed.get(PROVIDER.name, 0) == failures
             await holder.close()
 
