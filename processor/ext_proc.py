@@ -13,8 +13,9 @@ deployment that serves it (Envoy routes on it), ``max_tokens`` set and, for stre
 dynamic metadata. This stream ends when the response does, which frees the replica slot. Response: Envoy reads its
 ``usage`` as it streams through and sends the request's access log entry, with the settlement, to the processor;
 :mod:`inferplane.processor.settlement` accounts the usage per tenant, tier and model and corrects the tenant's token
-reservation (:meth:`Processor.settle`). A second filter streams a response's chunks to the processor in Envoy's
-observability mode (no answers), with the settlement, so a cacheable answer is stored.
+reservation (:meth:`Processor.settle`). With the response cache on, a second filter streams a cacheable miss's
+response chunks to the processor in Envoy's observability mode (no answers), with the settlement, so the answer is
+stored.
 
 Failure modes (README "Gateway runtime"): processor down: Envoy answers 500 (fail closed, ``failure_mode_allow``
 false). Redis down: shared budgets fail open, Envoy's per-replica request limit holds. Tokenizer missing: prompt

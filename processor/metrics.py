@@ -48,8 +48,8 @@ CPU_STAGES: Final = ("parse", "difficulty", "tokenize", "context", "route", "for
 """The measured stages: ``parse`` the key, the body and the model; ``difficulty`` a difficulty-routed tier's
 decision (the score; its embedding, awaited like the cache's, is not a stage); ``tokenize`` the prompt; ``context``
 fitting it and its output in a model's context; ``route`` the prefix hashes and the replicas' ranking; ``forward``
-the body sent on; ``response`` each response chunk (the usage scan and the cache's copy); ``account`` the tokens
-counted."""
+the body sent on; ``response`` each chunk of a cacheable miss's answer (the cache's copy); ``account`` a settled
+request's tokens counted (from Envoy's access log entry, which carries the usage Envoy read)."""
 
 ROUTING_DECISIONS_TOTAL: Final = f"{NAMESPACE}_routing_decisions_total"
 """Counter: replica picks by ``model`` and ``reason`` (one of :data:`RoutingReason`)."""

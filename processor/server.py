@@ -37,14 +37,35 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
 
 class SettlementLog(als_pb2_grpc.AccessLogServiceServicer):  # type: ignore[misc]
     """Envoy's ``envoy.service.accesslog.v3.AccessLogService``: the settled requests' entries, batched by Envoy, each
-    settled by :meth:`Processor.settle`."""
+    settled by :meth:`Processor.settle`.
+
+    Envoy keeps one such stream open per worker thread for as long as it runs, so a draining worker ends them
+    (:meth:`close`) before it waits for the requests in flight: otherwise the drain would wait out its whole grace
+    for streams that never end. Envoy sends later entries on a new stream, to a worker still serving."""
 
     def __init__(self, processor: Processor) -> None:
         self.processor = processor
+        self._closing = asyncio.Event()
+
+    def close(self) -> None:
+        """End every open stream (and any opened later) after the message it is reading."""
+        self._closing.set()
 
     async def StreamAccessLogs(self, request_iterator: AsyncIterator[Any], context: Any) -> Any:  # noqa: N802
-        async for message in request_iterator:
-            self.processor.settle(message.http_logs.log_entry)
+        messages = aiter(request_iterator)
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            while not self._closing.is_set():
+                message = asyncio.ensure_future(anext(messages, None))
+                await asyncio.wait((message, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not message.done():
+                    message.cancel()
+                    break
+                if (received := message.result()) is None:
+                    break
+                self.processor.settle(received.http_logs.log_entry)
+        finally:
+            closing.cancel()
         return als_pb2.StreamAccessLogsResponse()
 
 
@@ -56,7 +77,8 @@ async def serve(
     processor = processor or Processor.from_environment(config, CollectorRegistry(), worker)
     server = grpc.aio.server()
     pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(processor), server)
-    als_pb2_grpc.add_AccessLogServiceServicer_to_server(SettlementLog(processor), server)
+    settlement_log = SettlementLog(processor)
+    als_pb2_grpc.add_AccessLogServiceServicer_to_server(settlement_log, server)
     port = config.grpc_port + worker
     server.add_insecure_port(f"{config.listen_host}:{port}")
     await processor.start(watch_socket)
@@ -69,6 +91,7 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    settlement_log.close()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
     await processor.aclose()
     await processor.budgets.aclose()

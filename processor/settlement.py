@@ -7,9 +7,9 @@ slot; with the forwarded body it hands the request's :class:`Settlement` on in E
 (``components/gateway/settle_renderer.py``) and Envoy's access log sends the request's entry, the settlement and the
 usage in it, to the processor (:meth:`Settler.logged`), which accounts the tokens and corrects the reservation: no
 message per chunk (issue 33: reading the chunks was most of the gateway's CPU on a streamed response,
-``docs/gateway.md``). The observing filter, in Envoy's ``observability_mode``, streams a response's chunks to the
-processor with the settlement, one way; only a cacheable answer is read (:meth:`Settler.observe`) and the stream of
-any other is closed at its first chunk. Envoy balances the access log's and the observing filter's streams across
+``docs/gateway.md``). The observing filter, in Envoy's ``observability_mode``, streams a cacheable miss's response
+chunks to the processor with the settlement, one way, and the answer is stored (:meth:`Settler.observe`); the routes
+turn the filter off for every other response. Envoy balances the access log's and the observing filter's streams across
 the pod's workers on its own, so everything the settlement needs travels with it: the budgets are shared in Redis,
 and a cacheable answer's lookup waits in the cache (:meth:`inferplane.processor.cache.stage.CacheStage.hold`) under
 the token the settlement carries.
@@ -159,8 +159,9 @@ class Settler:
         self.stages.add("account", started)
 
     async def observe(self, first: Any, rest: AsyncIterator[Any]) -> None:
-        """Read a cacheable answer's chunks, ``first`` then ``rest``, into the response cache; return at once on any
-        other response, which closes its stream (Envoy sends no more of it)."""
+        """Read a cacheable answer's chunks, ``first`` then ``rest``, into the response cache. Only a cacheable
+        miss's response is observed (the rendered routes turn the filter off for every other); should another reach
+        it, the stream is closed at once (Envoy sends no more of it)."""
         settlement = Settlement.of(first)
         if settlement is None or not settlement.cache or self.cache is None:
             return

@@ -20,16 +20,17 @@ Envoy does what it does natively (README "Gateway runtime"):
    reads as request attributes, not a headers message of its own); its stream ends with the response, which frees
    the replica slot. Only the ``GET /v1/models`` route sends it the request headers (a per-route override), since
    it answers that request itself.
-   ``ext_proc``, observing (:data:`OBSERVE_FILTER`): the same processor in Envoy's ``observability_mode``, sent a
-   response body's chunks with the request's settlement (dynamic metadata the placing filter set) and the status,
-   and waited on for nothing, so a cacheable answer is stored; the processor closes it at the first chunk of any
-   other response. It fails open: a lost observation costs a cache entry, never a response.
 4. ``json_to_metadata``: routes by the (processor-rewritten) body's ``model``; a model with tier fallbacks routes to
    one cluster holding its replicas at priority 0 and each fallback's at the next priorities (not an aggregate
    cluster: Envoy's aggregate load balancer hands its children a context without the request's stream info, so the
    processor's ``override_host`` pick is never read and every request is least-request balanced; found by
-   ``inferplane simulate``), with retries on connect failure, reset, 429 and 503.
-5. ``lua`` (:mod:`.settle_renderer`): reads a settled response's ``usage`` as it streams through, and an access
+   ``inferplane simulate``), with retries on connect failure, reset, 429 and 503. With the response cache on, each
+   model's route has a twin before it for a cacheable miss (the settlement carries a held lookup's token).
+5. ``ext_proc``, observing (:data:`OBSERVE_FILTER`, with the response cache only): the same processor in Envoy's
+   ``observability_mode``, sent a cacheable miss's response chunks with the request's settlement (dynamic metadata
+   the placing filter set) and the status, and waited on for nothing, so the answer is stored. Every route but the
+   cacheable twins turns it off. It fails open: a lost observation costs a cache entry, never a response.
+6. ``lua`` (:mod:`.settle_renderer`): reads a settled response's ``usage`` as it streams through, and an access
    log sends each settled request's entry, with it, to the processor, which accounts the tokens and corrects the
    budget reservation (:mod:`inferplane.processor.settlement`): no message per chunk.
 """
@@ -1047,7 +1048,6 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
         )
     filters.append(_local_ratelimit(config, spec))
     filters.append(_placing_filter(config))
-    filters.append(_observing_filter())
     missing = {"metadata_namespace": METADATA_NAMESPACE, "key": "model", "value": {"string_value": NO_MODEL}}
     filters.append(
         {
@@ -1067,6 +1067,10 @@ def _http_filters(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
             ),
         }
     )
+    if config.cache is not None:
+        # After json_to_metadata: its per-route config is read from the route the body's model selects (the
+        # cacheable twin, or the model's own route, where it is off).
+        filters.append(_observing_filter())
     filters.append(usage_filter())  # last before the router: the first to see the response
     filters.append(
         {
@@ -1111,8 +1115,8 @@ def _placing_filter(config: ProcessorConfig) -> dict[str, Any]:
 def _observing_filter() -> dict[str, Any]:
     """The processor again, in Envoy's ``observability_mode``: each response chunk sent one way, with the
     settlement the placing filter put in dynamic metadata (forwarded with every chunk) and the status (an attribute
-    of the first), so no chunk waits on the processor; it reads a cacheable answer to store it and closes the stream
-    at once on any other (the usage is read in Envoy: :mod:`.settle_renderer`). Measured with Envoy 1.40.0
+    of the first), so no chunk waits on the processor; it reads a cacheable miss's answer to store it (the routes
+    turn the filter off for every other response; the usage is read in Envoy: :mod:`.settle_renderer`). Measured with Envoy 1.40.0
     (docs/gateway.md): the placing filter's stream still ends with the response, and answering each chunk cost about
     half the gateway's CPU on a streamed response."""
     return {
@@ -1137,6 +1141,40 @@ def _observing_filter() -> dict[str, Any]:
     }
 
 
+UNOBSERVED = {OBSERVE_FILTER: _any("envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute", disabled=True)}
+"""A route's per-filter config that turns the observing filter off: every route but a cacheable answer's."""
+
+CACHEABLE_MATCHER = {
+    "filter": SETTLE_METADATA_NAMESPACE,
+    "path": [{"key": "cache"}],
+    "value": {"string_match": {"safe_regex": {"regex": ".+"}}},
+}
+"""A forwarded request whose settlement carries a held cache lookup's token: a cacheable miss, whose answer the
+observing filter brings to the response cache."""
+
+
+def _unobserved(route: dict[str, Any], observing: bool) -> dict[str, Any]:
+    """``route`` with the observing filter off (where the filter is rendered at all)."""
+    if not observing:
+        return route
+    return {**route, "typed_per_filter_config": {**route.get("typed_per_filter_config", {}), **UNOBSERVED}}
+
+
+def _observed_twins(route: dict[str, Any], observing: bool) -> list[dict[str, Any]]:
+    """A model's route for a forwarded request: with the response cache on, first its twin for a cacheable miss
+    (the observing filter on, so the answer is stored), then the route itself for every other request, the filter
+    off, so such a response opens no observing stream at all."""
+    if not observing:
+        return [route]
+    match = route["match"]
+    twin = {
+        **route,
+        "name": f"{route['name']}-cacheable",
+        "match": {**match, "dynamic_metadata": [*match.get("dynamic_metadata", ()), CACHEABLE_MATCHER]},
+    }
+    return [twin, _unobserved(route, observing)]
+
+
 def _model_list_route() -> dict[str, Any]:
     """``GET /v1/models``: the processor answers it from the request headers (it has no body), so this route alone
     sends them (the processor always answers it; were it to let one through, Envoy says not found)."""
@@ -1158,8 +1196,6 @@ def _model_list_route() -> dict[str, Any]:
                     }
                 },
             ),
-            # The processor's own answer: nothing to settle.
-            OBSERVE_FILTER: _any("envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute", disabled=True),
         },
     }
 
@@ -1172,23 +1208,31 @@ def _api_listener(config: ProcessorConfig, spec: PlatformSpec, addresses: Gatewa
     # A prefill role has no route: clients never name it, and the processor calls its replicas itself. A provider's
     # route matches on metadata only the processor sets, ahead of the models' (whose match is the body's model).
     internal = (TENANT_HEADER, CACHE_HEADER)
+    # A provider's answer is never cached, nor are the processor's own (the model list) and Envoy's (not found).
+    observing = config.cache is not None
     routes = [
-        _model_list_route(),
+        _unobserved(_model_list_route(), observing),
         *(
-            {
-                **provider_route(p, spec.gateway.request_timeout_seconds, internal),
-                "response_headers_to_add": [_upstream_header(f"provider/{p.name}")],
-            }
+            _unobserved(
+                {
+                    **provider_route(p, spec.gateway.request_timeout_seconds, internal),
+                    "response_headers_to_add": [_upstream_header(f"provider/{p.name}")],
+                },
+                observing,
+            )
             for p in cluster_providers(spec, config.tiers)
         ),
-        *(_route(m, config, spec) for m in config.models if m.role == "serve"),
+        *(r for m in config.models if m.role == "serve" for r in _observed_twins(_route(m, config, spec), observing)),
     ]
     routes.append(
-        {
-            "name": "not-found",
-            "match": {"prefix": "/"},
-            "direct_response": {"status": 404, "body": {"inline_string": NOT_FOUND_BODY}},
-        }
+        _unobserved(
+            {
+                "name": "not-found",
+                "match": {"prefix": "/"},
+                "direct_response": {"status": 404, "body": {"inline_string": NOT_FOUND_BODY}},
+            },
+            observing,
+        )
     )
     gateway = spec.gateway
     manager = _any(

@@ -470,6 +470,24 @@ def test_validation_refuses_an_override_host_policy_without_its_fallback(tmp_pat
     assert "OverrideHostValidationError.FallbackPolicy: value is required" in refused
 
 
+def test_without_the_response_cache_nothing_is_observed(tmp_path: Path) -> None:
+    """The observing filter only feeds the response cache: without it, no filter, no twin routes, and still the
+    usage filter and the settlement log (Envoy accepts the config)."""
+    spec = stack_spec("prod")
+    spec = spec.model_copy(update={"cache": spec.cache.model_copy(update={"enabled": False})})
+    rendered = gc.render_gateway(spec, size_platform(spec), "eks", _write_keys(tmp_path / "keys"))
+    assert gc.OBSERVE_FILTER not in rendered.envoy_yaml
+    assert "-cacheable" not in rendered.envoy_yaml
+    manager = _api_manager(yaml.safe_load(rendered.envoy_yaml))
+    assert [f["name"] for f in manager["http_filters"]][-2:] == [USAGE_FILTER, "envoy.filters.http.router"]
+    assert [a["name"] for a in manager["access_log"]] == [
+        "envoy.access_loggers.stdout",
+        "envoy.access_loggers.http_grpc",
+    ]
+    result = validate(_write_config(rendered, tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
     bootstrap = yaml.safe_load(_rendered("prod", "eks", tmp_path).envoy_yaml)
     filters = _api_manager(bootstrap)["http_filters"]
@@ -477,8 +495,8 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
         gc.API_KEY_FILTER,
         "envoy.filters.http.local_ratelimit",
         "envoy.filters.http.ext_proc",
-        gc.OBSERVE_FILTER,
         "envoy.filters.http.json_to_metadata",
+        gc.OBSERVE_FILTER,  # after json_to_metadata: its per-route config is the body's model's route's
         USAGE_FILTER,  # last before the router: the first to see a response
         "envoy.filters.http.router",
     ]
@@ -504,7 +522,7 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
     assert ext_proc["metadata_options"] == {
         "receiving_namespaces": {"untyped": ["inferplane", "envoy.lb", "inferplane.settle"]}
     }
-    observe = filters[3]["typed_config"]
+    observe = filters[4]["typed_config"]
     assert observe["grpc_service"] == ext_proc["grpc_service"]
     assert observe["observability_mode"] is True
     assert observe["failure_mode_allow"] is True  # a lost observation never fails a response
@@ -538,7 +556,26 @@ def test_filter_chain_order_and_failure_modes(tmp_path: Path) -> None:
     assert routes[0]["name"] == "models"  # GET /v1/models alone sends the processor its headers: it answers there
     override = routes[0]["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["overrides"]["processing_mode"]
     assert (override["request_header_mode"], override["request_body_mode"]) == ("SEND", "NONE")
-    assert routes[0]["typed_per_filter_config"][gc.OBSERVE_FILTER]["disabled"] is True
+    # The observing filter is on for a cacheable miss only: each model's route has a twin before it that matches
+    # a settlement carrying a held lookup's token and leaves the filter on; every other route turns it off.
+    twins = [i for i, r in enumerate(routes) if r["name"].endswith("-cacheable")]
+    assert twins and all(routes[i + 1]["name"] == routes[i]["name"].removesuffix("-cacheable") for i in twins)
+    for i in twins:
+        twin, own = routes[i], routes[i + 1]
+        assert own["name"].startswith("model-")
+        assert twin["match"]["dynamic_metadata"] == [*own["match"]["dynamic_metadata"], gc.CACHEABLE_MATCHER]
+        assert gc.OBSERVE_FILTER not in twin.get("typed_per_filter_config", {})
+        assert {k: v for k, v in twin.items() if k not in ("name", "match")} == {
+            k: v for k, v in own.items() if k not in ("name", "match", "typed_per_filter_config")
+        }
+    assert gc.CACHEABLE_MATCHER == {
+        "filter": "inferplane.settle",
+        "path": [{"key": "cache"}],
+        "value": {"string_match": {"safe_regex": {"regex": ".+"}}},
+    }
+    others = [r for i, r in enumerate(routes) if i not in twins]
+    assert {r["name"] for r in others} >= {"models", "not-found"}
+    assert all(r["typed_per_filter_config"][gc.OBSERVE_FILTER]["disabled"] is True for r in others)
     assert all(
         h["header"]["value"] == "%DYNAMIC_METADATA(inferplane:cache_result)%"
         for r in routes
