@@ -1116,9 +1116,9 @@ def _observing_filter() -> dict[str, Any]:
     """The processor again, in Envoy's ``observability_mode``: each response chunk sent one way, with the
     settlement the placing filter put in dynamic metadata (forwarded with every chunk) and the status (an attribute
     of the first), so no chunk waits on the processor; it reads a cacheable miss's answer to store it (the routes
-    turn the filter off for every other response; the usage is read in Envoy: :mod:`.settle_renderer`). Measured with Envoy 1.40.0
-    (docs/gateway.md): the placing filter's stream still ends with the response, and answering each chunk cost about
-    half the gateway's CPU on a streamed response."""
+    turn the filter off for every other response; the usage is read in Envoy: :mod:`.settle_renderer`). Measured
+    with Envoy 1.40.0 (docs/gateway.md): the placing filter's stream still ends with the response, and answering
+    each chunk cost about half the gateway's CPU on a streamed response."""
     return {
         "name": OBSERVE_FILTER,
         "typed_config": _any(
