@@ -74,20 +74,23 @@ that many."""
 ENVOY_CPU_MILLICORES = 1000
 ENVOY_MEMORY_MIB = 512
 """Envoy: one CPU for two workers (CPU not capped: no CFS throttling of a latency-critical proxy): measured beside the
-processor (:data:`PROCESSOR_CPU_MILLICORES_PER_WORKER`) at 4.0-4.2 ms a paced 64-token stream at 4 tokens a chunk
-(11.8 ms for 128 tokens at a token a chunk; 2026-12-07, with the response observed, not answered), about half the
-processor's, so two workers' full load is about one core. Memory covers
+processor (:data:`PROCESSOR_CPU_MILLICORES_PER_WORKER`) at 3.6-4.4 ms a paced 64-token stream at 4 tokens a chunk
+(9.8 ms for 128 tokens at a token a chunk; 2026-12-07, its Lua filter reading the usage and its access log sending
+it), about as much as the processor's a request since the processor stopped reading the chunks (it was half), so
+two workers run flat out would want about two cores of Envoy, not this one (not re-derived yet: the figures come from
+one day on a 2-core machine). Memory covers
 the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by default) for
 about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline. Request and limit."""
 
 PROCESSOR_CPU_MILLICORES_PER_WORKER = 1000
 """One asyncio loop per worker, so one core at most; CPU not capped. Its CPU per request, measured with a stub engine
-at 32 concurrent requests (``benchmarks/gateway_cpu.py``, docs/gateway.md "CPU per request"): a stream paced as a
-GPU decodes (a token every 20 ms) costs a message per chunk, sent one way to the observing filter's stream, so with
-prod's 4 tokens a chunk (sizing's ``--stream-interval``) a 64-token answer is 20 messages, and 6,000 x 64 on shared
-system prompts 9.6 ms, 200 x 64 7.7 ms (2026-12-07; 19.4 ms for 6,000 x 128 at a token a chunk, 38.4 when every
-chunk was answered); a worker then carries about 100 new requests/s of those shapes. The same machine has measured
-up to 2-4x less on other days, so these are bounds from a slow day, not a constant."""
+at 32 concurrent requests (``benchmarks/gateway_cpu.py``, docs/gateway.md "Usage read in Envoy"): a request is one
+ext_proc message however long its answer (Envoy reads the usage and its access log brings it, batched), so a stream
+paced as a GPU decodes (a token every 20 ms) costs 4.1-4.6 ms at 6,000 x 64 on shared system prompts, 1.9-2.6 ms at
+200 x 64, 4.9 ms at 6,000 x 128 a token a chunk (2026-12-07, fifth session; 8.8-9.9, 7.3-7.5 and 15.6 when each
+chunk was a message), and a non-streamed short answer 0.63 ms; a worker then carries about 200 new requests/s of the
+long shapes. The same machine has measured up to 2x less on other days, so these are bounds from a slow day, not a
+constant."""
 PROCESSOR_MEMORY_MIB_PER_WORKER = 768
 """One processor worker's memory: the Python runtime, gRPC, one Hugging Face tokenizer per model (tens of MiB
 each), the prefix index (at most :data:`PREFIX_INDEX_MIB_PER_WORKER`) and the tokenized texts (at most
