@@ -52,6 +52,9 @@ USAGE_PROMPT_KEY = "prompt"
 USAGE_COMPLETION_KEY = "completion"
 USAGE_STREAM_KEY = "stream"
 USAGE_ENDED_KEY = "ended"
+EVENT_STREAM_STARTS = ("data:", "event", ": ", "id: ")
+"""How an event stream's body starts (a JSON body starts with "{"): response headers reach neither the processor nor
+the usage filter's reading of the body, so the body says which it is."""
 SETTLE_LOG_NAME = "inferplane.settle"
 """The ``log_name`` of Envoy's gRPC access log that carries each settled request's entry to the processor."""
 

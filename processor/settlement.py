@@ -31,6 +31,7 @@ from inferplane.processor.budgets import SharedBudgets
 from inferplane.processor.cache.stage import CacheStage, Pending
 from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
+    EVENT_STREAM_STARTS,
     SETTLE_METADATA_NAMESPACE,
     STATUS_ATTRIBUTE,
     USAGE_COMPLETION_KEY,
@@ -45,8 +46,7 @@ from inferplane.processor.stage_clock import StageClock
 
 log = logging.getLogger(__name__)
 
-SSE_STARTS = (b"data:", b"event", b": ", b"id: ")
-"""How an event stream's body starts (response headers do not reach the processor); a JSON body starts with "{"."""
+_EVENT_STREAM_STARTS = tuple(start.encode() for start in EVENT_STREAM_STARTS)
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ class Settler:
                     started = self.stages.read()
                     body = message.response_body
                     if not seen:
-                        seen, event_stream = True, body.body[:5] in SSE_STARTS
+                        seen, event_stream = True, body.body.startswith(_EVENT_STREAM_STARTS)
                     ended = body.end_of_stream
                     self.cache.on_response_body(pending, body.body, ended, event_stream)
                     self.stages.add("response", started)

@@ -24,6 +24,7 @@ from typing import Any
 
 from inferplane.components.gateway.envoy_fields import duration, typed
 from inferplane.processor.config import (
+    EVENT_STREAM_STARTS,
     SETTLE_LOG_NAME,
     SETTLE_METADATA_NAMESPACE,
     USAGE_COMPLETION_KEY,
@@ -54,9 +55,15 @@ local SETTLE = "{SETTLE_METADATA_NAMESPACE}"
 local USAGE = "{USAGE_METADATA_NAMESPACE}"
 local TAIL = {USAGE_TAIL_BYTES}
 
+local STARTS = {{{", ".join(f'"{start}"' for start in EVENT_STREAM_STARTS)}}}
+
 local function event_stream(bytes)
-  local head = string.sub(bytes, 1, 5)
-  return head == "data:" or head == "event" or string.sub(head, 1, 2) == ": " or string.sub(head, 1, 4) == "id: "
+  for _, start in ipairs(STARTS) do
+    if string.sub(bytes, 1, #start) == start then
+      return true
+    end
+  end
+  return false
 end
 
 function envoy_on_request(handle)

@@ -51,6 +51,7 @@ ANSWERS: dict[str, tuple[int, list[bytes]]] = {
     "json": (200, [json.dumps({"choices": [{"message": {"content": "w"}}], "usage": USAGE}).encode()]),
     "error": (500, [json.dumps({"error": {"message": "failed"}, "usage": USAGE}).encode()]),
     "quoting": (200, [TOKEN, QUOTING, b"data: [DONE]\n\n"]),
+    "comment": (200, [b": keep-alive\n\n", TOKEN, FINAL, b"data: [DONE]\n\n"]),  # an SSE comment first
     "long": (200, [TOKEN] * 400),
     "late": (200, [TOKEN]),  # after LATE_SECONDS: the client has left by then
 }
@@ -71,7 +72,8 @@ class Upstream(BaseHTTPRequestHandler):
         if case == "late":
             time.sleep(LATE_SECONDS)
         self.send_response(status)
-        self.send_header("content-type", "text/event-stream" if chunks[0].startswith(b"data:") else "application/json")
+        event_stream = chunks[0].startswith((b"data:", b": "))
+        self.send_header("content-type", "text/event-stream" if event_stream else "application/json")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         try:
@@ -244,6 +246,11 @@ def test_a_streams_usage_split_across_chunks_is_read_whole(envoy: Envoy) -> None
     assert entry["status"] == 200
     assert entry[SETTLE_METADATA_NAMESPACE]["tenant"] == "t"  # the settlement travels with it
     assert _read(entry) == {"prompt": 11.0, "completion": 5.0, "stream": True, "ended": True}
+
+
+def test_a_stream_that_opens_with_a_comment_is_an_event_stream(envoy: Envoy) -> None:
+    request_id, _ = envoy.send("comment")
+    assert _read(envoy.entry(request_id)) == {"prompt": 11.0, "completion": 5.0, "stream": True, "ended": True}
 
 
 def test_a_json_bodys_usage_is_read(envoy: Envoy) -> None:
