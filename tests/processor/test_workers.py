@@ -205,19 +205,6 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
     assert len(_workers(procs)) == 2
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(lambda _: _chat(gateway), range(40))) == [200] * 40
-    admin = urllib.request.urlopen(
-        f"http://127.0.0.1:{gateway.addresses.admin_port}/clusters", timeout=SCRAPE_TIMEOUT_S
-    ).read()
-    served = {
-        int(port): int(count)
-        for port, count in re.findall(rf"{gc.PROCESSOR_CLUSTER}::127\.0\.0\.1:(\d+)::rq_total::(\d+)", admin.decode())
-    }
-    first = gateway.addresses.processor_port
-    assert set(served) == {first, first + 1}
-    # One ext_proc stream a request (the placing filter's: the observing filter is off for an answer the cache
-    # does not store), both workers taking some, and the access log's: one per Envoy worker thread that logged
-    # (``--concurrency 2``), long-lived.
-    assert 40 < sum(served.values()) <= 42 and min(served.values()) > 0
     metrics = urllib.request.urlopen(gateway.metrics_url, timeout=SCRAPE_TIMEOUT_S).read().decode()
     admitted = re.search(rf'^{gm.REQUESTS_TOTAL}\{{[^}}]*outcome="admitted"[^}}]*\}} (\S+)$', metrics, re.M)
     assert admitted is not None and float(admitted.group(1)) == 40  # one endpoint, the workers' sum
@@ -239,6 +226,20 @@ def test_two_workers_share_the_requests_and_report_them_as_one(two_workers: tupl
 
     wait_until(lambda: tokens("completion") >= 40 * 4, 10, "every answer's usage accounted")
     assert (tokens("completion"), tokens("prompt")) == (40 * 4, 40 * 9)
+
+    # Read once the entries arrived, so the access log's streams are open: one ext_proc stream a request (the
+    # placing filter's: the observing filter is off for an answer the cache does not store), both workers taking
+    # some, and the access log's, one per Envoy worker thread that logged (``--concurrency 2``), long-lived.
+    admin = urllib.request.urlopen(
+        f"http://127.0.0.1:{gateway.addresses.admin_port}/clusters", timeout=SCRAPE_TIMEOUT_S
+    ).read()
+    served = {
+        int(port): int(count)
+        for port, count in re.findall(rf"{gc.PROCESSOR_CLUSTER}::127\.0\.0\.1:(\d+)::rq_total::(\d+)", admin.decode())
+    }
+    first = gateway.addresses.processor_port
+    assert set(served) == {first, first + 1}
+    assert 40 < sum(served.values()) <= 42 and min(served.values()) > 0
 
     # Envoy's access log: a line a completion, with the gateway's own share of its time to first token.
     def completions() -> list[dict[str, object]]:
