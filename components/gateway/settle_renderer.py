@@ -91,17 +91,19 @@ function envoy_on_response(handle)
         if string.find(text, '"prompt_tokens"', 1, true) then
           for value in string.gmatch(text, '"prompt_tokens"%s*:%s*(%d+)') do prompt = value end
           for value in string.gmatch(text, '"completion_tokens"%s*:%s*(%d+)') do completion = value end
+          -- Recorded as soon as read: a client that closes at "[DONE]", before the body's end reaches Envoy, ends
+          -- this loop without an end, and its usage must still be accounted.
+          if prompt ~= nil and completion ~= nil then
+            local metadata = handle:streamInfo():dynamicMetadata()
+            metadata:set(USAGE, "{USAGE_PROMPT_KEY}", tonumber(prompt))
+            metadata:set(USAGE, "{USAGE_COMPLETION_KEY}", tonumber(completion))
+          end
         end
         tail = string.sub(text, -TAIL)
       end
     end
   end
-  local metadata = handle:streamInfo():dynamicMetadata()
-  if prompt ~= nil and completion ~= nil then
-    metadata:set(USAGE, "{USAGE_PROMPT_KEY}", tonumber(prompt))
-    metadata:set(USAGE, "{USAGE_COMPLETION_KEY}", tonumber(completion))
-  end
-  metadata:set(USAGE, "{USAGE_ENDED_KEY}", true)
+  handle:streamInfo():dynamicMetadata():set(USAGE, "{USAGE_ENDED_KEY}", true)
 end
 """
 

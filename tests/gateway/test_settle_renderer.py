@@ -54,6 +54,7 @@ ANSWERS: dict[str, tuple[int, list[bytes]]] = {
     "comment": (200, [b": keep-alive\n\n", TOKEN, FINAL, b"data: [DONE]\n\n"]),  # an SSE comment first
     "long": (200, [TOKEN] * 400),
     "late": (200, [TOKEN]),  # after LATE_SECONDS: the client has left by then
+    "slow-end": (200, [TOKEN, FINAL, b"data: [DONE]\n\n"]),  # the body's end LATE_SECONDS after "[DONE]"
 }
 LATE_SECONDS = 1.0
 
@@ -81,6 +82,8 @@ class Upstream(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
                 time.sleep(0.005)
+            if case == "slow-end":
+                time.sleep(LATE_SECONDS)
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client left
@@ -278,6 +281,15 @@ def test_a_client_gone_mid_stream_is_logged_without_an_end(envoy: Envoy) -> None
     entry = envoy.entry(request_id)
     assert entry["status"] == 200
     assert "ended" not in _read(entry)
+
+
+def test_a_usage_read_before_the_client_left_is_still_logged(envoy: Envoy) -> None:
+    """A client that closes at "[DONE]", before the body's end reaches Envoy (the openai client may): no end, but
+    the usage it was sent is there, and the processor accounts it."""
+    answer = TOKEN + FINAL + b"data: [DONE]\n\n"
+    request_id, read = envoy.send("slow-end", read=len(answer))
+    assert read == answer
+    assert _read(envoy.entry(request_id)) == {"prompt": 11.0, "completion": 5.0, "stream": True}
 
 
 def test_a_client_gone_before_the_response_is_logged_with_no_status(envoy: Envoy) -> None:
