@@ -71,26 +71,59 @@ SCALE_OUT_FACTOR = 4
 the processor's fallback share of each replica assumes that many gateway pods at most, and the system nodes must hold
 that many."""
 
-ENVOY_CPU_MILLICORES = 1000
-ENVOY_MEMORY_MIB = 512
-"""Envoy: one CPU for two workers (CPU not capped: no CFS throttling of a latency-critical proxy): measured beside the
-processor (:data:`PROCESSOR_CPU_MILLICORES_PER_WORKER`) at 3.6-4.4 ms a paced 64-token stream at 4 tokens a chunk
-(9.8 ms for 128 tokens at a token a chunk; 2026-12-07, its Lua filter reading the usage and its access log sending
-it), about as much as the processor's a request since the processor stopped reading the chunks (it was half), so
-two workers run flat out would want about two cores of Envoy, not this one (not re-derived yet: the figures come from
-one day on a 2-core machine). Memory covers
-the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by default) for
-about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline. Request and limit."""
-
 PROCESSOR_CPU_MILLICORES_PER_WORKER = 1000
 """One asyncio loop per worker, so one core at most; CPU not capped. Its CPU per request, measured with a stub engine
 at 32 concurrent requests (``benchmarks/gateway_cpu.py``, docs/gateway.md "Usage read in Envoy"): a request is one
 ext_proc message however long its answer (Envoy reads the usage and its access log brings it, batched), so a stream
-paced as a GPU decodes (a token every 20 ms) costs 4.1-4.6 ms at 6,000 x 64 on shared system prompts, 1.9-2.6 ms at
-200 x 64, 4.9 ms at 6,000 x 128 a token a chunk (2026-12-07, fifth session; 8.8-9.9, 7.3-7.5 and 15.6 when each
-chunk was a message), and a non-streamed short answer 0.63 ms; a worker then carries about 200 new requests/s of the
-long shapes. The same machine has measured up to 2x less on other days, so these are bounds from a slow day, not a
+paced as a GPU decodes (a token every 20 ms) costs 3.2-4.6 ms at 6,000 x 64 on shared system prompts, 1.9-2.6 ms at
+200 x 64, 4.9 ms at 6,000 x 128 a token a chunk (2026-12-07, fifth and sixth sessions; 8.8-9.9, 7.3-7.5 and 15.6
+when each chunk was a message), and a non-streamed short answer 0.58-0.70 ms; a worker then carries about 200 new
+requests/s of the long shapes. The same machine has measured up to 2x less on other days, so these are bounds, not a
 constant."""
+
+ENVOY_CPU_PERCENT_OF_PROCESSOR = 65
+"""Envoy's CPU a request as a share of the processor's (percent) where the processor is what runs out first: answers
+of a chunk or two, a worker's loop flat out. Measured 2026-12-07 on this 2-core machine (stub engines): 0.44 against
+0.67 ms for non-streamed 8-token answers at 16 concurrent requests (``benchmarks/gateway_overhead.py``), 1.10 against
+1.77 and 1.17 against 2.12 ms for 200- and 6,000-token prompts answered in one 8-token chunk at 32
+(``benchmarks/gateway_cpu.py --token-interval-ms 0 --shapes 200x8,6000x8 --stream-intervals 8``). A streamed answer
+costs Envoy more a request (each chunk about 0.05 ms of its CPU: 3.1 against the processor's 3.2 ms at 6,000 x 64 four
+tokens a chunk, 2.9 against 1.9 at 200 x 64, 9.8 against 4.9 at 6,000 x 128 a token a chunk), but streams stay in
+flight and KEDA adds gateway pods at :data:`~inferplane.components.gateway.component.TARGET_INFLIGHT_PER_REPLICA`
+(200) long before they drive a worker flat out: 200 streams of 64 tokens at a 20 ms decode step are about 150 new
+requests/s, half a core of Envoy and half of the processor; of 1,000 tokens, about 10/s, a sixth of a core of
+Envoy. That regime is what :data:`ENVOY_MIN_CPU_MILLICORES` covers."""
+ENVOY_MIN_CPU_MILLICORES = 1000
+"""Envoy's CPU request at least: its two worker threads (:data:`ENVOY_MIN_CONCURRENCY`) and the streams KEDA's
+in-flight target lets one pod carry (about half a core, :data:`ENVOY_CPU_PERCENT_OF_PROCESSOR`), with room for the
+bursts KEDA's polling lags behind."""
+ENVOY_CPU_STEP_MILLICORES = 100
+"""Envoy's CPU request is rounded up to this step."""
+ENVOY_MIN_CONCURRENCY = 2
+"""Envoy's worker threads at least: two sustained ~7,400 requests/s with auth, limits and model routing on 2 cores
+(``../shared/reference/gateway-facts.md``), and connections spread over both."""
+ENVOY_MEMORY_MIB = 512
+"""Envoy's memory: the buffered request bodies the processor inspects (``gateway.max_request_bytes`` each, 4 MiB by
+default) for about a hundred concurrent uploads on top of Envoy's ~50 MiB baseline. Request and limit."""
+
+
+def envoy_cpu_millicores(workers: int) -> int:
+    """Envoy's CPU request beside ``workers`` processor workers: enough to keep up with them run flat out
+    (:data:`ENVOY_CPU_PERCENT_OF_PROCESSOR` of their cores), never less than :data:`ENVOY_MIN_CPU_MILLICORES`. CPU
+    not capped: no CFS throttling of a latency-critical proxy."""
+    needed = workers * PROCESSOR_CPU_MILLICORES_PER_WORKER * ENVOY_CPU_PERCENT_OF_PROCESSOR // 100
+    stepped = -(-needed // ENVOY_CPU_STEP_MILLICORES) * ENVOY_CPU_STEP_MILLICORES
+    return max(ENVOY_MIN_CPU_MILLICORES, stepped)
+
+
+def envoy_concurrency(workers: int) -> int:
+    """Envoy's worker threads beside ``workers`` processor workers: a thread per requested core
+    (:func:`envoy_cpu_millicores`), at least :data:`ENVOY_MIN_CONCURRENCY`. Envoy defaults to the node's hardware
+    threads, not the container's CPU, so it is always set: on a 16-core node it would start 16 threads against a
+    request of one or two cores."""
+    return max(ENVOY_MIN_CONCURRENCY, -(-envoy_cpu_millicores(workers) // 1000))
+
+
 PROCESSOR_MEMORY_MIB_PER_WORKER = 768
 """One processor worker's memory: the Python runtime, gRPC, one Hugging Face tokenizer per model (tens of MiB
 each), the prefix index (at most :data:`PREFIX_INDEX_MIB_PER_WORKER`) and the tokenized texts (at most
@@ -218,7 +251,7 @@ class SystemPod(BaseModel):
 def gateway_pod_requests(workers: int) -> tuple[int, int]:
     """(CPU millicores, memory MiB) one gateway pod requests with ``workers`` processor workers: Envoy plus the
     processor, or the tokenizer-fetching init container when that were larger (Kubernetes' effective request)."""
-    cpu = ENVOY_CPU_MILLICORES + PROCESSOR_CPU_MILLICORES_PER_WORKER * workers
+    cpu = envoy_cpu_millicores(workers) + PROCESSOR_CPU_MILLICORES_PER_WORKER * workers
     memory = ENVOY_MEMORY_MIB + PROCESSOR_MEMORY_MIB_PER_WORKER * workers
     return max(cpu, TOKENIZER_FETCH_CPU_MILLICORES), max(memory, TOKENIZER_FETCH_MEMORY_MIB)
 

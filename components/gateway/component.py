@@ -41,7 +41,6 @@ import pulumi_random as random
 from inferplane.components.aws.redis_cache import REDIS_PORT
 from inferplane.components.capacity.embedder import EmbedderSizing
 from inferplane.components.capacity.system_nodes import (
-    ENVOY_CPU_MILLICORES,
     ENVOY_MEMORY_MIB,
     PROCESSOR_CPU_MILLICORES_PER_WORKER,
     PROCESSOR_MEMORY_MIB_PER_WORKER,
@@ -49,6 +48,8 @@ from inferplane.components.capacity.system_nodes import (
     TOKENIZER_FETCH_CPU_MILLICORES,
     TOKENIZER_FETCH_MEMORY_LIMIT_MIB,
     TOKENIZER_FETCH_MEMORY_MIB,
+    envoy_concurrency,
+    envoy_cpu_millicores,
 )
 from inferplane.components.gateway.observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
 from inferplane.components.gateway.provider_renderer import ProviderMount
@@ -92,23 +93,20 @@ nothing on the node or in the images shares it. Both processes only read their m
 API_KEY_LENGTH = 48
 """Characters per generated API key: 48 of 62 alphanumerics are ~285 bits, and fit ``API_KEY_PATTERN``."""
 
-ENVOY_CONCURRENCY = 2
-"""Envoy's worker threads. Envoy defaults to the node's hardware threads, not the container's CPU, so a gateway on
-a 16-core node would start 16 workers against a 2-CPU request; two workers sustained ~7,400 requests/s with auth,
-limits and model routing on 2 cores (``../shared/reference/gateway-facts.md``), far above one replica's share."""
-
 
 def cpu_quantity(millicores: int) -> str:
     """A Kubernetes CPU quantity: whole cores as ``2``, the rest as ``250m``."""
     return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
 
 
-ENVOY_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
-    requests={"cpu": cpu_quantity(ENVOY_CPU_MILLICORES), "memory": f"{ENVOY_MEMORY_MIB}Mi"},
-    limits={"memory": f"{ENVOY_MEMORY_MIB}Mi"},
-)
-"""Envoy's container, from sizing's figures (:mod:`components.capacity.system_nodes`), which also checks that the
-system nodes hold them."""
+def envoy_resources(workers: int) -> k8s.core.v1.ResourceRequirementsArgs:
+    """Envoy's container beside ``workers`` processor workers, from sizing's figures
+    (:func:`~inferplane.components.capacity.system_nodes.envoy_cpu_millicores`), which also checks that the system
+    nodes hold them; CPU not capped."""
+    return k8s.core.v1.ResourceRequirementsArgs(
+        requests={"cpu": cpu_quantity(envoy_cpu_millicores(workers)), "memory": f"{ENVOY_MEMORY_MIB}Mi"},
+        limits={"memory": f"{ENVOY_MEMORY_MIB}Mi"},
+    )
 
 
 def processor_resources(workers: int) -> k8s.core.v1.ResourceRequirementsArgs:
@@ -128,15 +126,14 @@ FETCH_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
 
 TARGET_INFLIGHT_PER_REPLICA = 200
 """KEDA's target of requests in flight through one gateway replica (Envoy's ``downstream_rq_active``). Most of a
-gateway's in-flight requests are streams waiting on the GPUs and cost it little; what a replica spends CPU on is
-admission and relaying the streamed chunks (12-14 ms of processor and Envoy CPU a 64-token stream at prod's 4 tokens a
-chunk, more for longer answers, measured:
-:data:`~inferplane.components.capacity.system_nodes.PROCESSOR_CPU_MILLICORES_PER_WORKER`). 200 streams of ~20 s each
-are ~10 new requests/s of about 1,000 tokens each: 250 chunks at about 0.2 ms of CPU each (observed, not answered:
-0.35 ms when the processor answered each), about 50 ms a request, so about 0.3 of a core of processor and 0.2 of
-Envoy's at the target, within what a pod requests (a core a worker, one for Envoy): replicas are added for connection
-and failure spread before CPU binds, and a single replica never holds more than a few hundred streams that a restart
-would cut."""
+gateway's in-flight requests are streams waiting on the GPUs and cost it little: a request's admission (one ext_proc
+message, 3.2 ms of processor CPU at 6,000-token prompts) and Envoy's relaying of its chunks (3.1 ms for 64 tokens at
+prod's 4 tokens a chunk, about 0.05 ms a chunk; 2026-12-07, stub engines,
+:data:`~inferplane.components.capacity.system_nodes.ENVOY_CPU_PERCENT_OF_PROCESSOR`). 200 such streams of ~1.3 s
+are ~150 new requests/s, about half a core each of processor and Envoy; 200 streams of 1,000 tokens (~20 s) are ~10/s,
+a sixth of a core of Envoy. Both within what a pod requests (a core a worker, Envoy's share beside them): replicas are
+added for connection and failure spread before CPU binds, and a single replica never holds more than a few hundred
+streams that a restart would cut."""
 
 DRAIN_SECONDS = 300
 """In-flight streams get up to the model servers' longest drain (``components.serving.model_server.MAX_DRAIN_SECONDS``)
@@ -562,7 +559,7 @@ def _deployment_spec(
                 termination_grace_period_seconds=ms.PRE_STOP_SLEEP_SECONDS + DRAIN_SECONDS,
                 topology_spread_constraints=_spread(selector, zones=args.environment == "prod"),
                 init_containers=_init_containers(args) or None,
-                containers=[_envoy(args.rendered, mounted), _processor(args.rendered, config, mounted)],
+                containers=[_envoy(args.rendered, config, mounted), _processor(args.rendered, config, mounted)],
                 volumes=_volumes(args, mounted),
             ),
         ),
@@ -638,8 +635,9 @@ def _init_containers(args: GatewayArgs) -> list[k8s.core.v1.ContainerArgs]:
     return init_containers
 
 
-def _envoy(rendered: RenderedGateway, mounted: _Mounted) -> k8s.core.v1.ContainerArgs:
-    """Envoy: the API listener and its admin/stats port, ready once ``/ready`` answers."""
+def _envoy(rendered: RenderedGateway, config: ProcessorConfig, mounted: _Mounted) -> k8s.core.v1.ContainerArgs:
+    """Envoy: the API listener and its admin/stats port, ready once ``/ready`` answers; its threads and CPU grow with
+    the processor's workers (sizing's figures)."""
     mounts = [
         k8s.core.v1.VolumeMountArgs(name="config", mount_path=rendered.config_dir, read_only=True),
         k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
@@ -662,7 +660,7 @@ def _envoy(rendered: RenderedGateway, mounted: _Mounted) -> k8s.core.v1.Containe
             "--config-path",
             f"{rendered.config_dir}/{rendered.envoy_config_file}",
             "--concurrency",
-            str(ENVOY_CONCURRENCY),
+            str(envoy_concurrency(config.workers)),
             "--log-level",
             "info",
         ],
@@ -670,7 +668,7 @@ def _envoy(rendered: RenderedGateway, mounted: _Mounted) -> k8s.core.v1.Containe
             k8s.core.v1.ContainerPortArgs(name="http", container_port=rendered.listener_port, protocol="TCP"),
             k8s.core.v1.ContainerPortArgs(name="stats", container_port=rendered.stats_port, protocol="TCP"),
         ],
-        resources=ENVOY_RESOURCES,
+        resources=envoy_resources(config.workers),
         readiness_probe=k8s.core.v1.ProbeArgs(
             http_get=k8s.core.v1.HTTPGetActionArgs(path="/ready", port="stats"),
             period_seconds=5,

@@ -337,7 +337,7 @@ class ModelDeploymentArgs(TypedDict):
     slo: NotRequired[SloArgs]
     """Latency objectives."""
     stream_chunk_ms: NotRequired[int]
-    """How long a streamed answer's tokens may gather before they are sent, milliseconds: the engine sends the first token at once, then every floor(stream_chunk_ms / decode step) tokens together (vLLM's and SGLang's ``--stream-interval``), each chunk one SSE event to the client and one message through the gateway's processor; 0 sends every token alone."""
+    """How long a streamed answer's tokens may gather before they are sent, milliseconds: the engine sends the first token at once, then every floor(stream_chunk_ms / decode step) tokens together (vLLM's and SGLang's ``--stream-interval``), each chunk one SSE event to the client that the gateway's Envoy relays (about 0.05 ms of its CPU a chunk); 0 sends every token alone."""
     image_digest: NotRequired[str]
     """``sha256:`` digest pinning this deployment's engine image (vLLM, vLLM TPU, Triton or SGLang); wins over the platform's ``image_digests`` and the catalog's tag."""
 

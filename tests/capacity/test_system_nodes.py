@@ -10,6 +10,8 @@ import pytest
 from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.capacity.system_nodes import (
     SystemPod,
+    envoy_concurrency,
+    envoy_cpu_millicores,
     gateway_pod_requests,
     gke_reserved_memory_mib,
     kube_reserved_cpu_millicores,
@@ -62,6 +64,26 @@ def test_node_allocatable(name: str, cpu: int, memory: int, pods: int) -> None:
     assert (allocatable.cpu_millicores, allocatable.memory_mib, allocatable.pods) == (cpu, memory, pods)
 
 
+@pytest.mark.parametrize("workers", range(1, 17))
+def test_envoy_keeps_up_with_the_processor_workers_it_runs_beside(workers: int) -> None:
+    """Envoy's request is 65% of the workers' cores rounded up to 100m, a core at least; a thread per requested
+    core, two at least (every ``gateway.processor_workers`` value, 1-16)."""
+    cpu = envoy_cpu_millicores(workers)
+    assert cpu == max(1000, -(-workers * 650 // 100) * 100)
+    assert cpu % 100 == 0 and cpu >= workers * 650
+    assert envoy_concurrency(workers) == max(2, -(-cpu // 1000))
+    assert gateway_pod_requests(workers)[0] == cpu + 1000 * workers
+
+
+def test_envoy_sizing_at_the_shipped_worker_counts() -> None:
+    assert [(w, envoy_cpu_millicores(w), envoy_concurrency(w)) for w in (1, 2, 4, 16)] == [
+        (1, 1000, 2),
+        (2, 1300, 2),
+        (4, 2600, 3),
+        (16, 10400, 11),
+    ]
+
+
 def test_prod_fits_its_system_nodes_and_counts_exactly_these_pods() -> None:
     plan = size_platform(stack_spec("prod"))
     assert plan.ok
@@ -69,7 +91,7 @@ def test_prod_fits_its_system_nodes_and_counts_exactly_these_pods() -> None:
     assert (eks.cluster, eks.instance_type, eks.min_nodes, eks.max_nodes) == ("eks", "m7i.2xlarge", 4, 8)
     assert (eks.free.cpu_millicores, eks.free.memory_mib, eks.free.pods) == (7755, 29213, 55)
     assert [(p.name, p.cpu_millicores, p.memory_mib, p.min_replicas, p.max_replicas) for p in eks.pods] == [
-        ("gateway", 3000, 2048, 3, 12),
+        ("gateway", 3300, 2048, 3, 12),  # Envoy 1.3 CPU beside two 1-CPU processor workers
         ("cache-embedder", 1000, 2048, 2, 8),  # its autoscaler's ceiling: 4 x, as the gateway's
         ("prometheus", 450, 1280, 2, 2),
         ("coredns", 100, 70, 2, 2),
@@ -101,6 +123,10 @@ def test_the_gateway_pods_count_what_the_deployment_requests(stack: str) -> None
     cpu = sum(_millicores(c["resources"]["requests"]["cpu"]) for c in containers)
     memory = sum(int(c["resources"]["requests"]["memory"].removesuffix("Mi")) for c in containers)
     assert (cpu, memory) == gateway_pod_requests(spec.gateway.processor_workers)
+    (envoy,) = [c for c in containers if c["name"] == "envoy"]
+    workers = spec.gateway.processor_workers
+    assert _millicores(envoy["resources"]["requests"]["cpu"]) == envoy_cpu_millicores(workers)
+    assert envoy["args"][envoy["args"].index("--concurrency") + 1] == str(envoy_concurrency(workers))
     (gateway,) = [p for p in system_pods(spec, "eks", size_platform(spec).embedder) if p.name == "gateway"]
     assert (gateway.cpu_millicores, gateway.memory_mib) == (cpu, memory)
 
@@ -112,7 +138,7 @@ def _millicores(quantity: str) -> int:
 def test_a_pod_larger_than_a_node_is_refused_with_a_type_that_fits() -> None:
     plan = size_platform(_with_cluster(stack_spec("prod"), system_instance_type="m7i.large"))
     assert plan.problems == (
-        "inferplane:platform.cluster.system_instance_type: m7i.large system nodes cannot run gateway pods (3 CPU and "
+        "inferplane:platform.cluster.system_instance_type: m7i.large system nodes cannot run gateway pods (3.3 CPU and "
         "2048 MiB each): one m7i.large node allocates 1.93 CPU and 6.7 GiB, 1.775 CPU and 6.6 GiB after its "
         "DaemonSets (aws-node, kube-proxy, ebs-csi-node); fix: system_instance_type m7i.2xlarge",
     )
@@ -123,10 +149,10 @@ def test_pods_that_fit_one_node_but_not_the_groups_maximum_are_refused_with_coun
     assert plan.problems == (
         "inferplane:platform.cluster.system_nodes: at the ceiling (gateway x12, cache-embedder x8, prometheus x2, "
         "coredns x2, ebs-csi-controller x2, keda-operator x1, keda-metrics-apiserver x1, keda-admission-webhooks x1) "
-        "the system pods request 45.4 CPU and 43.3 GiB, more than 4 m7i.2xlarge nodes (the group's maximum) hold: one "
+        "the system pods request 49 CPU and 43.3 GiB, more than 4 m7i.2xlarge nodes (the group's maximum) hold: one "
         "m7i.2xlarge node allocates 7.91 CPU and 28.6 GiB, 7.755 CPU and 28.5 GiB after its DaemonSets (aws-node, "
-        "kube-proxy, ebs-csi-node); left without a node: gateway x4, cache-embedder x4; fix: system_nodes 4 or "
-        "system_instance_type m7i.4xlarge",
+        "kube-proxy, ebs-csi-node); left without a node: gateway x4, cache-embedder x4, prometheus x2, "
+        "keda-admission-webhooks x1; fix: system_nodes 4 or system_instance_type m7i.4xlarge",
     )
     # Each fix it names fits.
     assert size_platform(_with_cluster(stack_spec("prod"), system_nodes=4)).ok
@@ -140,8 +166,9 @@ def test_the_floor_must_fit_the_groups_minimum_without_the_autoscaler() -> None:
     assert len(floor) == 1
     assert floor[0].startswith("inferplane:platform.cluster.system_nodes: at the floor (gateway x3, cache-embedder x2")
     assert floor[0].endswith(
-        "left without a node: gateway x1, cache-embedder x2; fix: system_nodes 8 or system_instance_type m7i.2xlarge "
-        "with system_nodes 4 or system_instance_type m7i.4xlarge"
+        "left without a node: gateway x1, cache-embedder x2, coredns x2, keda-operator x1, keda-metrics-apiserver x1, "
+        "keda-admission-webhooks x1; fix: system_nodes 8 or system_instance_type m7i.2xlarge with system_nodes 4 or "
+        "system_instance_type m7i.4xlarge"
     )
 
 

@@ -411,8 +411,7 @@ def test_streaming_is_unbuffered_and_tokens_match_usage(platform: Platform) -> N
             gateway_metric(g, gm.TOKENS_TOTAL, tenant="accounting", model="alpha") for g in (platform.a, platform.b)
         )
 
-    # Settled from the observing stream, whose last chunk reaches the processor as Envoy closes it, a
-    # deferred_close_timeout after the response.
+    # Settled from Envoy's access log (the usage its Lua filter read), flushed at most 100 ms after the response.
     wait_until(lambda: accounted() >= usage_total, 10, "the responses' usage accounted")
     assert accounted() == usage_total
 

@@ -235,6 +235,18 @@ def test_envoy_and_the_processor_run_locked_down_on_the_system_nodes() -> None:
     assert deployment.inputs["spec"]["template"]["metadata"]["labels"][COMPONENT_LABEL] == GATEWAY
 
 
+def test_envoys_threads_and_cpu_grow_with_the_processors_workers() -> None:
+    """Four workers run flat out would outrun Envoy's two threads: the pod asks sizing's 2.6 CPU and 3 threads."""
+    prod = stack_spec("prod")
+    spec = prod.model_copy(update={"gateway": prod.gateway.model_copy(update={"processor_workers": 4})})
+    rendered = render_gateway(spec, size_platform(spec), "eks")
+    deployment = _evaluate(_args(rendered)).named("gateway-deployment")
+    envoy, processor = _container(deployment, "envoy"), _container(deployment, "processor")
+    assert envoy["args"][envoy["args"].index("--concurrency") + 1] == "3"
+    assert envoy["resources"] == {"requests": {"cpu": "2600m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}
+    assert processor["resources"]["requests"]["cpu"] == "4"
+
+
 def test_one_key_per_tenant_generated_secret_and_written_as_the_api_key_file() -> None:
     rendered = _rendered("prod")
     evaluation = _evaluate(_args(rendered))
