@@ -27,6 +27,10 @@ Versions the names are valid for:
   the ``namespace`` and ``pod`` using it.
 * **kube-state-metrics 2.x** as shipped by kube-prometheus-stack (``docs/metrics/workload/deployment-metrics.md``,
   ``horizontalpodautoscaler-metrics.md``).
+* **cAdvisor through the kubelet** as kube-prometheus-stack scrapes it (its kubelet ServiceMonitor, ``job="kubelet"``,
+  cAdvisor's own ``namespace``, ``pod`` and ``container`` labels kept with ``honorLabels``, and ``metrics_path`` added
+  by the chart's default ``kubelet.serviceMonitor.cAdvisorRelabelings``), selected as kubernetes-mixin's CPU rules
+  select it, so the kubelet's ``/metrics/resource`` copy of the same counter is not counted twice.
 
 Series of a served model are selected by ``namespace`` and ``pod``, labels the Prometheus Operator attaches to every
 target of a PodMonitor or ServiceMonitor. A Deployment's pods are named ``<deployment>-<pod-template-hash>-<suffix>``
@@ -167,6 +171,12 @@ KSM_HPA_CURRENT = "kube_horizontalpodautoscaler_status_current_replicas"
 """Gauge: an HPA's current replicas; labels ``namespace``, ``horizontalpodautoscaler``."""
 KSM_HPA_MAX = "kube_horizontalpodautoscaler_spec_max_replicas"
 """Gauge: an HPA's ceiling."""
+# --- cAdvisor, through the kubelet ---------------------------------------------------------------------------------
+CONTAINER_CPU_USAGE_SECONDS_TOTAL = "container_cpu_usage_seconds_total"
+"""Counter: CPU seconds a container used (user and system), labelled ``namespace``, ``pod``, ``container``."""
+CADVISOR_SELECTOR = 'job="kubelet",metrics_path="/metrics/cadvisor"'
+"""kube-prometheus-stack's cAdvisor scrape (kubernetes-mixin's selector for container CPU)."""
+
 KEDA_HPA_PREFIX = "keda-hpa-"
 """KEDA names the HPA it manages ``keda-hpa-<ScaledObject name>`` unless ``advanced.horizontalPodAutoscalerConfig.name``
 is set (keda-docs ``reference/scaledobject-spec.md``, "Default: keda-hpa-{scaled-object-name}")."""

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from inferplane.components.capacity.sizing import size_platform
 from inferplane.components.gateway.observability import (
+    ENVOY_CPU_PER_REQUEST,
+    GATEWAY_CPU_PER_REQUEST,
     PREFIX_HIT_RATIO_ENGINE,
     PREFIX_HIT_RATIO_ESTIMATED,
     PROCESSOR_CPU_PER_REQUEST,
@@ -21,7 +23,12 @@ from inferplane.components.gateway.observability import (
 )
 from inferplane.components.observability.alerts import AlertingRule, RecordingRule, RuleGroup
 from inferplane.components.observability.keda import autoscaling_policy, scaled_object_spec
-from inferplane.components.observability.metrics import VLLM_PREFIX_CACHE_HITS, VLLM_PREFIX_CACHE_QUERIES, ModelSeries
+from inferplane.components.observability.metrics import (
+    CONTAINER_CPU_USAGE_SECONDS_TOTAL,
+    VLLM_PREFIX_CACHE_HITS,
+    VLLM_PREFIX_CACHE_QUERIES,
+    ModelSeries,
+)
 from inferplane.processor import metrics as gm
 from inferplane.processor.config import (
     ModelConfig,
@@ -281,7 +288,7 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
         "In flight per replica",
         "Ready replicas and admission capacity",
         "$ per 1k tokens",
-        "Processor CPU per request",
+        "Gateway CPU per request",
     ]
     rendered = json.loads(dashboard.to_json())
     expressions = [t["expr"] for p in rendered["panels"] for t in p["targets"]]
@@ -313,8 +320,9 @@ def test_dashboard_panels_cover_requests_rejections_tokens_and_cost(tmp_path: Pa
         "short",
         "short",
     ]
-    assert expressions[-3].startswith("(49.2 * sum(kube_deployment_status_replicas_available")
-    assert expressions[-2] == f"{PROCESSOR_CPU_PER_REQUEST}{{{RECORDED}}}"
+    assert expressions[-4].startswith("(49.2 * sum(kube_deployment_status_replicas_available")
+    assert expressions[-3] == f"{PROCESSOR_CPU_PER_REQUEST}{{{RECORDED}}}"
+    assert expressions[-2] == f"{ENVOY_CPU_PER_REQUEST}{{{RECORDED}}}"
     assert expressions[-1] == (
         f"sum by (stage) (rate({gm.PROCESSOR_STAGE_CPU_SECONDS_TOTAL}{{{PODS}}}[5m])) / on() group_left() "
         f"sum(rate({gm.REQUESTS_TOTAL}{{{PODS}}}[5m]))"
@@ -545,6 +553,69 @@ def test_the_cpu_per_request_alert_fires_when_it_doubles_against_a_day_before(tm
         },
     ]
     result = run_rule_tests([_alone(GROUP, name)], tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _cadvisor(pod: str, values: str, metrics_path: str = "/metrics/cadvisor") -> dict[str, str]:
+    """Envoy's container CPU as kube-prometheus-stack's kubelet scrape stores it (cAdvisor's labels kept)."""
+    labels = {
+        "namespace": "inference",
+        "pod": pod,
+        "container": "envoy",
+        "job": "kubelet",
+        "metrics_path": metrics_path,
+    }
+    series = f"{CONTAINER_CPU_USAGE_SECONDS_TOTAL}{{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    return {"series": series, "values": values}
+
+
+def test_envoys_cpu_counts_in_the_gateways_cpu_per_request(tmp_path: Path) -> None:
+    """2 requests a second for a day at 1/128 s (7.8 ms) of processor and as much of Envoy CPU each, then Envoy alone
+    at 4/128 s (a config whose every chunk costs it more; powers of two, so promtool's float comparison is exact): the
+    alert fires though the processor's figure never moved. The recorded figures read Envoy's cAdvisor series once (the
+    kubelet's ``/metrics/resource`` copy of the same counter is not added) and the gateway's is their sum."""
+    step, day = 2, 720
+    per_step = 60 * step * 2.0
+
+    def cpu(before_s: float, after_s: float) -> str:
+        before, after = before_s * per_step, after_s * per_step
+        return f"0+{before:g}x{day} {before * day + after:g}+{after:g}x60"
+
+    series = [
+        _processor(
+            gm.REQUESTS_TOTAL, POD_A, f"0+{per_step:g}x{day + 60}", model="llama-70b", tier="premium", tenant="acme",
+            outcome="admitted",
+        ),
+        _processor(gm.PROCESSOR_CPU_SECONDS_TOTAL, POD_A, cpu(1 / 128, 1 / 128)),
+        _cadvisor(POD_A, cpu(1 / 128, 4 / 128)),
+        _cadvisor(POD_A, cpu(1 / 128, 4 / 128), metrics_path="/metrics/resource"),
+    ]  # fmt: skip
+    name, minutes = "InferplaneGatewayCpuPerRequestDoubled", day * step
+    rules = gateway_rule_group(SERIES, CONFIG)
+    recorded = [r for r in rules.rules if isinstance(r, RecordingRule) and "cpu_per_request" in r.record]
+    group = rules.model_copy(update={"rules": (*recorded, *_alone(rules, name).rules[-1:])})
+    at = f"{minutes + 60}m"
+    tests = [
+        {
+            "interval": f"{step}m",
+            "input_series": series,
+            "alert_rule_test": [_alerts(name, f"{minutes + 20}m"), _alerts(name, at, _alert(name))],
+            "promql_expr_test": [
+                {
+                    "expr": f"{record}{{{RECORDED}}}",
+                    "eval_time": at,
+                    "exp_samples": [{"labels": labels, "value": value}],
+                }
+                for record, value in (
+                    (PROCESSOR_CPU_PER_REQUEST, 1 / 128),
+                    (ENVOY_CPU_PER_REQUEST, 4 / 128),
+                    (GATEWAY_CPU_PER_REQUEST, 5 / 128),
+                )
+                for labels in [f"{record}{{{RECORDED}}}"]
+            ],
+        },
+    ]
+    result = run_rule_tests([group], tests, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
