@@ -176,6 +176,8 @@ class TokenCounter:
                     tokenizer = Tokenizer.from_file(path)
                 except Exception:  # a corrupt file: estimate, and say so once
                     log.exception("cannot load tokenizer %s for %s", path, model)
+                else:
+                    _count_whole(model, tokenizer)
             else:
                 log.warning("no tokenizer file for %s at %s: prompt tokens are estimated", model, path)
             self._loaded[model] = tokenizer
@@ -254,6 +256,19 @@ class TokenCounter:
                 runs.append((i, j))
                 i = j
         return runs
+
+
+def _count_whole(model: str, tokenizer: Tokenizer) -> None:
+    """Turn off the truncation and padding a ``tokenizer.json`` may be saved with (a checkpoint's ``max_length`` of
+    512, say): the engine never applies the file's own (vLLM 0.32 passes ``truncation`` and ``max_length`` with every
+    call, ``vllm/renderers/params.py`` ``get_encode_kwargs``: off, or at the model's input limit + 1 so an overlong
+    prompt still fails its length check), so a truncating count would let a prompt past the context check at a
+    fraction of its length and reserve that fraction of the tenant's budget, and padding would count pad tokens that
+    never reach the engine (a batch of texts is padded to its longest, or to a fixed length)."""
+    if tokenizer.truncation is not None or tokenizer.padding is not None:
+        log.info("%s's tokenizer file truncates or pads: turned off, prompts are counted whole", model)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
 
 
 def _segments_agree(model: str, tokenizer: Tokenizer) -> bool:

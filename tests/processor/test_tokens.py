@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokenizers import Tokenizer
 
 from inferplane.processor import tokens
 from inferplane.processor.prefix_index import MESSAGE_SEPARATOR
@@ -32,6 +33,22 @@ def test_a_long_text_seen_twice_is_kept_and_counted_the_same(tokenizer_file: str
     # Missed twice (seen, then kept), then hit; the short texts were never looked up.
     assert (cached.cache.misses, cached.cache.hits, len(cached.cache)) == (2, 2, 1)
     assert (plain.cache.misses, plain.cache.hits, len(plain.cache)) == (0, 0, 0)
+
+
+def test_a_tokenizer_saved_truncating_and_padding_still_counts_prompts_whole(
+    tokenizer_file: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A ``tokenizer.json`` saved with truncation at 16 tokens and fixed-length padding to 64 counts a 600-token
+    prompt as 600 and a 20-token one as 20, the ids the same as the plain file's: as the engine counts them."""
+    saved = Tokenizer.from_file(tokenizer_file)
+    saved.enable_truncation(16)
+    saved.enable_padding(length=64)
+    path = tmp_path_factory.mktemp("truncating") / "tokenizer.json"
+    saved.save(str(path))
+    truncating, plain = _counter(str(path), 2**20), _counter(tokenizer_file, 2**20)
+    for texts in ([LONG], [SHORT], [LONG, SHORT]):
+        assert truncating.encode("m", texts, 1, 0) == plain.encode("m", texts, 1, 0)
+    assert truncating.encode("m", [LONG, SHORT], 2, 0)[0] == 620
 
 
 def test_a_text_tokenized_once_takes_no_room(tokenizer_file: str) -> None:
