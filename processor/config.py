@@ -43,6 +43,11 @@ SETTLE_METADATA_NAMESPACE = "inferplane.settle"
 """Dynamic metadata namespace in which the placing ext_proc filter hands a forwarded request's settlement (tenant,
 tier, model, reserved tokens, provider, held cache lookup) on (:mod:`inferplane.processor.settlement`): to Envoy's
 access log entry for the processor, which settles it, and to the observing filter that stores a cacheable answer."""
+SETTLE_TENANT_KEY = "tenant"
+"""The settlement's tenant: every settlement has one, so Envoy's access log sends the entries that carry it."""
+SETTLE_CACHE_KEY = "cache"
+"""The settlement's held cache lookup token: non-empty for a cacheable miss, whose route turns the observing filter
+on."""
 USAGE_METADATA_NAMESPACE = "inferplane.usage"
 """Dynamic metadata namespace in which the gateway's Lua filter (the renderer's ``USAGE_FILTER``) records what it
 read of a settled response as it streamed through: :data:`USAGE_PROMPT_KEY` and :data:`USAGE_COMPLETION_KEY` (the

@@ -32,7 +32,9 @@ from inferplane.processor.cache.stage import CacheStage, Pending
 from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
     EVENT_STREAM_STARTS,
+    SETTLE_CACHE_KEY,
     SETTLE_METADATA_NAMESPACE,
+    SETTLE_TENANT_KEY,
     STATUS_ATTRIBUTE,
     USAGE_COMPLETION_KEY,
     USAGE_ENDED_KEY,
@@ -66,12 +68,12 @@ class Settlement:
     def metadata(self) -> dict[str, Any]:
         """The settlement as the dynamic metadata struct (its namespace's fields)."""
         return {
-            "tenant": self.tenant,
+            SETTLE_TENANT_KEY: self.tenant,
             "tier": self.tier,
             "model": self.model,
             "reserved": self.reserved,
             "provider": self.provider,
-            "cache": self.cache,
+            SETTLE_CACHE_KEY: self.cache,
         }
 
     @classmethod
@@ -87,12 +89,12 @@ class Settlement:
         fields = namespaces[SETTLE_METADATA_NAMESPACE].fields
         try:
             return cls(
-                tenant=fields["tenant"].string_value,
+                tenant=fields[SETTLE_TENANT_KEY].string_value,
                 tier=fields["tier"].string_value,
                 model=fields["model"].string_value,
                 reserved=int(fields["reserved"].number_value),
                 provider=fields["provider"].string_value if "provider" in fields else "",
-                cache=fields["cache"].string_value if "cache" in fields else "",
+                cache=fields[SETTLE_CACHE_KEY].string_value if SETTLE_CACHE_KEY in fields else "",
             )
         except (KeyError, ValueError):
             log.warning("a response's settlement metadata is incomplete; it is left unsettled")

@@ -105,6 +105,7 @@ from inferplane.processor.config import (
     METADATA_NAMESPACE,
     ROUTE_HEADER,
     ROUTE_METADATA_KEY,
+    SETTLE_CACHE_KEY,
     SETTLE_METADATA_NAMESPACE,
     STATUS_ATTRIBUTE,
     DifficultyRouteConfig,
@@ -1146,7 +1147,7 @@ UNOBSERVED = {OBSERVE_FILTER: _any("envoy.extensions.filters.http.ext_proc.v3.Ex
 
 CACHEABLE_MATCHER = {
     "filter": SETTLE_METADATA_NAMESPACE,
-    "path": [{"key": "cache"}],
+    "path": [{"key": SETTLE_CACHE_KEY}],
     "value": {"string_match": {"safe_regex": {"regex": ".+"}}},
 }
 """A forwarded request whose settlement carries a held cache lookup's token: a cacheable miss, whose answer the

@@ -27,6 +27,7 @@ from inferplane.processor.config import (
     EVENT_STREAM_STARTS,
     SETTLE_LOG_NAME,
     SETTLE_METADATA_NAMESPACE,
+    SETTLE_TENANT_KEY,
     USAGE_COMPLETION_KEY,
     USAGE_ENDED_KEY,
     USAGE_METADATA_NAMESPACE,
@@ -127,7 +128,7 @@ def settle_log(processor_cluster: str) -> dict[str, Any]:
             "metadata_filter": {
                 "matcher": {
                     "filter": SETTLE_METADATA_NAMESPACE,
-                    "path": [{"key": "tenant"}],
+                    "path": [{"key": SETTLE_TENANT_KEY}],
                     "value": {"present_match": True},
                 },
                 "match_if_key_not_found": False,
