@@ -228,7 +228,10 @@ def envoy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envoy]:
     config.write_text(yaml.safe_dump(_bootstrap(listen, upstream.server_address[1], als_port, admin)))
     procs = Procs(Path(directory))
     try:
-        procs.start("envoy", [str(binary), "-c", str(config), "--concurrency", "1", "--log-level", "warn"])
+        procs.start(
+            "envoy",
+            [str(binary), "-c", str(config), "--concurrency", "1", "--log-level", "warn", "--disable-hot-restart"],
+        )  # no shared memory of base id 0: another test's Envoy may be starting beside this one
         wait_port(listen, 30)
         yield Envoy(listen, entries)
         assert "script log" not in procs.log("envoy")  # the Lua script never failed
