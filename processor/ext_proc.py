@@ -770,7 +770,7 @@ class Processor:
         held = ""  # the token of a cacheable miss's lookup, held for the observing stream that reads its answer
         if self.cache is not None and stream.cache_lookup is not None and stream.provider is None:
             # A provider's answer is not this deployment's: never cached as its. Only a cacheable miss is held.
-            held = await self.cache.hold(stream.cache_lookup)
+            held = self.cache.hold(stream.cache_lookup)
         await self._prefill(stream, model, body, hashes, prompt)
         self.metrics.request(model.name, stream.tier, tenant.name, "provider" if stream.provider else "admitted").inc()
         started = stages.read()

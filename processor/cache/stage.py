@@ -125,10 +125,17 @@ class CacheStage:
             forwarded.dynamic_metadata.get_or_create_struct(METADATA_NAMESPACE)[CACHE_RESULT_METADATA_KEY] = value
         return forwarded
 
-    async def hold(self, lookup: Lookup) -> str:
-        """Hold a cacheable miss's lookup for its answer; the token to collect it under ("" for any other lookup, or
-        when it cannot be held)."""
-        return await self.cache.hold(lookup)
+    def hold(self, lookup: Lookup) -> str:
+        """Hold a cacheable miss's lookup for its answer, in the background; the token to collect it under ("" for
+        any other lookup, or while the cache is unavailable). The request goes on without waiting for the write (a
+        round trip, 0.25 ms of a miss's latency at c=1): its answer is read no sooner than the response's end, and
+        Envoy hands the observing stream's last message over only as it closes the stream,
+        ``deferred_close_timeout`` (0.5 s) later, long after the write. A write that fails or is still in flight
+        then only leaves that answer uncached (:meth:`_store_held` finds nothing to store it under)."""
+        token = self.cache.hold_token(lookup)
+        if token:
+            self._spawn(self.cache.hold(lookup, token))
+        return token
 
     def on_response_body(self, pending: Pending | None, chunk: bytes, end: bool, event_stream: bool) -> None:
         """Collect a chunk; at the end of the response, take the held lookup and store a complete answer under it in

@@ -462,13 +462,19 @@ class ResponseCache:
         self._succeeded()
         return True
 
-    async def hold(self, lookup: Lookup) -> str:
-        """Keep a missed cacheable request's lookup in the cache until its answer is read (:meth:`take_held`); the
-        token that names it, or "" when it cannot be stored (then the answer is not cached). Never raises."""
+    def hold_token(self, lookup: Lookup) -> str:
+        """The token a missed cacheable request's lookup is to be held under (:meth:`hold`), or "" for any other
+        lookup or while the cache is unavailable (then the answer is not cached)."""
         request = lookup.request
         if not isinstance(request, Cacheable) or lookup.hit is not None or not self.available:
             return ""
-        token = secrets.token_hex(16)
+        return secrets.token_hex(16)
+
+    async def hold(self, lookup: Lookup, token: str) -> bool:
+        """Keep ``lookup`` in the cache under ``token`` until its answer is read (:meth:`take_held`); whether it was
+        stored. Never raises."""
+        request = lookup.request
+        assert isinstance(request, Cacheable)
         held: dict[str, Any] = {"request": asdict(request)}
         if lookup.vector is not None:
             held["vector"] = base64.b64encode(lookup.vector.astype("<f4").tobytes()).decode()
@@ -477,8 +483,8 @@ class ResponseCache:
                 await self.client.set(self.held_prefix + token, json.dumps(held, ensure_ascii=False), ex=HELD_SECONDS)
         except (RedisError, OSError, TimeoutError) as error:
             self._failed("store", error)
-            return ""
-        return token
+            return False
+        return True
 
     async def take_held(self, token: str) -> Lookup | None:
         """The lookup :meth:`hold` kept under ``token``, removed (None: gone, expired or unreadable). Never raises."""

@@ -71,7 +71,7 @@ def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_proc
         forwarded = await miss.send(_body(payload))
         await miss.close()
         client = stages[0].cache.client
-        assert [key async for key in client.scan_iter("proc:h:*")]  # held for the answer
+        await _until_stored(client, "proc:h:*")  # held for the answer, written as the request went on
         answer = json.dumps(completion("Use the reset link.")).encode()
         await observe(other_worker, forwarded, [(answer[:20], False), (answer[20:], True)], 200)
         await _until_stored(client, "proc:x:*")
@@ -102,3 +102,48 @@ def test_a_miss_is_stored_from_the_response_and_a_repeat_is_answered_by_the_proc
     assert stream_headers["content-type"] == "text/event-stream"
     rebuilt = assemble(events(streamed.body))
     assert rebuilt is not None and rebuilt["choices"][0]["message"]["content"] == "Use the reset link."
+
+
+def test_a_miss_goes_on_while_its_lookup_is_still_being_held(redis_port: int) -> None:
+    """Redis takes no write for a while (``CLIENT PAUSE ... WRITE``: reads, the lookup's GET and KNN, still answer):
+    the miss is forwarded with its held lookup's token before the lookup is in Redis, and the lookup lands once
+    writes resume. The request never waits on that write; its answer is read no sooner than the response's end."""
+
+    async def main() -> tuple[Any, bool, bool]:
+        config = _config(None).model_copy(
+            update={
+                "cache": CacheConfig(
+                    models={"short": CachedModel(revision="r1")}, key_prefix="paused", timeout_ms=5_000
+                )
+            }
+        )
+        assert config.cache is not None
+        stage = CacheStage(
+            ResponseCache(
+                config.cache,
+                CacheMetrics(CollectorRegistry()),
+                client=connect(f"redis://127.0.0.1:{redis_port}", config.cache),
+            )
+        )
+        await stage.start()
+        processor = Processor(config, None, CollectorRegistry(), stage)
+        client = stage.cache.client
+        await client.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")  # type: ignore[no-untyped-call]
+        try:
+            miss = Stream(processor)
+            await miss.send(_headers())
+            forwarded = await miss.send(
+                _body({"model": "short", "messages": [PROMPT], "temperature": 0, "max_tokens": 8})
+            )
+            await miss.close()
+            held_while_paused = bool([key async for key in client.scan_iter("paused:h:*")])
+        finally:
+            await client.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
+        await _until_stored(client, "paused:h:*")
+        await stage.aclose()
+        return forwarded, held_while_paused, True
+
+    forwarded, held_while_paused, held_after = asyncio.run(main())
+    assert forwarded.WhichOneof("response") == "request_body"
+    assert len(_metadata(forwarded)["inferplane.settle"]["cache"]) == 32  # the token the answer's reader will use
+    assert not held_while_paused and held_after
