@@ -283,19 +283,28 @@ def serve_passthrough(port: int) -> None:
 
 
 def cache_verdicts(gateway: Gateway) -> dict[str, float]:
-    """The processor's cache verdicts so far (misses, hits, bypasses and lookups that failed): a path's figure holds
-    only when its requests took that path (a cache backing off after failed lookups bypasses it, and is faster)."""
-    samples = scrape(gateway.metrics_url)
+    """The processor's cache verdicts so far: misses, hits, bypasses by reason and failed round trips by operation
+    (``health``, ``lookup``, ``store``...). A path's figure holds only when its requests took that path: a cache
+    backing off after a failed round trip bypasses it (reason ``unavailable``), and is faster."""
+    verdicts: dict[str, float] = {}
+    for sample, value in scrape(gateway.metrics_url).items():
+        name, _, labels = sample.partition("{")
+        if name == cm.MISSES:
+            verdicts["miss"] = verdicts.get("miss", 0.0) + value
+        elif name == cm.HITS:
+            verdicts["hit"] = verdicts.get("hit", 0.0) + value
+        elif name == cm.BYPASSES:
+            kind = "bypass " + _label(labels, "reason")
+            verdicts[kind] = verdicts.get(kind, 0.0) + value
+        elif name == cm.ERRORS:
+            kind = f"{_label(labels, 'operation')} error"
+            verdicts[kind] = verdicts.get(kind, 0.0) + value
+    return verdicts
 
-    def total(name: str, label: str = "") -> float:
-        return sum(v for k, v in samples.items() if k.partition("{")[0] == name and label in k)
 
-    return {
-        "miss": total(cm.MISSES),
-        "hit": total(cm.HITS),
-        "bypass": total(cm.BYPASSES),
-        "lookup error": total(f"{cm.LOOKUP_SECONDS}_count", 'result="error"'),
-    }
+def _label(labels: str, key: str) -> str:
+    found = re.search(rf'{key}="([^"]*)"', labels)
+    return found.group(1) if found else "?"
 
 
 def start_litellm(procs: Procs, stub_port: int, directory: Path) -> int:
@@ -394,7 +403,8 @@ def main() -> None:
             one = hey(url, n1, 1, key, body)
             if counted is not None:  # what the c=1 run's requests really were, so a figure is the path it names
                 after = cache_verdicts(counted)
-                verdicts[name] = {k: after[k] - before_verdicts[k] for k in after}
+                verdicts[name] = {k: after[k] - before_verdicts.get(k, 0.0) for k in after}
+                verdicts[name] = {k: v for k, v in verdicts[name].items() if v}
             before, messages_before = cpu_seconds(processor_pid), ext_proc_messages(gateway.stats_url)
             sixteen = hey(url, n16, 16, key, body)
             if name == "full gateway":
@@ -427,7 +437,12 @@ def main() -> None:
             )
         miss = results["cache miss"][0].p50_ms - full[0].p50_ms
         hit = results["cache hit"][0].p50_ms - full[0].p50_ms
-        print(f"goal: a cache miss adds <= 2 ms p50 at c=1: {miss:.2f} ms ({'met' if miss <= 2 else 'NOT met'})")
+        if verdicts["cache miss"] == {"miss": args.requests // 4}:
+            print(f"goal: a cache miss adds <= 2 ms p50 at c=1: {miss:.2f} ms ({'met' if miss <= 2 else 'NOT met'})")
+        else:  # e.g. bypassed while the cache backed off: the figure is not a miss's
+            print(
+                f"goal: a cache miss adds <= 2 ms p50 at c=1: not judged, the requests were not all misses ({miss:.2f})"
+            )
         print(f"a cache hit vs the full gateway reaching the stub, p50 at c=1: {hit:+.2f} ms")
         if served is not None:
             served_miss = results[SERVED_MISS][0].p50_ms - full[0].p50_ms
