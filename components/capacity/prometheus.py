@@ -162,7 +162,8 @@ def bytes_per_series(scrape_interval_seconds: int) -> float:
     return cardinality + ingestion
 
 
-def _step(value: float, step: int) -> int:
+def round_up(value: float, step: int) -> int:
+    """``value`` rounded up to a multiple of ``step`` (a request's granularity)."""
     return math.ceil(value / step) * step
 
 
@@ -184,8 +185,8 @@ def size_prometheus(
         replicas=prometheus_replicas(environment),
         series=series,
         samples_per_second=round(samples, 1),
-        cpu_millicores=_step(cpu, CPU_STEP_MILLICORES),
-        memory_mib=_step(memory, MEMORY_STEP_BYTES) // MIB,
+        cpu_millicores=round_up(cpu, CPU_STEP_MILLICORES),
+        memory_mib=round_up(memory, MEMORY_STEP_BYTES) // MIB,
         retention_days=observability.retention_days,
         disk_gib=round(disk, 1),
         volume_gib=observability.storage_gib,

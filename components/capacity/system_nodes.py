@@ -46,7 +46,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferplane.components.capacity.embedder import MIB, EmbedderSizing
-from inferplane.components.capacity.prometheus import PrometheusSizing
+from inferplane.components.capacity.prometheus import PrometheusSizing, round_up
 from inferplane.components.catalog.system_nodes import (
     SystemCloud,
     SystemNodeType,
@@ -112,8 +112,7 @@ def envoy_cpu_millicores(workers: int) -> int:
     (:data:`ENVOY_CPU_PERCENT_OF_PROCESSOR` of their cores), never less than :data:`ENVOY_MIN_CPU_MILLICORES`. CPU
     not capped: no CFS throttling of a latency-critical proxy."""
     needed = workers * PROCESSOR_CPU_MILLICORES_PER_WORKER * ENVOY_CPU_PERCENT_OF_PROCESSOR // 100
-    stepped = -(-needed // ENVOY_CPU_STEP_MILLICORES) * ENVOY_CPU_STEP_MILLICORES
-    return max(ENVOY_MIN_CPU_MILLICORES, stepped)
+    return max(ENVOY_MIN_CPU_MILLICORES, round_up(needed, ENVOY_CPU_STEP_MILLICORES))
 
 
 def envoy_concurrency(workers: int) -> int:
@@ -121,7 +120,7 @@ def envoy_concurrency(workers: int) -> int:
     (:func:`envoy_cpu_millicores`), at least :data:`ENVOY_MIN_CONCURRENCY`. Envoy defaults to the node's hardware
     threads, not the container's CPU, so it is always set: on a 16-core node it would start 16 threads against a
     request of one or two cores."""
-    return max(ENVOY_MIN_CONCURRENCY, -(-envoy_cpu_millicores(workers) // 1000))
+    return max(ENVOY_MIN_CONCURRENCY, round_up(envoy_cpu_millicores(workers), 1000) // 1000)
 
 
 PROCESSOR_MEMORY_MIB_PER_WORKER = 768
