@@ -51,7 +51,13 @@ from inferplane.components.capacity.system_nodes import (
     envoy_concurrency,
     envoy_cpu_millicores,
 )
-from inferplane.components.gateway.observability import GatewaySeries, ModelCost, gateway_dashboard, render_rules
+from inferplane.components.gateway.observability import (
+    ENVOY_CONTAINER,
+    GatewaySeries,
+    ModelCost,
+    gateway_dashboard,
+    render_rules,
+)
 from inferplane.components.gateway.provider_renderer import ProviderMount
 from inferplane.components.gateway.renderer import (
     REDIS_URL_KEY,
@@ -653,7 +659,7 @@ def _envoy(rendered: RenderedGateway, config: ProcessorConfig, mounted: _Mounted
         for m in rendered.provider_mounts
     ]
     return k8s.core.v1.ContainerArgs(
-        name="envoy",
+        name=ENVOY_CONTAINER,  # the name the gateway's CPU alert selects Envoy's cAdvisor series by
         image=rendered.envoy_image,
         command=["envoy"],
         args=[

@@ -55,8 +55,8 @@ ENVOY_CODE_CLASS_LABEL = "envoy_response_code_class"
 ENVOY_API_STAT_PREFIX = "gateway"
 """The API listener's ``stat_prefix`` in the rendered bootstrap (``components.gateway.renderer``)."""
 ENVOY_CONTAINER = "envoy"
-"""Envoy's container in the gateway pod (:mod:`.component` names it so); its CPU is cAdvisor's (Envoy's statistics
-have none)."""
+"""Envoy's container in the gateway pod (:mod:`.component` names it with this); its CPU is cAdvisor's (Envoy's
+statistics have none)."""
 
 ERROR_RATIO_ALERT = 0.05
 """5xx answers above 5% of requests for 5 minutes: more than retries and cold-start holds explain."""
