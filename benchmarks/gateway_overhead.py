@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -282,23 +283,22 @@ def serve_passthrough(port: int) -> None:
     asyncio.run(main())
 
 
-def cache_verdicts(gateway: Gateway) -> dict[str, float]:
+def cache_verdicts(gateway: Gateway) -> Counter[str]:
     """The processor's cache verdicts so far: misses, hits, bypasses by reason and failed round trips by operation
     (``health``, ``lookup``, ``store``...). A path's figure holds only when its requests took that path: a cache
     backing off after a failed round trip bypasses it (reason ``unavailable``), and is faster."""
-    verdicts: dict[str, float] = {}
-    for sample, value in scrape(gateway.metrics_url).items():
+    verdicts: Counter[str] = Counter()
+    for sample, total in scrape(gateway.metrics_url).items():
         name, _, labels = sample.partition("{")
+        value = int(total)  # counts of requests and round trips
         if name == cm.MISSES:
-            verdicts["miss"] = verdicts.get("miss", 0.0) + value
+            verdicts["miss"] += value
         elif name == cm.HITS:
-            verdicts["hit"] = verdicts.get("hit", 0.0) + value
+            verdicts["hit"] += value
         elif name == cm.BYPASSES:
-            kind = "bypass " + _label(labels, "reason")
-            verdicts[kind] = verdicts.get(kind, 0.0) + value
+            verdicts["bypass " + _label(labels, "reason")] += value
         elif name == cm.ERRORS:
-            kind = f"{_label(labels, 'operation')} error"
-            verdicts[kind] = verdicts.get(kind, 0.0) + value
+            verdicts[f"{_label(labels, 'operation')} error"] += value
     return verdicts
 
 
@@ -390,7 +390,7 @@ def main() -> None:
                 print(f"LiteLLM skipped: no venv at {LITELLM_VENV}")
         processor_pid = procs.procs["gw-processor"].pid
         results: dict[str, tuple[Result, Result]] = {}
-        verdicts: dict[str, dict[str, float]] = {}
+        verdicts: dict[str, dict[str, int]] = {}
         cpu_per_request = messages_per_request = float("nan")
         for name, (url, key) in paths.items():
             body = bodies.get(name, BODY)
@@ -399,12 +399,12 @@ def main() -> None:
             n16 = min(args.requests, 800) if slow else args.requests
             n1 = min(args.requests // 4, 200) if slow else args.requests // 4
             counted = {"cache miss": gateway, "cache hit": gateway, SERVED_MISS: served}.get(name)
-            before_verdicts = cache_verdicts(counted) if counted is not None else {}
+            before_verdicts = cache_verdicts(counted) if counted is not None else Counter()
             one = hey(url, n1, 1, key, body)
             if counted is not None:  # what the c=1 run's requests really were, so a figure is the path it names
-                after = cache_verdicts(counted)
-                verdicts[name] = {k: after[k] - before_verdicts.get(k, 0.0) for k in after}
-                verdicts[name] = {k: v for k, v in verdicts[name].items() if v}
+                verdicts[name] = dict(
+                    cache_verdicts(counted) - before_verdicts
+                )  # counters only grow: what this run added
             before, messages_before = cpu_seconds(processor_pid), ext_proc_messages(gateway.stats_url)
             sixteen = hey(url, n16, 16, key, body)
             if name == "full gateway":
