@@ -2,9 +2,20 @@
 
 A request is admitted when one of the model's ready replicas has a free slot (:mod:`inferplane.processor.slots`:
 fewer than its ``max_num_seqs`` in flight from every gateway), so the model's cap is the sum over its ready replicas
-of ``max_num_seqs`` and follows them as they come and go. Beyond that up to ``queue_max`` requests wait in FIFO
+of ``max_num_seqs`` and follows them as they come and go. Beyond that up to ``queue_max`` requests wait in arrival
 order, each at most ``queue_timeout_seconds``, and the rest are refused (429 + Retry-After). The queue's head
 retries when this processor frees a slot and every :data:`RETRY_SECONDS` (other gateways free slots unseen).
+
+A slot freed on a replica goes first to the oldest waiter that *prefers* it (:class:`Turn`: the replicas holding the
+most of its prompt, or its new prefix's home), and to the head only when no waiter does; a waiter behind the head
+takes nothing else. First come, first served alone gave every freed slot to the head, whose prefix the freed
+replica seldom held: on the simulated fleet past its capacity (8 replicas of prod's 70B, 20 shared 6,144-token
+prefixes, 40 requests/s offered for about 22 served) half the requests spilled to a replica computing their prefix
+again and evicting another's, the engines served 44% of prompt tokens from cache (ideal 95%) and the fleet 1,428
+output tokens/s against 2,731 behind Dynamo's KV router, which queues each request at its cheapest engine
+(``docs/simulate.md``). SGLang orders its own waiting queue by longest prefix match for the same reason
+(``--schedule-policy lpm``). Waiters behind the head sleep until offered a slot or their deadline: each waking every
+:data:`RETRY_SECONDS` cost the processor its CPU with a thousand queued.
 
 Before that, a request whose best replica is full while others have room may be *held* for it a short while
 (:meth:`ModelGate.hold_for`): not queued, not counted as waiting, and never ahead of the queue.
@@ -17,7 +28,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 RETRY_SECONDS = 0.05
@@ -42,13 +53,32 @@ class Hold:
         return time.monotonic() - self.started
 
 
+@dataclass
+class Turn:
+    """A queued request's place in line, as its attempts see it."""
+
+    head: bool
+    """First in line: it may take a slot on any replica (behind the head, only on one it :attr:`prefers`)."""
+    prefers: frozenset[str] = frozenset()
+    """The replicas it waits for, as its last attempt ranked them (set by the attempt); empty when no prefix makes
+    one better than another."""
+
+
+@dataclass(eq=False)
+class _Waiter:
+    turn: Turn
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    offered: bool = False
+    """Woken for a slot freed on a replica it prefers (else only the head attempts)."""
+
+
 class ModelGate:
-    """The bounded FIFO queue in front of one model's slots."""
+    """The bounded queue in front of one model's slots."""
 
     def __init__(self, queue_max: int, queue_timeout: float, on_change: Callable[[], None]) -> None:
         self.queue_max = queue_max
         self.queue_timeout = queue_timeout
-        self._waiters: deque[asyncio.Event] = deque()
+        self._waiters: deque[_Waiter] = deque()
         self._holders: list[asyncio.Event] = []
         self._on_change = on_change
 
@@ -57,38 +87,46 @@ class ModelGate:
         """Requests queued for a slot."""
         return len(self._waiters)
 
-    async def admit(self, attempt: Callable[[], Awaitable[T | None]]) -> T | None:
-        """``attempt()``'s slot, now or after waiting in the queue; None when refused (queue full or timed out)."""
-        if not self._waiters:
-            taken = await attempt()
-            if taken is not None:
-                return taken
+    async def admit(self, attempt: Callable[[Turn], Awaitable[T | None]]) -> T | None:
+        """``attempt(turn)``'s slot, now or after waiting in the queue; None when refused (queue full or timed out).
+
+        A request arriving behind others first tries the replicas it prefers (a slot free there is one the head
+        passed over or has not seen yet), then queues."""
+        waiter = _Waiter(Turn(head=not self._waiters))
+        taken = await attempt(waiter.turn)
+        if taken is not None:
+            return taken
         if len(self._waiters) >= self.queue_max:
             return None
-        turn = asyncio.Event()
-        self._waiters.append(turn)
+        self._waiters.append(waiter)
         self._on_change()
         deadline = time.monotonic() + self.queue_timeout
         try:
             while (remaining := deadline - time.monotonic()) > 0:
-                if self._waiters[0] is turn:
-                    taken = await attempt()
+                waiter.wake.clear()  # before the attempt: a release while it runs wakes the next wait at once
+                waiter.turn.head = self._waiters[0] is waiter
+                if waiter.turn.head or waiter.offered:
+                    offered, waiter.offered = waiter.offered and not waiter.turn.head, False
+                    taken = await attempt(waiter.turn)
                     if taken is not None:
                         return taken
-                turn.clear()
+                    if offered:  # its attempt no longer wanted the slot (the ranking moved): the head may
+                        self._waiters[0].wake.set()
+                    remaining = deadline - time.monotonic()
+                poll = min(RETRY_SECONDS, remaining) if self._waiters[0] is waiter else remaining
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(turn.wait(), min(RETRY_SECONDS, remaining))
+                    await asyncio.wait_for(waiter.wake.wait(), max(poll, 0.0))
             return None
         finally:
-            self._waiters.remove(turn)
+            self._waiters.remove(waiter)
             if self._waiters:
-                self._waiters[0].set()  # the next in line tries at once
+                self._waiters[0].wake.set()  # the next in line tries at once
             self._on_change()
 
     async def hold_for(self, attempt: Callable[[Hold], Awaitable[T | None]]) -> T | None:
         """``attempt(hold)``'s slot, tried now and again on every release (and every :data:`RETRY_SECONDS`) for as
         long as the attempts set ``hold.patience``; None then, or at once when requests queue (every replica was
-        full: the FIFO queue decides who goes first)."""
+        full: the queue decides who goes first)."""
         hold = Hold(time.monotonic())
         while not self._waiters:
             taken = await attempt(hold)
@@ -105,9 +143,15 @@ class ModelGate:
                 self._holders.remove(release)
         return None
 
-    def released(self) -> None:
-        """A slot of this processor came free: the queue's head and every request held for a replica try at once."""
+    def released(self, endpoint: str | None = None) -> None:
+        """A slot of this processor came free (on ``endpoint`` when known): the oldest waiter preferring that
+        replica, else the queue's head, and every request held for a replica try at once."""
         if self._waiters:
-            self._waiters[0].set()
+            head = self._waiters[0]
+            chosen = head
+            if endpoint is not None:
+                chosen = next((w for w in self._waiters if endpoint in w.turn.prefers), head)
+            chosen.offered = chosen is not head
+            chosen.wake.set()
         for release in self._holders:
             release.set()

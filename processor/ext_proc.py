@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis.asyncio import Redis
 
 from inferplane.processor import metrics as m
-from inferplane.processor.admission import Hold, ModelGate
+from inferplane.processor.admission import Hold, ModelGate, Turn
 from inferplane.processor.budgets import SharedBudgets, Verdict
 from inferplane.processor.cache.embedders import Embedder, Vector
 from inferplane.processor.cache.metrics import CacheMetrics
@@ -855,7 +855,7 @@ class Processor:
             gate = self.gates[model.name]
             placement = await gate.hold_for(lambda hold: self._place(model, hashes, prompt, hold))
             if placement is None:
-                placement = await gate.admit(lambda: self._place(model, hashes, prompt))
+                placement = await gate.admit(lambda turn: self._place(model, hashes, prompt, turn=turn))
             if placement is None:
                 if self._hand_to_provider(stream, tenant, "saturated"):
                     return
@@ -890,13 +890,14 @@ class Processor:
         return True
 
     async def _place(
-        self, model: ModelConfig, hashes: list[int], prompt: int, hold: Hold | None = None
+        self, model: ModelConfig, hashes: list[int], prompt: int, hold: Hold | None = None, turn: Turn | None = None
     ) -> Placement | None:
         """One try: rank the ready replicas and take a slot on the first with room (None: every one is full).
 
         A request on ``hold`` for its prefix accepts only the replicas that lack no more blocks than the router's
         first choice, plus as many as it has waited prefill times of a block: ski rental, so holding costs at most
-        the prefill it saves, and the request never does worse than twice the better of waiting and spilling."""
+        the prefill it saves, and the request never does worse than twice the better of waiting and spilling. A
+        queued one (``turn``) notes the replicas it prefers and, behind the queue's head, accepts only those."""
         router = self.routers[model.name]
         started = self.stages.read()
         ranking = router.rank(self.tables[model.name].ready(), hashes, prompt)
@@ -908,6 +909,10 @@ class Processor:
             per_block = model.routing.prefill_seconds_per_block
             hold.patience = (first - min(ranking.overlaps.values())) * per_block
             ranked = [a for a in ranked if (first - ranking.overlaps[a]) * per_block <= hold.waited]
+        if turn is not None:
+            turn.prefers = ranking.preferred()
+            if not turn.head:
+                ranked = [a for a in ranked if a in turn.prefers]
         taken = await self.slots.acquire(
             model.name,
             ranked,
@@ -966,7 +971,7 @@ class Processor:
         """The request holding ``placement`` ended: free its slot and wake the model's queue."""
         Router.finished(placement.endpoint, placement.blocks)
         self.slots.release(placement.model, placement.slot)
-        self.gates[placement.model].released()
+        self.gates[placement.model].released(placement.endpoint.address)
         self._update_gauges[placement.model]()
 
     def _unreserve(self, stream: _Stream, tenant: TenantConfig) -> None:

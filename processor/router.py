@@ -71,6 +71,16 @@ class Ranking:
     overlaps: dict[str, int]
     reason: RoutingReason
 
+    def preferred(self) -> frozenset[str]:
+        """The replicas a queued request waits for: those holding the most of its prompt, or its new prefix's home;
+        none when nothing makes one better than another (no prefix, or a home passed over for load)."""
+        best = max(self.overlaps.values(), default=0)
+        if best > 0:
+            return frozenset(address for address, overlap in self.overlaps.items() if overlap == best)
+        if self.reason == "prefix_home":
+            return frozenset((self.ranked[0].address,))
+        return frozenset()
+
     def reason_for(self, picked: str) -> RoutingReason:
         """Why ``picked`` serves the request: the first choice's reason, or a spill when a fuller one was passed."""
         if self.ranked and picked == self.ranked[0].address:

@@ -509,7 +509,7 @@ def test_gate_cancellation_frees_the_queue() -> None:
         gate = ModelGate(2, 5.0, lambda: None)
         full: Any = None
 
-        async def nothing_free() -> Any:
+        async def nothing_free(turn: Any) -> Any:
             return full
 
         waiter = asyncio.ensure_future(gate.admit(nothing_free))

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from redis.asyncio import Redis
 
-from inferplane.processor import endpoints
-from inferplane.processor.admission import Hold, ModelGate
+from inferplane.processor import admission, endpoints
+from inferplane.processor.admission import Hold, ModelGate, Turn
 from inferplane.processor.config import MetricSelector, ModelConfig
 from inferplane.processor.endpoints import Endpoint, EndpointTable, parse_samples
 from inferplane.processor.prefix_index import (
@@ -255,6 +255,22 @@ def test_a_busy_home_is_passed_over() -> None:
     busy.inflight, busy.inflight_blocks = 2, 11  # more than one prompt's prefill (10 blocks) above the others
     ranking = Router(BLOCK, 1.0, True, PrefixIndex(64)).rank(ready, hashes, len(PROMPT))
     assert ranking.ranked[0].address != home and ranking.reason == "least_load"
+
+
+def test_a_queued_request_prefers_the_replicas_holding_most_of_it_or_its_new_prefixs_home() -> None:
+    hashes = token_blocks(PROMPT, BLOCK, 256, 1)
+    router = Router(BLOCK, 1.0, True, PrefixIndex(64))
+    home = max(REPLICAS, key=lambda r: rendezvous(home_block(hashes, BLOCK), r))
+    assert router.rank(_endpoints(*REPLICAS), hashes, len(PROMPT)).preferred() == {home}
+    router.index.record(REPLICAS[0], hashes[:4])
+    router.index.record(REPLICAS[1], hashes[:4])
+    router.index.record(REPLICAS[2], hashes[:2])
+    assert router.rank(_endpoints(*REPLICAS), hashes, len(PROMPT)).preferred() == {REPLICAS[0], REPLICAS[1]}
+    assert Router(BLOCK, 1.0, True, PrefixIndex(64)).rank(_endpoints(*REPLICAS), [], 100).preferred() == set()
+    ready = _endpoints(*REPLICAS)
+    busy = next(e for e in ready if e.address == home)
+    busy.inflight, busy.inflight_blocks = 2, 11  # the home passed over for load: nothing to wait for
+    assert Router(BLOCK, 1.0, True, PrefixIndex(64)).rank(ready, hashes, len(PROMPT)).preferred() == set()
 
 
 def test_a_new_prefix_passes_a_home_full_of_reused_prefixes_to_the_next_in_its_order() -> None:
@@ -577,7 +593,7 @@ def test_the_queue_serves_in_order_and_times_out() -> None:
         gate = ModelGate(queue_max=2, queue_timeout=0.5, on_change=lambda: None)
         free: list[str] = []
 
-        async def attempt() -> str | None:
+        async def attempt(turn: Turn) -> str | None:
             return free.pop(0) if free else None
 
         first = asyncio.ensure_future(gate.admit(attempt))
@@ -607,12 +623,99 @@ def test_a_held_request_takes_a_released_slot_and_never_jumps_the_queue() -> Non
         free.append("s1")
         gate.released()
         assert await asyncio.wait_for(held, 0.05) == "s1"  # woken by the release, not by the 50 ms retry
-        queued = asyncio.ensure_future(gate.admit(lambda: attempt(Hold(0.0))))
+        queued = asyncio.ensure_future(gate.admit(lambda turn: attempt(Hold(0.0))))
         await asyncio.sleep(0.01)
         assert await asyncio.wait_for(gate.hold_for(attempt), 0.01) is None  # someone queues: no holding
         free.append("s2")
         gate.released()
         assert await queued == "s2"
+
+    asyncio.run(run())
+
+
+class _Replicas:
+    """Free slots by replica, and what each request (by name) prefers: an attempt takes the first free slot among
+    every replica for the queue's head, among those it prefers behind it."""
+
+    def __init__(self, prefers: dict[str, set[str]]) -> None:
+        self.free: list[str] = []
+        self.prefers = prefers
+        self.attempts = dict.fromkeys(prefers, 0)
+
+    def attempt(self, name: str) -> Any:
+        async def attempt(turn: Turn) -> str | None:
+            self.attempts[name] += 1
+            turn.prefers = frozenset(self.prefers[name])
+            slot = next((r for r in self.free if turn.head or r in turn.prefers), None)
+            if slot is not None:
+                self.free.remove(slot)
+                return f"{name}@{slot}"
+            return None
+
+        return attempt
+
+
+async def _until(condition: Any, timeout: float = 2.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+def test_a_slot_freed_on_a_replica_goes_to_the_oldest_waiter_preferring_it_else_to_the_head() -> None:
+    """Three queued: the head waits for A, the two behind it for B. A slot freed on B goes to the older of the two
+    (not to the head, whose prefix B does not hold); one freed on C, which nobody prefers, to the head. Arrival
+    order alone would give the head B's slot: a miss there, and B's own requests' prefix evicted."""
+
+    async def run() -> None:
+        gate = ModelGate(queue_max=8, queue_timeout=5.0, on_change=lambda: None)
+        replicas = _Replicas({"w1": {"A"}, "w2": {"B"}, "w3": {"B"}})
+        waiters = {}
+        for name in ("w1", "w2", "w3"):
+            waiters[name] = asyncio.ensure_future(gate.admit(replicas.attempt(name)))
+            await _until(lambda: gate.waiting == len(waiters))
+        replicas.free.append("B")
+        gate.released("B")
+        assert await asyncio.wait_for(waiters["w2"], 1.0) == "w2@B"
+        assert not waiters["w1"].done() and not waiters["w3"].done()
+        replicas.free.append("C")
+        gate.released("C")
+        assert await asyncio.wait_for(waiters["w1"], 1.0) == "w1@C"
+        replicas.free.append("B")
+        gate.released("B")
+        assert await asyncio.wait_for(waiters["w3"], 1.0) == "w3@B"
+
+    asyncio.run(run())
+
+
+def test_waiters_behind_the_head_sleep_until_offered_a_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head retries every RETRY_SECONDS (other gateways free slots unseen); the requests behind it tried once on
+    arrival and then sleep, neither trying nor waking: a thousand of them waking every 50 ms took the processor's CPU
+    on the simulated fleet past its capacity."""
+    waits: list[float] = []
+    wait_for = asyncio.wait_for
+
+    async def counted(awaitable: Any, timeout: float) -> Any:
+        waits.append(timeout)
+        return await wait_for(awaitable, timeout)
+
+    monkeypatch.setattr(asyncio, "wait_for", counted)  # admission reads asyncio.wait_for at each wait
+
+    async def run() -> None:
+        gate = ModelGate(queue_max=8, queue_timeout=5.0, on_change=lambda: None)
+        replicas = _Replicas({"head": {"A"}, "behind": {"B"}})
+        head = asyncio.ensure_future(gate.admit(replicas.attempt("head")))
+        await _until(lambda: gate.waiting == 1)
+        behind = asyncio.ensure_future(gate.admit(replicas.attempt("behind")))
+        await _until(lambda: gate.waiting == 2)
+        await _until(lambda: replicas.attempts["head"] >= 6)  # five retries: a quarter of a second
+        assert replicas.attempts["behind"] == 1
+        assert len([w for w in waits if w > admission.RETRY_SECONDS]) == 1  # behind: one wait, to its deadline
+        assert len(waits) <= replicas.attempts["head"] + 1
+        replicas.free.append("A")
+        gate.released("A")
+        assert await asyncio.wait_for(head, 1.0) == "head@A"
+        await _until(lambda: replicas.attempts["behind"] == 2)  # now the head: it tries at once
+        behind.cancel()
 
     asyncio.run(run())
 
