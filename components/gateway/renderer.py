@@ -655,11 +655,32 @@ def _static_cluster(name: str, host: str, *ports: int, http2: bool = False, dns:
     return cluster
 
 
-def _processor_cluster(config: ProcessorConfig) -> dict[str, Any]:
+PROCESSOR_STREAMS_PER_REQUEST = 2
+"""gRPC streams a request holds on the processor's cluster: the processing filter's and the observing filter's."""
+
+
+def _processor_cluster(config: ProcessorConfig, spec: PlatformSpec) -> dict[str, Any]:
     """The processor's workers on the loopback, one endpoint each; a request's stream goes to the worker with the
-    fewest streams in flight (each holds its share of the in-flight caps, so an even spread matters)."""
-    ports = (config.grpc_port + worker for worker in range(config.workers))
-    return {**_static_cluster(PROCESSOR_CLUSTER, config.listen_host, *ports, http2=True), "lb_policy": "LEAST_REQUEST"}
+    fewest streams in flight (each holds its share of the in-flight caps, so an even spread matters).
+
+    Its circuit breakers admit two streams for every request the pod may hold (every replica's slots, the queues,
+    the providers' concurrency), doubled as the model clusters' are. Left at Envoy's default of 1,024 streams, a pod
+    with about 500 requests queued or served refused the rest's streams, each a 500 ``processor_unavailable``
+    instead of a wait (the simulated fleet past its capacity: 1,022-1,024 streams open, 508-870 refused in a run;
+    ``docs/simulate.md``)."""
+    max_replicas = {d.name: d.max_replicas for d in spec.models}
+    requests = sum(_requests_ceiling(m, max_replicas[m.name]) for m in config.models if m.role == "serve")
+    requests += sum(p.max_concurrency for p in cluster_providers(spec, config.tiers))
+    streams = PROCESSOR_STREAMS_PER_REQUEST * requests * 2
+    return {
+        **_static_cluster(
+            PROCESSOR_CLUSTER, config.listen_host, *(config.grpc_port + w for w in range(config.workers)), http2=True
+        ),
+        "lb_policy": "LEAST_REQUEST",
+        "circuit_breakers": {
+            "thresholds": [{"priority": "DEFAULT", "max_pending_requests": streams, "max_requests": streams}]
+        },
+    }
 
 
 def model_cluster_name(model: str) -> str:
@@ -779,12 +800,17 @@ def _guards(ceiling: int) -> dict[str, Any]:
     }
 
 
+def _requests_ceiling(model: ModelConfig, max_replicas: int) -> int:
+    """The most of ``model``'s requests one gateway pod may hold: every replica's slots and the pod's queue."""
+    return model.max_num_seqs * max_replicas + model.queue_max
+
+
 def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[str, Any]]:
     max_replicas = {d.name: d.max_replicas for d in spec.models}
     by_name = {m.name: m for m in config.models}
 
     def ceiling(model: ModelConfig) -> int:
-        return model.max_num_seqs * max_replicas[model.name] + model.queue_max
+        return _requests_ceiling(model, max_replicas[model.name])
 
     clusters = []
     for model in (m for m in config.models if m.role == "serve"):
@@ -1317,7 +1343,7 @@ def envoy_bootstrap(
                     provider_cluster(p, addresses.provider_ca_file, addresses.config_dir)
                     for p in cluster_providers(spec, config.tiers)
                 ),
-                _processor_cluster(config),
+                _processor_cluster(config, spec),
                 _static_cluster(ADMIN_CLUSTER, "127.0.0.1", addresses.admin_port),
             ],
         },

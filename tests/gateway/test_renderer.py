@@ -401,6 +401,18 @@ def test_each_model_cluster_resolves_its_replicas_and_takes_the_processors_pick(
     assert triton["circuit_breakers"]["thresholds"][0]["max_retries"] == 112
 
 
+def test_the_processors_cluster_admits_two_streams_for_every_request_the_pod_may_hold(tmp_path: Path) -> None:
+    """Every request holds a processing and an observing stream to the processor while it is queued or served; at
+    Envoy's default of 1,024 streams prod's pod (696 requests at most) would refuse streams with 500s past ~512."""
+    bootstrap = yaml.safe_load(_rendered("prod", "eks", tmp_path).envoy_yaml)
+    processor = next(c for c in bootstrap["static_resources"]["clusters"] if c["name"] == "inferplane-processor")
+    # llama-70b 24 x 5 + 64 queued, llama-8b 48 x 8 + 64 queued, the provider's 64 in flight; two streams each, x 2
+    streams = 2 * 2 * (24 * 5 + 64 + 48 * 8 + 64 + 64)
+    assert processor["circuit_breakers"] == {
+        "thresholds": [{"priority": "DEFAULT", "max_pending_requests": streams, "max_requests": streams}]
+    }
+
+
 def test_retries_avoid_the_failed_replica_and_no_client_chooses_one(tmp_path: Path) -> None:
     bootstrap = yaml.safe_load(_rendered("prod", "eks", tmp_path).envoy_yaml)
     manager = _api_manager(bootstrap)
