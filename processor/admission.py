@@ -7,18 +7,22 @@ order, each at most ``queue_timeout_seconds``, and the rest are refused (429 + R
 retries when this processor frees a slot and every :data:`RETRY_SECONDS` (other gateways free slots unseen).
 
 A slot freed on a replica goes first to the oldest waiter that *prefers* it (:class:`Turn`: the replicas holding the
-most of its prompt, or its new prefix's home), and to the head only when no waiter does; a waiter behind the head
-takes nothing else. First come, first served alone gave every freed slot to the head, whose prefix the freed
-replica seldom held: on the simulated fleet past its capacity (8 replicas of prod's 70B, 20 shared 6,144-token
-prefixes, 40 requests/s offered for about 22 served) half the requests spilled to a replica computing their prefix
-again and evicting another's, the engines served 44% of prompt tokens from cache (ideal 95%) and the fleet 1,428
-output tokens/s against 2,731 behind Dynamo's KV router, which queues each request at its cheapest engine
-(``docs/simulate.md``); ordered by preference, 92.6% and 3,982 tokens/s (median of three runs against Dynamo's
-2,811). SGLang orders its own waiting queue by longest prefix match for the same reason (``--schedule-policy
-lpm``). Waiters behind the head sleep until offered a slot or their deadline: each waking every
-:data:`RETRY_SECONDS` cost the processor its CPU with a thousand queued. Each processor worker keeps its own queue
-and sees only its own releases, so a slot freed where none of its waiters wants it goes to its head though another
-worker's waiters may want it (why one run in three still collapsed: ``docs/simulate.md``).
+most of its prompt, or its new prefix's home), and to the head only when none does and the head may take any
+replica: it has none to prefer, or has been first in line :data:`HEAD_PATIENCE_SECONDS`. A slot nobody here wants
+goes back to the store at once, and the :data:`POLLING_WAITERS` at the front of the queue ask the store for the
+replicas they prefer every :data:`RETRY_SECONDS`: each processor worker keeps its own queue and sees only its own
+releases, and a slot one worker frees may be what another's waiters wait for. The rest of the queue sleeps until
+offered a slot (each waking every :data:`RETRY_SECONDS` cost the processor its CPU with a thousand queued).
+
+First come, first served alone gave every freed slot to the head, whose prefix the freed replica seldom held: on the
+simulated fleet past its capacity (8 replicas of prod's 70B, 20 shared 6,144-token prefixes, 40 requests/s offered
+for about 22 served) half the requests spilled to a replica computing their prefix again and evicting another's,
+the engines served 44% of prompt tokens from cache (ideal 95%) and the fleet 1,428 output tokens/s against 2,731
+behind Dynamo's KV router, which queues each request at its cheapest engine (``docs/simulate.md``). Ordered by
+preference within each worker, 92.6% and 3,982 tokens/s (median of three runs against Dynamo's 2,811), but one run
+in three collapsed (2,107: a worker's head spilled onto replicas whose slots it held and the other worker's waiters
+wanted); with one worker, three runs of three at 94.5-94.9%. SGLang orders its own waiting queue by longest prefix
+match for the same reason (``--schedule-policy lpm``).
 
 Before that, a request whose best replica is full while others have room may be *held* for it a short while
 (:meth:`ModelGate.hold_for`): not queued, not counted as waiting, and never ahead of the queue.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -35,7 +40,13 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 RETRY_SECONDS = 0.05
-"""How often the queue's head asks again while no local release wakes it."""
+"""How often the front of the queue asks again while no local release wakes it."""
+POLLING_WAITERS = 16
+"""The waiters at the front of the queue that ask again every :data:`RETRY_SECONDS` for the replicas they prefer:
+slots other workers and gateways give back are seen only by asking. The rest sleep until offered a slot."""
+HEAD_PATIENCE_SECONDS = 4 * RETRY_SECONDS
+"""How long the queue's head waits for a replica it prefers before it takes a slot anywhere: long enough for another
+worker's waiter preferring a slot given back to ask for it first."""
 
 T = TypeVar("T")
 
@@ -60,8 +71,9 @@ class Hold:
 class Turn:
     """A queued request's place in line, as its attempts see it."""
 
-    head: bool
-    """First in line: it may take a slot on any replica (behind the head, only on one it :attr:`prefers`)."""
+    anywhere: bool
+    """It may take a slot on any replica (first in line, with no replica to prefer or after
+    :data:`HEAD_PATIENCE_SECONDS`); else only on one it :attr:`prefers`."""
     prefers: frozenset[str] = frozenset()
     """The replicas it waits for, as its last attempt ranked them (set by the attempt); empty when no prefix makes
     one better than another."""
@@ -72,7 +84,9 @@ class _Waiter:
     turn: Turn
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     offered: bool = False
-    """Woken for a slot freed on a replica it prefers (else only the head attempts)."""
+    """Woken for a slot freed on a replica it prefers (else only the front of the queue attempts)."""
+    head_since: float | None = None
+    """When it became first in line."""
 
 
 class ModelGate:
@@ -95,7 +109,7 @@ class ModelGate:
 
         A request arriving behind others first tries the replicas it prefers (a slot free there is one the head
         passed over or has not seen yet), then queues."""
-        waiter = _Waiter(Turn(head=not self._waiters))
+        waiter = _Waiter(Turn(anywhere=not self._waiters))
         taken = await attempt(waiter.turn)
         if taken is not None:
             return taken
@@ -107,16 +121,22 @@ class ModelGate:
         try:
             while (remaining := deadline - time.monotonic()) > 0:
                 waiter.wake.clear()  # before the attempt: a release while it runs wakes the next wait at once
-                waiter.turn.head = self._waiters[0] is waiter
-                if waiter.turn.head or waiter.offered:
-                    offered, waiter.offered = waiter.offered and not waiter.turn.head, False
+                position = next(
+                    (i for i, w in enumerate(itertools.islice(self._waiters, POLLING_WAITERS)) if w is waiter), None
+                )
+                polling = position is not None
+                if position == 0 and waiter.head_since is None:
+                    waiter.head_since = time.monotonic()
+                waiter.turn.anywhere = self._may_take_any(waiter)
+                if polling or waiter.offered:
+                    offered, waiter.offered = waiter.offered and not waiter.turn.anywhere, False
                     taken = await attempt(waiter.turn)
                     if taken is not None:
                         return taken
                     if offered:  # its attempt no longer wanted the slot (the ranking moved): the head may
                         self._waiters[0].wake.set()
                     remaining = deadline - time.monotonic()
-                poll = min(RETRY_SECONDS, remaining) if self._waiters[0] is waiter else remaining
+                poll = min(RETRY_SECONDS, remaining) if polling else remaining
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter.wake.wait(), max(poll, 0.0))
             return None
@@ -124,7 +144,15 @@ class ModelGate:
             self._waiters.remove(waiter)
             if self._waiters:
                 self._waiters[0].wake.set()  # the next in line tries at once
+            if len(self._waiters) >= POLLING_WAITERS:
+                self._waiters[POLLING_WAITERS - 1].wake.set()  # now at the front: it starts asking
             self._on_change()
+
+    def _may_take_any(self, waiter: _Waiter) -> bool:
+        """First in line with no replica to prefer, or for :data:`HEAD_PATIENCE_SECONDS`."""
+        if waiter.head_since is None or not self._waiters or self._waiters[0] is not waiter:
+            return False
+        return not waiter.turn.prefers or time.monotonic() - waiter.head_since >= HEAD_PATIENCE_SECONDS
 
     async def hold_for(self, attempt: Callable[[Hold], Awaitable[T | None]]) -> T | None:
         """``attempt(hold)``'s slot, tried now and again on every release (and every :data:`RETRY_SECONDS`) for as
@@ -146,15 +174,23 @@ class ModelGate:
                 self._holders.remove(release)
         return None
 
-    def released(self, endpoint: str | None = None) -> None:
+    def released(self, endpoint: str | None = None) -> bool:
         """A slot of this processor came free (on ``endpoint`` when known): the oldest waiter preferring that
-        replica, else the queue's head, and every request held for a replica try at once."""
-        if self._waiters:
-            head = self._waiters[0]
-            chosen = head
-            if endpoint is not None:
-                chosen = next((w for w in self._waiters if endpoint in w.turn.prefers), head)
-            chosen.offered = chosen is not head
-            chosen.wake.set()
+        replica, else the queue's head if it may take any replica, and every request held for a replica try at once.
+        False when requests queue and none of them wants the slot now: the caller gives it back to the store, where
+        another worker's waiters may ask for it."""
         for release in self._holders:
             release.set()
+        if not self._waiters:
+            return True
+        head = self._waiters[0]
+        chosen: _Waiter | None = head
+        if endpoint is not None:
+            chosen = next((w for w in self._waiters if endpoint in w.turn.prefers), None)
+            if chosen is None and self._may_take_any(head):
+                chosen = head
+        if chosen is None:
+            return False
+        chosen.offered = chosen is not head
+        chosen.wake.set()
+        return True

@@ -897,7 +897,8 @@ class Processor:
         A request on ``hold`` for its prefix accepts only the replicas that lack no more blocks than the router's
         first choice, plus as many as it has waited prefill times of a block: ski rental, so holding costs at most
         the prefill it saves, and the request never does worse than twice the better of waiting and spilling. A
-        queued one (``turn``) notes the replicas it prefers and, behind the queue's head, accepts only those."""
+        queued one (``turn``) notes the replicas it prefers and, unless it may take any (:class:`Turn`), accepts
+        only those."""
         router = self.routers[model.name]
         started = self.stages.read()
         ranking = router.rank(self.tables[model.name].ready(), hashes, prompt)
@@ -911,7 +912,7 @@ class Processor:
             ranked = [a for a in ranked if (first - ranking.overlaps[a]) * per_block <= hold.waited]
         if turn is not None:
             turn.prefers = ranking.preferred()
-            if not turn.head:
+            if not turn.anywhere:
                 ranked = [a for a in ranked if a in turn.prefers]
         taken = await self.slots.acquire(
             model.name,
@@ -971,7 +972,8 @@ class Processor:
         """The request holding ``placement`` ended: free its slot and wake the model's queue."""
         Router.finished(placement.endpoint, placement.blocks)
         self.slots.release(placement.model, placement.slot)
-        self.gates[placement.model].released(placement.endpoint.address)
+        if not self.gates[placement.model].released(placement.endpoint.address):
+            self.slots.give_back(placement.model, placement.slot)
         self._update_gauges[placement.model]()
 
     def _unreserve(self, stream: _Stream, tenant: TenantConfig) -> None:

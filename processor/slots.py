@@ -198,6 +198,7 @@ class SlotStore:
         self._unanswered: list[_Unanswered] = []
         self._in_flight: dict[str, int] = {}
         self._rehold: set[str] = set()
+        self._giving: set[asyncio.Task[None]] = set()
         self._lease_script = redis.register_script(LEASE_SCRIPT) if redis is not None else None
         self._heartbeat = redis.register_script(HEARTBEAT_SCRIPT) if redis is not None else None
         self._failures = 0
@@ -320,6 +321,30 @@ class SlotStore:
             self._local[(model, slot.endpoint)] = count
         else:
             self._local.pop((model, slot.endpoint), None)
+
+    def give_back(self, model: str, slot: Slot) -> None:
+        """Return a released slot to the store at once (not at the next trim): none of this processor's queued
+        requests wants its replica, and another processor's may (:mod:`~inferplane.processor.admission`). Sent in
+        the background; when the store does not take it, it is leased again here and the next trim returns it."""
+        lease = self._leases.get(model, {}).get(slot.endpoint)
+        if not slot.shared or self._redis is None or lease is None or lease.free <= 0 or model in self._rehold:
+            return
+        lease.leased -= 1
+        lease.low_water = min(lease.low_water, lease.free)
+        task = asyncio.get_running_loop().create_task(self._give_back(model, slot.endpoint))
+        self._giving.add(task)
+        task.add_done_callback(self._giving.discard)
+
+    async def _give_back(self, model: str, endpoint: str) -> None:
+        assert self._redis is not None
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._redis.hincrby(self._slot_key(model, endpoint), self.processor, -1)
+        except (RedisError, OSError, TimeoutError) as error:
+            log.warning("cannot give back a slot at once (%r): at the next trim", error)
+            lease = self._leases.setdefault(model, {}).setdefault(endpoint, _Lease())
+            lease.leased += 1
+            lease.low_water += 1
 
     async def trim(self) -> None:
         """Count the leases granted late, return every slot not needed since the last trim, and write back the

@@ -5,6 +5,7 @@ scale-from-zero hold and token accounting."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import time
@@ -20,9 +21,9 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from inferplane.processor import ext_proc
+from inferplane.processor import admission, ext_proc
 from inferplane.processor import metrics as gm
-from inferplane.processor.admission import ModelGate
+from inferplane.processor.admission import ModelGate, Turn
 from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
     SETTLE_METADATA_NAMESPACE,
@@ -37,8 +38,10 @@ from inferplane.processor.config import (
     TenantConfig,
     TierConfig,
 )
-from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Processor
+from inferplane.processor.endpoints import Endpoint
+from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Placement, Processor
 from inferplane.processor.redis_connection import connect_redis
+from inferplane.processor.slots import Slot
 from tests.gateway_support import model_config, routing_config, vllm_load
 from tests.ports import free_port
 from tests.tiny_model import words
@@ -522,6 +525,46 @@ def test_gate_cancellation_frees_the_queue() -> None:
         assert await gate.admit(nothing_free) == "slot"
 
     asyncio.run(run())
+
+
+def test_a_slot_none_of_its_waiters_wants_goes_back_to_the_store_at_once(
+    tokenizer_file: str, redis_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request ends on replica A while the worker's queue waits for B: the slot goes back to the store for
+    another worker's waiters (``admission``), not to this one's head; one its waiters want is kept and taken."""
+    monkeypatch.setattr(admission, "HEAD_PATIENCE_SECONDS", 60.0)  # the head never takes any slot here
+
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file), redis_port)
+        slots, gate = processor.slots, processor.gates["short"]
+        taken = [await slots.acquire("short", ["a:1"], 2, 2) for _ in range(2)]
+        first, second = (Placement("short", Endpoint("a:1"), slot, 1) for slot in taken if slot is not None)
+
+        async def wait_for(address: str, turn: Turn) -> Slot | None:
+            turn.prefers = frozenset({address})
+            return await slots.acquire("short", [address], 1, 1) if address == "a:1" else None
+
+        waiting_b = asyncio.ensure_future(gate.admit(functools.partial(wait_for, "b:1")))
+        await asyncio.wait_for(_until_true(lambda: gate.waiting == 1), 2.0)
+        processor._unplace(first)
+        await asyncio.wait_for(_until_true(lambda: slots.leased("short", "a:1") == 1), 2.0)
+        redis = Redis(port=redis_port)
+        key = f"{processor.config.redis_key_prefix}slots:{{short}}:leases:a:1"
+        assert int(await redis.hget(key, slots.processor) or 0) == 1  # the store counts the one still held
+        waiting_a = asyncio.ensure_future(gate.admit(functools.partial(wait_for, "a:1")))
+        await asyncio.wait_for(_until_true(lambda: gate.waiting == 2), 2.0)  # A is full (cap 1): it queues
+        processor._unplace(second)  # a waiter wants A: kept here and taken by it
+        slot = await asyncio.wait_for(waiting_a, 2.0)
+        assert slot is not None and slot.endpoint == "a:1" and slots.leased("short", "a:1") == 1
+        waiting_b.cancel()
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+async def _until_true(condition: Any) -> None:
+    while not condition():
+        await asyncio.sleep(0.001)
 
 
 def test_scale_from_zero_holds_then_503(tokenizer_file: str) -> None:
