@@ -21,7 +21,8 @@ the engines served 44% of prompt tokens from cache (ideal 95%) and the fleet 1,4
 behind Dynamo's KV router, which queues each request at its cheapest engine (``docs/simulate.md``). Ordered by
 preference within each worker, 92.6% and 3,982 tokens/s (median of three runs against Dynamo's 2,811), but one run
 in three collapsed (2,107: a worker's head spilled onto replicas whose slots it held and the other worker's waiters
-wanted); with one worker, three runs of three at 94.5-94.9%. SGLang orders its own waiting queue by longest prefix
+wanted); with one worker, three runs of three at 94.5-94.9%. With the workers sharing what they free, 91.9% and
+3,816 tokens/s (3,581-3,865 against Dynamo's 2,583-3,392). SGLang orders its own waiting queue by longest prefix
 match for the same reason (``--schedule-policy lpm``).
 
 Before that, a request whose best replica is full while others have room may be *held* for it a short while
