@@ -151,9 +151,11 @@ class ModelGate:
 
     def _may_take_any(self, waiter: _Waiter) -> bool:
         """First in line with no replica to prefer, or for :data:`HEAD_PATIENCE_SECONDS`."""
-        if waiter.head_since is None or not self._waiters or self._waiters[0] is not waiter:
+        if not self._waiters or self._waiters[0] is not waiter:
             return False
-        return not waiter.turn.prefers or time.monotonic() - waiter.head_since >= HEAD_PATIENCE_SECONDS
+        if not waiter.turn.prefers:  # even before its first turn as head: a slot freed now is its
+            return True
+        return waiter.head_since is not None and time.monotonic() - waiter.head_since >= HEAD_PATIENCE_SECONDS
 
     async def hold_for(self, attempt: Callable[[Hold], Awaitable[T | None]]) -> T | None:
         """``attempt(hold)``'s slot, tried now and again on every release (and every :data:`RETRY_SECONDS`) for as

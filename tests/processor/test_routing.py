@@ -454,8 +454,7 @@ def test_a_slot_given_back_at_once_goes_to_the_others_and_one_the_store_missed_a
 ) -> None:
     async def run() -> None:
         redis, admin = Redis(port=redis_port), Redis(port=redis_port)
-        holder = _store(redis, fresh_prefix, "holder", timeout_seconds=0.05)
-        other = _store(redis, fresh_prefix, "other", timeout_seconds=0.05)
+        holder, other = _store(redis, fresh_prefix, "holder"), _store(redis, fresh_prefix, "other")  # 0.5 s
         slot = await holder.acquire("m", ["a:1"], 1, 1)
         assert slot is not None
         holder.release("m", slot)
@@ -466,7 +465,7 @@ def test_a_slot_given_back_at_once_goes_to_the_others_and_one_the_store_missed_a
         assert _where(taken) == ("a:1", True) and await holder.acquire("m", ["a:1"], 1, 1) is None
         assert taken is not None
         other.release("m", taken)
-        await admin.client_pause(300, all=False)  # WRITE: the give-back times out
+        await admin.client_pause(1200, all=False)  # WRITE: the give-back times out (0.5 s)
         other.give_back("m", taken)
         assert other.leased("m", "a:1") == 0
         await _until(lambda: other.leased("m", "a:1") == 1)  # the store did not take it: leased again here
@@ -706,7 +705,7 @@ def test_a_slot_freed_on_a_replica_goes_to_the_oldest_waiter_preferring_it_else_
     while it waits for A (another worker's waiters may want C: the caller gives it back to the store); after
     HEAD_PATIENCE_SECONDS first in line the head takes a slot anywhere. Arrival order alone would give the head B's
     slot: a miss there, and B's own requests' prefix evicted."""
-    patience = 0.5  # past any stall of a loaded machine between the steps below
+    patience = 1.0  # past any stall of a loaded machine between the steps below
     monkeypatch.setattr(admission, "HEAD_PATIENCE_SECONDS", patience)
 
     async def run() -> None:
@@ -723,7 +722,7 @@ def test_a_slot_freed_on_a_replica_goes_to_the_oldest_waiter_preferring_it_else_
         assert not waiters["w1"].done() and not waiters["w3"].done()
         assert gate.released("C") is False  # nobody here wants C now: back to the store
         replicas.free.append("C")  # as another worker gives it back to the store
-        assert await asyncio.wait_for(waiters["w1"], 2.0) == "w1@C"
+        assert await asyncio.wait_for(waiters["w1"], 3.0) == "w1@C"
         assert time.monotonic() - started >= patience  # first in line that long (since before it queued)
         replicas.free.append("B")
         assert gate.released("B") is True
