@@ -668,8 +668,7 @@ def _processor_cluster(config: ProcessorConfig, spec: PlatformSpec) -> dict[str,
     with about 500 requests queued or served refused the rest's streams, each a 500 ``processor_unavailable``
     instead of a wait (the simulated fleet past its capacity: 1,022-1,024 streams open, 508-870 refused in a run;
     ``docs/simulate.md``)."""
-    max_replicas = {d.name: d.max_replicas for d in spec.models}
-    requests = sum(_requests_ceiling(m, max_replicas[m.name]) for m in config.models if m.role == "serve")
+    requests = sum(_requests_ceilings(config, spec).values())
     requests += sum(p.max_concurrency for p in cluster_providers(spec, config.tiers))
     streams = PROCESSOR_STREAMS_PER_REQUEST * requests * 2
     return {
@@ -800,26 +799,23 @@ def _guards(ceiling: int) -> dict[str, Any]:
     }
 
 
-def _requests_ceiling(model: ModelConfig, max_replicas: int) -> int:
-    """The most of ``model``'s requests one gateway pod may hold: every replica's slots and the pod's queue."""
-    return model.max_num_seqs * max_replicas + model.queue_max
+def _requests_ceilings(config: ProcessorConfig, spec: PlatformSpec) -> dict[str, int]:
+    """The most requests of each served model one gateway pod may hold: every replica's slots and the pod's queue."""
+    max_replicas = {d.name: d.max_replicas for d in spec.models}
+    return {m.name: m.max_num_seqs * max_replicas[m.name] + m.queue_max for m in config.models if m.role == "serve"}
 
 
 def _model_clusters(config: ProcessorConfig, spec: PlatformSpec) -> list[dict[str, Any]]:
-    max_replicas = {d.name: d.max_replicas for d in spec.models}
+    ceilings = _requests_ceilings(config, spec)
     by_name = {m.name: m for m in config.models}
-
-    def ceiling(model: ModelConfig) -> int:
-        return _requests_ceiling(model, max_replicas[model.name])
-
     clusters = []
     for model in (m for m in config.models if m.role == "serve"):
-        clusters.append({**_replica_cluster(model_cluster_name(model.name), [model]), **_guards(ceiling(model))})
+        clusters.append({**_replica_cluster(model_cluster_name(model.name), [model]), **_guards(ceilings[model.name])})
         fallbacks = [by_name[f] for f in _fallbacks(model.name, config.tiers)]
         if fallbacks:
             tiers = [model, *fallbacks]
             route = _replica_cluster(_route_cluster_name(model.name), tiers)
-            clusters.append({**route, **_guards(sum(ceiling(m) for m in tiers))})
+            clusters.append({**route, **_guards(sum(ceilings[m.name] for m in tiers))})
     return clusters
 
 
