@@ -155,6 +155,14 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.1)
 
 
+async def until(condition: Callable[[], bool], timeout: float) -> None:
+    """:func:`wait_until` inside a test's event loop: poll ``condition`` without blocking the loop; a TimeoutError
+    after ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
 def wait_port(port: int, timeout: float) -> None:
     """Poll until something accepts connections on ``port``."""
     deadline = time.monotonic() + timeout

@@ -25,6 +25,7 @@ from inferplane.processor.config import (
 )
 from inferplane.processor.difficulty_stage import DifficultyStage, Outcome, Routed
 from inferplane.processor.ext_proc import Processor
+from tests.gateway_support import until
 from tests.ports import free_port
 from tests.processor.test_ext_proc import _chat, _forwarded, _model, _request
 
@@ -65,14 +66,6 @@ async def _decide(stage: DifficultyStage, tier: str, text: str | None) -> Routed
     return stage.decide(tier, scored, vector)
 
 
-async def _until(condition: Any, seconds: float = 20.0) -> None:
-    """Wait for ``condition()`` (examples are embedded in the background), polling; fail after ``seconds``."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 def test_the_stage_sends_easy_prompts_to_the_cheap_model_and_hard_ones_to_the_strong(examples: str) -> None:
     counted: list[tuple[str, Outcome]] = []
 
@@ -82,7 +75,7 @@ def test_the_stage_sends_easy_prompts_to_the_cheap_model_and_hard_ones_to_the_st
         unready = await _decide(stage, "auto", EASY_ASKED)  # examples not embedded yet: strong, unscored
         assert (unready.model, unready.outcome, unready.vector) == ("large", "unscored", None)
         await stage.start()
-        await _until(lambda: "auto" in stage.scorers)
+        await until(lambda: "auto" in stage.scorers, 20.0)
         easy, hard = await _decide(stage, "auto", EASY_ASKED), await _decide(stage, "auto", HARD_ASKED)
         assert (easy.model, easy.outcome, easy.score) == ("small", "cheap", 0.0)
         assert (hard.model, hard.outcome, hard.score) == ("large", "strong", 1.0)
@@ -131,7 +124,7 @@ def test_a_request_for_a_routed_tier_goes_where_its_prompt_scores(tokenizer_file
         stage = processor.difficulty
         assert stage is not None
         await stage.start()  # what Processor.start does beside following the (here absent) replicas
-        await _until(lambda: "auto" in stage.scorers)
+        await until(lambda: "auto" in stage.scorers, 20.0)
         for asked, model, outcome in ((EASY_ASKED, "small", "cheap"), (HARD_ASKED, "large", "strong")):
             _, response = await _request(processor, _chat(asked, model="auto"))
             assert _forwarded(response)["model"] == model

@@ -42,7 +42,7 @@ from inferplane.processor.endpoints import Endpoint
 from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Placement, Processor
 from inferplane.processor.redis_connection import connect_redis
 from inferplane.processor.slots import Slot
-from tests.gateway_support import model_config, routing_config, vllm_load
+from tests.gateway_support import model_config, routing_config, until, vllm_load
 from tests.ports import free_port
 from tests.tiny_model import words
 
@@ -545,14 +545,14 @@ def test_a_slot_none_of_its_waiters_wants_goes_back_to_the_store_at_once(
             return await slots.acquire("short", [address], 1, 1) if address == "a:1" else None
 
         waiting_b = asyncio.ensure_future(gate.admit(functools.partial(wait_for, "b:1")))
-        await asyncio.wait_for(_until_true(lambda: gate.waiting == 1), 2.0)
+        await until(lambda: gate.waiting == 1, 2.0)
         processor._unplace(first)
-        await asyncio.wait_for(_until_true(lambda: slots.leased("short", "a:1") == 1), 2.0)
+        await until(lambda: slots.leased("short", "a:1") == 1, 2.0)
         redis = Redis(port=redis_port)
         key = f"{processor.config.redis_key_prefix}slots:{{short}}:leases:a:1"
         assert int(await redis.hget(key, slots.processor) or 0) == 1  # the store counts the one still held
         waiting_a = asyncio.ensure_future(gate.admit(functools.partial(wait_for, "a:1")))
-        await asyncio.wait_for(_until_true(lambda: gate.waiting == 2), 2.0)  # A is full (cap 1): it queues
+        await until(lambda: gate.waiting == 2, 2.0)  # A is full (cap 1): it queues
         processor._unplace(second)  # a waiter wants A: kept here and taken by it
         slot = await asyncio.wait_for(waiting_a, 2.0)
         assert slot is not None and slot.endpoint == "a:1" and slots.leased("short", "a:1") == 1
@@ -560,11 +560,6 @@ def test_a_slot_none_of_its_waiters_wants_goes_back_to_the_store_at_once(
         await redis.aclose()
 
     asyncio.run(run())
-
-
-async def _until_true(condition: Any) -> None:
-    while not condition():
-        await asyncio.sleep(0.001)
 
 
 def test_scale_from_zero_holds_then_503(tokenizer_file: str) -> None:

@@ -37,7 +37,7 @@ from inferplane.processor.prefix_index import (
 from inferplane.processor.redis_connection import connect_redis
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
-from tests.gateway_support import model_config, routing_config
+from tests.gateway_support import model_config, routing_config, until
 from tests.ports import free_port
 from tests.redis_server import RedisServer, redis_server
 
@@ -459,8 +459,10 @@ def test_a_slot_given_back_at_once_goes_to_the_others_and_one_the_store_missed_a
         assert slot is not None
         holder.release("m", slot)
         holder.give_back("m", slot)  # no trim
-        await _until(lambda: holder.leased("m", "a:1") == 0)
-        await _until_async(lambda: _counts(redis, fresh_prefix, "a:1"), {})
+        await until(lambda: holder.leased("m", "a:1") == 0, 2.0)
+        async with asyncio.timeout(2.0):
+            while await _counts(redis, fresh_prefix, "a:1"):
+                await asyncio.sleep(0.005)
         taken = await other.acquire("m", ["a:1"], 1, 1)
         assert _where(taken) == ("a:1", True) and await holder.acquire("m", ["a:1"], 1, 1) is None
         assert taken is not None
@@ -468,7 +470,7 @@ def test_a_slot_given_back_at_once_goes_to_the_others_and_one_the_store_missed_a
         await admin.client_pause(1200, all=False)  # WRITE: the give-back times out (0.5 s)
         other.give_back("m", taken)
         assert other.leased("m", "a:1") == 0
-        await _until(lambda: other.leased("m", "a:1") == 1)  # the store did not take it: leased again here
+        await until(lambda: other.leased("m", "a:1") == 1, 2.0)  # the store did not take it: leased again here
         await admin.set(f"{fresh_prefix}probe", 1)  # a write: answered when the pause ends
         await other.trim()  # the next trim returns it
         assert await _counts(redis, fresh_prefix, "a:1") == {} and other.leased("m", "a:1") == 0
@@ -476,12 +478,6 @@ def test_a_slot_given_back_at_once_goes_to_the_others_and_one_the_store_missed_a
         await admin.aclose()
 
     asyncio.run(run())
-
-
-async def _until_async(read: Any, expected: Any, timeout: float = 2.0) -> None:
-    async with asyncio.timeout(timeout):
-        while await read() != expected:
-            await asyncio.sleep(0.005)
 
 
 def test_a_dead_processors_slots_free_when_its_lease_lapses(redis_port: int, fresh_prefix: str) -> None:
@@ -691,12 +687,6 @@ class _Replicas:
         return attempt
 
 
-async def _until(condition: Any, timeout: float = 2.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.001)
-
-
 def test_a_slot_freed_on_a_replica_goes_to_the_oldest_waiter_preferring_it_else_back_to_the_store(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -715,7 +705,7 @@ def test_a_slot_freed_on_a_replica_goes_to_the_oldest_waiter_preferring_it_else_
         started = time.monotonic()
         for name in ("w1", "w2", "w3"):
             waiters[name] = asyncio.ensure_future(gate.admit(replicas.attempt(name)))
-            await _until(lambda: gate.waiting == len(waiters))
+            await until(lambda: gate.waiting == len(waiters), 2.0)
         replicas.free.append("B")
         assert gate.released("B") is True
         assert await asyncio.wait_for(waiters["w2"], 1.0) == "w2@B"
@@ -753,14 +743,14 @@ def test_only_the_front_of_the_queue_asks_again_the_rest_sleep_until_offered(mon
         queued = {}
         for name in [*front, "behind"]:
             queued[name] = asyncio.ensure_future(gate.admit(replicas.attempt(name)))
-            await _until(lambda: gate.waiting == len(queued))
-        await _until(lambda: min(replicas.attempts[name] for name in front) >= 4)
+            await until(lambda: gate.waiting == len(queued), 2.0)
+        await until(lambda: min(replicas.attempts[name] for name in front) >= 4, 2.0)
         assert replicas.attempts["behind"] == 1
         assert len([w for w in waits if w > admission.RETRY_SECONDS]) == 1  # behind: one wait, to its deadline
         replicas.free.append("A")
         assert gate.released("A") is True
         assert await asyncio.wait_for(queued["f0"], 1.0) == "f0@A"
-        await _until(lambda: replicas.attempts["behind"] >= 3)  # at the front now: it asks again
+        await until(lambda: replicas.attempts["behind"] >= 3, 2.0)  # at the front now: it asks again
         for task in queued.values():
             task.cancel()
 

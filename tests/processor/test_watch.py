@@ -22,7 +22,7 @@ from inferplane.processor.ext_proc import Processor
 from inferplane.processor.pick_bus import PickBus
 from inferplane.processor.prefix_index import pack_hashes
 from inferplane.processor.watch import Feed, Watcher
-from tests.gateway_support import model_config, routing_config
+from tests.gateway_support import model_config, routing_config, until
 from tests.processor.test_ext_proc import _config
 
 UP, DOWN = "10.0.0.1:8000", "10.0.0.2:8000"
@@ -56,16 +56,10 @@ class Replica:
         self._server.close()
 
 
-async def _until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 async def _read_by_the_worker(processor: Processor, replica: Replica) -> None:
     """Wait for a few more reads of the replica (nothing else reads it) and the worker's table showing them."""
     table, reads = processor.tables["m"], replica.reads
-    await _until(lambda: replica.reads > reads + 2 and table.ready()[0].running > reads + 2)
+    await until(lambda: replica.reads > reads + 2 and table.ready()[0].running > reads + 2, 10.0)
 
 
 def test_a_followed_round_is_read_as_the_tables_own() -> None:
@@ -124,7 +118,7 @@ def test_one_read_a_round_reaches_every_worker(tmp_path: Path) -> None:
             assert await feed.connect()
             feeds.append(feed)
         followers = [asyncio.ensure_future(feed.run()) for feed in feeds]
-        await _until(lambda: all(len(readings) >= 6 for readings in seen))
+        await until(lambda: all(len(readings) >= 6 for readings in seen), 10.0)
         for readings in seen:
             assert readings == list(range(int(readings[0]), int(readings[0]) + len(readings)))
         assert replica.reads - max(r[-1] for r in seen) <= 1  # a round may be in flight
@@ -164,13 +158,13 @@ def test_a_workers_picks_reach_every_other_worker_of_the_pod(tmp_path: Path, tok
         feeds[0].picked("m", address, [11, 12, 13])
         feeds[0].picked("other", address, [21])  # a model the workers lack
         feeds[0].picked("m", "10.9.9.9:8000", [31])  # a replica the processor does not know
-        await _until(lambda: len(got[1]) == 2 and index.overlap(address, [11, 12, 13]) == 3)
+        await until(lambda: len(got[1]) == 2 and index.overlap(address, [11, 12, 13]) == 3, 10.0)
         assert got == [[], [("m", address, [11, 12, 13]), ("m", "10.9.9.9:8000", [31])]]
         assert index.endpoints() == (address,) and index.size(address) == 3
         # The processor's own pick goes out to both other workers, with the prompt's hashes.
         placement = await processor._place(model, [41, 42], 32)
         assert placement is not None and placement.endpoint.address == address
-        await _until(lambda: all(len(picks) == (1, 3)[n] for n, picks in enumerate(got)))
+        await until(lambda: all(len(picks) == (1, 3)[n] for n, picks in enumerate(got)), 10.0)
         assert got[0] == [("m", address, [41, 42])] and got[1][-1] == ("m", address, [41, 42])
         await processor.aclose()
         watcher.cancel()
@@ -204,7 +198,7 @@ def test_a_pods_picks_reach_every_other_pod_through_redis_once(tmp_path: Path, r
             serving.append(asyncio.ensure_future(watcher.serve(listening.set)))
             await listening.wait()
             assert watcher.bus is not None
-            await _until(watcher.bus.subscribed.is_set)
+            await until(watcher.bus.subscribed.is_set, 10.0)
             watchers.append((path, watcher))
         got: list[list[tuple[str, str, list[int]]]] = [[], [], []]
         feeds = []
@@ -215,11 +209,11 @@ def test_a_pods_picks_reach_every_other_pod_through_redis_once(tmp_path: Path, r
         followers = [asyncio.ensure_future(feed.run()) for feed in feeds]
         feeds[0].picked("m", UP, [1, 2])
         feeds[0].picked("m", UP, [1, 2, 3])
-        await _until(lambda: len(got[1]) == 2 and len(got[2]) == 2)
+        await until(lambda: len(got[1]) == 2 and len(got[2]) == 2, 10.0)
         feeds[2].picked("m", DOWN, [7])  # and back: the second pod's pick reaches both workers of the first
         # Redis delivers a channel's messages to each subscriber in order: an echo of the first pod's own picks would
         # have reached it before the second pod's.
-        await _until(lambda: len(got[0]) == 1 and len(got[1]) == 3)
+        await until(lambda: len(got[0]) == 1 and len(got[1]) == 3, 10.0)
         assert got[0] == [("m", DOWN, [7])]
         assert got[1] == [("m", UP, [1, 2]), ("m", UP, [1, 2, 3]), ("m", DOWN, [7])]
         assert got[2] == [("m", UP, [1, 2]), ("m", UP, [1, 2, 3])]
@@ -267,9 +261,9 @@ def test_a_pick_a_worker_cannot_read_is_passed_over_and_the_stream_followed_on(
             other.write(json.dumps({"model": "m", "picked": picked}).encode() + b"\n")
         other.write(json.dumps({"model": "m", "picked": [address, pack_hashes([13, 14])]}).encode() + b"\n")
         await other.drain()
-        await _until(lambda: picks == [("m", address, [13, 14])])
+        await until(lambda: picks == [("m", address, [13, 14])], 10.0)
         reads = replica.reads
-        await _until(lambda: replica.reads > reads + 1)  # rounds go on arriving, and the worker still follows them
+        await until(lambda: replica.reads > reads + 1, 10.0)  # rounds go on arriving, and the worker still follows them
         assert not follower.done()
         logged = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
         assert len(logged) == 1 and logged[0].endswith(f"{[address, [11, 12]]!r}"), logged  # once, the first
@@ -309,7 +303,7 @@ def test_a_worker_reads_its_replicas_itself_without_a_watcher(tmp_path: Path, to
         following = Processor(config, None, CollectorRegistry())
         await following.start(path)
         table = following.tables["m"]
-        await _until(lambda: bool(table.ready()))
+        await until(lambda: bool(table.ready()), 10.0)
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
