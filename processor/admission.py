@@ -4,15 +4,18 @@ A request is admitted when one of the model's ready replicas has a free slot (:m
 fewer than its ``max_num_seqs`` in flight from every gateway), so the model's cap is the sum over its ready replicas
 of ``max_num_seqs`` and follows them as they come and go. Beyond that up to ``queue_max`` requests wait in arrival
 order, each at most ``queue_timeout_seconds``, and the rest are refused (429 + Retry-After). The queue's head
-retries when this processor frees a slot and every :data:`RETRY_SECONDS` (other gateways free slots unseen).
+retries when this processor frees a slot and every :data:`RETRY_SECONDS`.
 
 A slot freed on a replica goes first to the oldest waiter that *prefers* it (:class:`Turn`: the replicas holding the
 most of its prompt, or its new prefix's home), and to the head only when none does and the head may take any
-replica: it has none to prefer, or has been first in line :data:`HEAD_PATIENCE_SECONDS`. A slot nobody here wants
-goes back to the store at once, and the :data:`POLLING_WAITERS` at the front of the queue ask the store for the
-replicas they prefer every :data:`RETRY_SECONDS`: each processor worker keeps its own queue and sees only its own
-releases, and a slot one worker frees may be what another's waiters wait for. The rest of the queue sleeps until
-offered a slot (each waking every :data:`RETRY_SECONDS` cost the processor its CPU with a thousand queued).
+replica: it has none to prefer, or has been first in line :data:`HEAD_PATIENCE_SECONDS`; and then only one that no
+other request waits for (:attr:`Turn.others_want`, and the other workers' from :mod:`.peer_queues`). Each processor
+worker keeps its own queue and sees only its own releases, and a slot one worker frees may be what another's waiters
+wait for: a slot nobody here wants goes back to the store at once, and the other workers of every gateway pod are
+told (:mod:`.watch`), where the oldest waiter preferring that replica is offered it (:meth:`ModelGate.offer`). The
+:data:`POLLING_WAITERS` at the front of the queue also ask the store for the replicas they prefer every
+:data:`RETRY_SECONDS` (a slot a trim returned, or a message lost); the rest sleep until offered a slot (each waking
+every :data:`RETRY_SECONDS` cost the processor its CPU with a thousand queued).
 
 First come, first served alone gave every freed slot to the head, whose prefix the freed replica seldom held: on the
 simulated fleet past its capacity (8 replicas of prod's 70B, 20 shared 6,144-token prefixes, 40 requests/s offered
@@ -78,6 +81,10 @@ class Turn:
     prefers: frozenset[str] = frozenset()
     """The replicas it waits for, as its last attempt ranked them (set by the attempt); empty when no prefix makes
     one better than another."""
+    others_want: frozenset[str] = frozenset()
+    """When it may take any replica: those the other requests of this queue prefer (set by the queue). Taking
+    any replica means any that no request waits for: one another waits for is that request's, and taking it costs
+    this request's prefill there and evicts what the replica held for the other."""
 
 
 @dataclass(eq=False)
@@ -129,6 +136,10 @@ class ModelGate:
                 if position == 0 and waiter.head_since is None:
                     waiter.head_since = time.monotonic()
                 waiter.turn.anywhere = self._may_take_any(waiter)
+                if waiter.turn.anywhere:
+                    waiter.turn.others_want = frozenset(
+                        e for w in self._waiters if w is not waiter for e in w.turn.prefers
+                    )
                 if polling or waiter.offered:
                     offered, waiter.offered = waiter.offered and not waiter.turn.anywhere, False
                     taken = await attempt(waiter.turn)
@@ -148,6 +159,10 @@ class ModelGate:
             if len(self._waiters) >= POLLING_WAITERS:
                 self._waiters[POLLING_WAITERS - 1].wake.set()  # now at the front: it starts asking
             self._on_change()
+
+    def wants(self) -> frozenset[str]:
+        """The replicas some queued request prefers."""
+        return frozenset().union(*(waiter.turn.prefers for waiter in self._waiters))
 
     def _may_take_any(self, waiter: _Waiter) -> bool:
         """First in line with no replica to prefer, or for :data:`HEAD_PATIENCE_SECONDS`."""
@@ -187,13 +202,18 @@ class ModelGate:
         if not self._waiters:
             return True
         head = self._waiters[0]
-        chosen: _Waiter | None = head
-        if endpoint is not None:
-            chosen = next((w for w in self._waiters if endpoint in w.turn.prefers), None)
-            if chosen is None and self._may_take_any(head):
-                chosen = head
-        if chosen is None:
-            return False
-        chosen.offered = chosen is not head
-        chosen.wake.set()
+        if endpoint is None:
+            return self._wake(head)
+        return self.offer(endpoint) or (self._may_take_any(head) and self._wake(head))
+
+    def offer(self, endpoint: str) -> bool:
+        """Wake the oldest waiter preferring ``endpoint``, where a slot came free (here, or given back to the store
+        by another worker); False when none prefers it. The queue's head is not woken for a slot another worker
+        freed even when it may take any replica: the waiters preferring it, of every worker, ask first."""
+        chosen = next((w for w in self._waiters if endpoint in w.turn.prefers), None)
+        return chosen is not None and self._wake(chosen)
+
+    def _wake(self, waiter: _Waiter) -> bool:
+        waiter.offered = waiter is not self._waiters[0]
+        waiter.wake.set()
         return True

@@ -66,6 +66,7 @@ from inferplane.processor.config import (
 )
 from inferplane.processor.difficulty_stage import DifficultyStage, Routed, embedder_key
 from inferplane.processor.endpoints import Endpoint, EndpointTable
+from inferplane.processor.peer_queues import KEEPALIVE_SECONDS, SEND_SECONDS, PeerQueues
 from inferplane.processor.prefill import KV_TRANSFER_PARAMS, PrefillCall, PrefillStage
 from inferplane.processor.prefix_index import PrefixIndex, byte_blocks, model_seed, token_blocks
 from inferplane.processor.providers import Providers
@@ -371,11 +372,13 @@ class Processor:
             config.redis_key_prefix,
             self._slot_store_failed,
             timeout_seconds=config.slot_store_timeout_seconds,
+            on_given_back=self._gave_back,
         )
         self.gates: dict[str, ModelGate] = {}
         self.tables: dict[str, EndpointTable] = {}
         self.routers: dict[str, Router] = {}
         self._feed: Feed | None = None
+        self.peer_queues = PeerQueues()
         self._waiting_ready: dict[str, int] = {}
         self._update_gauges: dict[str, Callable[[], None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -496,6 +499,30 @@ class Processor:
         if router.prefix_aware and address in self.tables[model].endpoints:
             router.index.record(address, hashes)
 
+    def _gave_back(self, model: str, address: str) -> None:
+        """A slot on ``address`` none of this worker's queued requests wanted is back in the store: the other
+        workers, of this pod and the others, offer it to a request of theirs that prefers the replica."""
+        if self._feed is not None:
+            self._feed.freed(model, address)
+
+    def _peer_freed(self, model: str, address: str) -> None:
+        """Another worker gave a slot on ``address`` back to the store: the oldest request here preferring it asks."""
+        self.gates[model].offer(address)
+
+    async def _tell_wants(self, feed: Feed) -> None:
+        """Send the other workers what each model's queue waits for (:mod:`.peer_queues`), forever (cancelled at
+        shutdown)."""
+        said: dict[str, tuple[float, frozenset[str]]] = {}
+        while True:
+            await asyncio.sleep(SEND_SECONDS)
+            now = time.monotonic()
+            for model, gate in self.gates.items():
+                wants = gate.wants()
+                sent, before = said.get(model, (0.0, frozenset()))
+                if wants != before or (wants and now - sent >= KEEPALIVE_SECONDS):
+                    feed.wants(model, self.slots.processor, wants)
+                    said[model] = (now, wants)
+
     async def _follow(self, feed: Feed) -> None:
         """Follow the watcher's rounds; when it goes away, read the replicas here instead."""
         try:
@@ -510,10 +537,22 @@ class Processor:
         """Start following every model's replicas and renewing the slot lease (the worker's event loop runs).
         ``watch_socket``: the pod's replica watcher (:mod:`inferplane.processor.watch`), whose rounds the tables
         follow; None, or a watcher that cannot be reached: this worker reads its replicas itself."""
-        feed = Feed(watch_socket, self.tables, self._lost, self._peer_picked) if watch_socket is not None else None
+        feed = (
+            Feed(
+                watch_socket,
+                self.tables,
+                self._lost,
+                self._peer_picked,
+                on_freed=self._peer_freed,
+                on_wants=self.peer_queues.heard,
+            )
+            if watch_socket is not None
+            else None
+        )
         if feed is not None and await feed.connect():
             self._feed = feed
             self._tasks.append(asyncio.ensure_future(self._follow(feed)))
+            self._tasks.append(asyncio.ensure_future(self._tell_wants(feed)))
         else:
             for table in self.tables.values():
                 await table.refresh()  # a first view before the first request
@@ -897,8 +936,8 @@ class Processor:
         A request on ``hold`` for its prefix accepts only the replicas that lack no more blocks than the router's
         first choice, plus as many as it has waited prefill times of a block: ski rental, so holding costs at most
         the prefill it saves, and the request never does worse than twice the better of waiting and spilling. A
-        queued one (``turn``) notes the replicas it prefers and, unless it may take any (:class:`Turn`), accepts
-        only those."""
+        queued one (``turn``) notes the replicas it prefers and accepts only those, or when it may take any
+        (:class:`Turn`) those and every replica no other request of any worker waits for."""
         router = self.routers[model.name]
         started = self.stages.read()
         ranking = router.rank(self.tables[model.name].ready(), hashes, prompt)
@@ -912,7 +951,10 @@ class Processor:
             ranked = [a for a in ranked if (first - ranking.overlaps[a]) * per_block <= hold.waited]
         if turn is not None:
             turn.prefers = ranking.preferred()
-            if not turn.anywhere:
+            if turn.anywhere:  # any replica no other request (of any worker) waits for
+                theirs = turn.others_want | self.peer_queues.wanted(model.name)
+                ranked = [a for a in ranked if a in turn.prefers or a not in theirs]
+            else:
                 ranked = [a for a in ranked if a in turn.prefers]
         taken = await self.slots.acquire(
             model.name,
@@ -969,7 +1011,8 @@ class Processor:
         return await self._place(call.role, list(call.hashes), call.prompt_tokens)
 
     def _unplace(self, placement: Placement) -> None:
-        """The request holding ``placement`` ended: free its slot and wake the model's queue."""
+        """The request holding ``placement`` ended: free its slot and wake the model's queue (or, when none of its
+        requests wants the replica, give the slot back to the store for the other workers')."""
         Router.finished(placement.endpoint, placement.blocks)
         self.slots.release(placement.model, placement.slot)
         if not self.gates[placement.model].released(placement.endpoint.address):

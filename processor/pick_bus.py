@@ -1,8 +1,9 @@
-"""The gateway pods' picks, passed between them over Redis pub/sub: every pod's prefix index learns every pod's picks.
+"""The gateway pods' picks, passed between them over Redis pub/sub: every pod's prefix index learns every pod's picks
+(and every pod's workers hear of the slots the others give back to the store, :mod:`.watch`).
 
 Within a pod the workers pass their picks to each other over the watcher's socket (:mod:`.watch`). Across pods
 each pod's watcher publishes its workers' picks on one channel of the gateway's Redis (the budgets' and the slots'
-store, ``<redis_key_prefix>picks.2``) and hands the other pods' picks to its workers, whose indexes record them as
+store, ``<redis_key_prefix>picks.3``) and hands the other pods' picks to its workers, whose indexes record them as
 their own. Learning apart, three pods in front of the simulated fleet (8 replicas of prod's 70B, 20 shared
 6,144-token prefixes, ``docs/simulate.md``) each homed every prefix themselves (60-61 homes for 20 prefixes a run),
 and the engines served 79.3-84.1% of prompt tokens from cache against an ideal 92.1%; through the channel, 92.1% in
@@ -30,11 +31,12 @@ from inferplane.processor.redis_connection import connect_redis
 
 log = logging.getLogger(__name__)
 
-CHANNEL_SUFFIX = "picks.2"
+CHANNEL_SUFFIX = "picks.3"
 """The channel, after the gateway's ``redis_key_prefix``: one per gateway, whose pods route to the same replicas. The
-number is the lines' format (2: the hashes packed as text, :func:`~inferplane.processor.prefix_index.pack_hashes`;
-1 was a JSON list): during a rolling update the pods of two releases publish on two channels and learn apart, as
-when Redis does not answer, instead of reading lines they cannot."""
+number is the lines' format (3: picks and slots given back, ``{"model": M, "freed": address}``, :mod:`.watch`; 2:
+picks alone, which a worker of that release would read a freed slot's line as a round's beginning; 1: the hashes as
+a JSON list): during a rolling update the pods of two releases publish on two channels and learn apart, as when
+Redis does not answer, instead of reading lines they cannot."""
 RECONNECT_SECONDS = 1.0
 """How long the subscriber waits before it subscribes again after Redis went away."""
 HEALTH_CHECK_SECONDS = 30

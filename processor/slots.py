@@ -101,6 +101,13 @@ processor, the cap, the lease (ms), the hashes' expiry (ms), the token's expiry 
 replica with room and returns its 1-based position (0 when all are full; also left in the token) and whether this
 processor's lease on the store had lapsed (or never existed)."""
 
+GIVE_BACK_SCRIPT = """
+redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+redis.call('SET', KEYS[2], 1, 'PX', tonumber(ARGV[2]))
+"""
+"""KEYS: the replica's hash, this call's token; ARGV: this processor, the token's expiry (ms). Gives one leased slot
+back and leaves the token, so a processor that gave up waiting learns later whether it ran."""
+
 HEARTBEAT_SCRIPT = """
 local now = redis.call('TIME')
 local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
@@ -159,12 +166,14 @@ class _Lease:
 
 @dataclass(frozen=True)
 class _Unanswered:
-    """A lease script that timed out: it may still have leased a slot on one of ``asked``."""
+    """A lease script that timed out: it may still have leased a slot on one of ``asked``; or a give-back that did
+    (``given_back``): it may still have given back the slot on ``asked[0]``."""
 
     model: str
     token: str
     asked: tuple[str, ...]
     at: float
+    given_back: bool = False
 
 
 class SlotStore:
@@ -182,8 +191,11 @@ class SlotStore:
         timeout_seconds: float = 0.5,
         trim_seconds: float = TRIM_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        on_given_back: Callable[[str, str], None] = lambda _model, _endpoint: None,
     ) -> None:
+        """``on_given_back(model, endpoint)``: called once a slot :meth:`give_back` returned is in the store."""
         self._redis = redis
+        self._on_given_back = on_given_back
         self._prefix = key_prefix
         self._on_fallback = on_fallback
         self.processor = processor or processor_id()
@@ -200,6 +212,7 @@ class SlotStore:
         self._rehold: set[str] = set()
         self._giving: set[asyncio.Task[None]] = set()
         self._lease_script = redis.register_script(LEASE_SCRIPT) if redis is not None else None
+        self._give_back_script = redis.register_script(GIVE_BACK_SCRIPT) if redis is not None else None
         self._heartbeat = redis.register_script(HEARTBEAT_SCRIPT) if redis is not None else None
         self._failures = 0
         self._down_until = 0.0
@@ -325,7 +338,9 @@ class SlotStore:
     def give_back(self, model: str, slot: Slot) -> None:
         """Return a released slot to the store at once (not at the next trim): none of this processor's queued
         requests wants its replica, and another processor's may (:mod:`~inferplane.processor.admission`). Sent in
-        the background; when the store does not take it, it is leased again here and the next trim returns it."""
+        the background, then ``on_given_back`` called; when the store does not answer in time, a later trim finds
+        out whether it ran and, when not, returns it again. Nothing when the slot is not this processor's to give
+        back (its fallback share, or counts to be written back)."""
         lease = self._leases.get(model, {}).get(slot.endpoint)
         if not slot.shared or self._redis is None or lease is None or lease.free <= 0 or model in self._rehold:
             return
@@ -336,15 +351,22 @@ class SlotStore:
         task.add_done_callback(self._giving.discard)
 
     async def _give_back(self, model: str, endpoint: str) -> None:
-        assert self._redis is not None
+        """Give back one slot; one the store did not answer for in time may still be given back late (a stalled
+        server runs what waits in its socket when it resumes): a trim :data:`RECONCILE_AFTER_SECONDS` later reads
+        its token and leases it again here only when it never ran. Leased again at once, a give-back that ran late
+        left the store counting one slot fewer than this processor used: one request above the replica's cap for as
+        long as this processor lived."""
+        assert self._give_back_script is not None
+        token = f"{self.processor}:{next(self._tokens)}"
+        keys = [self._slot_key(model, endpoint), self._token_key(model, token)]
         try:
             async with asyncio.timeout(self._timeout):
-                await self._redis.hincrby(self._slot_key(model, endpoint), self.processor, -1)
+                await self._give_back_script(keys=keys, args=[self.processor, GRANT_TOKEN_TTL_MS])
         except (RedisError, OSError, TimeoutError) as error:
-            log.warning("cannot give back a slot at once (%r): at the next trim", error)
-            lease = self._leases.setdefault(model, {}).setdefault(endpoint, _Lease())
-            lease.leased += 1
-            lease.low_water += 1
+            log.warning("a slot given back was not answered for in time (%r): its token is read later", error)
+            self._unanswered.append(_Unanswered(model, token, (endpoint,), self._clock(), given_back=True))
+            return
+        self._on_given_back(model, endpoint)
 
     async def trim(self) -> None:
         """Count the leases granted late, return every slot not needed since the last trim, and write back the
@@ -395,11 +417,14 @@ class SlotStore:
             return
         for unanswered, position in zip(due, positions, strict=True):
             self._unanswered.remove(unanswered)
-            if position:
-                endpoint = unanswered.asked[int(position) - 1]
+            if unanswered.given_back:  # never ran: the slot is still this processor's, and this trim returns it
+                endpoint = None if position else unanswered.asked[0]
+            else:  # a lease granted late: this processor's, never needed, and this trim returns it
+                endpoint = unanswered.asked[int(position) - 1] if position else None
+            if endpoint is not None:
                 lease = self._leases.setdefault(unanswered.model, {}).setdefault(endpoint, _Lease())
                 lease.leased += 1
-                lease.low_water += 1  # never needed: this trim returns it
+                lease.low_water += 1
 
     async def renew(self, models: Sequence[str]) -> None:
         """Renew this processor's lease on the store; where it had lapsed, its counts are written back at the next

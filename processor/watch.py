@@ -23,6 +23,13 @@ two replicas, each computing it and each holding a copy. On the simulated fleet 
 the stack's two workers, 91.9-92.1% (the ideal: 92.1%) behind one. A pick's line is about 11 bytes a block; a worker
 that leaves :data:`BACKLOG_LIMIT_BYTES` unsent stops sending (its index learns alone). With a Redis, the watcher also
 publishes its workers' picks to the gateway's other pods and passes theirs on to its workers (:mod:`.pick_bus`).
+
+The same way the workers share their queues: each sends the replicas its queued requests prefer, ``{"model": M,
+"from": worker, "wants": [address, ...]}`` (:mod:`.peer_queues`: a request allowed to take any replica leaves those to
+them), and a worker that gives a slot back to the store because none of its queued requests wanted the replica says
+so, ``{"model": M, "freed": address}``: every other worker wakes its oldest request preferring the replica to lease
+the slot (:meth:`~inferplane.processor.admission.ModelGate.offer`) within a message's latency, where it saw such a
+slot only by polling the store.
 """
 
 from __future__ import annotations
@@ -137,11 +144,16 @@ class Watcher:
 
 PickedCallback = Callable[[str, str, list[int]], None]
 """Called with a model, a replica's address and a prompt's block hashes another worker placed there."""
+FreedCallback = Callable[[str, str], None]
+"""Called with a model and a replica's address where another worker gave a slot back to the store."""
+WantsCallback = Callable[[str, str, frozenset[str]], None]
+"""Called with a model, another worker, and the replicas its queued requests prefer."""
 
 
 class Feed:
     """A worker's end of the watcher's socket: each round it sends is followed by the worker's table of that model,
-    each pick of another worker handed to ``on_picked``, and this worker's picks sent (:meth:`picked`)."""
+    each pick of another worker handed to ``on_picked`` and each slot it freed to ``on_freed``, and this worker's
+    picks and freed slots sent (:meth:`picked`, :meth:`freed`)."""
 
     def __init__(
         self,
@@ -149,11 +161,16 @@ class Feed:
         tables: dict[str, EndpointTable],
         on_lost: Callable[[str, list[str]], None],
         on_picked: PickedCallback = lambda _model, _address, _hashes: None,
+        *,
+        on_freed: FreedCallback = lambda _model, _address: None,
+        on_wants: WantsCallback = lambda _model, _worker, _wants: None,
     ) -> None:
         self.path = path
         self.tables = tables
         self._on_lost = on_lost
         self._on_picked = on_picked
+        self._on_freed = on_freed
+        self._on_wants = on_wants
         self._unreadable_pick_logged = False
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -199,6 +216,14 @@ class Feed:
             if (picked := event.get("picked")) is not None:
                 self._pick(model, picked)
                 return ""
+            if (freed := event.get("freed")) is not None:
+                if model in self.tables:
+                    self._on_freed(model, str(freed))
+                return ""
+            if (wants := event.get("wants")) is not None:
+                if model in self.tables:
+                    self._on_wants(model, str(event["from"]), frozenset(map(str, wants)))
+                return ""
             replicas = event.get("replicas")
             loads = [Load(str(a), bool(r), float(n), float(w), float(kv)) for a, r, n, w, kv in replicas or ()]
         except (ValueError, KeyError, TypeError, IndexError):  # not the watcher's line: stop following, read alone
@@ -233,12 +258,24 @@ class Feed:
     def picked(self, model: str, address: str, hashes: Sequence[int]) -> None:
         """Tell the other workers that this one placed a prompt of ``hashes`` on ``address`` (nothing when not
         connected, or when the watcher has left :data:`BACKLOG_LIMIT_BYTES` unread)."""
+        self._send({"model": model, "picked": [address, pack_hashes(hashes)]})
+
+    def freed(self, model: str, address: str) -> None:
+        """Tell the other workers that this one gave a slot on ``address`` back to the store (nothing when not
+        connected, or when the watcher has left :data:`BACKLOG_LIMIT_BYTES` unread)."""
+        self._send({"model": model, "freed": address})
+
+    def wants(self, model: str, worker: str, wants: frozenset[str]) -> None:
+        """Tell the other workers which replicas this one's (``worker``'s) queued requests prefer."""
+        self._send({"model": model, "from": worker, "wants": sorted(wants)})
+
+    def _send(self, event: dict[str, object]) -> None:
         writer = self._writer
         if writer is None or writer.is_closing():
             return
         if writer.transport.get_write_buffer_size() > BACKLOG_LIMIT_BYTES:
             return
-        writer.write(json.dumps({"model": model, "picked": [address, pack_hashes(hashes)]}).encode() + b"\n")
+        writer.write(json.dumps(event).encode() + b"\n")
 
     async def aclose(self) -> None:
         """Disconnect."""

@@ -562,6 +562,33 @@ def test_a_slot_none_of_its_waiters_wants_goes_back_to_the_store_at_once(
     asyncio.run(run())
 
 
+def test_a_request_that_may_take_any_replica_leaves_those_others_wait_for(tokenizer_file: str) -> None:
+    """Allowed to take any replica (:class:`Turn`), a request takes the cheapest that no other queued request
+    prefers, this worker's (``others_want``) or another's (``peer_queues``); none when every free one is theirs."""
+
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file))
+        model = processor.config.models[0]
+        cheap, dear = "127.0.0.1:1", "127.0.0.1:2"
+        _ready(processor, "short", cheap, dear)
+        processor.tables["short"].endpoints[dear].running = 10.0
+
+        async def placed(turn: Turn) -> str | None:
+            placement = await processor._place(model, [], 32, turn=turn)
+            if placement is None:
+                return None
+            processor._unplace(placement)
+            return placement.endpoint.address
+
+        assert await placed(Turn(anywhere=True)) == cheap
+        assert await placed(Turn(anywhere=True, others_want=frozenset({cheap}))) == dear
+        processor.peer_queues.heard("short", "another worker", frozenset({cheap}))
+        assert await placed(Turn(anywhere=True)) == dear
+        assert await placed(Turn(anywhere=True, others_want=frozenset({dear}))) is None
+
+    asyncio.run(run())
+
+
 def test_scale_from_zero_holds_then_503(tokenizer_file: str) -> None:
     async def run() -> None:
         model = _model("short", tokenizer_file, scale_to_zero=True, cold_start_hold_seconds=0.8)

@@ -452,17 +452,29 @@ def test_a_slot_left_unneeded_for_a_trim_goes_back_to_the_others(redis_port: int
 def test_a_slot_given_back_at_once_goes_to_the_others_and_one_the_store_missed_at_the_next_trim(
     redis_port: int, fresh_prefix: str
 ) -> None:
+    """A slot given back is told (``on_given_back``: the other workers' waiters preferring its replica then ask for it)
+    only once the store has it. One the store never took (the client gave up while the server was paused, and the
+    command died with its connection) is found by its token's absence at the first trim a second later, leased again
+    and returned; it is not told."""
+
     async def run() -> None:
         redis, admin = Redis(port=redis_port), Redis(port=redis_port)
-        holder, other = _store(redis, fresh_prefix, "holder"), _store(redis, fresh_prefix, "other")  # 0.5 s
+        told: list[tuple[str, str, dict[str, int]]] = []
+        now = [0.0]
+
+        def tell(model: str, endpoint: str) -> None:
+            counts = asyncio.ensure_future(_counts(redis, fresh_prefix, endpoint))  # read as the waiters would
+            counts.add_done_callback(lambda done: told.append((model, endpoint, done.result())))
+
+        holder = _store(redis, fresh_prefix, "holder", on_given_back=tell)  # 0.5 s
+        other = _store(redis, fresh_prefix, "other", on_given_back=tell, clock=lambda: now[0])
         slot = await holder.acquire("m", ["a:1"], 1, 1)
         assert slot is not None
         holder.release("m", slot)
         holder.give_back("m", slot)  # no trim
-        await until(lambda: holder.leased("m", "a:1") == 0, 2.0)
-        async with asyncio.timeout(2.0):
-            while await _counts(redis, fresh_prefix, "a:1"):
-                await asyncio.sleep(0.005)
+        assert holder.leased("m", "a:1") == 0
+        await until(lambda: len(told) == 1, 2.0)
+        assert told == [("m", "a:1", {})]  # in the store when told
         taken = await other.acquire("m", ["a:1"], 1, 1)
         assert _where(taken) == ("a:1", True) and await holder.acquire("m", ["a:1"], 1, 1) is None
         assert taken is not None
@@ -470,14 +482,62 @@ def test_a_slot_given_back_at_once_goes_to_the_others_and_one_the_store_missed_a
         await admin.client_pause(1200, all=False)  # WRITE: the give-back times out (0.5 s)
         other.give_back("m", taken)
         assert other.leased("m", "a:1") == 0
-        await until(lambda: other.leased("m", "a:1") == 1, 2.0)  # the store did not take it: leased again here
-        await admin.set(f"{fresh_prefix}probe", 1)  # a write: answered when the pause ends
-        await other.trim()  # the next trim returns it
+        await admin.set(f"{fresh_prefix}probe", 1)  # a write: answered when the pause ends, long after the timeout
+        assert await _counts(redis, fresh_prefix, "a:1") == {"other": 1}  # it never ran
+        await other.trim()  # too early: a late give-back might not have run yet
+        assert await _counts(redis, fresh_prefix, "a:1") == {"other": 1} and other.leased("m", "a:1") == 0
+        now[0] += 1.0
+        await other.trim()  # no token: leased again, and returned
         assert await _counts(redis, fresh_prefix, "a:1") == {} and other.leased("m", "a:1") == 0
+        assert len(told) == 1  # the give-back the store did not take was not told
         await redis.aclose()
         await admin.aclose()
 
     asyncio.run(run())
+
+
+def test_a_give_back_that_ran_after_its_timeout_is_not_leased_again(tmp_path: Path) -> None:
+    """Redis stalls while a slot is given back (stopped: the script waits in its socket and runs when the server
+    resumes, after the processor gave up): the store no longer counts the slot, so the processor must not either.
+    Leasing it again at once (as before) left the store counting one slot fewer than the processor used, one request
+    above the replica's cap for as long as the processor lived; the trim a second later finds the token and leaves it
+    given back."""
+    now = [0.0]
+
+    async def run(server: RedisServer) -> None:
+        redis = Redis(port=server.port)
+        slow = SlotStore(redis, "p:", lambda _: None, processor="slow", timeout_seconds=0.05, clock=lambda: now[0])
+        timely = _store(Redis(port=server.port), "p:", "timely")
+        slot = await slow.acquire("m", ["a:1"], 1, 1)  # the lease script loaded and the connection open
+        assert _where(slot) == ("a:1", True) and slot is not None
+        assert await timely.acquire("m", ["a:1"], 1, 1) is None
+        warm = await slow.acquire("m", ["b:1"], 1, 1)  # the give-back script loaded too (a late EVALSHA of an
+        assert warm is not None  # unloaded script would only answer NOSCRIPT)
+        slow.release("m", warm)
+        slow.give_back("m", warm)
+        await until(lambda: slow.leased("m", "b:1") == 0, 2.0)
+        async with asyncio.timeout(2.0):
+            while await _counts(redis, "p:", "b:1"):
+                await asyncio.sleep(0.005)
+        slow.release("m", slot)
+        server.pause()
+        try:
+            slow.give_back("m", slot)
+            await until(lambda: bool(slow._unanswered), 2.0)  # past the 50 ms timeout: the processor gave up
+        finally:
+            server.resume()
+        async with asyncio.timeout(2.0):  # the script runs now
+            while await _counts(redis, "p:", "a:1"):
+                await asyncio.sleep(0.005)
+        now[0] += 1.0
+        await slow.trim()
+        assert slow.leased("m", "a:1") == 0 and await _counts(redis, "p:", "a:1") == {}
+        assert _where(await timely.acquire("m", ["a:1"], 1, 1)) == ("a:1", True)
+        assert await slow.acquire("m", ["a:1"], 1, 1) is None  # the cap holds: the slot is timely's alone
+        await redis.aclose()
+
+    with redis_server(tmp_path) as server:
+        asyncio.run(run(server))
 
 
 def test_a_dead_processors_slots_free_when_its_lease_lapses(redis_port: int, fresh_prefix: str) -> None:
@@ -721,6 +781,70 @@ def test_a_slot_freed_on_a_replica_goes_to_the_oldest_waiter_preferring_it_else_
         assert gate.released("B") is True
         assert await asyncio.wait_for(waiters["w3"], 1.0) == "w3@B"
         assert gate.released("D") is True  # nobody queues: the slot stays for the next arrival
+
+    asyncio.run(run())
+
+
+def test_a_slot_another_worker_gave_back_is_offered_to_the_oldest_waiter_preferring_it_never_to_the_head(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``offer`` (another worker gave a slot back to the store): the oldest waiter preferring its replica asks for it;
+    when none does, nobody is woken, not even a head that may take any replica (the waiters of the other workers that
+    prefer it ask first; the head finds it on its next poll)."""
+    monkeypatch.setattr(admission, "RETRY_SECONDS", 60.0)  # no poll during the test: only an offer wakes a waiter
+
+    async def run() -> None:
+        gate = ModelGate(queue_max=8, queue_timeout=5.0, on_change=lambda: None)
+        replicas = _Replicas({"w1": set(), "w2": {"B"}, "w3": {"B"}})
+        waiters = {}
+        for name in ("w1", "w2", "w3"):
+            waiters[name] = asyncio.ensure_future(gate.admit(replicas.attempt(name)))
+            await until(lambda: gate.waiting == len(waiters), 2.0)
+        attempts = dict(replicas.attempts)
+        replicas.free.append("C")
+        assert gate.offer("C") is False
+        await asyncio.sleep(0.05)  # a woken waiter would have asked by now (no condition marks its not asking)
+        assert replicas.attempts == attempts  # w1, which may take C, did not ask
+        replicas.free.append("B")
+        assert gate.offer("B") is True
+        assert await asyncio.wait_for(waiters["w2"], 1.0) == "w2@B"  # the older of the two preferring B
+        for task in waiters.values():
+            task.cancel()
+
+    asyncio.run(run())
+
+
+def test_a_head_that_may_take_any_replica_is_told_those_the_others_wait_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue says which replicas its requests prefer (what the other workers hear, ``peer_queues``), and a head
+    allowed to take any replica is told those the requests behind it prefer (``Turn.others_want``: its attempt leaves
+    them to them); both follow the queue as requests leave."""
+    monkeypatch.setattr(admission, "RETRY_SECONDS", 0.01)  # the head asks again often
+
+    async def run() -> None:
+        gate = ModelGate(queue_max=8, queue_timeout=5.0, on_change=lambda: None)
+        seen: list[tuple[bool, frozenset[str]]] = []
+
+        async def head(turn: Turn) -> str | None:
+            seen.append((turn.anywhere, turn.others_want))
+            return None  # nothing it may take is free
+
+        replicas = _Replicas({"w2": {"B"}, "w3": {"B", "C"}})
+        waiters = {"w1": asyncio.ensure_future(gate.admit(head))}  # prefers nothing: it may take any replica
+        await until(lambda: gate.waiting == 1, 2.0)
+        for name in ("w2", "w3"):
+            waiters[name] = asyncio.ensure_future(gate.admit(replicas.attempt(name)))
+            await until(lambda: gate.waiting == len(waiters), 2.0)
+        assert gate.wants() == {"B", "C"}
+        count = len(seen)
+        await until(lambda: len(seen) > count + 1, 2.0)
+        assert seen[-1] == (True, frozenset({"B", "C"}))
+        waiters["w3"].cancel()
+        await until(lambda: gate.waiting == 2, 2.0)
+        count = len(seen)
+        await until(lambda: len(seen) > count + 1, 2.0)
+        assert seen[-1] == (True, frozenset({"B"})) and gate.wants() == {"B"}
+        for task in waiters.values():
+            task.cancel()
 
     asyncio.run(run())
 

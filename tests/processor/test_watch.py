@@ -8,19 +8,22 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from inferplane.processor import watch
+from inferplane.processor import admission, watch
+from inferplane.processor.admission import Turn
 from inferplane.processor.config import ModelConfig
-from inferplane.processor.endpoints import EndpointTable, Load
-from inferplane.processor.ext_proc import Processor
+from inferplane.processor.endpoints import Endpoint, EndpointTable, Load
+from inferplane.processor.ext_proc import Placement, Processor
 from inferplane.processor.pick_bus import PickBus
 from inferplane.processor.prefix_index import pack_hashes
+from inferplane.processor.redis_connection import connect_redis
+from inferplane.processor.slots import Slot
 from inferplane.processor.watch import Feed, Watcher
 from tests.gateway_support import model_config, routing_config, until
 from tests.processor.test_ext_proc import _config
@@ -173,6 +176,101 @@ def test_a_workers_picks_reach_every_other_worker_of_the_pod(tmp_path: Path, tok
         await asyncio.wait_for(asyncio.gather(*followers), 5)
         for feed in feeds:
             await feed.aclose()
+        replica.close()
+
+    asyncio.run(run())
+
+
+def test_a_slot_one_worker_gives_back_is_offered_to_another_workers_waiter_preferring_it(
+    tmp_path: Path, tokenizer_file: str, redis_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers of a pod on one watcher and one slot store. The first holds replica A's only slot and queues a
+    request waiting for B; the second queues one waiting for A. When the first's request on A ends, none of its
+    waiters wants A: the slot goes back to the store, the second worker is told, and its waiter leases it. Nobody
+    polls here (``RETRY_SECONDS`` past the queue's timeout, the heads never take any replica): only the message can
+    wake it."""
+    monkeypatch.setattr(admission, "RETRY_SECONDS", 60.0)
+    monkeypatch.setattr(admission, "HEAD_PATIENCE_SECONDS", 60.0)
+
+    async def run() -> None:
+        replica = Replica()
+        model = _model(await replica.start(), tokenizer=tokenizer_file)
+        path = str(tmp_path / watch.SOCKET_NAME)
+        listening = asyncio.Event()
+        watcher = asyncio.ensure_future(Watcher([model], path).serve(listening.set))
+        await listening.wait()
+        config = _config(tokenizer_file, model)
+        workers = [
+            Processor(config, connect_redis(f"redis://127.0.0.1:{redis_port}/0", 0.5), CollectorRegistry())
+            for _ in range(2)
+        ]
+        for worker in workers:
+            await worker.start(path)
+        first, second = workers
+        slot = await first.slots.acquire("m", ["a:1"], 1, 1)
+        assert slot is not None and await second.slots.acquire("m", ["a:1"], 1, 1) is None  # A's only slot
+
+        def waiting_for(worker: Processor, address: str) -> Callable[[Turn], Awaitable[Slot | None]]:
+            async def attempt(turn: Turn) -> Slot | None:
+                turn.prefers = frozenset({address})
+                return await worker.slots.acquire("m", [address], 1, 1) if address == "a:1" else None
+
+            return attempt
+
+        waiting_b = asyncio.ensure_future(first.gates["m"].admit(waiting_for(first, "b:1")))
+        waiting_a = asyncio.ensure_future(second.gates["m"].admit(waiting_for(second, "a:1")))
+        await until(lambda: first.gates["m"].waiting == second.gates["m"].waiting == 1, 2.0)
+        first._unplace(Placement("m", Endpoint("a:1"), slot, 1))
+        taken = await asyncio.wait_for(waiting_a, 5.0)
+        assert taken is not None and taken.endpoint == "a:1" and second.slots.leased("m", "a:1") == 1
+        assert first.slots.leased("m", "a:1") == 0 and not waiting_b.done()
+        waiting_b.cancel()
+        for worker in workers:
+            await worker.aclose()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        replica.close()
+
+    asyncio.run(run())
+
+
+def test_each_worker_hears_which_replicas_the_others_queues_wait_for(
+    tmp_path: Path, tokenizer_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers of a pod on one watcher: what the second's queue waits for reaches the first within a send, and
+    again when it changes (its queue emptied); what the first says of its own never comes back to it."""
+    monkeypatch.setattr(admission, "RETRY_SECONDS", 60.0)  # nobody polls: the queue stays as built
+
+    async def run() -> None:
+        replica = Replica()
+        model = _model(await replica.start(), tokenizer=tokenizer_file)
+        path = str(tmp_path / watch.SOCKET_NAME)
+        listening = asyncio.Event()
+        watcher = asyncio.ensure_future(Watcher([model], path).serve(listening.set))
+        await listening.wait()
+        config = _config(tokenizer_file, model)
+        workers = [Processor(config, None, CollectorRegistry()) for _ in range(2)]
+        for worker in workers:
+            await worker.start(path)
+        first, second = workers
+
+        async def waits_for_a(turn: Turn) -> None:
+            turn.prefers = frozenset({"a:1"})
+
+        queued = [asyncio.ensure_future(gate.admit(waits_for_a)) for gate in (first.gates["m"], second.gates["m"])]
+        await until(lambda: first.gates["m"].waiting == second.gates["m"].waiting == 1, 2.0)
+        await until(lambda: first.peer_queues.wanted("m") == {"a:1"}, 5.0)
+        assert second.peer_queues.wanted("m") == {"a:1"}
+        queued[1].cancel()
+        await until(lambda: first.peer_queues.wanted("m") == frozenset(), 5.0)
+        assert second.peer_queues.wanted("m") == {"a:1"}  # the first's queue still waits for A
+        queued[0].cancel()
+        for worker in workers:
+            await worker.aclose()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
         replica.close()
 
     asyncio.run(run())
