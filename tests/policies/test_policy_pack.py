@@ -7,8 +7,10 @@ case changes one thing and asserts the exact violations (policy, enforcement, me
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
+import os
 import re
 import signal
 from collections.abc import Callable, Iterator
@@ -42,6 +44,7 @@ from inferplane.policies.pack import POLICIES
 from inferplane.policies.resource_types import T
 from inferplane.policies.serving import serving_settings, sizing_for
 from inferplane.tool.analyzer import (
+    SHUTDOWN_GRACE_SECONDS,
     PolicyConfig,
     PolicyPackError,
     PolicyPackProcess,
@@ -131,6 +134,24 @@ def test_the_pack_stops_on_the_engines_sigint_even_when_started_with_it_ignored(
             process = running.process
     finally:
         signal.signal(signal.SIGINT, previous)
+    assert process.returncode == 0, running.output
+
+
+SYS_TGKILL = {"x86_64": 234, "aarch64": 131}[os.uname().machine]
+"""tgkill(2)'s number (Python has no call to signal another process's thread)."""
+
+
+def test_the_pack_stops_on_a_sigint_one_of_its_other_threads_takes() -> None:
+    """The kernel hands a process's SIGINT to any thread not blocking it; handed to one of gRPC's (tgkill here, as the
+    kernel may when the main thread already has a signal pending), a Python handler alone never ran: the main thread
+    sleeps in PolicyPack's time.sleep(one day), uninterrupted, and the engine's SIGKILL came 5 s later."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with PolicyPackProcess.start(stack="prod") as running:
+        process = running.process
+        others = sorted(int(task) for task in os.listdir(f"/proc/{process.pid}/task") if int(task) != process.pid)
+        assert others, "the pack runs gRPC's threads beside its main one"
+        assert libc.syscall(SYS_TGKILL, process.pid, others[-1], signal.SIGINT) == 0, ctypes.get_errno()
+        process.wait(timeout=SHUTDOWN_GRACE_SECONDS)
     assert process.returncode == 0, running.output
 
 
