@@ -83,8 +83,8 @@ class Turn:
     one better than another."""
     others_want: frozenset[str] = frozenset()
     """When it may take any replica: those the other requests of this queue prefer (set by the queue). Taking
-    any replica means any that no request waits for: one another waits for is that request's, and taking it costs
-    this request's prefill there and evicts what the replica held for the other."""
+    any replica means, for a request that prefers some, any that no request waits for: one another waits for is that
+    request's, and taking it costs this request's prefill there and evicts what the replica held for the other."""
 
 
 @dataclass(eq=False)

@@ -937,7 +937,9 @@ class Processor:
         first choice, plus as many as it has waited prefill times of a block: ski rental, so holding costs at most
         the prefill it saves, and the request never does worse than twice the better of waiting and spilling. A
         queued one (``turn``) notes the replicas it prefers and accepts only those, or when it may take any
-        (:class:`Turn`) those and every replica no other request of any worker waits for."""
+        (:class:`Turn`) those and every replica no other request of any worker waits for; one that prefers none has
+        no replica's line to wait in and takes any (else, past the fleet's capacity, it would wait for every replica
+        to have no line, and time out while the others are served)."""
         router = self.routers[model.name]
         started = self.stages.read()
         ranking = router.rank(self.tables[model.name].ready(), hashes, prompt)
@@ -951,10 +953,10 @@ class Processor:
             ranked = [a for a in ranked if (first - ranking.overlaps[a]) * per_block <= hold.waited]
         if turn is not None:
             turn.prefers = ranking.preferred()
-            if turn.anywhere:  # any replica no other request (of any worker) waits for
+            if turn.anywhere and turn.prefers:  # its own, or one no other request (of any worker) waits for
                 theirs = turn.others_want | self.peer_queues.wanted(model.name)
                 ranked = [a for a in ranked if a in turn.prefers or a not in theirs]
-            else:
+            elif not turn.anywhere:
                 ranked = [a for a in ranked if a in turn.prefers]
         taken = await self.slots.acquire(
             model.name,

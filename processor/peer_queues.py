@@ -7,7 +7,8 @@ worker's head did the same: on a replica whose prefix other requests were waitin
 there, evicting theirs, and took the slot one of them would have had. Past the fleet's capacity behind three gateways
 (six workers) a fifth of the engines' prompt tokens were computed again: the engines served 78.6-79.7% from cache
 against 91.9% behind one gateway (``docs/simulate.md``). Now such a request takes a replica some other request of
-any worker prefers only when it prefers that replica too: 84.4-85.3% from cache and 3,381-3,588 output tokens/s
+any worker prefers only when it prefers that replica too (one preferring none, its prefix's home passed over for
+load, has no replica's line to wait in and takes any): 84.4-85.3% from cache and 3,381-3,588 output tokens/s
 against 2,699 (three runs each), and against Dynamo's KV router's 2,438-3,135 behind three of its frontends.
 
 Each worker tells the others (over the pod's watcher socket and the gateway's picks channel, :mod:`.watch`), every

@@ -563,28 +563,39 @@ def test_a_slot_none_of_its_waiters_wants_goes_back_to_the_store_at_once(
 
 
 def test_a_request_that_may_take_any_replica_leaves_those_others_wait_for(tokenizer_file: str) -> None:
-    """Allowed to take any replica (:class:`Turn`), a request takes the cheapest that no other queued request
-    prefers, this worker's (``others_want``) or another's (``peer_queues``); none when every free one is theirs."""
+    """Allowed to take any replica (:class:`Turn`), a request preferring one (its prefix's holder, here full) tries
+    it and then the others that no other queued request prefers, this worker's (``others_want``) or another's
+    (``peer_queues``); one preferring none (no prefix) tries every replica: it has no line to wait in."""
 
     async def run() -> None:
         processor = _processor(_config(tokenizer_file))
         model = processor.config.models[0]
-        cheap, dear = "127.0.0.1:1", "127.0.0.1:2"
-        _ready(processor, "short", cheap, dear)
+        home, cheap, dear = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
+        _ready(processor, "short", home, cheap, dear)
+        processor.tables["short"].endpoints[cheap].running = 5.0
         processor.tables["short"].endpoints[dear].running = 10.0
+        hashes = [11, 12, 13]
+        processor.routers["short"].index.record(home, hashes)
+        tried: list[list[str]] = []
 
-        async def placed(turn: Turn) -> str | None:
-            placement = await processor._place(model, [], 32, turn=turn)
-            if placement is None:
-                return None
-            processor._unplace(placement)
-            return placement.endpoint.address
+        async def full(model: str, ranked: Sequence[str], cap: int, fallback_cap: int) -> Slot | None:
+            tried.append(list(ranked))  # every replica full: the order tried is what the test reads
+            return None
 
-        assert await placed(Turn(anywhere=True)) == cheap
-        assert await placed(Turn(anywhere=True, others_want=frozenset({cheap}))) == dear
-        processor.peer_queues.heard("short", "another worker", frozenset({cheap}))
-        assert await placed(Turn(anywhere=True)) == dear
-        assert await placed(Turn(anywhere=True, others_want=frozenset({dear}))) is None
+        processor.slots.acquire = full  # type: ignore[method-assign]
+
+        async def tries(turn: Turn, prompt: list[int] = hashes) -> list[str]:
+            assert await processor._place(model, prompt, 48, turn=turn) is None
+            return tried.pop()
+
+        assert await tries(Turn(anywhere=False)) == [home]
+        assert await tries(Turn(anywhere=True)) == [home, cheap, dear]
+        assert await tries(Turn(anywhere=True, others_want=frozenset({cheap, home}))) == [home, dear]
+        processor.peer_queues.heard("short", "another worker", frozenset({dear}))
+        assert await tries(Turn(anywhere=True)) == [home, cheap]
+        assert await tries(Turn(anywhere=True, others_want=frozenset({cheap}))) == [home]
+        no_prefix = Turn(anywhere=True, others_want=frozenset({cheap}))
+        assert await tries(no_prefix, []) == [home, cheap, dear] and no_prefix.prefers == frozenset()
 
     asyncio.run(run())
 
