@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -181,6 +181,33 @@ def test_a_workers_picks_reach_every_other_worker_of_the_pod(tmp_path: Path, tok
     asyncio.run(run())
 
 
+@contextlib.asynccontextmanager
+async def _two_workers(
+    tmp_path: Path, tokenizer_file: str, redis_port: int | None = None
+) -> AsyncIterator[list[Processor]]:
+    """Two processor workers of one pod on its watcher (and on one slot store with ``redis_port``); closed after."""
+    replica = Replica()
+    model = _model(await replica.start(), tokenizer=tokenizer_file)
+    path = str(tmp_path / watch.SOCKET_NAME)
+    listening = asyncio.Event()
+    watcher = asyncio.ensure_future(Watcher([model], path).serve(listening.set))
+    await listening.wait()
+    config = _config(tokenizer_file, model)
+    redis = (lambda: connect_redis(f"redis://127.0.0.1:{redis_port}/0", 0.5)) if redis_port else (lambda: None)
+    workers = [Processor(config, redis(), CollectorRegistry()) for _ in range(2)]
+    for worker in workers:
+        await worker.start(path)
+    try:
+        yield workers
+    finally:
+        for worker in workers:
+            await worker.aclose()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        replica.close()
+
+
 def test_a_slot_one_worker_gives_back_is_offered_to_another_workers_waiter_preferring_it(
     tmp_path: Path, tokenizer_file: str, redis_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,20 +220,10 @@ def test_a_slot_one_worker_gives_back_is_offered_to_another_workers_waiter_prefe
     monkeypatch.setattr(admission, "HEAD_PATIENCE_SECONDS", 60.0)
 
     async def run() -> None:
-        replica = Replica()
-        model = _model(await replica.start(), tokenizer=tokenizer_file)
-        path = str(tmp_path / watch.SOCKET_NAME)
-        listening = asyncio.Event()
-        watcher = asyncio.ensure_future(Watcher([model], path).serve(listening.set))
-        await listening.wait()
-        config = _config(tokenizer_file, model)
-        workers = [
-            Processor(config, connect_redis(f"redis://127.0.0.1:{redis_port}/0", 0.5), CollectorRegistry())
-            for _ in range(2)
-        ]
-        for worker in workers:
-            await worker.start(path)
-        first, second = workers
+        async with _two_workers(tmp_path, tokenizer_file, redis_port) as (first, second):
+            await gives_back(first, second)
+
+    async def gives_back(first: Processor, second: Processor) -> None:
         slot = await first.slots.acquire("m", ["a:1"], 1, 1)
         assert slot is not None and await second.slots.acquire("m", ["a:1"], 1, 1) is None  # A's only slot
 
@@ -225,12 +242,6 @@ def test_a_slot_one_worker_gives_back_is_offered_to_another_workers_waiter_prefe
         assert taken is not None and taken.endpoint == "a:1" and second.slots.leased("m", "a:1") == 1
         assert first.slots.leased("m", "a:1") == 0 and not waiting_b.done()
         waiting_b.cancel()
-        for worker in workers:
-            await worker.aclose()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-        replica.close()
 
     asyncio.run(run())
 
@@ -243,18 +254,10 @@ def test_each_worker_hears_which_replicas_the_others_queues_wait_for(
     monkeypatch.setattr(admission, "RETRY_SECONDS", 60.0)  # nobody polls: the queue stays as built
 
     async def run() -> None:
-        replica = Replica()
-        model = _model(await replica.start(), tokenizer=tokenizer_file)
-        path = str(tmp_path / watch.SOCKET_NAME)
-        listening = asyncio.Event()
-        watcher = asyncio.ensure_future(Watcher([model], path).serve(listening.set))
-        await listening.wait()
-        config = _config(tokenizer_file, model)
-        workers = [Processor(config, None, CollectorRegistry()) for _ in range(2)]
-        for worker in workers:
-            await worker.start(path)
-        first, second = workers
+        async with _two_workers(tmp_path, tokenizer_file) as (first, second):
+            await hears(first, second)
 
+    async def hears(first: Processor, second: Processor) -> None:
         async def waits_for_a(turn: Turn) -> None:
             turn.prefers = frozenset({"a:1"})
 
@@ -266,12 +269,6 @@ def test_each_worker_hears_which_replicas_the_others_queues_wait_for(
         await until(lambda: first.peer_queues.wanted("m") == frozenset(), 5.0)
         assert second.peer_queues.wanted("m") == {"a:1"}  # the first's queue still waits for A
         queued[0].cancel()
-        for worker in workers:
-            await worker.aclose()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-        replica.close()
 
     asyncio.run(run())
 
