@@ -99,7 +99,7 @@ from inferplane.components.spec.platform_spec import (  # noqa: E402
     RoutingPolicy,
 )
 from inferplane.processor.config import RoutingConfig  # noqa: E402
-from inferplane.processor.metrics import ROUTING_DECISIONS_TOTAL  # noqa: E402
+from inferplane.processor.metrics import ROUTING_DECISIONS_TOTAL, SLOT_STORE_FALLBACKS_TOTAL  # noqa: E402
 from inferplane.tool import gateway_run as gr  # noqa: E402
 from inferplane.tool.gateway_run_providers import local_providers  # noqa: E402
 from inferplane.tool.simulate import command as sim  # noqa: E402
@@ -671,14 +671,22 @@ def warm_up(target: Target) -> None:
 
 
 def routing_decisions(urls: Sequence[str]) -> dict[str, int]:
-    """The processors' routing decisions for the model so far, by reason (all workers: multiprocess metrics)."""
+    """The processors' routing decisions for the model so far, by reason (all workers: multiprocess metrics), and
+    as ``slot_store_fallbacks`` the slots taken from a worker's fallback share because the slot store did not answer
+    (the one path the store does not bound across workers)."""
     decisions: dict[str, int] = {}
     for url in urls:
         for line in (_get(url) or b"").decode(errors="replace").splitlines():
             name, _, rest = line.partition("{")
-            if name == ROUTING_DECISIONS_TOTAL and f'model="{MODEL}"' in rest and 'reason="' in rest:
+            if f'model="{MODEL}"' not in rest:
+                continue
+            if name == ROUTING_DECISIONS_TOTAL and 'reason="' in rest:
                 reason = rest.split('reason="', 1)[1].split('"', 1)[0]
-                decisions[reason] = decisions.get(reason, 0) + int(float(rest.rsplit(" ", 1)[1]))
+            elif name == SLOT_STORE_FALLBACKS_TOTAL:
+                reason = "slot_store_fallbacks"
+            else:
+                continue
+            decisions[reason] = decisions.get(reason, 0) + int(float(rest.rsplit(" ", 1)[1]))
     return decisions
 
 
