@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -142,6 +143,8 @@ class Watcher:
             writer.close()
 
 
+HINTS = ("picked", "freed", "wants")
+"""The keys of the lines the workers send each other (:class:`Feed`), beside the watcher's rounds."""
 PickedCallback = Callable[[str, str, list[int]], None]
 """Called with a model, a replica's address and a prompt's block hashes another worker placed there."""
 FreedCallback = Callable[[str, str], None]
@@ -152,8 +155,8 @@ WantsCallback = Callable[[str, str, frozenset[str]], None]
 
 class Feed:
     """A worker's end of the watcher's socket: each round it sends is followed by the worker's table of that model,
-    each pick of another worker handed to ``on_picked`` and each slot it freed to ``on_freed``, and this worker's
-    picks and freed slots sent (:meth:`picked`, :meth:`freed`)."""
+    each pick of another worker handed to ``on_picked``, each slot it freed to ``on_freed`` and what its queue waits
+    for to ``on_wants``, and this worker's sent (:meth:`picked`, :meth:`freed`, :meth:`wants`)."""
 
     def __init__(
         self,
@@ -171,7 +174,7 @@ class Feed:
         self._on_picked = on_picked
         self._on_freed = on_freed
         self._on_wants = on_wants
-        self._unreadable_pick_logged = False
+        self._unreadable_hint_logged = False
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -213,16 +216,7 @@ class Feed:
         try:
             event = json.loads(line)
             model = str(event["model"])
-            if (picked := event.get("picked")) is not None:
-                self._pick(model, picked)
-                return ""
-            if (freed := event.get("freed")) is not None:
-                if model in self.tables:
-                    self._on_freed(model, str(freed))
-                return ""
-            if (wants := event.get("wants")) is not None:
-                if model in self.tables:
-                    self._on_wants(model, str(event["from"]), frozenset(map(str, wants)))
+            if self._hint(model, event):
                 return ""
             replicas = event.get("replicas")
             loads = [Load(str(a), bool(r), float(n), float(w), float(kv)) for a, r, n, w, kv in replicas or ()]
@@ -240,20 +234,36 @@ class Feed:
             self._on_lost(model, lost)
         return model
 
-    def _pick(self, model: str, picked: object) -> None:
-        """Another worker's pick to the index; one this worker cannot read is passed over (logged once), the stream
-        followed on: a pick is a hint, and the rounds on the same stream are what the worker routes by."""
+    def _hint(self, model: str, event: dict[str, object]) -> bool:
+        """Another worker's pick (to the index), freed slot or queue's wants, handed on; False when ``event`` is none
+        of them (a round's line). One this worker cannot read is passed over (logged once), the stream followed on:
+        these are hints, and the rounds on the same stream are what the worker routes by."""
+        kind = next((k for k in HINTS if event.get(k) is not None), None)
+        if kind is None:
+            return False
+        value = event[kind]
+        hand: Callable[[], None]
         try:
-            if not isinstance(picked, list) or len(picked) != 2:
-                raise ValueError("not [address, hashes]")
-            address, hashes = str(picked[0]), unpack_hashes(str(picked[1]))
+            if kind == "picked":
+                if not isinstance(value, list) or len(value) != 2:
+                    raise ValueError("not [address, hashes]")
+                hand = functools.partial(self._on_picked, model, str(value[0]), unpack_hashes(str(value[1])))
+            elif kind == "freed":
+                hand = functools.partial(self._on_freed, model, str(value))
+            else:
+                if not isinstance(value, list) or "from" not in event:
+                    raise ValueError("not [address, ...] from a worker")
+                hand = functools.partial(self._on_wants, model, str(event["from"]), frozenset(map(str, value)))
         except ValueError as error:
-            if not self._unreadable_pick_logged:
-                log.warning("passed over a pick another worker sent that this one cannot read (%s): %r", error, picked)
-                self._unreadable_pick_logged = True
-            return
+            if not self._unreadable_hint_logged:
+                log.warning(
+                    "passed over a %s another worker sent that this one cannot read (%s): %r", kind, error, value
+                )
+                self._unreadable_hint_logged = True
+            return True
         if model in self.tables:
-            self._on_picked(model, address, hashes)
+            hand()
+        return True
 
     def picked(self, model: str, address: str, hashes: Sequence[int]) -> None:
         """Tell the other workers that this one placed a prompt of ``hashes`` on ``address`` (nothing when not

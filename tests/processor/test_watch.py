@@ -336,8 +336,9 @@ def test_a_pods_picks_reach_every_other_pod_through_redis_once(tmp_path: Path, r
 def test_a_pick_a_worker_cannot_read_is_passed_over_and_the_stream_followed_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A worker of another release (the hashes as a JSON list, as before they were packed) or any garbled pick: the
-    worker logs it once and goes on following the watcher, its rounds and the readable picks after it."""
+    """A worker of another release (the hashes as a JSON list, as before they were packed) or any garbled pick or
+    queue's wants: the worker logs it once and goes on following the watcher, its rounds and the readable picks after
+    it."""
 
     async def run() -> None:
         replica = Replica()
@@ -354,6 +355,8 @@ def test_a_pick_a_worker_cannot_read_is_passed_over_and_the_stream_followed_on(
         _, other = await asyncio.open_unix_connection(path)  # a worker of the pod that writes its own lines
         for picked in ([address, [11, 12]], [address, "not base64!"], [address], "x"):
             other.write(json.dumps({"model": "m", "picked": picked}).encode() + b"\n")
+        for wants in ({"wants": [address]}, {"wants": 7, "from": "w"}):  # no sender; not a list
+            other.write(json.dumps({"model": "m", **wants}).encode() + b"\n")
         other.write(json.dumps({"model": "m", "picked": [address, pack_hashes([13, 14])]}).encode() + b"\n")
         await other.drain()
         await until(lambda: picks == [("m", address, [13, 14])], 10.0)
