@@ -137,9 +137,7 @@ class ModelGate:
                     waiter.head_since = time.monotonic()
                 waiter.turn.anywhere = self._may_take_any(waiter)
                 if waiter.turn.anywhere:
-                    waiter.turn.others_want = frozenset(
-                        e for w in self._waiters if w is not waiter for e in w.turn.prefers
-                    )
+                    waiter.turn.others_want = self.wants(besides=waiter)
                 if polling or waiter.offered:
                     offered, waiter.offered = waiter.offered and not waiter.turn.anywhere, False
                     taken = await attempt(waiter.turn)
@@ -160,9 +158,9 @@ class ModelGate:
                 self._waiters[POLLING_WAITERS - 1].wake.set()  # now at the front: it starts asking
             self._on_change()
 
-    def wants(self) -> frozenset[str]:
-        """The replicas some queued request prefers."""
-        return frozenset().union(*(waiter.turn.prefers for waiter in self._waiters))
+    def wants(self, besides: _Waiter | None = None) -> frozenset[str]:
+        """The replicas some queued request (other than ``besides``) prefers."""
+        return frozenset().union(*(w.turn.prefers for w in self._waiters if w is not besides))
 
     def _may_take_any(self, waiter: _Waiter) -> bool:
         """First in line with no replica to prefer, or for :data:`HEAD_PATIENCE_SECONDS`."""
