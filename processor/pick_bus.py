@@ -1,5 +1,6 @@
 """The gateway pods' picks, passed between them over Redis pub/sub: every pod's prefix index learns every pod's picks
-(and every pod's workers hear of the slots the others give back to the store, :mod:`.watch`).
+(and every pod's workers hear of the slots the others give back to the store and which replicas their queues wait
+for, :mod:`.watch`).
 
 Within a pod the workers pass their picks to each other over the watcher's socket (:mod:`.watch`). Across pods
 each pod's watcher publishes its workers' picks on one channel of the gateway's Redis (the budgets' and the slots'
@@ -33,10 +34,10 @@ log = logging.getLogger(__name__)
 
 CHANNEL_SUFFIX = "picks.3"
 """The channel, after the gateway's ``redis_key_prefix``: one per gateway, whose pods route to the same replicas. The
-number is the lines' format (3: picks and slots given back, ``{"model": M, "freed": address}``, :mod:`.watch`; 2:
-picks alone, which a worker of that release would read a freed slot's line as a round's beginning; 1: the hashes as
-a JSON list): during a rolling update the pods of two releases publish on two channels and learn apart, as when
-Redis does not answer, instead of reading lines they cannot."""
+number is the lines' format (3: picks, slots given back and queues' wants, ``{"model": M, "freed": address}`` and
+``{"model": M, "from": worker, "wants": [...]}``, :mod:`.watch`; 2: picks alone, whose workers would read either new
+line as a round's beginning; 1: the hashes as a JSON list): during a rolling update the pods of two releases
+publish on two channels and learn apart, as when Redis does not answer, instead of reading lines they cannot."""
 RECONNECT_SECONDS = 1.0
 """How long the subscriber waits before it subscribes again after Redis went away."""
 HEALTH_CHECK_SECONDS = 30
