@@ -155,6 +155,16 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.1)
 
 
+class HandClock:
+    """A clock the test moves by hand (:attr:`now`), called as ``time.monotonic`` is."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 async def until(condition: Callable[[], bool], timeout: float) -> None:
     """:func:`wait_until` inside a test's event loop: poll ``condition`` without blocking the loop; a TimeoutError
     after ``timeout`` seconds."""

@@ -16,6 +16,7 @@ import pytest
 from inferplane.processor.cache import embedders
 from inferplane.processor.cache.config import EndpointEmbedderConfig
 from inferplane.processor.cache.embedders import EmbedderError, EndpointEmbedder
+from tests.gateway_support import HandClock
 from tests.http_replies import send_json
 from tests.ports import free_port
 
@@ -57,15 +58,7 @@ def _pods(port: int) -> Iterator[dict[str, ThreadingHTTPServer]]:
             server.server_close()
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _embedder(port: int, found: list[set[str]], clock: _Clock, url: str | None = None) -> EndpointEmbedder:
+def _embedder(port: int, found: list[set[str]], clock: HandClock, url: str | None = None) -> EndpointEmbedder:
     """An embedder of ``http://SERVICE:port/v1`` whose name resolves to ``found[-1]`` (each lookup recorded)."""
     lookups: list[tuple[str, int]] = []
 
@@ -84,7 +77,7 @@ def test_requests_spread_evenly_over_the_pods_one_at_a_time_and_together() -> No
     with _pods(port):
 
         async def body() -> None:
-            embedder = _embedder(port, [{f"{h}:{port}" for h in PODS}], _Clock())
+            embedder = _embedder(port, [{f"{h}:{port}" for h in PODS}], HandClock(0.0))
             for _ in range(20):
                 await embedder.embed(["one prompt"])
             assert _Pod.served == {PODS[0]: 10, PODS[1]: 10}
@@ -99,7 +92,7 @@ def test_requests_spread_evenly_over_the_pods_one_at_a_time_and_together() -> No
 
 def test_a_pod_added_gets_requests_after_the_next_lookup_and_a_dead_one_is_skipped() -> None:
     port = free_port()
-    clock = _Clock()
+    clock = HandClock(0.0)
     with _pods(port) as servers:
 
         async def body() -> None:
@@ -136,7 +129,7 @@ def test_a_pod_added_gets_requests_after_the_next_lookup_and_a_dead_one_is_skipp
 
 def test_a_name_that_stops_resolving_keeps_the_last_pods() -> None:
     port = free_port()
-    clock = _Clock()
+    clock = HandClock(0.0)
     with _pods(port):
 
         async def body() -> None:
@@ -157,7 +150,7 @@ def test_https_and_an_address_are_called_as_written(url: str) -> None:
     """A hosted API's certificate names its host, and an address has nothing to resolve: no lookup, no rewrite."""
 
     async def body() -> list[tuple[str, int]]:
-        embedder = _embedder(8000, [{"10.0.0.1:8000"}], _Clock(), url=url)
+        embedder = _embedder(8000, [{"10.0.0.1:8000"}], HandClock(0.0), url=url)
         assert await embedder._pick() is None
         await embedder.aclose()
         return embedder.lookups  # type: ignore[attr-defined,no-any-return]

@@ -7,18 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inferplane.processor.peer_queues import STALE_SECONDS, PeerQueues
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.gateway_support import HandClock
 
 
 def test_every_workers_wants_together_each_as_it_said_last() -> None:
-    peers = PeerQueues(_Clock())
+    peers = PeerQueues(HandClock())
     assert peers.wanted("m") == frozenset()
     peers.heard("m", "w1", frozenset({"a", "b"}))
     peers.heard("m", "w2", frozenset({"c"}))
@@ -31,7 +24,7 @@ def test_every_workers_wants_together_each_as_it_said_last() -> None:
 
 
 def test_what_a_worker_said_counts_until_it_goes_stale() -> None:
-    clock = _Clock()
+    clock = HandClock()
     peers = PeerQueues(clock)
     peers.heard("m", "w1", frozenset({"a"}))
     clock.now += STALE_SECONDS / 2
@@ -55,7 +48,7 @@ def test_the_wanted_replicas_are_the_union_of_what_each_live_worker_said_last(
 ) -> None:
     """Any sequence of messages, each after a pause: the union over the workers heard within STALE_SECONDS of what
     each said last."""
-    clock = _Clock()
+    clock = HandClock()
     peers = PeerQueues(clock)
     last: dict[str, tuple[float, frozenset[str]]] = {}
     for worker, wants, pause in said:

@@ -37,7 +37,7 @@ from inferplane.processor.prefix_index import (
 from inferplane.processor.redis_connection import connect_redis
 from inferplane.processor.router import Router
 from inferplane.processor.slots import Slot, SlotStore
-from tests.gateway_support import model_config, routing_config, until
+from tests.gateway_support import HandClock, model_config, routing_config, until
 from tests.ports import free_port
 from tests.redis_server import RedisServer, redis_server
 
@@ -115,20 +115,10 @@ def test_the_index_counts_the_blocks_used_again_while_it_holds_them() -> None:
     assert index.reused("a") == 0
 
 
-class _Clock:
-    """A clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_index_claims_blocks_just_computed_until_their_reuse_could_have_shown() -> None:
     """A block computed in the last FRESH_SECONDS counts as kept (claimed) before it is used again; used again it
     counts once, as reused; unused it stops counting when its time is up, as it does when the LRU drops it."""
-    clock = _Clock()
+    clock = HandClock()
     index = PrefixIndex(capacity_blocks=6, clock=clock)
     shared, other = token_blocks(list(range(48)), BLOCK, 256, 1), token_blocks(list(range(1000, 1032)), BLOCK, 256, 1)
     index.record("a", shared)
@@ -293,7 +283,7 @@ def test_a_new_prefix_passes_a_home_full_of_reused_prefixes_to_the_next_in_its_o
 def test_new_prefixes_arriving_together_fill_a_home_before_any_is_reused() -> None:
     """Four new prefixes of 16 blocks whose home is the same replica arrive before any comes back: the first three
     fill its room (3/4 of 64 blocks, 48), the fourth goes to the second in its order, though nothing is reused yet."""
-    clock = _Clock()
+    clock = HandClock()
     router = Router(BLOCK, 1.0, True, PrefixIndex(64, clock=clock))
     prefixes = [token_blocks([g] * 16 * BLOCK, BLOCK, 256, 1) for g in range(200)]
     first = rendezvous_order(prefixes[0])[0]
@@ -313,7 +303,7 @@ def test_new_prefixes_arriving_together_fill_a_home_before_any_is_reused() -> No
 def test_one_off_prompts_fill_a_home_only_while_fresh() -> None:
     """Blocks computed once (unique prompts) and not used again within FRESH_SECONDS stop counting: a pool full of
     them leaves every home where it is."""
-    clock = _Clock()
+    clock = HandClock()
     hashes = token_blocks(PROMPT, BLOCK, 256, 1)
     home = max(REPLICAS, key=lambda r: rendezvous(home_block(hashes, BLOCK), r))
     router = Router(BLOCK, 1.0, True, PrefixIndex(64, clock=clock))
