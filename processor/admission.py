@@ -193,12 +193,13 @@ class ModelGate:
     def released(self, endpoint: str | None = None) -> bool:
         """A slot of this processor came free (on ``endpoint`` when known): the oldest waiter preferring that
         replica, else the queue's head if it may take any replica, and every request held for a replica try at once.
-        False when requests queue and none of them wants the slot now: the caller gives it back to the store, where
-        another worker's waiters may ask for it."""
+        False when no request here wants the slot now (none queued or held included): the caller gives it back to
+        the store, where another worker's requests may take it (kept while nothing here waited, a pod's other worker
+        found the replica full and spilled: see :mod:`.slots`)."""
         for release in self._holders:
             release.set()
         if not self._waiters:
-            return True
+            return bool(self._holders)  # a request held for its replica may take the slot here
         head = self._waiters[0]
         if endpoint is None:
             return self._wake(head)

@@ -474,12 +474,14 @@ class Processor:
         self._redis_error()
 
     def _table_changed(self, table: EndpointTable) -> None:
-        """After each refresh of a model's replicas: the readiness and capacity gauges, per-replica in flight."""
+        """After each refresh of a model's replicas: the readiness and capacity gauges, per-replica in flight, and
+        the free slots kept on a replica that turned busy back to the store."""
         name = table.model.name
         self.metrics.ready_endpoints.labels(name).set(len(table.ready()))
         self.metrics.capacity.labels(name).set(table.capacity)
         for endpoint in table.endpoints.values():
             self.metrics.endpoint_inflight.labels(name, endpoint.address).set(endpoint.inflight)
+            self.slots.busy(name, endpoint.address, endpoint.engine_active, table.model.max_num_seqs)
 
     def _lost(self, model: str, addresses: list[str]) -> None:
         """Replicas of ``model`` that left or went unready: what they held died with them (or with a restart)."""
@@ -1013,12 +1015,20 @@ class Processor:
         return await self._place(call.role, list(call.hashes), call.prompt_tokens)
 
     def _unplace(self, placement: Placement) -> None:
-        """The request holding ``placement`` ended: free its slot and wake the model's queue (or, when none of its
-        requests wants the replica, give the slot back to the store for the other workers')."""
+        """The request holding ``placement`` ended: free its slot and wake the model's queue, or, when none of its
+        requests wants the replica, give the slot back to the store for the other workers' (kept for the next
+        request here only when nothing queues and the replica is quiet: :meth:`SlotStore.keeps`)."""
         Router.finished(placement.endpoint, placement.blocks)
-        self.slots.release(placement.model, placement.slot)
-        if not self.gates[placement.model].released(placement.endpoint.address):
-            self.slots.give_back(placement.model, placement.slot)
+        model, address = placement.model, placement.endpoint.address
+        self.slots.release(model, placement.slot)
+        gate = self.gates[model]
+        if not gate.released(address) and (
+            gate.waiting
+            or not self.slots.keeps(
+                model, address, placement.endpoint.engine_active, self.tables[model].model.max_num_seqs
+            )
+        ):
+            self.slots.give_back(model, placement.slot)
         self._update_gauges[placement.model]()
 
     def _unreserve(self, stream: _Stream, tenant: TenantConfig) -> None:

@@ -5,15 +5,23 @@ gateway autoscales). Each replica has a hash in Redis, ``<prefix>slots:{<model>}
 its slots each processor *leases*; each model a sorted set of live processors scored by when their lease on the
 store expires (renewed every :data:`HEARTBEAT_SECONDS`; Redis's own clock, so pod clocks never matter).
 
-A processor puts requests only on slots it leases, so the leases' sum, never above the cap, bounds what every
-gateway sends. Leases are kept between requests: a request takes a free leased slot locally, and only when the
-replica it prefers has none does it ask the store (one script: walk the preferred replicas and lease one more slot
-on the first whose live leases number fewer than the cap). A slot given back stays leased; every
-:data:`TRIM_SECONDS` the processor returns the slots it never needed since the last trim (the low-water mark of its
-free leased slots). So a steady load costs no Redis round trip per request (two, to take and give back, cost the
-processor about 0.5 ms of CPU a request: ``benchmarks/routing.py``), and a slot left idle returns to the other
-gateways within :data:`TRIM_SECONDS`. Trims are decrements (``HINCRBY``), which commute with a lease being granted
-meanwhile.
+A processor puts requests only on slots it leases, so the leases' sum, never above the cap, bounds what every gateway
+sends. A request takes a free slot this processor leases on a replica it prefers, else asks the store (one script: walk
+the preferred replicas and lease one more slot on the first whose live leases number fewer than the cap). A slot a
+request frees goes to a request of this processor waiting for its replica (:mod:`~inferplane.processor.admission`), else
+back to the store at once (:meth:`SlotStore.give_back`, in the background), unless the replica is quiet
+(:meth:`SlotStore.keeps`): then one free slot stays leased for this processor's next request, which takes it with no
+round trip, until a read of the replicas finds the replica busy (:meth:`SlotStore.busy`) (two, to lease and give back,
+cost the processor 0.39 ms of CPU a request against 0.06 ms in all for routing with the slot kept:
+``benchmarks/routing_cpu.py``). Freed slots used to stay leased whatever the replica's load, until a trim found them
+unneeded; but then the pod's other worker, and every other gateway, found a busy replica full while its slots sat free
+in this one, and spilled requests to a replica without their prefix, which computed it again and evicted another's. On
+the simulated fleet (8 replicas of prod's 70B, 20 shared 6,144-token prefixes, 40 requests/s offered), one gateway of
+two workers spilled 23-173 of 2,403 requests a run and the engines served 87.9% of prompt tokens from cache (median of
+three); given back (one kept only on a quiet replica), 11-24 and 94.5%, as with one worker alone (``docs/simulate.md``).
+Every :data:`TRIM_SECONDS` the processor still returns what it leased and no request needed since the last trim (a slot
+a woken waiter passed over, a lease granted late): the low-water mark of its free leased slots. Trims are decrements
+(``HINCRBY``), which commute with a lease being granted meanwhile.
 
 A processor that dies stops counting when its lease on the store lapses: its requests died with it. One that comes
 back after its lease lapsed (a partition longer than the lease) finds its counts dropped, and writes back what its
@@ -57,6 +65,10 @@ LEASE_SECONDS = 15
 HEARTBEAT_SECONDS = 3.0
 TRIM_SECONDS = 2.0
 """How long a leased slot may stay unneeded before it goes back to the store."""
+KEEP_BELOW_SHARE = 0.5
+"""A slot freed while nothing of this processor waits stays leased for its next request (no round trip) only while
+the replica's engine ran fewer than this share of its ``max_num_seqs`` at the last scrape and this processor keeps no
+other free slot there; else it goes back to the store at once (:meth:`SlotStore.keeps`)."""
 RECONCILE_AFTER_SECONDS = 1.0
 """How long after a timed-out script its grant token is read (a late script has run by then)."""
 GRANT_TOKEN_TTL_MS = 60_000
@@ -231,6 +243,14 @@ class SlotStore:
         lease = self._leases.get(model, {}).get(endpoint)
         return 0 if lease is None else lease.leased
 
+    def keeps(self, model: str, endpoint: str, engine_active: float, cap: int) -> bool:
+        """Whether a slot just released on ``endpoint``, which nothing of this processor waits for, stays leased here:
+        the replica quiet (``engine_active``, its engine's sequences at the last scrape, below
+        :data:`KEEP_BELOW_SHARE` of ``cap``) and no other free slot kept there. A quiet replica has slots to spare
+        for the other processors; on a busy one a slot kept here is one they find taken while it sits free."""
+        lease = self._leases.get(model, {}).get(endpoint)
+        return lease is not None and lease.free <= 1 and engine_active < KEEP_BELOW_SHARE * cap
+
     async def acquire(self, model: str, ranked: Sequence[str], cap: int, fallback_cap: int) -> Slot | None:
         """A slot on the first of ``ranked`` with room; None when all are full."""
         if not ranked:
@@ -341,14 +361,28 @@ class SlotStore:
         the background, then ``on_given_back`` called; when the store does not answer in time, a later trim finds
         out whether it ran and, when not, returns it again. Nothing when the slot is not this processor's to give
         back (its fallback share, or counts to be written back)."""
-        lease = self._leases.get(model, {}).get(slot.endpoint)
-        if not slot.shared or self._redis is None or lease is None or lease.free <= 0 or model in self._rehold:
+        if slot.shared:
+            self._give_back_free(model, slot.endpoint, 1)
+
+    def busy(self, model: str, endpoint: str, engine_active: float, cap: int) -> None:
+        """After a read of the replicas' load: the free slots kept on ``endpoint`` (:meth:`keeps`) go back to the
+        store when its engine is no longer quiet, where other processors' requests may need them."""
+        if engine_active >= KEEP_BELOW_SHARE * cap:
+            lease = self._leases.get(model, {}).get(endpoint)
+            if lease is not None:
+                self._give_back_free(model, endpoint, lease.free)
+
+    def _give_back_free(self, model: str, endpoint: str, count: int) -> None:
+        """Give back up to ``count`` of the free slots leased on ``endpoint``, each in the background."""
+        lease = self._leases.get(model, {}).get(endpoint)
+        if self._redis is None or lease is None or model in self._rehold:
             return
-        lease.leased -= 1
-        lease.low_water = min(lease.low_water, lease.free)
-        task = asyncio.get_running_loop().create_task(self._give_back(model, slot.endpoint))
-        self._giving.add(task)
-        task.add_done_callback(self._giving.discard)
+        for _ in range(min(count, lease.free)):
+            lease.leased -= 1
+            lease.low_water = min(lease.low_water, lease.free)
+            task = asyncio.get_running_loop().create_task(self._give_back(model, endpoint))
+            self._giving.add(task)
+            task.add_done_callback(self._giving.discard)
 
     async def _give_back(self, model: str, endpoint: str) -> None:
         """Give back one slot; one the store did not answer for in time may still be given back late (a stalled

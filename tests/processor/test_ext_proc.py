@@ -41,7 +41,7 @@ from inferplane.processor.config import (
 from inferplane.processor.endpoints import Endpoint
 from inferplane.processor.ext_proc import FALLBACK_ALTERNATES, MAX_ALTERNATES, Placement, Processor
 from inferplane.processor.redis_connection import connect_redis
-from inferplane.processor.slots import Slot
+from inferplane.processor.slots import Slot, SlotStore
 from tests.gateway_support import model_config, routing_config, until, vllm_load
 from tests.ports import free_port
 from tests.tiny_model import words
@@ -557,6 +557,51 @@ def test_a_slot_none_of_its_waiters_wants_goes_back_to_the_store_at_once(
         slot = await asyncio.wait_for(waiting_a, 2.0)
         assert slot is not None and slot.endpoint == "a:1" and slots.leased("short", "a:1") == 1
         waiting_b.cancel()
+        await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_slot_freed_on_a_busy_replica_with_nothing_waiting_here_goes_back_to_the_store_at_once(
+    tokenizer_file: str, redis_port: int
+) -> None:
+    """A request ends on A while nothing queues or is held in this worker. A quiet (its engine below half its
+    ``max_num_seqs``): one free slot stays leased for this worker's next request, no round trip; a second is given
+    back, and the kept one too once a read of the replicas finds A busy. A busy: given back at once, no trim, and
+    another worker's next request leases it. Kept whatever the load, it made the pod's other worker find A full and
+    spill its request to a replica without its prefix (``slots``)."""
+
+    async def run() -> None:
+        processor = _processor(_config(tokenizer_file), redis_port)  # max_num_seqs 4
+        slots = processor.slots
+        redis = Redis(port=redis_port)
+        key = f"{processor.config.redis_key_prefix}slots:{{short}}:leases:a:1"
+        other = SlotStore(redis, processor.config.redis_key_prefix, lambda _: None, processor="other")
+
+        async def counted() -> int:
+            await until(lambda: not slots._giving, 2.0)  # every give-back's script has answered
+            return int(await redis.hget(key, slots.processor) or 0)
+
+        quiet = Endpoint("a:1", running=1.0)
+        held = [await slots.acquire("short", ["a:1"], 4, 1) for _ in range(2)]
+        for slot in held:
+            assert slot is not None
+            processor._unplace(Placement("short", quiet, slot, 1))
+        assert slots.leased("short", "a:1") == 1 and await counted() == 1  # one kept, the second given back
+        slot = await slots.acquire("short", ["a:1"], 1, 1)  # the kept one: no store, even at cap 1
+        assert slot is not None and await other.acquire("short", ["a:1"], 1, 1) is None
+        processor._unplace(Placement("short", quiet, slot, 1))  # kept again
+        _ready(processor, "short", "a:1")
+        processor.tables["short"].endpoints["a:1"].running = 2.0  # half of 4: a read finds A busy
+        processor._table_changed(processor.tables["short"])
+        assert slots.leased("short", "a:1") == 0 and await counted() == 0  # the kept slot went back
+        busy = Endpoint("a:1", running=1.0, waiting=1.0)
+        slot = await slots.acquire("short", ["a:1"], 1, 1)
+        assert slot is not None and await other.acquire("short", ["a:1"], 1, 1) is None
+        processor._unplace(Placement("short", busy, slot, 1))
+        assert slots.leased("short", "a:1") == 0 and await counted() == 0
+        taken = await other.acquire("short", ["a:1"], 1, 1)
+        assert taken is not None and taken.endpoint == "a:1"
         await redis.aclose()
 
     asyncio.run(run())
