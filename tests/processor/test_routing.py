@@ -594,6 +594,32 @@ def test_with_the_store_down_what_a_processor_holds_counts_against_its_share(tmp
         asyncio.run(run(server))
 
 
+def test_one_stall_of_the_store_counts_once_however_many_scripts_it_caught(tmp_path: Path) -> None:
+    """Five requests ask the store at once while it is stopped: their scripts time out together, one failure, no
+    fallback share. Counted one by one (as before), one stall of the store, or of a busy processor's own event loop,
+    whose timeouts all fire when it resumes, sent the processor to its share at once. Failures of scripts asked
+    after the last one was seen are counted: the third in a row falls back."""
+    failures: list[str] = []
+
+    async def run(server: RedisServer) -> None:
+        redis = Redis(port=server.port)
+        store = SlotStore(redis, "s:", failures.append, processor="p", timeout_seconds=0.05)
+        assert _where(await store.acquire("m", ["a:1"], 8, 1)) == ("a:1", True)  # the script loaded, connected
+        server.pause()
+        try:
+            caught = await asyncio.gather(*(store.acquire("m", ["b:1"], 8, 1) for _ in range(5)))
+            assert caught == [None] * 5 and failures == []
+            assert await store.acquire("m", ["b:1"], 8, 1) is None and failures == []  # the second
+            assert _where(await store.acquire("m", ["b:1"], 8, 1)) == ("b:1", False)  # the third: the share
+            assert failures == ["m"]
+        finally:
+            server.resume()
+        await redis.aclose()
+
+    with redis_server(tmp_path) as server:
+        asyncio.run(run(server))
+
+
 def test_without_redis_each_processor_keeps_to_its_share() -> None:
     async def run() -> None:
         failures: list[str] = []
