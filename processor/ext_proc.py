@@ -941,7 +941,8 @@ class Processor:
         queued one (``turn``) notes the replicas it prefers and accepts only those, or when it may take any
         (:class:`Turn`) those and every replica no other request of any worker waits for; one that prefers none has
         no replica's line to wait in and takes any (else, past the fleet's capacity, it would wait for every replica
-        to have no line, and time out while the others are served)."""
+        to have no line, and time out while the others are served). One arriving while this worker's queue is empty
+        (``hold``) leaves the other workers' likewise: their queues are the line it would jump."""
         router = self.routers[model.name]
         started = self.stages.read()
         ranking = router.rank(self.tables[model.name].ready(), hashes, prompt)
@@ -953,13 +954,15 @@ class Processor:
             per_block = model.routing.prefill_seconds_per_block
             hold.patience = (first - min(ranking.overlaps.values())) * per_block
             ranked = [a for a in ranked if (first - ranking.overlaps[a]) * per_block <= hold.waited]
+        prefers = ranking.preferred()
         if turn is not None:
-            turn.prefers = ranking.preferred()
-            if turn.anywhere and turn.prefers:  # its own, or one no other request (of any worker) waits for
-                theirs = turn.others_want | self.peer_queues.wanted(model.name)
-                ranked = [a for a in ranked if a in turn.prefers or a not in theirs]
-            elif not turn.anywhere:
-                ranked = [a for a in ranked if a in turn.prefers]
+            turn.prefers = prefers
+            if not turn.anywhere:
+                ranked = [a for a in ranked if a in prefers]
+        if prefers and (hold is not None or (turn is not None and turn.anywhere)):
+            # Its own replicas, or one no queued request (of any worker) waits for.
+            theirs = self.peer_queues.wanted(model.name) | (turn.others_want if turn is not None else frozenset())
+            ranked = [a for a in ranked if a in prefers or a not in theirs]
         taken = await self.slots.acquire(
             model.name,
             ranked,

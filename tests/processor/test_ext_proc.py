@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 
 from inferplane.processor import admission, ext_proc
 from inferplane.processor import metrics as gm
-from inferplane.processor.admission import ModelGate, Turn
+from inferplane.processor.admission import Hold, ModelGate, Turn
 from inferplane.processor.config import (
     ATTRIBUTES_NAMESPACE,
     SETTLE_METADATA_NAMESPACE,
@@ -641,6 +641,11 @@ def test_a_request_that_may_take_any_replica_leaves_those_others_wait_for(tokeni
         assert await tries(Turn(anywhere=True, others_want=frozenset({cheap}))) == [home]
         no_prefix = Turn(anywhere=True, others_want=frozenset({cheap}))
         assert await tries(no_prefix, []) == [home, cheap, dear] and no_prefix.prefers == frozenset()
+        # Arriving at an empty queue (the hold path, before it queues), the same: only the others' replicas left.
+        assert await processor._place(model, hashes, 48, hold=Hold(time.monotonic())) is None
+        assert tried.pop() == [home, cheap]
+        assert await processor._place(model, [], 48, hold=Hold(time.monotonic())) is None
+        assert tried.pop() == [home, cheap, dear]
 
     asyncio.run(run())
 
