@@ -11,17 +11,19 @@ the preferred replicas and lease one more slot on the first whose live leases nu
 request frees goes to a request of this processor waiting for its replica (:mod:`~inferplane.processor.admission`), else
 back to the store at once (:meth:`SlotStore.give_back`, in the background), unless the replica is quiet
 (:meth:`SlotStore.keeps`): then one free slot stays leased for this processor's next request, which takes it with no
-round trip, until a read of the replicas finds the replica busy (:meth:`SlotStore.busy`) (two, to lease and give back,
-cost the processor 0.39 ms of CPU a request against 0.06 ms in all for routing with the slot kept:
-``benchmarks/routing_cpu.py``). Freed slots used to stay leased whatever the replica's load, until a trim found them
+round trip, until a read of the replicas finds the replica busy (:meth:`SlotStore.busy`). Two round trips, to lease and
+give back, cost the processor 0.39 ms of CPU a request, against 0.06 ms for all of routing with the slot kept
+(``benchmarks/routing_cpu.py``). Freed slots used to stay leased whatever the replica's load, until a trim found them
 unneeded; but then the pod's other worker, and every other gateway, found a busy replica full while its slots sat free
 in this one, and spilled requests to a replica without their prefix, which computed it again and evicted another's. On
-the simulated fleet (8 replicas of prod's 70B, 20 shared 6,144-token prefixes, 40 requests/s offered), one gateway of
-two workers spilled 23-173 of 2,403 requests a run and the engines served 87.9% of prompt tokens from cache (median of
-three); given back (one kept only on a quiet replica), 11-24 and 94.5%, as with one worker alone (``docs/simulate.md``).
-Every :data:`TRIM_SECONDS` the processor still returns what it leased and no request needed since the last trim (a slot
-a woken waiter passed over, a lease granted late): the low-water mark of its free leased slots. Trims are decrements
-(``HINCRBY``), which commute with a lease being granted meanwhile.
+the simulated fleet past its capacity (8 replicas of prod's 70B, 20 shared 6,144-token prefixes, 40 requests/s offered;
+``docs/simulate.md``), one gateway of two workers spilled 143 of 2,403 requests and its engines served 89.0% of prompt
+tokens from cache, where with every slot given back 17 and 94.5%, as with one worker alone (one run each, back to back);
+over three runs each in one hour, 33-106 spills and 93.4% before, 11-24 and 94.5% with slots given back and kept on
+quiet replicas; behind three gateways, 84.5% before and 90.2% after. Every :data:`TRIM_SECONDS` the processor still
+returns what it leased and no request needed since the last trim (a slot a woken waiter passed over, a lease granted
+late): the low-water mark of its free leased slots. Trims are decrements (``HINCRBY``), which commute with a lease being
+granted meanwhile.
 
 A processor that dies stops counting when its lease on the store lapses: its requests died with it. One that comes
 back after its lease lapsed (a partition longer than the lease) finds its counts dropped, and writes back what its
