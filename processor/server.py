@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,6 +23,11 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_SECONDS = 30.0
 """On SIGTERM, streams in flight (long generations) get this long to finish."""
+SHUTDOWN_DEADLINE_SECONDS = SHUTDOWN_GRACE_SECONDS + 10.0
+"""Past this after SIGTERM the worker exits whatever its shutdown still awaits, logging the step it was in. Every step
+is bounded, yet two workers of about 40 gateways the routing benchmark started and stopped (2026-12-08) stayed alive
+after their supervisor, ignoring SIGTERM, their loop idle: a step that never ended, not found. Kubernetes kills a pod
+after its grace anyway; ``inferplane gateway run`` would leave the worker holding its port."""
 
 
 class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
@@ -69,6 +75,17 @@ class SettlementLog(als_pb2_grpc.AccessLogServiceServicer):  # type: ignore[misc
         return als_pb2.StreamAccessLogsResponse()
 
 
+def awaiting(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` is suspended, innermost last: each coroutine it awaits, as ``file:line function``
+    (``Task.get_stack`` shows only the outermost frame of a suspended coroutine)."""
+    frames: list[str] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None and (frame := getattr(awaited, "cr_frame", None)) is not None:
+        frames.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        awaited = awaited.cr_await
+    return " -> ".join(frames) or repr(task)
+
+
 async def serve(
     config: ProcessorConfig, worker: int = 0, processor: Processor | None = None, watch_socket: str | None = None
 ) -> None:
@@ -91,9 +108,22 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    step = "closing the access log"
+
+    def overdue() -> None:
+        log.error("worker %d: shutdown still %s after %.0f s: exiting", worker, step, SHUTDOWN_DEADLINE_SECONDS)
+        for task in asyncio.all_tasks(loop):  # what each task still awaits: the step's cause
+            log.error("worker %d: %s awaits %s", worker, task.get_name(), awaiting(task))
+        os._exit(1)
+
+    loop.call_later(SHUTDOWN_DEADLINE_SECONDS, overdue)
     settlement_log.close()
+    step = "draining the ext_proc streams"
     await server.stop(SHUTDOWN_GRACE_SECONDS)
+    step = "closing the processor"
     await processor.aclose()
+    step = "closing the budgets"
     await processor.budgets.aclose()
     if processor.cache is not None:
+        step = "closing the cache"
         await processor.cache.aclose()

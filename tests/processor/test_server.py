@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 from typing import Any
 
 import grpc
+import pytest
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from inferplane.processor import server as worker_server
 from inferplane.processor.config import SETTLE_METADATA_NAMESPACE
 from inferplane.processor.server import SettlementLog
-from tests.processor.test_ext_proc import _logged
+from tests.gateway_support import until
+from tests.ports import free_port
+from tests.processor.test_ext_proc import _config, _logged, _processor
 
 
 class Recorder:
@@ -80,3 +87,40 @@ def _settled() -> Any:
         }
     )
     return response
+
+
+def test_a_worker_whose_shutdown_hangs_exits_at_its_deadline(
+    tokenizer_file: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step of the shutdown that never ends (here the processor's close) no longer keeps the worker alive after its
+    supervisor: past ``SHUTDOWN_DEADLINE_SECONDS`` it exits (1), saying which step and what each task awaited."""
+    exits: list[int] = []
+    monkeypatch.setattr(worker_server, "SHUTDOWN_GRACE_SECONDS", 0.05)
+    monkeypatch.setattr(worker_server, "SHUTDOWN_DEADLINE_SECONDS", 0.3)
+    monkeypatch.setattr(os, "_exit", exits.append)
+    original = signal.getsignal(signal.SIGTERM)
+
+    async def run() -> None:
+        config = _config(tokenizer_file).model_copy(update={"grpc_port": free_port()})
+        processor = _processor(config)
+
+        async def never() -> None:
+            await asyncio.Event().wait()
+
+        processor.aclose = never  # type: ignore[method-assign]
+        serving = asyncio.ensure_future(worker_server.serve(config, processor=processor))
+        await until(lambda: signal.getsignal(signal.SIGTERM) is not original, 5.0)  # the worker's handler is in
+        os.kill(os.getpid(), signal.SIGTERM)
+        await until(lambda: bool(exits), 3.0)
+        assert exits == [1] and not serving.done()  # still awaiting the close when it exits
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+
+    try:
+        asyncio.run(run())
+    finally:
+        signal.signal(signal.SIGTERM, original)
+    logged = [r.getMessage() for r in caplog.records if r.name == worker_server.__name__]
+    assert logged[0] == "worker 0: shutdown still closing the processor after 0 s: exiting"
+    assert any(" serve -> " in line and " never -> " in line for line in logged[1:])  # the coroutine that hung
