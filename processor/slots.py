@@ -142,6 +142,12 @@ return lapsed
 of the models where it had lapsed (or never existed), whose counts of this processor others may have dropped."""
 
 
+def quiet(engine_active: float, cap: int) -> bool:
+    """Whether a replica whose engine ran ``engine_active`` sequences at the last scrape is quiet enough for this
+    processor to keep a free slot there (:data:`KEEP_BELOW_SHARE` of ``cap``)."""
+    return engine_active < KEEP_BELOW_SHARE * cap
+
+
 def processor_id() -> str:
     """This process's name in the slot store: pod, pid and a random part (a restarted pid is a new processor)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -254,7 +260,7 @@ class SlotStore:
         :data:`KEEP_BELOW_SHARE` of ``cap``) and no other free slot kept there. A quiet replica has slots to spare
         for the other processors; on a busy one a slot kept here is one they find taken while it sits free."""
         lease = self._leases.get(model, {}).get(endpoint)
-        return lease is not None and lease.free <= 1 and engine_active < KEEP_BELOW_SHARE * cap
+        return lease is not None and lease.free <= 1 and quiet(engine_active, cap)
 
     async def acquire(self, model: str, ranked: Sequence[str], cap: int, fallback_cap: int) -> Slot | None:
         """A slot on the first of ``ranked`` with room; None when all are full."""
@@ -381,7 +387,7 @@ class SlotStore:
     def busy(self, model: str, endpoint: str, engine_active: float, cap: int) -> None:
         """After a read of the replicas' load: the free slots kept on ``endpoint`` (:meth:`keeps`) go back to the
         store when its engine is no longer quiet, where other processors' requests may need them."""
-        if engine_active >= KEEP_BELOW_SHARE * cap:
+        if not quiet(engine_active, cap):
             lease = self._leases.get(model, {}).get(endpoint)
             if lease is not None:
                 self._give_back_free(model, endpoint, lease.free)
